@@ -1,0 +1,125 @@
+"""Regenerate the bundled sample datasets, deterministically: ``python sample_data/make_samples.py``.
+
+Every dataset holds a few clean records and one planted problem per check (see EXPECTED.md).
+Images are synthetic (gradients, shapes and seeded noise) so that nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import simplejpeg
+from PIL import Image, ImageDraw
+
+HERE = Path(__file__).resolve().parent
+SIZE = 64
+
+
+def picture(seed: int, mode: str = "RGB") -> Image.Image:
+    """A small, photo-ish synthetic image: a gradient, a few shapes, some noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:SIZE, 0:SIZE]
+    base = np.stack([(x * rng.uniform(1, 4) + y * rng.uniform(0, 2)) % 256 for _ in range(3)], axis=-1)
+    image = Image.fromarray(base.astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    for _ in range(4):
+        x0, y0 = rng.integers(0, SIZE - 16, 2)
+        w, h = rng.integers(8, 24, 2)
+        draw.ellipse([int(x0), int(y0), int(x0 + w), int(y0 + h)], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+    noisy = np.asarray(image, dtype=np.int16) + rng.normal(0, 6, (SIZE, SIZE, 3)).astype(np.int16)
+    return Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).convert(mode)
+
+
+def encode(image: Image.Image, fmt: str = "JPEG") -> bytes:
+    buffer = io.BytesIO()
+    options = {"quality": 90} if fmt == "JPEG" else {}
+    image.save(buffer, fmt, **options)
+    return buffer.getvalue()
+
+
+def bit_flipped_jpeg(seed: int) -> bytes:
+    """A JPEG with flipped bits in its entropy-coded data that Pillow's load() accepts but that
+    libjpeg reports as "Corrupt JPEG data" (as `jpeginfo -c` and scrub do)."""
+    data = encode(picture(seed))
+    start = data.index(b"\xff\xda") + 20  # past the start-of-scan header
+    rng = np.random.default_rng(seed)
+    for _ in range(1000):
+        damaged = bytearray(data)
+        for position in rng.integers(start, len(data) - 2, 3):
+            damaged[position] ^= 1 << int(rng.integers(0, 8))
+        damaged = bytes(damaged)
+        try:
+            Image.open(io.BytesIO(damaged)).load()
+        except Exception:  # noqa: BLE001 - we want one that Pillow accepts
+            continue
+        try:
+            simplejpeg.decode_jpeg(damaged, colorspace="GRAY", strict=True)
+        except ValueError:
+            return damaged
+    raise RuntimeError("no suitable bit flip found")
+
+
+def write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def make_image_folder(root: Path) -> None:
+    """Class folders bird/cat/dog (labels 0/1/2) with the image problems planted."""
+    for number, name in enumerate(["bird", "cat", "dog"]):
+        for i in range(8):
+            write(root / name / f"{name}_{i:03d}.jpg", encode(picture(100 * number + i)))
+    cat_jpeg = (root / "cat" / "cat_001.jpg").read_bytes()
+    write(root / "cat" / "truncated.jpg", encode(picture(7))[:1200])  # corrupt-image
+    write(root / "cat" / "grayscale.jpg", encode(picture(8, "L")))  # shape-mismatch
+    write(root / "dog" / "bitflip.jpg", bit_flipped_jpeg(9))  # corrupt-image (Pillow misses it)
+    write(root / "dog" / "copy_of_cat_001.jpg", cat_jpeg)  # duplicate
+    write(root / "dog" / "empty.jpg", b"")  # empty-record
+    write(root / "dog" / "cmyk.jpg", encode(picture(10, "CMYK")))  # shape-mismatch
+    write(root / "bird" / "really_a_png.jpg", encode(picture(11), "PNG"))  # format-mismatch
+    write(root / "bird" / "broken.png", encode(picture(12), "PNG")[:-300])  # corrupt-image
+    huge = io.BytesIO()
+    Image.new("1", (10_000, 10_000)).save(huge, "PNG", optimize=True)  # 100 Mpx: decompression-bomb
+    write(root / "bird" / "huge.png", huge.getvalue())
+    write(root / "stray.jpg", encode(picture(13)))  # missing-label: outside every class folder
+    os.symlink("../../imagelist/img/a_000.jpg", root / "bird" / "outside.jpg")  # unsafe-path
+    write(root / "README.txt", b"Not an image: skipped and counted.\n")
+    write(root / ".DS_Store", b"\x00\x00\x00\x01Bud1")
+
+
+def make_image_list(root: Path) -> None:
+    """A Caffe ImageData list file with the label and path problems planted."""
+    lines = []
+    for i in range(12):
+        write(root / "img" / f"a_{i:03d}.jpg", encode(picture(500 + i)))
+        lines.append(f"img/a_{i:03d}.jpg {i % 10}")
+    for i in range(12, 18):
+        write(root / "img" / f"a_{i:03d}.jpg", encode(picture(500 + i)))
+    lines += [
+        "img/a_012.jpg",  # missing-label
+        "img/a_013.jpg 3.5",  # non-integer-label
+        "img/a_014.jpg cat",  # non-integer-label
+        "img/a_015.jpg 8000",  # label-outlier, or label-out-of-range with --num-classes 10
+        "img/a_016.jpg -1",  # label-outlier, or label-out-of-range with --num-classes 10
+        "img/gone.jpg 4",  # missing-file
+        "../images/cat/cat_000.jpg 1",  # unsafe-path
+        "img/a_017.jpg 7",
+    ]
+    write(root / "train.txt", ("\n".join(lines) + "\n").encode())
+
+
+def main() -> None:
+    for name, make in [("images", make_image_folder), ("imagelist", make_image_list)]:
+        target = HERE / name
+        if target.exists() or target.is_symlink():
+            shutil.rmtree(target)
+        make(target)
+        print(f"wrote {target.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()

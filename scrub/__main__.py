@@ -1,0 +1,5 @@
+"""``python -m scrub``."""
+
+from scrub.cli import app
+
+app(prog_name="scrub")

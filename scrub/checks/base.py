@@ -1,0 +1,177 @@
+"""The check catalogue: stable ids, default severities and the documentation beside the code.
+
+Three kinds of check exist:
+
+* ``reader`` checks are found while reading (a missing file, an unsafe path): the reader attaches
+  them to the record; the catalogue only documents them.
+* ``record`` checks are pure functions ``(record, options) -> Finding | None``.
+* ``dataset`` checks need the whole dataset (duplicates, the dominant shape, the label
+  distribution). They ``collect`` one small value per record during the map step, and ``judge``
+  the collected column once every partition is done (compute a property apart from judging it).
+
+Ids are part of the public interface: never rename or reuse one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from scrub.records import Issue, Record, Severity
+
+#: The fixed sections of every check's docstring, in order (feeds `scrub checks --explain`,
+#: the README table and a test that fails when one is missing).
+DOC_SECTIONS = ("What it finds", "Why it breaks training", "Example", "What fix does")
+
+CheckKind = Literal["reader", "record", "dataset"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What a check says about one record; the runner adds identity, id and severity."""
+
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    severity: Severity | None = None  # overrides the check's default when set
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOptions:
+    """Everything a check may depend on besides the record. Picklable, immutable."""
+
+    labelled: bool = True
+    num_classes: int | None = None
+    label_range: tuple[int, int] | None = None  # inclusive LO, exclusive HI
+    max_pixels: int | None = None
+
+    @property
+    def declared_range(self) -> tuple[int, int] | None:
+        if self.label_range is not None:
+            return self.label_range
+        if self.num_classes is not None:
+            return (0, self.num_classes)
+        return None
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    severity: Severity
+    kind: CheckKind
+    needs: str  # which records it applies to: "image", "label", "bytes", "any"
+    doc: str
+    func: Callable[..., Any] | None = None
+    collect: Callable[[Record], Any] | None = None
+    column_dtype: str | None = None
+
+    @property
+    def summary(self) -> str:
+        return self.doc.strip().splitlines()[0].strip()
+
+    @property
+    def sections(self) -> dict[str, str]:
+        return parse_sections(self.doc)
+
+
+Position = tuple[int, int]  # (partition number, offset of the record within its partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """The values one dataset check collected over the whole dataset, with their positions."""
+
+    positions: np.ndarray  # shape (n, 2): partition number, offset
+    values: np.ndarray
+
+
+Locate = Callable[[Sequence[Position]], list[tuple[str, str, int]]]
+
+REGISTRY: dict[str, Check] = {}
+
+
+def _register(check: Check) -> Check:
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", check.id):
+        raise ValueError(f"check id {check.id!r} must be kebab-case")
+    if check.id in REGISTRY:
+        raise ValueError(f"duplicate check id {check.id!r}")
+    REGISTRY[check.id] = check
+    return check
+
+
+def record_check(id: str, severity: Severity, needs: str = "any") -> Callable:
+    """Register ``func(record, options) -> Finding | None`` as a record check."""
+
+    def decorate(func: Callable) -> Callable:
+        _register(Check(id, severity, "record", needs, inspect.getdoc(func) or "", func=func))
+        return func
+
+    return decorate
+
+
+def dataset_check(
+    id: str, severity: Severity, collect: Callable[[Record], Any], dtype: str, needs: str = "any"
+) -> Callable:
+    """Register ``judge(column, options, locate) -> list[(position, Finding)]``.
+
+    ``collect(record)`` returns the record's value (or None to leave it out); ``dtype`` is the
+    NumPy dtype the values are packed into, or ``"category"`` for a few distinct strings.
+    """
+
+    def decorate(func: Callable) -> Callable:
+        doc = inspect.getdoc(func) or ""
+        _register(Check(id, severity, "dataset", needs, doc, func, collect, dtype))
+        return func
+
+    return decorate
+
+
+def reader_check(id: str, severity: Severity, doc: str) -> Check:
+    """Document a check that readers detect while reading."""
+    return _register(Check(id, severity, "reader", "any", inspect.cleandoc(doc)))
+
+
+def parse_sections(doc: str) -> dict[str, str]:
+    """Split a check docstring into its fixed sections (``Heading:`` lines at column 0)."""
+    sections: dict[str, str] = {}
+    current: str | None = None
+    for line in inspect.cleandoc(doc).splitlines()[1:]:
+        heading = line.rstrip().rstrip(":")
+        if line.rstrip().endswith(":") and heading in DOC_SECTIONS:
+            current = heading
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line.strip() + "\n"
+    return {name: text.strip() for name, text in sections.items()}
+
+
+def get(check_id: str) -> Check:
+    try:
+        return REGISTRY[check_id]
+    except KeyError:
+        raise KeyError(f"unknown check id {check_id!r}") from None
+
+
+def make_issue(
+    check_id: str, source: str, key: str, index: int | None, finding: Finding
+) -> Issue:
+    """Turn a check's finding into a manifest issue, with the check's default severity."""
+    check = get(check_id)
+    return Issue(
+        source=source,
+        key=key,
+        index=index,
+        check=check.id,
+        severity=finding.severity or check.severity,
+        message=finding.message,
+        details=dict(finding.details),
+    )
+
+
+def problem(record: Record, check_id: str, message: str, **details: Any) -> Issue:
+    """An issue that a reader found on a record it could not read normally."""
+    return make_issue(check_id, record.source, record.key, record.index, Finding(message, details))

@@ -1,0 +1,180 @@
+"""Whole-dataset checks: each collects one small value per record, then judges the column.
+
+Memory: the columns are the only per-record state scrub keeps (16 bytes per record for
+`duplicate`, 1–2 bytes for `shape-mismatch`, 8 for `label-outlier`, plus 8 for the position);
+each can be switched off with `--ignore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position, dataset_check
+from scrub.checks.labels import integer_label
+from scrub.records import Record, Severity
+
+Judgement = list[tuple[Position, Finding]]
+
+
+def _dataset_order(column: Column) -> np.ndarray:
+    """Indices that sort a column's entries into dataset order (partition, offset)."""
+    return np.lexsort((column.positions[:, 1], column.positions[:, 0]))
+
+
+def _positions(column: Column, indices: Sequence[int]) -> list[Position]:
+    return [(int(column.positions[i, 0]), int(column.positions[i, 1])) for i in indices]
+
+
+def _digest(record: Record) -> bytes | None:
+    return record.meta.get("digest")
+
+
+@dataset_check("duplicate", Severity.WARNING, collect=_digest, dtype="S16", needs="bytes")
+def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
+    """Byte-identical content stored under another key; details name the first one.
+
+    What it finds:
+        Records whose bytes are identical (128-bit XXH3 digest) to an earlier record's. The
+        first occurrence, in dataset order, is not flagged; every later copy is.
+    Why it breaks training:
+        Duplicates over-weight some samples, and a copy that sits in both the training and the
+        validation split leaks the answer and inflates the validation score.
+    Example:
+        `cat/0100.jpg` has the same bytes as `cat/0007.jpg`.
+    What fix does:
+        Nothing by default (a warning); with `--severity warning` the later copies are
+        quarantined and the first kept.
+    """
+    if len(column.values) == 0:
+        return []
+    order = _dataset_order(column)
+    values = column.values[order]
+    # A stable sort by digest keeps dataset order inside each group of equal digests.
+    by_digest = order[np.argsort(values, kind="stable")]
+    sorted_values = column.values[by_digest]
+    same_as_previous = np.zeros(len(sorted_values), dtype=bool)
+    same_as_previous[1:] = sorted_values[1:] == sorted_values[:-1]
+    if not same_as_previous.any():
+        return []
+    group_starts = np.flatnonzero(~same_as_previous)
+    group_ids = np.cumsum(~same_as_previous) - 1
+    duplicates = np.flatnonzero(same_as_previous)
+    firsts = by_digest[group_starts[group_ids[duplicates]]]
+    first_identities = locate(_positions(column, firsts))
+    judgement: Judgement = []
+    for dup_index, (source, key, index) in zip(by_digest[duplicates], first_identities):
+        judgement.append(
+            (
+                _positions(column, [dup_index])[0],
+                Finding(
+                    f"same bytes as {key}",
+                    {"first": {"source": source, "key": key, "index": index}},
+                ),
+            )
+        )
+    return judgement
+
+
+def _image_mode(record: Record) -> str | None:
+    facts = record.meta.get("image")
+    if facts is None or facts.mode is None or facts.error is not None or facts.bomb:
+        return None
+    return facts.mode
+
+
+@dataset_check("shape-mismatch", Severity.WARNING, collect=_image_mode, dtype="category", needs="image")
+def shape_mismatch(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
+    """Channels or mode differ from the dataset's dominant one.
+
+    What it finds:
+        A CMYK, grayscale, palette or RGBA image among RGB images (Pillow's mode), judged
+        against the mode most of the dataset's decodable images have.
+    Why it breaks training:
+        A loader that does not convert every image stacks a 1- or 4-channel tensor into an RGB
+        batch and crashes, or (CMYK) feeds inverted colours; a normalization with per-channel
+        statistics then sees the wrong channel count.
+    Example:
+        `dog/0031.jpg` is CMYK; 99% of the dataset is RGB.
+    What fix does:
+        Nothing by default (a warning); with `--severity warning` the record is quarantined.
+    """
+    if len(column.values) == 0:
+        return []
+    modes, counts = np.unique(column.values, return_counts=True)
+    dominant_at = int(np.argmax(counts))
+    dominant = str(modes[dominant_at])
+    share = counts[dominant_at] / counts.sum()
+    odd = np.flatnonzero(column.values != dominant)
+    return [
+        (
+            position,
+            Finding(
+                f"mode {column.values[i]} differs from the dataset's dominant {dominant}",
+                {"mode": str(column.values[i]), "dominant": dominant, "dominant_share": round(float(share), 4)},
+            ),
+        )
+        for i, position in zip(odd, _positions(column, odd))
+    ]
+
+
+def _class_index(record: Record) -> float | None:
+    value = integer_label(record.label)
+    return None if value is None else float(value)
+
+
+#: A gap between two consecutive distinct labels a < b is "far" when b > FAR_FACTOR * a + FAR_MARGIN.
+FAR_FACTOR = 2
+FAR_MARGIN = 10
+#: Labels above a far gap are outliers only when they are rare: at most this many distinct values
+#: (or 1% of the distinct labels) and this many records (or 1% of the records).
+RARE_VALUES = 3
+RARE_RECORDS = 3
+
+
+def far_labels(labels: np.ndarray) -> np.ndarray:
+    """The label values above the first far gap, when they are rare; else none."""
+    distinct, counts = np.unique(labels[labels >= 0], return_counts=True)
+    if len(distinct) < 2:
+        return distinct[:0]
+    far_gaps = np.flatnonzero(distinct[1:] > FAR_FACTOR * distinct[:-1] + FAR_MARGIN)
+    if len(far_gaps) == 0:
+        return distinct[:0]
+    above = far_gaps[0] + 1
+    rare_values = len(distinct) - above <= max(RARE_VALUES, len(distinct) // 100)
+    rare_records = counts[above:].sum() <= max(RARE_RECORDS, len(labels) // 100)
+    return distinct[above:] if rare_values and rare_records else distinct[:0]
+
+
+@dataset_check("label-outlier", Severity.WARNING, collect=_class_index, dtype="float64", needs="label")
+def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
+    """Without a declared class range: a label far outside the rest (8000 among 0..9).
+
+    What it finds:
+        Negative labels (no class index is negative), and labels above a far gap: sorting the
+        distinct labels, the first place where the next label b exceeds 2 x a + 10 (a being the
+        label below it); the labels above are outliers when they are rare (at most 3 distinct
+        values and 3 records, or 1% of either), so sparse or long-tailed class ids are not
+        flagged. Runs only when neither `--num-classes` nor `--label-range` is given; with one,
+        `label-out-of-range` is exact.
+    Why it breaks training:
+        Cross-entropy indexes the logits with the label; a label past the last class reads
+        out of bounds (garbage loss, NaN, or a device-side assert). Tools that re-index labels
+        silently turn 8000 into one more class instead.
+    Example:
+        One record labelled 8000 in a dataset whose other labels are 0..9.
+    What fix does:
+        Nothing by default (a warning); pass `--num-classes` to make it an exact error.
+    """
+    if options.declared_range is not None or len(column.values) == 0:
+        return []
+    labels = column.values
+    far = far_labels(labels)
+    outliers = np.flatnonzero(np.isin(labels, far) | (labels < 0))
+    judgement: Judgement = []
+    for i, position in zip(outliers, _positions(column, outliers)):
+        value = int(labels[i])
+        reason = "negative" if value < 0 else "far above the other labels"
+        judgement.append((position, Finding(f"label {value} is {reason}", {"label": value})))
+    return judgement

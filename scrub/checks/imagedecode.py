@@ -1,0 +1,355 @@
+"""Does an encoded image decode cleanly from its first byte to its last?
+
+`inspect_image` answers from bytes in memory, with no other I/O. Its verdict (`ImageFacts.error`)
+is None only when the decoder consumed the whole compressed stream without a single complaint;
+for JPEG it is built to agree with ``jpeginfo -c``, which counts libjpeg's recoverable warnings
+("Corrupt JPEG data: ...", "Premature end of JPEG file") as damage.
+
+JPEG (and MPO)
+    simplejpeg (libjpeg-turbo 3.x, TurboJPEG API) with ``strict=True`` (stop on the first libjpeg
+    warning), grayscale output at 1/8 DCT scale, like jpeginfo (which also asks libjpeg for
+    grayscale at 1/8 scale). Reduced-scale decoding still Huffman/arithmetic-decodes every
+    entropy-coded byte, so it finds exactly what a full decode finds, about 3x faster than
+    Pillow's full ``load()``, and it releases the GIL. Pillow's ``load()`` is not good enough
+    here: it discards libjpeg's warnings, so a bit flip that desynchronises the Huffman stream
+    passes as clean. Fallbacks, each for a valid file that the fast path cannot take:
+
+    * Lossless JPEG (SOF3/SOF11): TurboJPEG ignores the scaling factor for lossless images but
+      sizes its output buffer for it, so a scaled decode writes past the end of the heap buffer
+      (measured: glibc aborts with "munmap_chunk(): invalid pointer" or "corrupted double-linked
+      list", or memory is silently damaged). The SOF marker is therefore read first (the same
+      marker walk as libjpeg's) and lossless, or any stream whose SOF cannot be found, is
+      decoded at full scale. Still strict, still every byte.
+    * "Unsupported color conversion request": lossless JPEGs cannot be colour-converted at all
+      (an RGB lossless image cannot become GRAY), so RGB then CMYK output is tried; that error
+      is raised before any entropy data is read, so retrying costs nothing. CMYK/YCCK lossy
+      JPEGs do not need this: simplejpeg decodes them as CMYK internally whatever is asked.
+    * "tjDecompressHeader3(): Could not determine subsampling level" (or colorspace): TurboJPEG
+      refuses valid JPEGs with unusual sampling factors (e.g. 4:2:0 with h1v2/h2v1 chroma, 3x1,
+      4x2) that libjpeg decodes. These go to Pillow (its own libjpeg-turbo) with ``draft`` at
+      1/8 scale: every entropy-coded byte is still decoded and fatal errors and truncation are
+      caught, but Pillow drops libjpeg's warnings, so a bit flip in such a file may pass.
+    * 12- and 16-bit JPEGs: neither simplejpeg's nor Pillow's libjpeg will decode them (Pillow
+      cannot even identify them). There is no fallback; the verdict is libjpeg's error
+      "Unsupported JPEG data precision 12", as with jpeginfo, with format 'JPEG', the size from
+      the SOF marker, and mode None.
+    * MPO (stereo pairs, and phone/camera JPEGs whose MPF index points at a preview image):
+      every image of the index is verified the same way, since each is a complete JPEG
+      (jpeginfo checks only the first). EXIF thumbnails are not verified (neither jpeginfo nor
+      training loaders read them).
+
+    Deliberate differences from jpeginfo 1.7 (Debian's, libjpeg-turbo 2.1.5): jpeginfo reports
+    ERROR for valid CMYK/YCCK JPEGs ("Unsupported color conversion request", since it asks
+    for grayscale output) and for valid 8-bit lossless JPEGs ("Unsupported JPEG process: SOF
+    type 0xc3"); both are clean here.
+
+    libjpeg's messages and their verdict (measured on bit-flipped and truncated JPEGs cut from
+    scikit-image's photos; see scripts/make_jpeg_parity_corpus.py; the left column is the text of
+    ``error``, identical to jpeginfo's message in all but the cases noted):
+
+    ==================================================================  ============  ========
+    message                                                             libjpeg kind  verdict
+    ==================================================================  ============  ========
+    Corrupt JPEG data: N extraneous bytes before marker 0xXX            warning       damage
+    Corrupt JPEG data: premature end of data segment                    warning       damage
+    Corrupt JPEG data: bad Huffman code                                 warning       damage
+    Corrupt JPEG data: found marker 0xXX instead of RSTn                warning       damage
+    Premature end of JPEG file                                          warning       damage
+    Invalid SOS parameters for sequential JPEG                          warning       damage
+    Inconsistent progression sequence for component C coefficient K     warning       damage
+    Bogus Huffman table definition / Huffman table 0xXX was not def.    error         damage
+    Bogus DQT index / Quantization table 0xXX was not defined           error         damage
+    Invalid JPEG file structure: ... / Bogus marker length              error         damage
+    Unsupported marker type 0xXX / Unsupported JPEG process: SOF ...    error         damage
+    Not a JPEG file: starts with 0xXX 0xXX                              error         damage
+    Unsupported JPEG data precision 12|16                               error         damage (*)
+    Unsupported color conversion request                                error         fine (**)
+    tjDecompressHeader3(): Could not determine subsampling level ...    TurboJPEG     Pillow (**)
+    ==================================================================  ============  ========
+
+    (*) a valid 12/16-bit file cannot be verified; reported like jpeginfo does.
+    (**) a limitation of the fast path, never of the file: the fallbacks above decide.
+
+Other formats (PNG, GIF, WebP, BMP, TIFF, ... anything Pillow opens)
+    Pillow's full ``load()`` of every frame: a damaged or truncated later frame of an animated
+    GIF/PNG/WebP or a multi-page TIFF is still damage (a truncated download cuts the *last*
+    frame, so checking only the first would pass it). PNG is also ``verify()``-ed first, which
+    checks the CRC of every chunk and the presence of IEND: ``load()`` alone accepts a bit flip
+    in IDAT data whenever the zlib stream stays valid. Pillow's truncation errors ("image file is
+    truncated", "could not create decoder object" for WebP, "Missing dimensions"/"cannot
+    identify" for TIFFs whose strips lie beyond the end) are damage. This relies on
+    ``ImageFile.LOAD_TRUNCATED_IMAGES`` being False, Pillow's default; it is never changed here,
+    and `inspect_image` raises RuntimeError if someone else in the process set it. Uncompressed
+    data (BMP, raw TIFF), LZW (GIF) and VP8 (lossy WebP) carry no checksum, so a bit flip there
+    decodes to wrong pixels without any error: no decoder can tell.
+
+Decompression bombs
+    The size comes from the header only; Pillow's own bomb check (a warning above
+    ``Image.MAX_IMAGE_PIXELS``, an error above twice that) is bypassed by opening through
+    Pillow's plugin registry, so only ``max_pixels`` decides and no global is touched. Each frame
+    of a multi-frame image is checked before it is decoded.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import simplejpeg
+from PIL import Image, ImageFile
+
+__all__ = ["ImageFacts", "inspect_image"]
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What the header says and whether the whole compressed stream decoded cleanly."""
+
+    format: str | None  # Pillow's format name ('JPEG', 'MPO', 'PNG', ...), None if unrecognised
+    mode: str | None  # Pillow's mode ('RGB', 'L', 'CMYK', 'P', ...), None if unknown
+    width: int | None
+    height: int | None
+    error: str | None  # None: decoded cleanly (or a bomb, never decoded); else the decoder's message
+    bomb: bool = False  # width * height > max_pixels: pixel data was not decoded
+
+
+def inspect_image(data: bytes, max_pixels: int | None) -> ImageFacts:
+    """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``.
+
+    Never raises for bad input (empty, garbage, truncated, hostile headers): every failure is
+    reported in `ImageFacts.error`.
+    """
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        # A silent pass for every truncated PNG/GIF/TIFF would be worse than failing loudly.
+        raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set: truncated images would pass")
+    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    if not data:
+        return ImageFacts(None, None, None, None, "empty file")
+    if data[:2] == _SOI:
+        return _inspect_jpeg(data, limit)
+    return _inspect_other(data, limit)
+
+
+# --------------------------------------------------------------------------------------------
+# Opening with Pillow, without its global decompression-bomb limit
+
+
+def _open(data: bytes) -> tuple[Image.Image | None, str | None]:
+    """``Image.open`` minus its bomb check: the image, or None and why it could not be opened.
+
+    Image.open would warn above Image.MAX_IMAGE_PIXELS and raise above twice that, before we can
+    read the size; lowering or raising that module global to avoid it would race with other
+    threads. So this walks the same plugin registry, in the same order, as Image.open does.
+    """
+    Image.preinit()
+    Image.init()
+    prefix = data[:16]
+    failures: list[str] = []
+    for name in Image.ID:
+        factory, accept = Image.OPEN[name]
+        try:
+            accepted = accept is None or accept(prefix)
+        except Exception:  # noqa: BLE001 - some accept() functions choke on short prefixes
+            continue
+        if not accepted or isinstance(accepted, str):
+            continue
+        try:
+            return factory(io.BytesIO(data), ""), None
+        except Exception as exc:  # noqa: BLE001 - plugins raise anything on damaged headers
+            if accept is not None:  # plugins without a magic-number test fail on every input
+                failures.append(f"{name}: {_message(exc)}")
+    detail = f" ({'; '.join(failures)})" if failures else ""
+    return None, f"cannot identify image file{detail}"
+
+
+def _message(exc: BaseException) -> str:
+    """The exception's own text; its type name when it has none (EOFError(), struct.error)."""
+    return str(exc) or type(exc).__name__
+
+
+def _exceeds(width: int, height: int, limit: int | None) -> bool:
+    return limit is not None and width * height > limit
+
+
+# --------------------------------------------------------------------------------------------
+# JPEG
+
+_SOI = b"\xff\xd8"
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # not DHT, JPG, DAC
+_LOSSLESS_SOF = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
+_NO_LENGTH = frozenset(range(0xD0, 0xD8)) | {0x01}  # RSTn, TEM
+_HEADER_END = frozenset({0xD8, 0xD9, 0xDA})  # SOI again, EOI, SOS before any SOF: libjpeg errors
+_SCALED = {"min_height": 1, "min_width": 1, "min_factor": 8}
+_NO_CONVERSION = "Unsupported color conversion request"
+_TURBOJPEG_LIMITS = ("tjDecompressHeader3(): Could not determine",)
+_COLORSPACES = ("GRAY", "RGB", "CMYK")
+
+
+@dataclass(frozen=True)
+class _Sof:
+    marker: int
+    precision: int
+    width: int
+    height: int
+
+
+def _find_sof(data: bytes) -> _Sof | None:
+    """The first SOF marker, found the way libjpeg's read_markers finds it, or None.
+
+    Mirrors jdmarker.c: SOI first, then skip non-0xFF garbage, fill bytes and stuffed zeros
+    before each marker, and skip every other segment by its length (libjpeg either consumes
+    exactly that length or stops with an error, so both walks meet the same SOF).
+    """
+    if data[:2] != _SOI:
+        return None
+    pos, end = 2, len(data)
+    while True:
+        marker, pos = _next_marker(data, pos)
+        if marker is None or marker in _HEADER_END:
+            return None
+        if marker in _SOF_MARKERS:
+            if pos + 7 > end:
+                return None
+            _, precision, height, width = struct.unpack_from(">HBHH", data, pos)
+            return _Sof(marker, precision, width, height)
+        if marker in _NO_LENGTH:
+            continue
+        if pos + 2 > end:
+            return None
+        pos += max(2, int.from_bytes(data[pos : pos + 2], "big"))
+
+
+def _next_marker(data: bytes, pos: int) -> tuple[int | None, int]:
+    """The next marker code at or after `pos` and the position after it (jdmarker.c next_marker)."""
+    end = len(data)
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0:
+            return None, end
+        while pos < end and data[pos] == 0xFF:
+            pos += 1
+        if pos >= end:
+            return None, end
+        if data[pos] != 0:
+            return data[pos], pos + 1
+        pos += 1
+
+
+def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
+    """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg."""
+    image, open_error = _open(data)
+    sof = _find_sof(data)
+    if image is not None:
+        fmt, mode, (width, height) = image.format, image.mode, image.size
+    elif sof is not None:
+        fmt, mode, width, height = "JPEG", None, sof.width, sof.height
+    else:
+        try:  # TurboJPEG's own header parse: still no pixel data
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        except Exception as exc:  # noqa: BLE001
+            message = _message(exc)  # TurboJPEG blames "subsampling" for a header cut short
+            return ImageFacts(None, None, None, None, open_error if message.startswith(_TURBOJPEG_LIMITS) else message)
+        fmt, mode = "JPEG", None
+    if _exceeds(width, height, limit):
+        return ImageFacts(fmt, mode, width, height, None, bomb=True)
+    error = _verify_jpeg(data, sof)
+    if error is None and image is not None and getattr(image, "n_frames", 1) > 1:
+        error, bomb = _verify_mpo_frames(data, image, limit)
+        if bomb:
+            return ImageFacts(fmt, mode, width, height, None, bomb=True)
+    if error is None and image is None:
+        error = open_error  # libjpeg can read it, but Pillow-based loaders cannot open it
+    return ImageFacts(fmt, mode, width, height, error)
+
+
+def _verify_jpeg(data: bytes, sof: _Sof | None) -> str | None:
+    """libjpeg's first warning or error for one JPEG stream, None if it decodes cleanly."""
+    # Lossless (or unknown) streams must be decoded unscaled: see the module docstring.
+    scaled = _SCALED if sof is not None and sof.marker not in _LOSSLESS_SOF else {}
+    message = _NO_CONVERSION
+    for colorspace in _COLORSPACES:
+        try:
+            simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaled)
+            return None
+        except Exception as exc:  # noqa: BLE001 - ValueError for libjpeg errors, RuntimeError
+            message = _message(exc)
+        if message != _NO_CONVERSION:
+            break
+    if message == _NO_CONVERSION or message.startswith(_TURBOJPEG_LIMITS):
+        return _verify_jpeg_with_pillow(data)
+    return message
+
+
+def _verify_jpeg_with_pillow(data: bytes) -> str | None:
+    """Fallback for what TurboJPEG refuses: Pillow's libjpeg at 1/8 scale (warnings are lost)."""
+    image, open_error = _open(data)
+    if image is None:
+        return open_error
+    try:
+        image.draft(None, (1, 1))
+        image.load()
+    except Exception as exc:  # noqa: BLE001
+        return _message(exc)
+    return None
+
+
+def _verify_mpo_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool]:
+    """(error, bomb) over the 2nd and later images of an MPO; each is a complete JPEG stream."""
+    frame = 1
+    try:
+        for frame in range(1, image.n_frames):
+            image.seek(frame)
+            if _exceeds(*image.size, limit):
+                return None, True
+            stream = data[image.offset :]
+            error = _verify_jpeg(stream, _find_sof(stream))
+            if error is not None:
+                return f"MPO image {frame + 1}: {error}", False
+    except Image.DecompressionBombError:
+        return None, True
+    except Exception as exc:  # noqa: BLE001
+        return f"MPO image {frame + 1}: {_message(exc)}", False
+    return None, False
+
+
+# --------------------------------------------------------------------------------------------
+# Everything else Pillow can open
+
+
+def _inspect_other(data: bytes, limit: int | None) -> ImageFacts:
+    image, open_error = _open(data)
+    if image is None:
+        return ImageFacts(None, None, None, None, open_error)
+    fmt, mode, (width, height) = image.format, image.mode, image.size
+    if _exceeds(width, height, limit):
+        return ImageFacts(fmt, mode, width, height, None, bomb=True)
+    error, bomb = _decode_frames(data, image, limit)
+    return ImageFacts(fmt, mode, width, height, error, bomb)
+
+
+def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool]:
+    """(error, bomb) after the plugin's own verify() (PNG: CRCs) and load() of every frame."""
+    try:
+        if type(image).verify is not ImageFile.ImageFile.verify:
+            _plugin_verify(data)
+        for frame in range(getattr(image, "n_frames", 1)):
+            if frame:
+                image.seek(frame)
+                if _exceeds(*image.size, limit):
+                    return None, True
+            image.load()
+    except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
+        return None, True
+    except Exception as exc:  # noqa: BLE001 - OSError, SyntaxError, EOFError, struct.error, ...
+        return _message(exc), False
+    return None, False
+
+
+def _plugin_verify(data: bytes) -> None:
+    """Run the plugin's verify() on a fresh image: it must come right after open, and spends it."""
+    image, open_error = _open(data)
+    if image is None:
+        raise OSError(open_error)
+    image.verify()

@@ -1,0 +1,37 @@
+"""Compute, once per record, the properties that checks judge (decode once, judge many times)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import xxhash
+
+from scrub.checks.base import CheckOptions
+from scrub.checks.imagedecode import inspect_image
+from scrub.checks.labels import integer_label
+from scrub.records import Record
+
+BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def annotate(record: Record, options: CheckOptions) -> None:
+    """Attach the record's content digest and, for encoded images, what decoding found."""
+    payload = record.payload
+    if not isinstance(payload, BYTES_TYPES) or len(payload) == 0:
+        return
+    record.meta["digest"] = xxhash.xxh3_128_digest(payload)
+    if record.meta.get("kind") == "image":
+        record.meta["image"] = inspect_image(bytes(payload), options.max_pixels)
+
+
+def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> None:
+    """Add the record to the dataset statistics of the summary (formats, modes, labels)."""
+    facts = record.meta.get("image")
+    if facts is not None:
+        stats["formats"][facts.format or "unrecognised"] += 1
+        if facts.mode is not None and facts.error is None:
+            stats["modes"][facts.mode] += 1
+    if options.labelled:
+        label = integer_label(record.label)
+        if label is not None:
+            stats["labels"][label] += 1

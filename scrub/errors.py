@@ -1,0 +1,25 @@
+"""The errors scrub reports as one line with exit code 2, and the exit codes themselves."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes of every scrub command (documented in the README)."""
+
+    CLEAN = 0  # no issue at or above --fail-on
+    ISSUES = 1  # issues at or above --fail-on were found
+    ERROR = 2  # unusable input, bad options, or an internal error
+
+
+class ScrubError(Exception):
+    """An error the user can act on; the CLI prints it as one line and exits with 2."""
+
+
+class UnusableDataset(ScrubError):
+    """The dataset cannot be read at all: missing path, unknown format, truncated container."""
+
+
+class UsageError(ScrubError):
+    """Options that contradict each other or make no sense."""

@@ -1,0 +1,88 @@
+"""The quarantine manifest: JSON Lines, one issue per line.
+
+Fields: ``source``, ``key``, ``index``, ``check``, ``severity``, ``message``, ``details``
+(see the README). The file is written to a temporary sibling and renamed into place when the
+scan completes, so a manifest on disk is always a whole one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from scrub.errors import ScrubError
+from scrub.records import Issue
+
+DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
+FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
+
+
+def encode_key(key: str | bytes) -> str:
+    """Keys as text: UTF-8 where valid, else ``hex:<hex>``."""
+    if isinstance(key, str):
+        return key
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex:" + key.hex()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # NumPy scalars
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (bytes, bytearray)):
+        return encode_key(bytes(value))
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def dumps(issue: Issue) -> str:
+    return json.dumps(issue.to_dict(), ensure_ascii=False, default=_json_default, allow_nan=False)
+
+
+class ManifestWriter:
+    """Streams issues to a temporary file; `commit` moves it into place."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        directory = self.path.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        except OSError as error:
+            raise ScrubError(f"{self.path}: cannot write the manifest: {error.strerror}") from None
+        self._temporary = Path(temporary)
+        self._file = os.fdopen(handle, "w", encoding="utf-8")
+        self.count = 0
+
+    def write(self, issue: Issue) -> None:
+        self._file.write(dumps(issue) + "\n")
+        self.count += 1
+
+    def commit(self) -> Path:
+        self._file.close()
+        os.replace(self._temporary, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        self._file.close()
+        self._temporary.unlink(missing_ok=True)
+
+
+def read_manifest(path: Path) -> Iterator[Issue]:
+    """The issues of a manifest, in file order."""
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield Issue.from_dict(json.loads(line))
+            except (ValueError, KeyError) as error:
+                raise ScrubError(f"{path}:{number}: not a scrub manifest line ({error})") from None

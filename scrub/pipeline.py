@@ -1,0 +1,173 @@
+"""Map a per-partition function over Dask and hand each result back as it completes.
+
+This module knows nothing of formats, records or checks. It receives a picklable
+``work(partition_no, partition, start, stop, on_record)`` that returns a partial result, runs it
+on every partition on the chosen scheduler, and calls ``on_result`` with each partial result as
+soon as it is done, so the caller aggregates incrementally.
+
+Schedulers:
+
+* ``sync``: in this process, one partition after another (debugging, and tiny jobs).
+* ``threads`` / ``processes``: Dask's local schedulers on ``workers`` threads or processes.
+* ``tcp://host:port`` (any address with ``://``): an existing ``dask.distributed`` scheduler.
+
+Crashes and hangs: a record whose processing kills its worker process (a decoder segfault) or
+runs longer than ``timeout`` must not end the scan. Worker processes arm a watchdog per record
+(``faulthandler.dump_traceback_later(exit=True)``), so a hang becomes a dead worker. The
+partitions left unfinished when a worker dies are re-run record by record in a supervised child
+process (`scrub.isolation`), which pinpoints the record, reports it through ``on_failure`` and
+goes on with the next one. On a distributed cluster, a partition whose workers keep dying
+(``KilledWorker``) is bisected on the cluster down to the single record.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from scrub.errors import UsageError
+
+LOCAL_SCHEDULERS = ("threads", "processes", "sync")
+
+OnRecord = Callable[[int], None]
+
+
+class Work(Protocol):
+    def __call__(
+        self,
+        partition_no: int,
+        partition: Any,
+        start: int = 0,
+        stop: int | None = None,
+        on_record: OnRecord | None = None,
+    ) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to run: which scheduler, how many local workers, the per-record time limit."""
+
+    scheduler: str
+    workers: int
+    timeout: float
+
+    @classmethod
+    def choose(cls, scheduler: str | None, workers: int | None, timeout: float, preferred: str, partitions: int) -> "Plan":
+        """Resolve the defaults: all cores, the reader's preferred scheduler, in-process when tiny."""
+        workers = workers or os.cpu_count() or 1
+        if workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if scheduler is None:
+            scheduler = "sync" if partitions <= 1 or workers == 1 else preferred
+        if scheduler not in LOCAL_SCHEDULERS and "://" not in scheduler:
+            raise UsageError(
+                f"unknown scheduler {scheduler!r}: use threads, processes, sync or tcp://host:port"
+            )
+        return cls(scheduler, workers, timeout)
+
+
+def run(
+    work: Work,
+    partitions: Sequence[Any],
+    plan: Plan,
+    on_result: Callable[[Any], None],
+    on_failure: Callable[[int, Any, int, str], Any],
+) -> None:
+    """Run ``work`` over every partition; ``on_result`` receives each partial result once.
+
+    ``on_failure(partition_no, partition, offset, reason)`` builds the partial result for a
+    record whose processing crashed or timed out.
+    """
+    if plan.scheduler == "sync":
+        for number, partition in enumerate(partitions):
+            on_result(work(number, partition))
+    elif plan.scheduler in ("threads", "processes"):
+        _run_local(work, partitions, plan, on_result, on_failure)
+    else:
+        from scrub.distributed import run_on_cluster
+
+        run_on_cluster(work, partitions, plan, on_result, on_failure)
+
+
+def _task_key(number: int) -> str:
+    return f"scrub-partition-{number}"
+
+
+def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_failure) -> None:
+    import dask
+    from dask.callbacks import Callback
+
+    done: set[int] = set()
+
+    def posttask(key, result, dsk, state, worker_id) -> None:
+        number = int(str(key).rsplit("-", 1)[1])
+        done.add(number)
+        on_result(result)
+
+    guarded = plan.scheduler == "processes"
+    task = GuardedWork(work, plan.timeout) if guarded else work
+    tasks = [
+        dask.delayed(task, pure=False)(number, partition, dask_key_name=_task_key(number))
+        for number, partition in enumerate(partitions)
+    ]
+    options: dict[str, Any] = {"scheduler": plan.scheduler, "num_workers": plan.workers}
+    pool = None
+    if guarded:
+        import multiprocessing
+
+        pool = ProcessPoolExecutor(plan.workers, mp_context=multiprocessing.get_context("spawn"))
+        options["pool"] = pool
+    try:
+        with Callback(posttask=posttask):
+            dask.compute(*tasks, **options)
+    except Exception as error:  # noqa: BLE001 - a dead worker process breaks the whole pool
+        if not guarded or not _is_dead_worker(error):
+            raise
+        from scrub.isolation import run_isolated
+
+        for number, partition in enumerate(partitions):
+            if number not in done:
+                for piece in run_isolated(work, number, partition, plan.timeout, on_failure):
+                    on_result(piece)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _is_dead_worker(error: BaseException) -> bool:
+    from concurrent.futures.process import BrokenProcessPool
+
+    while error is not None:
+        if isinstance(error, BrokenProcessPool):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class GuardedWork:
+    """Runs ``work`` in a worker process with a per-record watchdog that ends the process.
+
+    A hung decoder cannot be interrupted from Python, but it can be killed: the watchdog thread
+    of `faulthandler` calls ``_exit`` when a record takes longer than ``timeout``, the pool sees
+    a dead worker, and the unfinished partitions are re-run under supervision.
+    """
+
+    def __init__(self, work: Work, timeout: float) -> None:
+        self.work = work
+        self.timeout = timeout
+
+    def __call__(self, partition_no: int, partition: Any, start: int = 0, stop: int | None = None, on_record=None):
+        with open(os.devnull, "w") as sink:
+            def arm(offset: int) -> None:
+                faulthandler.dump_traceback_later(self.timeout, exit=True, file=sink)
+                if on_record is not None:
+                    on_record(offset)
+
+            try:
+                return self.work(partition_no, partition, start, stop, arm)
+            finally:
+                faulthandler.cancel_dump_traceback_later()

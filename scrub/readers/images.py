@@ -1,0 +1,224 @@
+"""Image datasets: a folder (class sub-folders, or flat) or a Caffe ImageData list file.
+
+Layouts:
+
+* class folders: every non-hidden sub-folder of the root is a class; its label is the folder's
+  index in sorted order (as torchvision's ImageFolder numbers them); images anywhere below it
+  belong to it. An image at the root itself has no class (`missing-label`).
+* flat: a folder of images without sub-folders; no labels, so label checks are skipped.
+* list file: ``relative/path.jpg 3`` per line, split on the last run of whitespace as Caffe
+  does, paths relative to the list's folder or to ``--root``.
+
+Files are recognised by extension; anything else (README.txt, .DS_Store) is skipped and counted.
+Hidden folders (``.git``, ``.ipynb_checkpoints``) are skipped and counted. Symlinks are followed
+only when they stay inside the dataset root; the rest are reported as `unsafe-path`, never read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scrub.checks.base import problem
+from scrub.checks.images import IMAGE_EXTENSIONS
+from scrub.errors import UnusableDataset
+from scrub.readers.base import DatasetInfo, Reader
+from scrub.records import Record
+
+SNIFF_LINES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One image the dataset refers to, as listed by the driver (no file I/O yet)."""
+
+    index: int
+    key: str  # POSIX path relative to the root, as listed
+    source: str
+    label: int | float | str | None
+    check_link: bool  # resolve symlinks before reading (list entries, symlinked files)
+    unsafe: str | None = None  # why the entry points outside the root, found while listing
+
+
+def parse_label(text: str | None) -> int | float | str | None:
+    """A list file's label text as int, else float, else the text itself; None when absent."""
+    if text is None or text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def split_list_line(line: str) -> tuple[str, str | None]:
+    """``path label`` split on the last whitespace (Caffe's rule); a lone path has no label."""
+    stripped = line.strip()
+    head, _, tail = stripped.rpartition(" ")
+    if not head:
+        head, _, tail = stripped.rpartition("\t")
+    if not head or _has_image_extension(tail):
+        return stripped, None
+    return head.rstrip(), tail
+
+
+def _has_image_extension(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+class ImageReader(Reader):
+    format = "images"
+    preferred_scheduler = "processes"
+    records_per_task = 1000
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        if path.is_dir():
+            return True
+        return path.is_file() and cls._looks_like_list(path)
+
+    @staticmethod
+    def _looks_like_list(path: Path) -> bool:
+        try:
+            with open(path, encoding="utf-8") as lines:
+                heads = [split_list_line(line)[0] for _, line in zip(range(SNIFF_LINES), lines) if line.strip()]
+        except (OSError, UnicodeDecodeError):
+            return False
+        return bool(heads) and sum(map(_has_image_extension, heads)) * 2 >= len(heads)
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Entry]]]:
+        if self.path.is_dir():
+            info, entries = self._list_folder(self.path)
+        elif self.path.is_file():
+            info, entries = self._list_file(self.path)
+        else:
+            raise UnusableDataset(f"{self.path}: neither a folder of images nor a list file")
+        self.root = info.root
+        size = partition_size
+        return info, [tuple(entries[i : i + size]) for i in range(0, len(entries), size)]
+
+    # -- listing (driver side) -------------------------------------------------------------
+
+    def _list_folder(self, root: Path) -> tuple[DatasetInfo, list[Entry]]:
+        skipped: Counter[str] = Counter()
+        real_root = os.path.realpath(root)
+        try:
+            top = sorted(os.scandir(root), key=lambda e: e.name)
+        except OSError as error:
+            raise UnusableDataset(f"{root}: cannot list the folder: {error.strerror}") from None
+        classes = [e.name for e in top if e.is_dir(follow_symlinks=False) and not _is_hidden(e.name)]
+        labelled = bool(classes)
+        class_of = {name: number for number, name in enumerate(classes)}
+        entries: list[Entry] = []
+
+        def add(relative: str, label, check_link: bool, unsafe: str | None = None) -> None:
+            entries.append(Entry(len(entries), relative, relative, label, check_link, unsafe))
+
+        def walk(directory: str, relative: str, label) -> None:
+            with os.scandir(directory) as scan:
+                items = sorted(scan, key=lambda e: e.name)
+            for item in items:
+                name = f"{relative}/{item.name}" if relative else item.name
+                if item.is_symlink():
+                    target = os.path.realpath(item.path)
+                    inside = target == real_root or target.startswith(real_root + os.sep)
+                    if not inside:
+                        add(name, label, False, f"symlink to {target}, outside the dataset root")
+                    elif os.path.isdir(target):
+                        skipped["symlinked folder (not followed)"] += 1
+                    elif _has_image_extension(item.name):
+                        add(name, label, True)
+                    else:
+                        skipped["non-image file"] += 1
+                elif item.is_dir(follow_symlinks=False):
+                    if _is_hidden(item.name):
+                        skipped["hidden folder"] += 1
+                    else:
+                        walk(item.path, name, class_of.get(name, label) if not relative else label)
+                elif _has_image_extension(item.name):
+                    add(name, label, False)
+                else:
+                    skipped["non-image file"] += 1
+
+        walk(str(root), "", None)
+        info = DatasetInfo(
+            format=self.format,
+            layout="class-folders" if labelled else "flat",
+            root=str(root),
+            labelled=labelled,
+            records=len(entries),
+            classes=classes or None,
+            skipped=dict(skipped),
+        )
+        return info, entries
+
+    def _list_file(self, list_path: Path) -> tuple[DatasetInfo, list[Entry]]:
+        root = self.options.root or list_path.parent
+        if not root.is_dir():
+            raise UnusableDataset(f"{root}: the image root is not a folder")
+        real_root = os.path.realpath(root)
+        entries: list[Entry] = []
+        try:
+            with open(list_path, encoding="utf-8") as lines:
+                for line_number, line in enumerate(lines, start=1):
+                    if not line.strip():
+                        continue
+                    path_text, label_text = split_list_line(line)
+                    key = path_text.replace("\\", "/")
+                    while key.startswith("./"):
+                        key = key[2:]
+                    joined = os.path.normpath(os.path.join(real_root, key))
+                    inside = joined.startswith(real_root + os.sep)
+                    unsafe = None if inside else f"{path_text} resolves outside the dataset root"
+                    entries.append(
+                        Entry(len(entries), key, list_path.name, parse_label(label_text), True, unsafe)
+                    )
+        except UnicodeDecodeError:
+            raise UnusableDataset(f"{list_path}: not a text list file (not UTF-8)") from None
+        except OSError as error:
+            raise UnusableDataset(f"{list_path}: cannot read: {error.strerror}") from None
+        if not entries:
+            raise UnusableDataset(f"{list_path}: the list file is empty")
+        info = DatasetInfo(
+            format=self.format, layout="list-file", root=str(root), labelled=True, records=len(entries)
+        )
+        return info, entries
+
+    # -- reading (worker side) -------------------------------------------------------------
+
+    def read(self, partition: Sequence[Entry], start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        real_root = os.path.realpath(self.root)
+        for entry in partition[start:stop]:
+            record = Record(entry.source, entry.key, entry.index, None, entry.label, {"kind": "image"})
+            unsafe = entry.unsafe
+            path = os.path.join(self.root, entry.key)
+            if unsafe is None and entry.check_link:
+                target = os.path.realpath(path)
+                if not target.startswith(real_root + os.sep):
+                    unsafe = f"resolves to {target}, outside the dataset root"
+            if unsafe is not None:
+                record.problems.append(problem(record, "unsafe-path", f"not read: {unsafe}", path=entry.key))
+            else:
+                try:
+                    with open(path, "rb") as file:
+                        record.payload = file.read()
+                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                    record.problems.append(problem(record, "missing-file", f"no such file: {entry.key}"))
+                except OSError as error:
+                    record.problems.append(
+                        problem(record, "missing-file", f"cannot read {entry.key}: {error.strerror}")
+                    )
+            yield record
+
+    def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]

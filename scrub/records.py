@@ -1,0 +1,90 @@
+"""The record and issue model every stage shares.
+
+A record's identity (`source`, `key`, `index`) is fixed by the reader when the record is read and
+travels unchanged through every stage, so no later stage ever re-derives it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    """How bad an issue is; ordered so that thresholds can be compared."""
+
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+    def at_least(self, threshold: "Severity") -> bool:
+        return self.rank >= threshold.rank
+
+
+_SEVERITY_RANK = {Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+@dataclass(slots=True)
+class Issue:
+    """One problem found on one record (or on the dataset, with key ``*``).
+
+    These are exactly the fields of a manifest line.
+    """
+
+    source: str
+    key: str
+    index: int | None
+    check: str
+    severity: Severity
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "key": self.key,
+            "index": self.index,
+            "check": self.check,
+            "severity": self.severity.value,
+            "message": self.message,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Issue":
+        return cls(
+            source=data["source"],
+            key=data["key"],
+            index=data["index"],
+            check=data["check"],
+            severity=Severity(data["severity"]),
+            message=data["message"],
+            details=dict(data.get("details") or {}),
+        )
+
+    def identity(self) -> tuple[str, str, str]:
+        """What makes two issues 'the same' across scans (used by baselines and tests)."""
+        return (self.source, self.key, self.check)
+
+
+@dataclass(slots=True)
+class Record:
+    """One sample as read from a dataset.
+
+    `payload` is the encoded bytes (images) or a decoded array, or None when the reader could not
+    get any (then `problems` says why). `label` is the parsed label: an int, a float, the raw text
+    of a label that is not a number, or None when the record has none. `problems` holds issues
+    the reader itself found (a missing file, an unsafe path); they are reported like any other.
+    """
+
+    source: str
+    key: str
+    index: int
+    payload: bytes | Any | None
+    label: int | float | str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    problems: list[Issue] = field(default_factory=list)

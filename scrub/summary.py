@@ -1,0 +1,190 @@
+"""Aggregate partial results as they complete into the scan's summary.
+
+Memory grows with the number of issues (they are streamed to the manifest, and the identities
+of records with issues are kept to count them) and with the compact columns of the dataset
+checks, never with the records themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scrub.checks.base import Check, CheckOptions, Column, make_issue
+from scrub.manifest import ManifestWriter
+from scrub.readers.base import DatasetInfo
+from scrub.records import Issue, Severity
+from scrub.runner import PartitionResult
+
+SCHEMA_VERSION = 1
+
+
+class ColumnStore:
+    """One dataset check's collected values, packed as they arrive."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+        self.categories: dict[str, int] = {}
+        self._positions: list[np.ndarray] = []
+        self._values: list[np.ndarray] = []
+
+    def add(self, partition: int, offsets: list[int], values: list[Any]) -> None:
+        if not offsets:
+            return
+        positions = np.empty((len(offsets), 2), dtype=np.int32)
+        positions[:, 0] = partition
+        positions[:, 1] = offsets
+        self._positions.append(positions)
+        if self.dtype == "category":
+            codes = [self.categories.setdefault(v, len(self.categories)) for v in values]
+            self._values.append(np.asarray(codes, dtype=np.uint16))
+        else:
+            self._values.append(np.asarray(values, dtype=self.dtype))
+
+    def column(self) -> Column:
+        if not self._positions:
+            empty = np.empty(0, dtype=object if self.dtype == "category" else self.dtype)
+            return Column(np.empty((0, 2), dtype=np.int32), empty)
+        positions = np.concatenate(self._positions)
+        values = np.concatenate(self._values)
+        if self.dtype == "category":
+            names = np.array(list(self.categories), dtype=object)
+            values = names[values]
+        return Column(positions, values)
+
+
+@dataclass
+class Progress:
+    """A snapshot for progress displays."""
+
+    records: int
+    total: int
+    issues: int
+    seconds: float
+
+
+class ScanAggregate:
+    """Folds partial results into counts, streams issues to the manifest, runs dataset checks."""
+
+    def __init__(
+        self,
+        checks: Sequence[Check],
+        options: CheckOptions,
+        manifest: ManifestWriter,
+        progress: Callable[[Progress], None] | None = None,
+        total: int = 0,
+    ) -> None:
+        self.checks = list(checks)
+        self.options = options
+        self.manifest = manifest
+        self.progress = progress
+        self.total = total
+        self.started = time.perf_counter()
+        self.records = 0
+        self.by_check: Counter[str] = Counter({c.id: 0 for c in self.checks})
+        self.by_severity: Counter[str] = Counter({s.value: 0 for s in Severity})
+        self.flagged: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
+        self.stats: dict[str, Counter] = defaultdict(Counter)
+        self.columns = {c.id: ColumnStore(c.column_dtype) for c in self.checks if c.kind == "dataset"}
+
+    def add(self, result: PartitionResult) -> None:
+        self.records += result.records
+        for issue in result.issues:
+            self._record_issue(issue)
+        for name, counter in result.stats.items():
+            self.stats[name].update(counter)
+        for check_id, (offsets, values) in result.columns.items():
+            self.columns[check_id].add(result.partition, offsets, values)
+        # The local scheduler keeps each result until the end: drop what was copied out.
+        result.issues, result.columns = [], {}
+        if self.progress is not None:
+            self.progress(Progress(self.records, self.total, sum(self.by_severity.values()), self.elapsed))
+
+    def _record_issue(self, issue: Issue) -> None:
+        self.manifest.write(issue)
+        self.by_check[issue.check] += 1
+        self.by_severity[issue.severity.value] += 1
+        self.flagged[issue.severity.value].add((issue.source, issue.key, issue.index))
+
+    def finish_dataset_checks(self, locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]]) -> None:
+        for check in self.checks:
+            if check.kind != "dataset":
+                continue
+            judgement = check.func(self.columns[check.id].column(), self.options, locate)
+            identities = locate([position for position, _ in judgement])
+            for (source, key, index), (_, finding) in zip(identities, judgement):
+                self._record_issue(make_issue(check.id, source, key, index, finding))
+            self.columns[check.id] = ColumnStore(check.column_dtype)  # free the memory
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def records_with(self, severity: Severity) -> int:
+        """Distinct records with an issue at or above ``severity``."""
+        union: set = set()
+        for name, identities in self.flagged.items():
+            if Severity(name).at_least(severity):
+                union |= identities
+        return len(union)
+
+
+@dataclass
+class Summary:
+    """The scan's results, as shown in the table and written by ``--json``."""
+
+    dataset: DatasetInfo
+    path: str
+    records: int
+    issues_by_check: dict[str, int]
+    issues_by_severity: dict[str, int]
+    records_with_errors: int
+    records_with_warnings: int
+    stats: dict[str, dict]
+    checks: list[str]
+    options: dict[str, Any]
+    scheduler: str
+    workers: int
+    seconds: float
+    manifest: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def issues(self) -> int:
+        return sum(self.issues_by_severity.values())
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        from scrub import __version__
+
+        return {
+            "schema": SCHEMA_VERSION,
+            "scrub_version": __version__,
+            "path": self.path,
+            "dataset": self.dataset.to_dict(),
+            "records": self.records,
+            "records_with_issues": {"error": self.records_with_errors, "warning": self.records_with_warnings},
+            "quarantine": self.records_with_errors,
+            "issues": {
+                "total": self.issues,
+                "by_severity": dict(self.issues_by_severity),
+                "by_check": dict(sorted(self.issues_by_check.items())),
+            },
+            "stats": self.stats,
+            "checks": self.checks,
+            "options": self.options,
+            "scheduler": self.scheduler,
+            "workers": self.workers,
+            "seconds": round(self.seconds, 3),
+            "records_per_second": round(self.records_per_second, 1),
+            "manifest": self.manifest,
+            **self.extra,
+        }

@@ -1,0 +1,53 @@
+"""Shared helpers: real image files, real datasets in tmp_path."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_data"
+
+
+def image_bytes(seed: int = 0, mode: str = "RGB", fmt: str = "JPEG", size: int = 48) -> bytes:
+    """A small real image with some texture, so that JPEG data is not trivially compressible."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buffer, fmt, **({"quality": 85} if fmt == "JPEG" else {}))
+    return buffer.getvalue()
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def findings(result) -> set[tuple[str, str]]:
+    """(key, check) of every issue of a scan result."""
+    return {(issue.key, issue.check) for issue in result.issues()}
+
+
+def manifest_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def counts(result) -> Counter:
+    return Counter({k: v for k, v in result.summary.issues_by_check.items() if v})
+
+
+@pytest.fixture
+def clean_folder(tmp_path: Path) -> Path:
+    """Two classes of four clean, distinct RGB JPEGs."""
+    root = tmp_path / "clean"
+    for label, name in enumerate(["a", "b"]):
+        for i in range(4):
+            write(root / name / f"{i}.jpg", image_bytes(seed=10 * label + i))
+    return root

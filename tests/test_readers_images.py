@@ -1,0 +1,140 @@
+"""The image reader: layouts, list files, skipping, symlinks, pickling for workers."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+import scrub
+from conftest import findings, image_bytes, write
+from scrub.errors import UnusableDataset
+from scrub.readers.base import ReadOptions, open_reader
+from scrub.readers.images import ImageReader, parse_label, split_list_line
+
+
+def records_of(path, **options):
+    reader = open_reader(path, None, ReadOptions(**options))
+    info, partitions = reader.open(3)
+    records = [r for p in partitions for r in reader.read(p)]
+    return info, records
+
+
+def test_class_folders_label_by_sorted_folder_index(tmp_path):
+    for name in ["zebra", "ant", "moose"]:
+        write(tmp_path / name / "x.jpg", image_bytes(len(name)))
+    write(tmp_path / "ant" / "nested" / "deep.jpg", image_bytes(7))
+    info, records = records_of(tmp_path)
+    assert info.layout == "class-folders" and info.classes == ["ant", "moose", "zebra"]
+    assert {r.key: r.label for r in records} == {
+        "ant/nested/deep.jpg": 0,
+        "ant/x.jpg": 0,
+        "moose/x.jpg": 1,
+        "zebra/x.jpg": 2,
+    }
+    assert [r.index for r in records] == [0, 1, 2, 3]
+    assert all(r.source == r.key for r in records)
+
+
+def test_flat_folder_has_no_labels_and_skips_label_checks(tmp_path):
+    for i in range(3):
+        write(tmp_path / f"{i}.png", image_bytes(i, fmt="PNG"))
+    info, records = records_of(tmp_path)
+    assert info.layout == "flat" and not info.labelled
+    result = scrub.scan(tmp_path)
+    assert "missing-label" not in result.summary.checks
+    assert findings(result) == set()
+
+
+def test_non_images_and_hidden_folders_are_skipped_and_counted(tmp_path):
+    write(tmp_path / "a" / "1.jpg", image_bytes(1))
+    write(tmp_path / "a" / "notes.txt", b"hello")
+    write(tmp_path / ".DS_Store", b"\x00")
+    write(tmp_path / ".ipynb_checkpoints" / "1.jpg", image_bytes(1))
+    info, records = records_of(tmp_path)
+    assert [r.key for r in records] == ["a/1.jpg"]
+    assert info.skipped == {"non-image file": 2, "hidden folder": 1}
+    assert info.classes == ["a"]
+
+
+def test_list_file_lines(tmp_path):
+    write(tmp_path / "img" / "a b.jpg", image_bytes(1))
+    write(tmp_path / "img" / "c.jpg", image_bytes(2))
+    write(tmp_path / "list.txt", b"img/a b.jpg 3\n\n./img/c.jpg\t1\nimg/c.jpg\n")
+    info, records = records_of(tmp_path / "list.txt")
+    assert info.layout == "list-file" and info.labelled
+    assert [(r.key, r.label, r.index) for r in records] == [("img/a b.jpg", 3, 0), ("img/c.jpg", 1, 1), ("img/c.jpg", None, 2)]
+    assert all(r.source == "list.txt" and r.payload for r in records)
+
+
+def test_list_file_paths_relative_to_root_option(tmp_path):
+    write(tmp_path / "data" / "x.jpg", image_bytes(1))
+    write(tmp_path / "lists" / "train.txt", b"x.jpg 0\n")
+    _, records = records_of(tmp_path / "lists" / "train.txt", root=tmp_path / "data")
+    assert records[0].payload == (tmp_path / "data" / "x.jpg").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("a.jpg 3", ("a.jpg", "3")),
+        ("dir with space/a.jpg 3", ("dir with space/a.jpg", "3")),
+        ("a.jpg", ("a.jpg", None)),
+        ("my cat.jpg", ("my cat.jpg", None)),
+        ("a.jpg   12  ", ("a.jpg", "12")),
+    ],
+)
+def test_split_list_line_on_last_space(line, expected):
+    assert split_list_line(line) == expected
+
+
+def test_parse_label():
+    assert parse_label("3") == 3 and parse_label("-1") == -1
+    assert parse_label("3.5") == 3.5 and parse_label("cat") == "cat" and parse_label(None) is None
+
+
+def test_symlinks_inside_are_followed_outside_are_unsafe_and_never_read(tmp_path):
+    root = tmp_path / "data"
+    write(root / "a" / "real.jpg", image_bytes(1))
+    write(tmp_path / "secret.jpg", image_bytes(2))
+    os.symlink("real.jpg", root / "a" / "inside.jpg")
+    os.symlink("../../secret.jpg", root / "a" / "outside.jpg")
+    os.symlink(str(tmp_path), root / "a" / "escape")
+    _, records = records_of(root)
+    by_key = {r.key: r for r in records}
+    assert by_key["a/inside.jpg"].payload == (root / "a" / "real.jpg").read_bytes()
+    assert by_key["a/outside.jpg"].payload is None
+    assert [p.check for p in by_key["a/outside.jpg"].problems] == ["unsafe-path"]
+    assert by_key["a/escape"].payload is None and by_key["a/escape"].problems[0].check == "unsafe-path"
+
+
+def test_list_entries_outside_root_or_missing(tmp_path):
+    write(tmp_path / "outside.jpg", image_bytes(1))
+    write(tmp_path / "ds" / "list.txt", b"../outside.jpg 0\n/etc/passwd 1\nmissing.jpg 2\n")
+    result = scrub.scan(tmp_path / "ds" / "list.txt")
+    assert findings(result) == {
+        ("../outside.jpg", "unsafe-path"),
+        ("/etc/passwd", "unsafe-path"),
+        ("missing.jpg", "missing-file"),
+    }
+
+
+def test_reader_and_partitions_pickle_for_workers(tmp_path):
+    write(tmp_path / "a" / "1.jpg", image_bytes(1))
+    reader = ImageReader(tmp_path, ReadOptions())
+    _, partitions = reader.open(10)
+    clone, parts = pickle.loads(pickle.dumps((reader, partitions)))
+    assert [r.key for r in clone.read(parts[0])] == ["a/1.jpg"]
+
+
+def test_sniffing_and_unusable_inputs(tmp_path):
+    write(tmp_path / "list.txt", b"a.jpg 1\nb.png 2\n")
+    write(tmp_path / "prose.txt", b"This is a README, not a list.\nIt has words.\n")
+    write(tmp_path / "empty.txt", b"")
+    assert ImageReader.sniff(tmp_path / "list.txt")
+    assert not ImageReader.sniff(tmp_path / "prose.txt")
+    with pytest.raises(UnusableDataset):
+        open_reader(tmp_path / "prose.txt", None, ReadOptions())
+    with pytest.raises(UnusableDataset, match="empty"):
+        open_reader(tmp_path / "empty.txt", "images", ReadOptions()).open(10)

@@ -1,0 +1,66 @@
+"""The bundled samples: every planted problem is found, nothing else, on every scheduler."""
+
+from __future__ import annotations
+
+import pytest
+
+import scrub
+from conftest import SAMPLES, findings
+
+IMAGES_EXPECTED = {
+    ("cat/truncated.jpg", "corrupt-image"),
+    ("dog/bitflip.jpg", "corrupt-image"),
+    ("bird/broken.png", "corrupt-image"),
+    ("bird/really_a_png.jpg", "format-mismatch"),
+    ("bird/huge.png", "decompression-bomb"),
+    ("cat/grayscale.jpg", "shape-mismatch"),
+    ("dog/cmyk.jpg", "shape-mismatch"),
+    ("dog/copy_of_cat_001.jpg", "duplicate"),
+    ("dog/empty.jpg", "empty-record"),
+    ("bird/outside.jpg", "unsafe-path"),
+    ("stray.jpg", "missing-label"),
+}
+
+LIST_COMMON = {
+    ("img/a_012.jpg", "missing-label"),
+    ("img/a_013.jpg", "non-integer-label"),
+    ("img/a_014.jpg", "non-integer-label"),
+    ("img/gone.jpg", "missing-file"),
+    ("../images/cat/cat_000.jpg", "unsafe-path"),
+}
+
+
+@pytest.mark.parametrize("scheduler", [None, "sync", "threads", "processes"])
+def test_image_folder_sample_finds_every_planted_problem_and_nothing_else(scheduler, tmp_path):
+    result = scrub.scan(SAMPLES / "images", scheduler=scheduler, partition_size=4, manifest=tmp_path / "m.jsonl")
+    assert findings(result) == IMAGES_EXPECTED
+    assert result.summary.records == 35
+    assert result.summary.dataset.classes == ["bird", "cat", "dog"]
+    assert result.summary.dataset.skipped == {"non-image file": 2}
+
+
+def test_schedulers_write_identical_manifests(tmp_path):
+    lines = {}
+    for scheduler in ["sync", "processes", "threads"]:
+        path = tmp_path / f"{scheduler}.jsonl"
+        scrub.scan(SAMPLES / "images", scheduler=scheduler, workers=2, partition_size=3, manifest=path)
+        lines[scheduler] = sorted(path.read_text().splitlines())
+    assert lines["sync"] == lines["processes"] == lines["threads"]
+    assert len(lines["sync"]) == len(IMAGES_EXPECTED)
+
+
+def test_list_file_sample_without_declared_range_flags_outliers():
+    result = scrub.scan(SAMPLES / "imagelist" / "train.txt")
+    assert findings(result) == LIST_COMMON | {
+        ("img/a_015.jpg", "label-outlier"),
+        ("img/a_016.jpg", "label-outlier"),
+    }
+    assert result.summary.records == 20
+
+
+def test_list_file_sample_with_num_classes_flags_out_of_range():
+    result = scrub.scan(SAMPLES / "imagelist" / "train.txt", num_classes=10)
+    assert findings(result) == LIST_COMMON | {
+        ("img/a_015.jpg", "label-out-of-range"),
+        ("img/a_016.jpg", "label-out-of-range"),
+    }
