@@ -1,0 +1,1 @@
+"""Readers: one module per format, found through `scrub.readers.base.REGISTRY`."""
