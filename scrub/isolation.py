@@ -3,7 +3,8 @@
 Used only after a worker process died: the child tells the parent the offset of every record it
 starts, so when the child dies (a decoder crash) or stops reporting for ``timeout`` seconds (a
 hang, and the parent kills it), the parent knows the exact record. It reports that record, then
-starts a new child at the next one. Everything else in the partition is checked as usual.
+checks the records before it again (their results died with the child) and those after it in new
+children. Everything else in the partition is checked as usual.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from scrub.errors import ScrubError
 
 CRASHED = "decoder crashed"
 TIMED_OUT = "timed out"
+#: Seconds a new child may take to start and report its first record (forking from the server
+#: is fast, but a loaded machine can be slow, and a slow start must not blame a record).
+STARTUP_TIMEOUT = 120.0
 
 
-def _child(work, partition_no: int, partition: Any, start: int, connection) -> None:
+def _child(work, partition_no: int, partition: Any, start: int, stop: int, connection) -> None:
     try:
-        result = work(partition_no, partition, start, None, lambda offset: connection.send(("at", offset)))
+        result = work(partition_no, partition, start, stop, lambda offset: connection.send(("at", offset)))
         connection.send(("done", result))
     except BaseException:  # noqa: BLE001 - a bug in scrub, reported to the parent to re-raise
         connection.send(("error", traceback.format_exc()))
@@ -36,18 +40,25 @@ def run_isolated(
     on_failure: Callable[[int, Any, int, str], Any],
 ) -> list[Any]:
     """Partial results for the whole partition, crash- and hang-proof, as a list of pieces."""
-    context = multiprocessing.get_context("spawn")
+    from scrub.pipeline import worker_context
+
+    context = worker_context()
     pieces: list[Any] = []
-    start = 0
-    while True:
+    segments = [(0, len(partition))]  # record ranges still to check
+    while segments:
+        start, stop = segments.pop()
+        if start >= stop:
+            continue
         receiver, sender = context.Pipe(duplex=False)
-        child = context.Process(target=_child, args=(work, partition_no, partition, start, sender), daemon=True)
+        child = context.Process(
+            target=_child, args=(work, partition_no, partition, start, stop, sender), daemon=True
+        )
         child.start()
         sender.close()
-        current = start
+        current: int | None = None  # the record the child is on, once it has said
         failure: str | None = None
         while True:
-            if not receiver.poll(timeout):
+            if not receiver.poll(STARTUP_TIMEOUT if current is None else timeout):
                 failure = TIMED_OUT
                 child.kill()
                 break
@@ -68,6 +79,10 @@ def run_isolated(
         child.join()
         receiver.close()
         if failure is None:
-            return pieces
+            continue
+        if current is None:
+            raise ScrubError(f"a worker process could not start ({failure} before reading a record)")
         pieces.append(on_failure(partition_no, partition, current, failure))
-        start = current + 1
+        # The dead child's results for start..current-1 died with it: check those again.
+        segments += [(current + 1, stop), (start, current)]
+    return pieces

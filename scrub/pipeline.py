@@ -93,49 +93,82 @@ def run(
         run_on_cluster(work, partitions, plan, on_result, on_failure)
 
 
-def _task_key(number: int) -> str:
-    return f"scrub-partition-{number}"
+TASK_PREFIX = "scrub-partition-"
 
 
 def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_failure) -> None:
+    """Dask's local scheduler; after a worker process dies, the partitions that were running
+    are re-run under supervision and the ones not yet started go back to a fresh pool."""
+    remaining = list(enumerate(partitions))
+    while remaining:
+        started: set[int] = set()
+        done: set[int] = set()
+        try:
+            _compute_local(work, remaining, plan, on_result, started, done)
+            return
+        except Exception as error:  # noqa: BLE001 - a dead worker process breaks the whole pool
+            if plan.scheduler != "processes" or not _is_dead_worker(error):
+                raise
+        from scrub.isolation import run_isolated
+
+        for number, partition in remaining:
+            if number in started and number not in done:
+                for piece in run_isolated(work, number, partition, plan.timeout, on_failure):
+                    on_result(piece)
+        remaining = [(number, partition) for number, partition in remaining if number not in started]
+
+
+def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_result, started: set, done: set) -> None:
     import dask
     from dask.callbacks import Callback
 
-    done: set[int] = set()
+    def number_of(key) -> int | None:
+        text = str(key)
+        return int(text[len(TASK_PREFIX) :]) if text.startswith(TASK_PREFIX) else None
+
+    def pretask(key, dsk, state) -> None:
+        if (number := number_of(key)) is not None:
+            started.add(number)
 
     def posttask(key, result, dsk, state, worker_id) -> None:
-        number = int(str(key).rsplit("-", 1)[1])
-        done.add(number)
-        on_result(result)
+        if (number := number_of(key)) is not None:
+            done.add(number)
+            on_result(result)
 
     guarded = plan.scheduler == "processes"
     task = GuardedWork(work, plan.timeout) if guarded else work
+    # traverse=False: Dask would otherwise walk every record descriptor looking for collections.
     tasks = [
-        dask.delayed(task, pure=False)(number, partition, dask_key_name=_task_key(number))
-        for number, partition in enumerate(partitions)
+        dask.delayed(task, pure=False)(
+            number,
+            dask.delayed(partition, traverse=False, name=f"scrub-data-{number}"),
+            dask_key_name=f"{TASK_PREFIX}{number}",
+        )
+        for number, partition in numbered
     ]
     options: dict[str, Any] = {"scheduler": plan.scheduler, "num_workers": plan.workers}
     pool = None
     if guarded:
-        import multiprocessing
-
-        pool = ProcessPoolExecutor(plan.workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(plan.workers, mp_context=worker_context())
         options["pool"] = pool
+        options["chunksize"] = 1  # Dask batches 6 tasks per submit by default: bad balance
     try:
-        with Callback(posttask=posttask):
+        with Callback(pretask=pretask, posttask=posttask):
             dask.compute(*tasks, **options)
-    except Exception as error:  # noqa: BLE001 - a dead worker process breaks the whole pool
-        if not guarded or not _is_dead_worker(error):
-            raise
-        from scrub.isolation import run_isolated
-
-        for number, partition in enumerate(partitions):
-            if number not in done:
-                for piece in run_isolated(work, number, partition, plan.timeout, on_failure):
-                    on_result(piece)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def worker_context():
+    """Workers fork from a clean server process that has scrub imported: fork-fast start-up
+    (measured 3.1 s vs 5.0 s with spawn on 20,000 JPEGs) without forking this possibly
+    multi-threaded process."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["scrub.runner"])
+    return context
 
 
 def _is_dead_worker(error: BaseException) -> bool:

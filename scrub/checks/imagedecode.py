@@ -93,6 +93,7 @@ Decompression bombs
 from __future__ import annotations
 
 import io
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -185,6 +186,8 @@ _SCALED = {"min_height": 1, "min_width": 1, "min_factor": 8}
 _NO_CONVERSION = "Unsupported color conversion request"
 _TURBOJPEG_LIMITS = ("tjDecompressHeader3(): Could not determine",)
 _COLORSPACES = ("GRAY", "RGB", "CMYK")
+_NO_SOF = "no readable SOF marker in the JPEG header"
+_MPF_SEGMENT = re.compile(rb"\xff\xe2..MPF\x00", re.DOTALL)  # APP2, length, MP Format identifier
 
 
 @dataclass(frozen=True)
@@ -243,25 +246,33 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
     sof = _find_sof(data)
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
-    elif sof is not None:
-        fmt, mode, width, height = "JPEG", None, sof.width, sof.height
     else:
-        try:  # TurboJPEG's own header parse: still no pixel data
-            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-        except Exception as exc:  # noqa: BLE001
-            message = _message(exc)  # TurboJPEG blames "subsampling" for a header cut short
-            return ImageFacts(None, None, None, None, open_error if message.startswith(_TURBOJPEG_LIMITS) else message)
-        fmt, mode = "JPEG", None
+        size = _jpeg_size(data, sof)
+        if isinstance(size, str):
+            return ImageFacts(None, None, None, None, open_error if size == _NO_SOF else size)
+        fmt, mode, (width, height) = "JPEG", None, size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
     error = _verify_jpeg(data, sof)
-    if error is None and image is not None and getattr(image, "n_frames", 1) > 1:
-        error, bomb = _verify_mpo_frames(data, image, limit)
+    if error is None and image is not None and image.format == "MPO":
+        error, bomb = _verify_mpo_images(data, image, limit)
         if bomb:
             return ImageFacts(fmt, mode, width, height, None, bomb=True)
     if error is None and image is None:
         error = open_error  # libjpeg can read it, but Pillow-based loaders cannot open it
     return ImageFacts(fmt, mode, width, height, error)
+
+
+def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
+    """(width, height) from the header alone, or why there is none."""
+    if sof is not None:
+        return sof.width, sof.height
+    try:  # TurboJPEG's own header parse: still no pixel data
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except Exception as exc:  # noqa: BLE001
+        message = _message(exc)  # TurboJPEG blames "subsampling" for any header it cannot read
+        return _NO_SOF if message.startswith(_TURBOJPEG_LIMITS) else message
+    return width, height
 
 
 def _verify_jpeg(data: bytes, sof: _Sof | None) -> str | None:
@@ -295,23 +306,34 @@ def _verify_jpeg_with_pillow(data: bytes) -> str | None:
     return None
 
 
-def _verify_mpo_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool]:
+def _verify_mpo_images(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool]:
     """(error, bomb) over the 2nd and later images of an MPO; each is a complete JPEG stream."""
-    frame = 1
-    try:
-        for frame in range(1, image.n_frames):
-            image.seek(frame)
-            if _exceeds(*image.size, limit):
-                return None, True
-            stream = data[image.offset :]
-            error = _verify_jpeg(stream, _find_sof(stream))
-            if error is not None:
-                return f"MPO image {frame + 1}: {error}", False
-    except Image.DecompressionBombError:
-        return None, True
-    except Exception as exc:  # noqa: BLE001
-        return f"MPO image {frame + 1}: {_message(exc)}", False
+    for number, stream in enumerate(_mpo_streams(data, image), start=2):
+        sof = _find_sof(stream)
+        size = _jpeg_size(stream, sof)
+        if isinstance(size, str):
+            return f"MPO image {number}: {size}", False
+        if _exceeds(*size, limit):
+            return None, True
+        error = _verify_jpeg(stream, sof)
+        if error is not None:
+            return f"MPO image {number}: {error}", False
     return None, False
+
+
+def _mpo_streams(data: bytes, image: Any) -> list[bytes]:
+    """The 2nd and later images of the MP index, each from its SOI to the end of `data`.
+
+    Entries that do not point at an SOI marker are skipped, not reported: cameras write MP
+    indexes that promise images they never stored (Pillow issue #1631), and loaders read only
+    the first image. libjpeg stops at the image's EOI, so what follows it does not matter.
+    """
+    match = _MPF_SEGMENT.search(data)
+    entries = getattr(image, "mpinfo", {}).get(0xB002) or []
+    if match is None:
+        return []
+    starts = (match.end() + entry.get("DataOffset", 0) for entry in entries[1:] if isinstance(entry, dict))
+    return [data[start:] for start in starts if start > 0 and data[start : start + 2] == _SOI]
 
 
 # --------------------------------------------------------------------------------------------

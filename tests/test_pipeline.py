@@ -1,0 +1,66 @@
+"""The Dask pipeline: crash and hang isolation, a real distributed cluster."""
+
+from __future__ import annotations
+
+import dask
+import pytest
+
+import scrub
+from conftest import SAMPLES, findings, image_bytes, write
+from test_samples import IMAGES_EXPECTED
+
+
+@pytest.fixture
+def crashing_dataset(tmp_path):
+    import plugins.crashing  # noqa: F401 - registers the check in this process and in workers
+
+    root = tmp_path / "data"
+    for i in range(9):
+        write(root / "a" / f"{i}.jpg", image_bytes(i))
+    write(root / "a" / "crash.jpg", image_bytes(20))
+    write(root / "a" / "hang.jpg", image_bytes(21))
+    return root
+
+
+def test_crash_and_hang_are_reported_and_the_scan_goes_on(crashing_dataset):
+    result = scrub.scan(
+        crashing_dataset,
+        scheduler="processes",
+        workers=2,
+        partition_size=2,
+        timeout=3,
+        select=["test-crash-or-hang", "corrupt-image"],
+    )
+    issues = {issue.key: issue for issue in result.issues()}
+    assert set(issues) == {"a/crash.jpg", "a/hang.jpg"}
+    assert issues["a/crash.jpg"].check == issues["a/hang.jpg"].check == "corrupt-image"
+    assert issues["a/crash.jpg"].details["reason"] == "decoder crashed"
+    assert issues["a/hang.jpg"].details["reason"] == "timed out"
+    assert result.summary.records == 11
+
+
+def test_scan_on_a_real_distributed_cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        result = scrub.scan(SAMPLES / "images", scheduler=cluster.scheduler_address, partition_size=4)
+    assert findings(result) == IMAGES_EXPECTED
+    assert result.summary.scheduler == cluster.scheduler_address
+
+
+def test_a_record_that_kills_cluster_workers_is_bisected_out(crashing_dataset):
+    distributed = pytest.importorskip("distributed")
+    (crashing_dataset / "a" / "hang.jpg").unlink()
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster:
+            result = scrub.scan(
+                crashing_dataset,
+                scheduler=cluster.scheduler_address,
+                partition_size=4,
+                select=["test-crash-or-hang"],
+            )
+    assert [(i.key, i.check) for i in result.issues()] == [("a/crash.jpg", "corrupt-image")]
+    assert result.summary.records == 10
