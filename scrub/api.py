@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -79,13 +80,16 @@ def scan(
     workers: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     partition_size: int | None = None,
+    plugins: Iterable[str] = (),
     progress: Callable[[Progress], None] | None = None,
 ) -> ScanResult:
     """Run every check on every record of the dataset at ``path``.
 
-    The manifest goes to ``manifest`` (a temporary file when None). Raises `ScrubError`
-    subclasses with a one-line message when the dataset or the options are unusable.
+    The manifest goes to ``manifest`` (a temporary file when None). ``plugins`` names modules
+    to import first, so that the checks they define run too. Raises `ScrubError` subclasses
+    with a one-line message when the dataset or the options are unusable.
     """
+    load_plugins(plugins)
     if num_classes is not None and num_classes < 1:
         raise UsageError("--num-classes must be at least 1")
     if isinstance(label_range, str) or label_range is None:
@@ -138,6 +142,15 @@ def scan(
         manifest=str(manifest_path),
     )
     return ScanResult(summary, manifest_path, keepalive)
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import modules that register extra checks (``--plugin my_project.checks``)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UsageError(f"--plugin {module}: cannot import it: {error}") from None
 
 
 def _locator(reader, partitions: Sequence) -> Callable:

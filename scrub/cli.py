@@ -88,6 +88,7 @@ def scan(
     scheduler: Annotated[Optional[str], typer.Option(help="threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best for the format; sync for tiny jobs).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Local workers (default: all cores).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")] = 60.0,
+    plugin: Annotated[Optional[list[str]], typer.Option(help="Import this module first, to run the checks it registers (repeatable).")] = None,
     partition_size: Annotated[Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")] = None,
     fail_on: Annotated[FailOn, typer.Option(help="Exit 1 when an issue at or above this severity is found.")] = FailOn.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")] = False,
@@ -112,6 +113,7 @@ def scan(
                 workers=workers,
                 timeout=timeout,
                 partition_size=partition_size,
+                plugins=plugin or (),
                 progress=progress,
             )
         code = result.exit_code(fail_on.value)
@@ -131,12 +133,16 @@ def scan(
 @app.command()
 def checks(
     check_id: Annotated[Optional[str], typer.Argument(help="Explain this check in full.")] = None,
+    plugin: Annotated[Optional[list[str]], typer.Option(help="Import this module first, to list its checks too (repeatable).")] = None,
 ) -> None:
     """List the checks (id, severity, what it finds), or explain one."""
 
     def body() -> int:
+        from scrub.api import load_plugins
         from scrub.checks import REGISTRY, catalogue
         from scrub.checks.base import DOC_SECTIONS
+
+        load_plugins(plugin or ())
 
         if check_id is None:
             table = Table("id", "severity", "kind", "finds", box=None)

@@ -63,6 +63,8 @@ class Plan:
             raise UsageError("--workers must be at least 1")
         if scheduler is None:
             scheduler = "sync" if partitions <= 1 or workers == 1 else preferred
+        if scheduler == "sync":
+            workers = 1
         if scheduler not in LOCAL_SCHEDULERS and "://" not in scheduler:
             raise UsageError(
                 f"unknown scheduler {scheduler!r}: use threads, processes, sync or tcp://host:port"
