@@ -51,3 +51,17 @@ def clean_folder(tmp_path: Path) -> Path:
         for i in range(4):
             write(root / name / f"{i}.jpg", image_bytes(seed=10 * label + i))
     return root
+
+
+@pytest.fixture(autouse=True)
+def isolated_check_registry():
+    """Checks that a test registers (plugins) do not leak into the tests after it."""
+    import sys
+
+    from scrub.checks.base import REGISTRY
+
+    before = dict(REGISTRY)
+    yield
+    for check_id in set(REGISTRY) - set(before):
+        module = REGISTRY.pop(check_id).func.__module__
+        sys.modules.pop(module, None)  # so that the next import registers it again
