@@ -218,6 +218,8 @@ class _Sof:
     precision: int
     width: int
     height: int
+    components: int
+    offset: int  # where the SOF segment starts: everything before it is the header
 
 
 def _find_sof(data: bytes) -> _Sof | None:
@@ -235,10 +237,10 @@ def _find_sof(data: bytes) -> _Sof | None:
         if marker is None or marker in _HEADER_END:
             return None
         if marker in _SOF_MARKERS:
-            if pos + 7 > end:
+            if pos + 8 > end:
                 return None
-            _, precision, height, width = struct.unpack_from(">HBHH", data, pos)
-            return _Sof(marker, precision, width, height)
+            _, precision, height, width, components = struct.unpack_from(">HBHHB", data, pos)
+            return _Sof(marker, precision, width, height, components, pos)
         if marker in _NO_LENGTH:
             continue
         if pos + 2 > end:
@@ -262,10 +264,29 @@ def _next_marker(data: bytes, pos: int) -> tuple[int | None, int]:
         pos += 1
 
 
+_PLAIN_MODES = {1: "L", 3: "RGB", 4: "CMYK"}  # Pillow's mode for 8-bit JPEGs by component count
+
+
 def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
-    """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg."""
-    image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
+    """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg.
+
+    A plain JPEG (8-bit, 1/3/4 components, no MPF index) skips Pillow: its header parse costs
+    ~35-50 us, a quarter of the whole check, and the SOF marker gives the same mode and size.
+    """
     sof = _find_sof(data)
+    if (
+        sof is not None
+        and sof.precision == 8
+        and sof.components in _PLAIN_MODES
+        and sof.width > 0
+        and sof.height > 0
+        and _MPF_SEGMENT.search(data, 0, sof.offset) is None
+    ):
+        mode = _PLAIN_MODES[sof.components]
+        if _exceeds(sof.width, sof.height, limit):
+            return ImageFacts("JPEG", mode, sof.width, sof.height, None, bomb=True)
+        return ImageFacts("JPEG", mode, sof.width, sof.height, _verify_jpeg(data, sof))
+    image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
     else:
