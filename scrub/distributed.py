@@ -19,8 +19,10 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     """Submit one task per partition and consume results as they complete.
 
     A task whose worker dies is retried by the scheduler; after its allowed failures it ends
-    with ``KilledWorker``. That range of records is then bisected on the cluster until the
-    single record that kills workers is found and reported through ``on_failure``.
+    with ``KilledWorker``. Such tasks are suspects, not culprits: tasks queued on a dying worker
+    are blamed with it. Once the rest is done, each suspect range runs alone on the cluster, so
+    a dead worker can only mean that range; it is bisected down to the single record, which is
+    reported through ``on_failure``.
     """
     from distributed import Client, as_completed
     from distributed.scheduler import KilledWorker
@@ -30,26 +32,30 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     except (OSError, TimeoutError, ValueError) as error:
         raise ScrubError(f"cannot reach the dask scheduler at {plan.scheduler}: {error}") from None
     with client:
-        pending: dict[Any, tuple[int, Any, int, int]] = {}
-
-        def submit(number: int, partition: Any, start: int, stop: int):
-            future = client.submit(work, number, partition, start, stop, pure=False)
-            pending[future] = (number, partition, start, stop)
-            return future
-
-        completed = as_completed([submit(n, p, 0, len(p)) for n, p in enumerate(partitions)])
-        for future in completed:
-            number, partition, start, stop = pending.pop(future)
+        suspects: list[tuple[int, Any, int, int]] = []
+        futures = {
+            client.submit(work, number, partition, 0, len(partition), pure=False): (number, partition)
+            for number, partition in enumerate(partitions)
+        }
+        for future in as_completed(futures):
+            number, partition = futures.pop(future)
             if future.status == "finished":
                 on_result(future.result())
+            elif isinstance(future.exception(), KilledWorker):
+                suspects.append((number, partition, 0, len(partition)))
             else:
-                error = future.exception()
-                if not isinstance(error, KilledWorker):
-                    raise error
+                raise future.exception()
+            future.release()
+        while suspects:
+            number, partition, start, stop = suspects.pop()
+            future = client.submit(work, number, partition, start, stop, pure=False)
+            try:
+                on_result(future.result())
+            except KilledWorker:
                 if stop - start == 1:
                     on_result(on_failure(number, partition, start, WORKER_DIED))
                 else:
                     middle = (start + stop) // 2
-                    completed.add(submit(number, partition, start, middle))
-                    completed.add(submit(number, partition, middle, stop))
-            future.release()
+                    suspects += [(number, partition, middle, stop), (number, partition, start, middle)]
+            finally:
+                future.release()

@@ -6,7 +6,7 @@ They judge the `ImageFacts` that the properties stage computed once per record
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import posixpath
 
 from scrub.checks.base import CheckOptions, Finding, make_issue, record_check
 from scrub.records import Issue, Record, Severity
@@ -102,7 +102,7 @@ def format_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     facts = record.meta.get("image")
     if facts is None or facts.format is None:
         return None
-    suffix = PurePosixPath(record.key).suffix.lower()
+    suffix = posixpath.splitext(record.key)[1].lower()
     expected = EXTENSION_FORMATS.get(suffix)
     if expected is None or facts.format in expected:
         return None
