@@ -100,6 +100,7 @@ def scan(
     reader = open_reader(path, format, ReadOptions(root=Path(root) if root else None))
     if partition_size is not None and partition_size < 1:
         raise UsageError("--partition-size must be at least 1")
+    pipeline.prepare(pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None))
     info, partitions = reader.open(partition_size or reader.records_per_task)
     options = CheckOptions(
         labelled=info.labelled, num_classes=num_classes, label_range=label_range, max_pixels=max_pixels

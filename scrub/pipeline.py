@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -56,13 +57,14 @@ class Plan:
     timeout: float
 
     @classmethod
-    def choose(cls, scheduler: str | None, workers: int | None, timeout: float, preferred: str, partitions: int) -> "Plan":
+    def choose(cls, scheduler: str | None, workers: int | None, timeout: float, preferred: str, partitions: int | None) -> "Plan":
         """Resolve the defaults: all cores, the reader's preferred scheduler, in-process when tiny."""
         workers = workers or os.cpu_count() or 1
         if workers < 1:
             raise UsageError("--workers must be at least 1")
         if scheduler is None:
-            scheduler = "sync" if partitions <= 1 or workers == 1 else preferred
+            tiny = partitions is not None and partitions <= 1
+            scheduler = "sync" if tiny or workers == 1 else preferred
         if scheduler == "sync":
             workers = 1
         if scheduler not in LOCAL_SCHEDULERS and "://" not in scheduler:
@@ -122,6 +124,8 @@ def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_
 
 def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_result, started: set, done: set) -> None:
     import dask
+    import dask.multiprocessing
+    import dask.threaded
     from dask.callbacks import Callback
 
     def number_of(key) -> int | None:
@@ -148,7 +152,9 @@ def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_r
         )
         for number, partition in numbered
     ]
-    options: dict[str, Any] = {"scheduler": plan.scheduler, "num_workers": plan.workers}
+    # The scheduler function itself: by name, Dask imports distributed (~0.4 s) to look for a client.
+    get = dask.multiprocessing.get if guarded else dask.threaded.get
+    options: dict[str, Any] = {"scheduler": get, "num_workers": plan.workers}
     pool = None
     if guarded:
         pool = ProcessPoolExecutor(plan.workers, mp_context=worker_context())
@@ -160,6 +166,15 @@ def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_r
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def prepare(plan: Plan) -> None:
+    """Start what the plan's workers need in the background while the dataset is listed."""
+    if plan.scheduler == "processes":
+        from multiprocessing import forkserver
+
+        worker_context()
+        forkserver.ensure_running()
 
 
 def worker_context():
@@ -184,11 +199,13 @@ def _is_dead_worker(error: BaseException) -> bool:
 
 
 class GuardedWork:
-    """Runs ``work`` in a worker process with a per-record watchdog that ends the process.
+    """Runs ``work`` in a worker process with a watchdog that ends the process on a hang.
 
-    A hung decoder cannot be interrupted from Python, but it can be killed: the watchdog thread
-    of `faulthandler` calls ``_exit`` when a record takes longer than ``timeout``, the pool sees
-    a dead worker, and the unfinished partitions are re-run under supervision.
+    A hung decoder cannot be interrupted from Python, but it can be killed: the C watchdog
+    thread of `faulthandler` calls ``_exit`` when it is not re-armed in time, the pool sees a
+    dead worker, and the unfinished partitions are re-run under supervision. Arming costs ~30 us
+    (it starts a thread), so it is re-armed with ``2 * timeout`` at most once per ``timeout``:
+    a record runs at least ``timeout`` and at most ``2 * timeout`` seconds before the kill.
     """
 
     def __init__(self, work: Work, timeout: float) -> None:
@@ -196,9 +213,15 @@ class GuardedWork:
         self.timeout = timeout
 
     def __call__(self, partition_no: int, partition: Any, start: int = 0, stop: int | None = None, on_record=None):
+        armed_at = -float("inf")
         with open(os.devnull, "w") as sink:
+
             def arm(offset: int) -> None:
-                faulthandler.dump_traceback_later(self.timeout, exit=True, file=sink)
+                nonlocal armed_at
+                now = time.monotonic()
+                if now - armed_at > self.timeout:
+                    faulthandler.dump_traceback_later(2 * self.timeout, exit=True, file=sink)
+                    armed_at = now
                 if on_record is not None:
                     on_record(offset)
 

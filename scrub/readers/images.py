@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
@@ -31,9 +31,12 @@ from scrub.records import Record
 SNIFF_LINES = 100
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One image the dataset refers to, as listed by the driver (no file I/O yet)."""
+class Entry(NamedTuple):
+    """One image the dataset refers to, as listed by the driver (no file I/O yet).
+
+    A named tuple: partitions of ~1000 entries are pickled to every worker, and tuples pickle
+    several times faster than dataclasses.
+    """
 
     index: int
     key: str  # POSIX path relative to the root, as listed
