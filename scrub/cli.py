@@ -219,7 +219,8 @@ def _print_summary(summary) -> None:
     out.print(table)
     out.print(
         f"{summary.records:,} records scanned in {summary.seconds:.2f} s "
-        f"({summary.records_per_second:,.0f} records/s, {summary.scheduler}, {summary.workers} workers)"
+        f"({summary.records_per_second:,.0f} records/s, {summary.scheduler}, "
+        f"{summary.workers} worker{'s' if summary.workers != 1 else ''})"
     )
     out.print(
         f"{summary.issues:,} issues; {summary.records_with_errors:,} records to quarantine (errors), "

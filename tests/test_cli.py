@@ -69,6 +69,7 @@ def test_json_summary_document(tmp_path):
     assert document["quarantine"] == document["records_with_issues"]["error"] == 7
     assert document["dataset"]["classes"] == ["bird", "cat", "dog"]
     assert document["stats"]["labels"] == {"0": 12, "1": 10, "2": 12}
+    assert document["stats"]["modes"] == {"CMYK": 1, "L": 1, "RGB": 27}  # the bomb is never decoded
     assert document["records_per_second"] > 0
 
 

@@ -29,7 +29,7 @@ def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> N
     facts = record.meta.get("image")
     if facts is not None:
         stats["formats"][facts.format or "unrecognised"] += 1
-        if facts.mode is not None and facts.error is None:
+        if facts.mode is not None and facts.error is None and not facts.bomb:
             stats["modes"][facts.mode] += 1
     if options.labelled:
         label = integer_label(record.label)
