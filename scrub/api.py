@@ -38,7 +38,8 @@ class ScanResult:
     _keepalive: object = field(default=None, repr=False)  # a temporary manifest's directory
 
     def issues(self) -> Iterator[Issue]:
-        return read_manifest(self.manifest)
+        # A generator method, so that iterating keeps the result (and a temporary manifest) alive.
+        yield from read_manifest(self.manifest)
 
     def exit_code(self, fail_on: str = "error") -> ExitCode:
         """0 when no issue is at or above ``fail_on``, else 1 (``never`` always gives 0)."""

@@ -22,9 +22,17 @@ FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
 
 
 def encode_key(key: str | bytes) -> str:
-    """Keys as text: UTF-8 where valid, else ``hex:<hex>``."""
+    """Keys as text: UTF-8 where valid, else ``hex:<hex>`` of the raw bytes.
+
+    File names that are not valid UTF-8 reach Python as ``str`` with surrogate escapes; their
+    bytes are recovered with ``os.fsencode``.
+    """
     if isinstance(key, str):
-        return key
+        try:
+            key.encode("utf-8")
+            return key
+        except UnicodeEncodeError:
+            key = os.fsencode(key)
     try:
         return key.decode("utf-8")
     except UnicodeDecodeError:
@@ -44,7 +52,9 @@ def _json_default(value: Any) -> Any:
 
 
 def dumps(issue: Issue) -> str:
-    return json.dumps(issue.to_dict(), ensure_ascii=False, default=_json_default, allow_nan=False)
+    line = issue.to_dict()
+    line["source"], line["key"] = encode_key(issue.source), encode_key(issue.key)
+    return json.dumps(line, ensure_ascii=False, default=_json_default, allow_nan=False)
 
 
 class ManifestWriter:

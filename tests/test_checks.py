@@ -1,0 +1,113 @@
+"""Record and dataset checks on hand-made records: each positive and negative case."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import scrub
+from conftest import findings, image_bytes, write
+from scrub.checks.base import CheckOptions, Column
+from scrub.checks.dataset import far_labels, label_outlier
+from scrub.checks.labels import label_out_of_range, missing_label, non_integer_label
+from scrub.manifest import encode_key
+from scrub.records import Record
+
+
+def record(label) -> Record:
+    return Record("s", "k", 0, b"x", label)
+
+
+@pytest.mark.parametrize("label, flagged", [(None, True), (0, False), ("cat", False), (3.5, False)])
+def test_missing_label(label, flagged):
+    assert (missing_label(record(label), CheckOptions()) is not None) == flagged
+
+
+@pytest.mark.parametrize(
+    "label, flagged",
+    [(3, False), (3.0, False), (-1, False), (3.5, True), ("cat", True), (None, False), (float("nan"), False)],
+)
+def test_non_integer_label(label, flagged):
+    assert (non_integer_label(record(label), CheckOptions()) is not None) == flagged
+
+
+@pytest.mark.parametrize(
+    "label, options, flagged",
+    [
+        (9, CheckOptions(num_classes=10), False),
+        (10, CheckOptions(num_classes=10), True),
+        (-1, CheckOptions(num_classes=10), True),
+        (8000.0, CheckOptions(num_classes=10), True),
+        (5, CheckOptions(label_range=(5, 8)), False),
+        (4, CheckOptions(label_range=(5, 8)), True),
+        (8000, CheckOptions(), False),  # no declared range: label-outlier's business
+        ("cat", CheckOptions(num_classes=10), False),
+    ],
+)
+def test_label_out_of_range(label, options, flagged):
+    assert (label_out_of_range(record(label), options) is not None) == flagged
+
+
+def outliers(labels, options=CheckOptions()) -> list[int]:
+    values = np.asarray(labels, dtype=float)
+    positions = np.stack([np.zeros(len(values), int), np.arange(len(values))], axis=1)
+    judged = label_outlier(Column(positions, values), options, lambda ps: [("s", str(o), o) for _, o in ps])
+    return sorted(int(values[offset]) for (_, offset), _ in judged)
+
+
+def test_label_outlier_rule():
+    assert outliers([*range(10)] * 5 + [8000]) == [8000]
+    assert outliers([*range(10)] * 5 + [-1]) == [-1]
+    assert outliers([*range(10)] * 5 + [10]) == []  # just past the end: needs --num-classes
+    assert outliers(list(range(1000))) == []  # dense long tail
+    assert outliers([0, 5, 17, 150, 400, 980] * 10) == []  # sparse class ids, not rare
+    assert outliers([*range(10)] * 5 + [8000] * 40) == []  # a real (if odd) class
+    assert outliers([*range(10)] * 5 + [8000], CheckOptions(num_classes=10)) == []  # exact check instead
+    assert list(far_labels(np.array([0.0, 0.0]))) == []
+
+
+def test_duplicates_name_the_first_copy_across_partitions(tmp_path):
+    data = image_bytes(5)
+    for name in ["a/1.jpg", "b/2.jpg", "c/3.jpg"]:
+        write(tmp_path / name, data)
+    write(tmp_path / "a" / "0.jpg", image_bytes(6))
+    result = scrub.scan(tmp_path, partition_size=1, scheduler="threads", workers=2)
+    duplicates = sorted((i.key, i.details["first"]["key"]) for i in result.issues() if i.check == "duplicate")
+    assert duplicates == [("b/2.jpg", "a/1.jpg"), ("c/3.jpg", "a/1.jpg")]
+
+
+def test_shape_mismatch_against_the_dominant_mode(tmp_path):
+    for i in range(3):
+        write(tmp_path / f"{i}.jpg", image_bytes(i, mode="L"))
+    write(tmp_path / "rgb.jpg", image_bytes(9))
+    assert findings(scrub.scan(tmp_path)) == {("rgb.jpg", "shape-mismatch")}
+
+
+def test_format_mismatch_and_empty_and_bomb(tmp_path):
+    write(tmp_path / "png.jpg", image_bytes(1, fmt="PNG"))
+    write(tmp_path / "ok.png", image_bytes(2, fmt="PNG"))
+    write(tmp_path / "gif.gif", image_bytes(3, mode="P", fmt="GIF"))
+    write(tmp_path / "empty.png", b"")
+    result = scrub.scan(tmp_path, max_pixels=48 * 48 - 1, ignore=["shape-mismatch"])
+    assert findings(result) == {
+        ("png.jpg", "format-mismatch"),
+        ("empty.png", "empty-record"),
+        ("png.jpg", "decompression-bomb"),
+        ("ok.png", "decompression-bomb"),
+        ("gif.gif", "decompression-bomb"),
+    }
+    assert findings(scrub.scan(tmp_path, ignore=["shape-mismatch"])) == {
+        ("png.jpg", "format-mismatch"),
+        ("empty.png", "empty-record"),
+    }
+
+
+def test_keys_that_are_not_utf8_are_written_as_hex(tmp_path):
+    raw = os.fsencode(tmp_path) + b"/caf\xe9.jpg"
+    with open(raw, "wb") as file:
+        file.write(b"")
+    lines = list(scrub.scan(tmp_path).issues())
+    assert [(i.key, i.check) for i in lines] == [("hex:" + b"caf\xe9.jpg".hex(), "empty-record")]
+    assert encode_key(b"ok") == "ok" and encode_key("ok") == "ok"
