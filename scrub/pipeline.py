@@ -59,9 +59,11 @@ class Plan:
     @classmethod
     def choose(cls, scheduler: str | None, workers: int | None, timeout: float, preferred: str, partitions: int | None) -> "Plan":
         """Resolve the defaults: all cores, the reader's preferred scheduler, in-process when tiny."""
-        workers = workers or os.cpu_count() or 1
-        if workers < 1:
+        if workers is not None and workers < 1:
             raise UsageError("--workers must be at least 1")
+        if timeout <= 0:
+            raise UsageError("--timeout must be more than 0 seconds")
+        workers = workers or os.cpu_count() or 1
         if scheduler is None:
             tiny = partitions is not None and partitions <= 1
             scheduler = "sync" if tiny or workers == 1 else preferred

@@ -91,6 +91,7 @@ class ScanAggregate:
         self.flagged: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.columns = {c.id: ColumnStore(c.column_dtype) for c in self.checks if c.kind == "dataset"}
+        self._report_progress()
 
     def add(self, result: PartitionResult) -> None:
         self.records += result.records
@@ -102,6 +103,9 @@ class ScanAggregate:
             self.columns[check_id].add(result.partition, offsets, values)
         # The local scheduler keeps each result until the end: drop what was copied out.
         result.issues, result.columns = [], {}
+        self._report_progress()
+
+    def _report_progress(self) -> None:
         if self.progress is not None:
             self.progress(Progress(self.records, self.total, sum(self.by_severity.values()), self.elapsed))
 
