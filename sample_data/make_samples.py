@@ -112,8 +112,33 @@ def make_image_list(root: Path) -> None:
     write(root / "train.txt", ("\n".join(lines) + "\n").encode())
 
 
+def make_hdf5(root: Path) -> None:
+    """Caffe HDF5Data files (data N x 3 x 8 x 8 float32, label N float32) and their list."""
+    import h5py
+
+    rng = np.random.default_rng(2024)
+    data = rng.normal(0, 1, (200, 3, 8, 8)).astype(np.float32)
+    label = (np.arange(200) % 10).astype(np.float32)
+    data[3, 1, 2, 3] = np.nan  # nonfinite-data
+    data[10, 0, 0, 0], data[10, 2, 7, 7] = np.inf, -np.inf  # nonfinite-data
+    data[30, 0, 4, 4] = 70_000.0  # fp16-overflow
+    data[40] = 0.0  # zero-norm
+    label[50] = np.nan  # nonfinite-label
+    label[60] = 8000  # label-outlier, or label-out-of-range with --num-classes 10
+    label[70] = 2.5  # non-integer-label
+    label[80] = -1  # label-outlier, or label-out-of-range with --num-classes 10
+    root.mkdir(parents=True)
+    with h5py.File(root / "train.h5", "w") as file:
+        file.create_dataset("data", data=data, chunks=(32, 3, 8, 8))
+        file.create_dataset("label", data=label)
+    with h5py.File(root / "val.h5", "w") as file:  # row-count-mismatch: 50 rows, 49 labels
+        file.create_dataset("data", data=rng.normal(0, 1, (50, 3, 8, 8)).astype(np.float32), chunks=(25, 3, 8, 8))
+        file.create_dataset("label", data=(np.arange(49) % 10).astype(np.float32))
+    (root / "train_list.txt").write_text("train.h5\nval.h5\n")
+
+
 def main() -> None:
-    for name, make in [("images", make_image_folder), ("imagelist", make_image_list)]:
+    for name, make in [("images", make_image_folder), ("imagelist", make_image_list), ("hdf5", make_hdf5)]:
         target = HERE / name
         if target.exists() or target.is_symlink():
             shutil.rmtree(target)

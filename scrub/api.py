@@ -71,6 +71,8 @@ def scan(
     *,
     format: str | None = None,
     root: str | Path | None = None,
+    data_key: str | None = None,
+    label_key: str | None = None,
     manifest: str | Path | None = None,
     num_classes: int | None = None,
     label_range: str | tuple[int, int] | None = None,
@@ -98,7 +100,8 @@ def scan(
     if max_pixels is not None and max_pixels < 1:
         raise UsageError("--max-pixels must be at least 1")
     path = Path(path)
-    reader = open_reader(path, format, ReadOptions(root=Path(root) if root else None))
+    read_options = ReadOptions(root=Path(root) if root else None, data_key=data_key, label_key=label_key)
+    reader = open_reader(path, format, read_options)
     if partition_size is not None and partition_size < 1:
         raise UsageError("--partition-size must be at least 1")
     pipeline.prepare(pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None))
@@ -106,7 +109,7 @@ def scan(
     options = CheckOptions(
         labelled=info.labelled, num_classes=num_classes, label_range=label_range, max_pixels=max_pixels
     )
-    checks = select_checks(select, ignore, options)
+    checks = select_checks(select, ignore, options, reader.provides)
     plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
 
     keepalive = None
@@ -116,6 +119,7 @@ def scan(
     writer = ManifestWriter(Path(manifest))
     aggregate = ScanAggregate(checks, options, writer, progress, total=info.records)
     work = PartitionWork(reader, options, checks)
+    aggregate.add_dataset_issues(info.issues)
     try:
         pipeline.run(work, partitions, plan, aggregate.add, work.failure)
         aggregate.finish_dataset_checks(_locator(reader, partitions))
@@ -142,6 +146,10 @@ def scan(
         workers=plan.workers,
         seconds=aggregate.elapsed,
         manifest=str(manifest_path),
+        datasets={
+            source: {**info.files.get(source, {}), **stats.to_dict()}
+            for source, stats in sorted(aggregate.numeric.items())
+        },
     )
     return ScanResult(summary, manifest_path, keepalive)
 

@@ -88,3 +88,23 @@ class Record:
     label: int | float | str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     problems: list[Issue] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Batch:
+    """Consecutive rows of one array dataset (HDF5), checked together with vectorized checks.
+
+    Row ``i`` is the record with key ``str(start + i)`` and index ``start + i``; it sits at
+    offset ``offset + i`` of its partition. ``data`` may be a reused buffer: checks must not keep
+    references to it. ``labels`` is a 1-D float array, or None for an unlabelled dataset.
+    """
+
+    source: str
+    start: int
+    offset: int
+    data: Any
+    labels: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.data)

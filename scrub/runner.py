@@ -17,7 +17,8 @@ from scrub.checks.images import decoder_failure
 from scrub.checks.properties import annotate, tally
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
-from scrub.records import Issue, Record
+from scrub.checks.numeric import label_stats, profile
+from scrub.records import Batch, Issue, Record
 
 
 @dataclass
@@ -30,19 +31,58 @@ class PartitionResult:
     #: dataset check id -> (offsets within the partition, collected values)
     columns: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)
     stats: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    #: source -> statistics of its numeric values (array datasets)
+    numeric: dict[str, NumericStats] = field(default_factory=dict)
+
+
+@dataclass
+class NumericStats:
+    """Min, max, mean of the finite values of a dataset, merged across partitions."""
+
+    finite_values: int = 0
+    nonfinite_values: int = 0
+    total: float = 0.0
+    low: float | None = None
+    high: float | None = None
+
+    def add(self, finite: int, nonfinite: int, total: float, low: float | None, high: float | None) -> None:
+        self.finite_values += finite
+        self.nonfinite_values += nonfinite
+        self.total += total
+        if low is not None:
+            self.low = low if self.low is None else min(self.low, low)
+            self.high = high if self.high is None else max(self.high, high)
+
+    def merge(self, other: "NumericStats") -> None:
+        self.add(other.finite_values, other.nonfinite_values, other.total, other.low, other.high)
+
+    def to_dict(self) -> dict[str, Any]:
+        mean = self.total / self.finite_values if self.finite_values else None
+        return {
+            "min": self.low,
+            "max": self.high,
+            "mean": mean,
+            "finite_values": self.finite_values,
+            "nonfinite_values": self.nonfinite_values,
+        }
 
 
 def select_checks(
-    select: Iterable[str] | None, ignore: Iterable[str] | None, options: CheckOptions
+    select: Iterable[str] | None,
+    ignore: Iterable[str] | None,
+    options: CheckOptions,
+    provides: Iterable[str] = ("image", "bytes", "array"),
 ) -> list[Check]:
-    """The checks to run: all by default, narrowed by ``--select`` and ``--ignore``."""
+    """The checks to run: those that apply to what the reader provides, narrowed by
+    ``--select`` and ``--ignore``."""
     wanted = list(select) if select else sorted(REGISTRY)
     unknown = [c for c in [*wanted, *(ignore or ())] if c not in REGISTRY]
     if unknown:
         raise ScrubError(f"unknown check id: {', '.join(unknown)} (see `scrub checks`)")
     dropped = set(ignore or ())
     chosen = [REGISTRY[c] for c in wanted if c not in dropped]
-    return [c for c in chosen if c.needs != "label" or options.labelled]
+    applicable = {"any", "label", *provides}
+    return [c for c in chosen if c.needs in applicable and (c.needs != "label" or options.labelled)]
 
 
 class PartitionWork:
@@ -63,14 +103,20 @@ class PartitionWork:
         stop: int | None = None,
         on_record: Callable[[int], None] | None = None,
     ) -> PartitionResult:
-        record_checks = [c for c in self.checks if c.kind == "record"]
+        record_checks = [c for c in self.checks if c.kind == "record" and c.func is not None]
+        batch_checks = [c for c in self.checks if c.batch is not None]
         dataset_checks = [c for c in self.checks if c.kind == "dataset"]
         wanted = {c.id for c in self.checks}
         result = PartitionResult(partition_no)
         columns = {c.id: ([], []) for c in dataset_checks}
-        for offset, record in enumerate(self.reader.read(partition, start, stop), start=start):
+        offset = start
+        for record in self.reader.read(partition, start, stop):
             if on_record is not None:
                 on_record(offset)
+            if isinstance(record, Batch):
+                self._check_batch(record, batch_checks, dataset_checks, columns, result)
+                offset += len(record)
+                continue
             result.records += 1
             result.issues.extend(p for p in record.problems if p.check in wanted)
             annotate(record, self.options)
@@ -85,8 +131,30 @@ class PartitionWork:
                     offsets, values = columns[check.id]
                     offsets.append(offset)
                     values.append(value)
+            offset += 1
         result.columns = columns
         return result
+
+    def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, result: PartitionResult) -> None:
+        """The vectorized path: a whole block of rows at once, details only for flagged rows."""
+        result.records += len(batch)
+        for check in batch_checks:
+            if check.needs == "label" and batch.labels is None:
+                continue
+            for row, finding in _run_check(check, batch, self.options, check.batch):
+                index = batch.start + row
+                result.issues.append(make_issue(check.id, batch.source, str(index), index, finding))
+        for check in dataset_checks:
+            if check.collect_batch is not None:
+                rows, values = check.collect_batch(batch)
+                offsets, collected = columns[check.id]
+                offsets.extend((batch.offset + rows).tolist())
+                collected.extend(values.tolist())
+        found = profile(batch)
+        stats = result.numeric.setdefault(batch.source, NumericStats())
+        stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)
+        if batch.labels is not None and self.options.labelled:
+            result.stats["labels"].update(label_stats(batch.labels))
 
     def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> PartitionResult:
         """The partial result for a record that crashed or hung its worker."""
@@ -94,10 +162,11 @@ class PartitionWork:
         return PartitionResult(partition_no, records=1, issues=[decoder_failure(source, key, index, reason)])
 
 
-def _run_check(check: Check, record: Record, options: CheckOptions):
+def _run_check(check: Check, record: Record | Batch, options: CheckOptions, func=None):
     try:
-        return check.func(record, options)
+        return (func or check.func)(record, options)
     except Exception as error:  # a bug in a check is scrub's bug: say where, then stop
         raise ScrubError(
-            f"internal error: check {check.id} failed on {record.source}:{record.key}: {error!r}"
+            f"internal error: check {check.id} failed on {record.source}:"
+            f"{getattr(record, 'key', None) or getattr(record, 'start', '?')}: {error!r}"
         ) from error

@@ -19,7 +19,7 @@ from scrub.checks.base import Check, CheckOptions, Column, make_issue
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
-from scrub.runner import PartitionResult
+from scrub.runner import NumericStats, PartitionResult
 
 SCHEMA_VERSION = 1
 
@@ -90,6 +90,7 @@ class ScanAggregate:
         self.by_severity: Counter[str] = Counter({s.value: 0 for s in Severity})
         self.flagged: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
         self.stats: dict[str, Counter] = defaultdict(Counter)
+        self.numeric: dict[str, NumericStats] = {}
         self.columns = {c.id: ColumnStore(c.column_dtype) for c in self.checks if c.kind == "dataset"}
         self._report_progress()
 
@@ -99,6 +100,8 @@ class ScanAggregate:
             self._record_issue(issue)
         for name, counter in result.stats.items():
             self.stats[name].update(counter)
+        for source, stats in result.numeric.items():
+            self.numeric.setdefault(source, NumericStats()).merge(stats)
         for check_id, (offsets, values) in result.columns.items():
             self.columns[check_id].add(result.partition, offsets, values)
         # The local scheduler keeps each result until the end: drop what was copied out.
@@ -108,6 +111,12 @@ class ScanAggregate:
     def _report_progress(self) -> None:
         if self.progress is not None:
             self.progress(Progress(self.records, self.total, sum(self.by_severity.values()), self.elapsed))
+
+    def add_dataset_issues(self, issues: Sequence[Issue]) -> None:
+        """Problems with the dataset as a whole, found by the reader before any record."""
+        for issue in issues:
+            if issue.check in self.by_check:
+                self._record_issue(issue)
 
     def _record_issue(self, issue: Issue) -> None:
         self.manifest.write(issue)
@@ -156,6 +165,8 @@ class Summary:
     workers: int
     seconds: float
     manifest: str | None
+    #: per array dataset: dtype, shape, min/max/mean of its finite values
+    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -183,6 +194,7 @@ class Summary:
                 "by_check": dict(sorted(self.issues_by_check.items())),
             },
             "stats": self.stats,
+            **({"datasets": self.datasets} if self.datasets else {}),
             "checks": self.checks,
             "options": self.options,
             "scheduler": self.scheduler,

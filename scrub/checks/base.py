@@ -4,7 +4,9 @@ Three kinds of check exist:
 
 * ``reader`` checks are found while reading (a missing file, an unsafe path): the reader attaches
   them to the record; the catalogue only documents them.
-* ``record`` checks are pure functions ``(record, options) -> Finding | None``.
+* ``record`` checks are pure functions ``(record, options) -> Finding | None``. A check may also
+  have a vectorized ``batch`` form ``(batch, options) -> [(row, Finding), ...]`` for array
+  datasets (HDF5 rows); numeric checks have only that form.
 * ``dataset`` checks need the whole dataset (duplicates, the dominant shape, the label
   distribution). They ``collect`` one small value per record during the map step, and ``judge``
   the collected column once every partition is done (compute a property apart from judging it).
@@ -17,7 +19,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -68,6 +70,8 @@ class Check:
     func: Callable[..., Any] | None = None
     collect: Callable[[Record], Any] | None = None
     column_dtype: str | None = None
+    batch: Callable[..., Any] | None = None  # the vectorized form, over a Batch of rows
+    collect_batch: Callable[..., Any] | None = None  # dataset checks: (rows, values) of a Batch
 
     @property
     def summary(self) -> str:
@@ -130,9 +134,38 @@ def dataset_check(
     return decorate
 
 
-def reader_check(id: str, severity: Severity, doc: str) -> Check:
+def batch_check(id: str, severity: Severity | None = None, needs: str = "array") -> Callable:
+    """Register ``func(batch, options) -> [(row, Finding), ...]``, the vectorized form of a check.
+
+    For an id already registered (a record check), this adds the batch form to it; otherwise it
+    registers a batch-only check with ``severity`` and the function's docstring.
+    """
+
+    def decorate(func: Callable) -> Callable:
+        if id in REGISTRY:
+            REGISTRY[id] = replace(REGISTRY[id], batch=func)
+        else:
+            if severity is None:
+                raise ValueError(f"new check {id!r} needs a severity")
+            _register(Check(id, severity, "record", needs, inspect.getdoc(func) or "", batch=func))
+        return func
+
+    return decorate
+
+
+def batch_collector(id: str) -> Callable:
+    """Add to dataset check ``id`` a vectorized ``collect_batch(batch) -> (rows, values)``."""
+
+    def decorate(func: Callable) -> Callable:
+        REGISTRY[id] = replace(REGISTRY[id], collect_batch=func)
+        return func
+
+    return decorate
+
+
+def reader_check(id: str, severity: Severity, doc: str, needs: str = "any") -> Check:
     """Document a check that readers detect while reading."""
-    return _register(Check(id, severity, "reader", "any", inspect.cleandoc(doc)))
+    return _register(Check(id, severity, "reader", needs, inspect.cleandoc(doc)))
 
 
 def parse_sections(doc: str) -> dict[str, str]:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position, dataset_check
+from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position, batch_collector, dataset_check
 from scrub.checks.labels import integer_label
-from scrub.records import Record, Severity
+from scrub.records import Batch, Record, Severity
 
 Judgement = list[tuple[Position, Finding]]
 
@@ -178,3 +178,13 @@ def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judg
         reason = "negative" if value < 0 else "far above the other labels"
         judgement.append((position, Finding(f"label {value} is {reason}", {"label": value})))
     return judgement
+
+
+@batch_collector("label-outlier")
+def _class_indices(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    if batch.labels is None:
+        return np.empty(0, int), np.empty(0)
+    labels = batch.labels
+    with np.errstate(invalid="ignore"):
+        rows = np.flatnonzero(np.isfinite(labels) & (labels == np.round(labels)))
+    return rows, labels[rows].astype(np.float64)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
-from scrub.checks.base import CheckOptions, Finding, record_check
-from scrub.records import Record, Severity
+import numpy as np
+
+from scrub.checks.base import CheckOptions, Finding, batch_check, record_check
+from scrub.records import Batch, Record, Severity
 
 
 def integer_label(label: object) -> int | None:
@@ -88,3 +90,31 @@ def label_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
         f"label {value} is outside [{low}, {high})",
         {"label": value, "low": low, "high": high},
     )
+
+
+def _integral(labels: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(labels) & (labels == np.round(labels))
+
+
+@batch_check("non-integer-label")
+def non_integer_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    if batch.labels is None:
+        return []
+    labels = batch.labels
+    bad = np.flatnonzero(np.isfinite(labels) & ~_integral(labels))
+    return [(int(r), Finding(f"label {labels[r]:g} is not an integer", {"label": float(labels[r])})) for r in bad]
+
+
+@batch_check("label-out-of-range")
+def labels_out_of_range(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    declared = options.declared_range
+    if batch.labels is None or declared is None:
+        return []
+    low, high = declared
+    labels = batch.labels
+    bad = np.flatnonzero(_integral(labels) & ((labels < low) | (labels >= high)))
+    return [
+        (int(r), Finding(f"label {int(labels[r])} is outside [{low}, {high})", {"label": int(labels[r]), "low": low, "high": high}))
+        for r in bad
+    ]

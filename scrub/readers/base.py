@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from scrub.errors import UnusableDataset, UsageError
-from scrub.records import Record
+from scrub.records import Issue, Record
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class ReadOptions:
     """Reader options from the command line; each reader uses the ones that concern it."""
 
     root: Path | None = None  # where list-file paths are relative to (default: the list's folder)
+    data_key: str | None = None  # HDF5: the dataset whose rows are records (default "data")
+    label_key: str | None = None  # HDF5: the labels dataset (default "label")
 
 
 @dataclass
@@ -36,9 +38,13 @@ class DatasetInfo:
     records: int
     classes: list[str] | None = None
     skipped: dict[str, int] = field(default_factory=dict)
+    #: per source file: what it holds (dtype, shape, chunks, ... of array datasets)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: problems with the dataset as a whole (key ``*``), found while opening it
+    issues: list[Issue] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "format": self.format,
             "layout": self.layout,
             "root": self.root,
@@ -46,6 +52,9 @@ class DatasetInfo:
             "classes": self.classes,
             "skipped": dict(self.skipped),
         }
+        if self.files:
+            document["files"] = self.files
+        return document
 
 
 class Reader(ABC):
@@ -57,6 +66,9 @@ class Reader(ABC):
     preferred_scheduler: ClassVar[str] = "processes"
     #: Records per task: enough work (>= ~0.2 s) to amortize Dask's ~2 ms per task.
     records_per_task: ClassVar[int] = 1000
+    #: What its records carry, matched against each check's ``needs`` ("any" and "label"
+    #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers.
+    provides: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, path: Path, options: ReadOptions) -> None:
         self.path = path
@@ -86,7 +98,8 @@ class Reader(ABC):
 
 #: format name -> "module:Class"; imports are deferred until a reader is used.
 REGISTRY: dict[str, str] = {
-    "images": "scrub.readers.images:ImageReader",
+    "hdf5": "scrub.readers.hdf5:HDF5Reader",
+    "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 
 

@@ -1,0 +1,276 @@
+"""HDF5 datasets: one file, a folder of files, or a Caffe HDF5Data source list.
+
+Rows of the ``data`` dataset are records (``--data-key``), paired by position with the rows of
+``label`` (``--label-key``; a file without it is unlabelled). ``source`` is the file relative
+to the dataset root, ``key`` the row index as a decimal string, ``index`` the same integer.
+
+Partitions are chunk-aligned row ranges of ~``PARTITION_BYTES``. Each worker opens the file
+itself, read-only, and reads whole chunks (blocks of ~``BLOCK_BYTES``) into one reused buffer,
+so peak memory does not depend on the file's size. h5py serializes every HDF5 call behind one
+lock, so threads do not read or decompress in parallel: the preferred scheduler is processes.
+
+Links that leave the dataset root are never followed: an external link, a virtual dataset or
+external raw storage whose target lies outside the root is reported as `unsafe-path` (key
+``*``) and that file is not read. External raw storage is always reported: HDF5 resolves it
+against the working directory, not the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scrub.checks.base import Finding, make_issue
+from scrub.errors import UnusableDataset
+from scrub.readers.base import DatasetInfo, Reader
+from scrub.records import Batch, Issue
+
+HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+PARTITION_BYTES = 64 << 20
+BLOCK_BYTES = 8 << 20
+SNIFF_LINES = 100
+
+
+@dataclass(frozen=True)
+class RowRange:
+    """A partition: rows ``start:stop`` of the data (and label) dataset of one file."""
+
+    path: str  # absolute path of the file, as the driver resolved it
+    source: str
+    start: int
+    stop: int
+    block_rows: int  # rows read at once: a whole number of chunks
+    labelled: bool
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def _is_hdf5_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as file:
+            head = file.read(8)
+    except OSError:
+        return False
+    return head == HDF5_SIGNATURE or path.suffix.lower() in HDF5_EXTENSIONS
+
+
+class HDF5Reader(Reader):
+    format = "hdf5"
+    preferred_scheduler = "processes"
+    records_per_task = 0  # partitions are sized in bytes, see PARTITION_BYTES
+    provides = frozenset({"array"})
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        if path.is_dir():
+            return any(p.suffix.lower() in HDF5_EXTENSIONS for p in path.iterdir() if p.is_file())
+        if not path.is_file():
+            return False
+        if _is_hdf5_file(path):
+            return True
+        return bool(cls._list_lines(path))
+
+    @staticmethod
+    def _list_lines(path: Path) -> list[str]:
+        """The lines of an HDF5Data source list, or [] when ``path`` is not one."""
+        try:
+            with open(path, encoding="utf-8") as text:
+                lines = [line.strip() for _, line in zip(range(100_000), text) if line.strip()]
+        except (OSError, UnicodeDecodeError):
+            return []
+        head = lines[:SNIFF_LINES]
+        if not head or sum(line.lower().endswith(HDF5_EXTENSIONS) for line in head) * 2 < len(head):
+            return []
+        return lines
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Any]]]:
+        import h5py  # noqa: F401 - imported where used: the image reader never pays for it
+
+        data_key = self.options.data_key or "data"
+        label_key = self.options.label_key or "label"
+        if self.path.is_dir():
+            root, layout = self.path, "folder"
+            files = sorted(p for p in self.path.iterdir() if p.is_file() and _is_hdf5_file(p))
+            listed = [(p.name, p) for p in files]
+        elif _is_hdf5_file(self.path):
+            root, layout = self.path.parent, "file"
+            listed = [(self.path.name, self.path)]
+        else:
+            root, layout = self.path.parent, "list-file"
+            listed = [(line, root / line) for line in self._list_lines(self.path)]
+        if not listed:
+            raise UnusableDataset(f"{self.path}: no HDF5 files found")
+        real_root = os.path.realpath(root)
+        info = DatasetInfo(format=self.format, layout=layout, root=str(root), labelled=False, records=0)
+        partitions: list[RowRange] = []
+        any_labels = False
+        for source, path in listed:
+            target = os.path.realpath(path)
+            if not _inside(target, real_root):
+                info.issues.append(_dataset_issue("unsafe-path", source, f"not read: {source} resolves outside the dataset root"))
+                continue
+            if not os.path.isfile(target):
+                info.issues.append(_dataset_issue("missing-file", source, f"no such file: {source}"))
+                continue
+            opened = self._open_file(target, source, data_key, label_key, real_root, info, partition_size)
+            if opened is not None:
+                rows, has_labels, ranges = opened
+                info.records += rows
+                any_labels |= has_labels
+                partitions += ranges
+        info.labelled = any_labels
+        return info, partitions
+
+    def _open_file(self, path, source, data_key, label_key, real_root, info, partition_size):
+        import h5py
+
+        try:
+            file = h5py.File(path, "r")
+        except OSError as error:
+            raise UnusableDataset(f"{source}: not a readable HDF5 file ({_first_line(error)})") from None
+        with file:
+            unsafe = _unsafe_links(file, (data_key, label_key), os.path.dirname(path), real_root)
+            if unsafe:
+                for message in unsafe:
+                    info.issues.append(_dataset_issue("unsafe-path", source, message))
+                return None
+            if data_key not in file:
+                names = ", ".join(sorted(_datasets(file))) or "none"
+                raise UnusableDataset(
+                    f"{source}: no dataset {data_key!r} (datasets: {names}); choose one with --data-key"
+                )
+            data = file[data_key]
+            if not isinstance(data, h5py.Dataset) or data.shape is None or len(data.shape) == 0:
+                raise UnusableDataset(f"{source}: {data_key!r} is not an array dataset with rows")
+            rows = data.shape[0]
+            label = file.get(label_key)
+            explicit_label = self.options.label_key is not None
+            if label is None and explicit_label:
+                names = ", ".join(sorted(_datasets(file))) or "none"
+                raise UnusableDataset(f"{source}: no dataset {label_key!r} (datasets: {names})")
+            has_labels = isinstance(label, h5py.Dataset) and label.shape is not None and (
+                len(label.shape) == 1 or (len(label.shape) == 2 and label.shape[1] == 1)
+            )
+            if has_labels and label.shape[0] != rows:
+                info.issues.append(
+                    _dataset_issue(
+                        "row-count-mismatch",
+                        source,
+                        f"{data_key!r} has {rows} rows but {label_key!r} has {label.shape[0]}",
+                        data_rows=rows,
+                        label_rows=label.shape[0],
+                    )
+                )
+                rows = min(rows, label.shape[0])
+            info.files[source] = {
+                "data": _describe(data),
+                **({"label": _describe(label)} if has_labels else {}),
+            }
+            row_bytes = max(1, int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize)
+            chunk_rows = data.chunks[0] if data.chunks else 1
+            block_rows = _round_up(max(1, BLOCK_BYTES // row_bytes), chunk_rows)
+            partition_rows = partition_size or _round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
+            ranges = [
+                RowRange(path, source, start, min(start + partition_rows, rows), min(block_rows, partition_rows), has_labels)
+                for start in range(0, rows, partition_rows)
+            ]
+            return rows, has_labels, ranges
+
+    def read(self, partition: RowRange, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
+        import h5py
+
+        first = partition.start + start
+        last = partition.stop if stop is None else partition.start + stop
+        with h5py.File(partition.path, "r") as file:
+            data = file[self.options.data_key or "data"]
+            label = file[self.options.label_key or "label"] if partition.labelled else None
+            buffer = np.empty((partition.block_rows, *data.shape[1:]), dtype=data.dtype)
+            labels = np.empty(partition.block_rows, dtype=np.float64) if partition.labelled else None
+            for begin in range(first, last, partition.block_rows):
+                end = min(begin + partition.block_rows, last)
+                count = end - begin
+                if count and buffer.size:
+                    data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
+                if labels is not None:
+                    labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count)
+                yield Batch(
+                    partition.source,
+                    begin,
+                    begin - partition.start,
+                    buffer[:count],
+                    None if labels is None else labels[:count],
+                )
+
+    def locate(self, partition: RowRange, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        return [(partition.source, str(partition.start + o), partition.start + o) for o in offsets]
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _inside(path: str, real_root: str) -> bool:
+    return path == real_root or path.startswith(real_root + os.sep)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+def _dataset_issue(check: str, source: str, message: str, **details: Any) -> Issue:
+    return make_issue(check, source, "*", None, Finding(message, details))
+
+
+def _datasets(file) -> list[str]:
+    import h5py
+
+    names: list[str] = []
+    file.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+    return names
+
+
+def _describe(dataset) -> dict[str, Any]:
+    return {
+        "dtype": str(dataset.dtype),
+        "shape": list(dataset.shape),
+        "chunks": list(dataset.chunks) if dataset.chunks else None,
+        "compression": dataset.compression,
+    }
+
+
+def _unsafe_links(file, keys: Sequence[str], directory: str, real_root: str) -> list[str]:
+    """Why the datasets we would read point outside the dataset root (empty when they do not)."""
+    import h5py
+
+    problems = []
+    for key in keys:
+        link = file.get(key, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            target = os.path.realpath(os.path.join(directory, link.filename))
+            if not _inside(target, real_root):
+                problems.append(f"{key!r} is an external link to {link.filename}, outside the dataset root")
+                continue
+        try:
+            dataset = file.get(key)
+        except (KeyError, OSError) as error:
+            problems.append(f"{key!r} cannot be opened: {_first_line(error)}")
+            continue
+        if not isinstance(dataset, h5py.Dataset):
+            continue
+        if dataset.external:
+            problems.append(f"{key!r} keeps its data in external files ({dataset.external[0][0]!s}), not read")
+        if dataset.is_virtual:
+            for source in dataset.virtual_sources():
+                if source.file_name == ".":
+                    continue
+                target = os.path.realpath(os.path.join(directory, source.file_name))
+                if not _inside(target, real_root):
+                    problems.append(f"{key!r} is a virtual dataset reading {source.file_name}, outside the dataset root")
+    return problems
