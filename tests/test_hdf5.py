@@ -1,0 +1,199 @@
+"""HDF5: the reader's input forms, every numeric check, the error paths, chunk edges."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+import scrub
+from conftest import SAMPLES, findings
+from scrub.errors import UnusableDataset
+
+TRAIN = {
+    ("3", "nonfinite-data"),
+    ("10", "nonfinite-data"),
+    ("30", "fp16-overflow"),
+    ("40", "zero-norm"),
+    ("50", "nonfinite-label"),
+    ("70", "non-integer-label"),
+}
+OUTLIERS = {("60", "label-outlier"), ("80", "label-outlier")}
+OUT_OF_RANGE = {("60", "label-out-of-range"), ("80", "label-out-of-range")}
+
+
+def write_h5(path, data, label=None, chunks=None, **datasets):
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=data, chunks=chunks)
+        if label is not None:
+            file.create_dataset("label", data=label)
+        for name, value in datasets.items():
+            file.create_dataset(name, data=value)
+    return path
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "processes", "threads"])
+def test_sample_file_finds_every_planted_problem_on_every_scheduler(scheduler):
+    result = scrub.scan(SAMPLES / "hdf5" / "train.h5", scheduler=scheduler, partition_size=32, workers=2)
+    assert findings(result) == TRAIN | OUTLIERS
+    assert result.summary.records == 200
+    assert {i.source for i in result.issues()} == {"train.h5"}
+
+
+def test_sample_with_num_classes_reports_out_of_range():
+    result = scrub.scan(SAMPLES / "hdf5" / "train.h5", num_classes=10)
+    assert findings(result) == TRAIN | OUT_OF_RANGE
+
+
+@pytest.mark.parametrize("path", ["train_list.txt", "."])
+def test_list_file_and_folder_cover_both_files(path):
+    result = scrub.scan(SAMPLES / "hdf5" / path)
+    keyed = {(i.source, i.key, i.check) for i in result.issues()}
+    assert keyed == {("train.h5", k, c) for k, c in TRAIN | OUTLIERS} | {("val.h5", "*", "row-count-mismatch")}
+    assert result.summary.records == 200 + 49  # val.h5: the rows both datasets have
+    assert result.summary.dataset.layout == ("list-file" if path.endswith(".txt") else "folder")
+
+
+def test_summary_has_per_dataset_statistics():
+    summary = scrub.scan(SAMPLES / "hdf5" / "train.h5").summary.to_dict()
+    stats = summary["datasets"]["train.h5"]
+    assert stats["data"] == {"dtype": "float32", "shape": [200, 3, 8, 8], "chunks": [32, 3, 8, 8], "compression": None}
+    assert stats["max"] == 70000.0 and stats["nonfinite_values"] == 3
+    assert stats["finite_values"] == 200 * 192 - 3
+    assert summary["stats"]["labels"][8000] == 1 and summary["stats"]["labels"][0] == 16  # 50, 60, 70, 80 were relabelled
+
+
+def test_flagged_rows_match_a_reference_at_every_chunk_edge(tmp_path):
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=(1000, 5, 7)).astype(np.float32)
+    bad = rng.choice(1000, 40, replace=False)
+    for row in bad:
+        data[row].flat[rng.integers(0, 35)] = rng.choice([np.nan, np.inf, -np.inf])
+    edges = [0, 63, 64, 127, 128, 999]
+    for row in edges:
+        data[row].flat[0] = np.nan
+    zero = [5, 64, 998]
+    data[zero] = 0
+    data[200, 0, 0], data[200, 0, 1] = 3e38, 3e38  # the float32 row sum overflows: finite all the same
+    data[201, 0, 0], data[201, 0, 1] = 1.0, -1.0  # sums to 0 but is not all zero
+    data[201, 1:] = 0
+    path = write_h5(tmp_path / "d.h5", data, chunks=(64, 5, 7))
+    result = scrub.scan(path, partition_size=128, scheduler="processes", workers=2)
+    reference_nonfinite = set(np.flatnonzero(~np.isfinite(data).reshape(1000, -1).all(axis=1)).tolist())
+    reference_zero = set(np.flatnonzero(~data.reshape(1000, -1).any(axis=1)).tolist())
+    flagged = findings(result)
+    assert {int(k) for k, c in flagged if c == "nonfinite-data"} == reference_nonfinite
+    assert {int(k) for k, c in flagged if c == "zero-norm"} == reference_zero - reference_nonfinite
+    assert ("200", "fp16-overflow") in flagged and ("201", "zero-norm") not in flagged
+
+
+def test_nonfinite_details(tmp_path):
+    data = np.ones((4, 6), dtype=np.float64)
+    data[1, [2, 4]] = np.nan
+    data[1, 5] = -np.inf
+    result = scrub.scan(write_h5(tmp_path / "d.h5", data))
+    (issue,) = list(result.issues())
+    assert issue.details == {"nan": 2, "posinf": 0, "neginf": 1, "first_position": 2}
+    assert issue.key == "1" and issue.index == 1
+
+
+def test_integer_data_and_label_shapes(tmp_path):
+    data = np.zeros((6, 4), dtype=np.uint16) + 7
+    data[2, 1] = 65535  # beyond float16's largest finite value
+    labels = np.array([[0], [1], [2], [3], [12], [1]], dtype=np.int64)  # shape (N, 1)
+    result = scrub.scan(write_h5(tmp_path / "d.h5", data, labels), num_classes=10)
+    assert findings(result) == {("2", "fp16-overflow"), ("4", "label-out-of-range")}
+
+
+def test_custom_keys_and_unlabelled_files(tmp_path):
+    data = np.ones((5, 3), dtype=np.float32)
+    data[4] = np.nan
+    path = write_h5(tmp_path / "d.h5", np.zeros((1, 1)), features=data, targets=np.arange(5.0))
+    result = scrub.scan(path, data_key="features", label_key="targets")
+    assert findings(result) == {("4", "nonfinite-data")}
+    assert result.summary.dataset.labelled
+    unlabelled = scrub.scan(write_h5(tmp_path / "u.h5", data))
+    assert not unlabelled.summary.dataset.labelled and "missing-label" not in unlabelled.summary.checks
+
+
+def test_empty_rows_are_empty_records(tmp_path):
+    result = scrub.scan(write_h5(tmp_path / "d.h5", np.zeros((3, 0), dtype=np.float32)))
+    assert findings(result) == {("0", "empty-record"), ("1", "empty-record"), ("2", "empty-record")}
+
+
+def test_links_outside_the_root_are_reported_and_not_read(tmp_path):
+    root = tmp_path / "ds"
+    root.mkdir()
+    write_h5(tmp_path / "outside.h5", np.full((3, 2), np.nan))
+    write_h5(root / "inside.h5", np.ones((3, 2)))
+    with h5py.File(root / "external.h5", "w") as file:
+        file["data"] = h5py.ExternalLink("../outside.h5", "data")
+    with h5py.File(root / "followed.h5", "w") as file:
+        file["data"] = h5py.ExternalLink("inside.h5", "data")
+    layout = h5py.VirtualLayout(shape=(3, 2), dtype="f8")
+    layout[:] = h5py.VirtualSource(str(tmp_path / "outside.h5"), "data", shape=(3, 2))
+    with h5py.File(root / "virtual.h5", "w") as file:
+        file.create_virtual_dataset("data", layout)
+    with h5py.File(root / "rawfile.h5", "w") as file:
+        file.create_dataset("data", shape=(3, 2), dtype="f8", external=[(str(tmp_path / "raw.bin"), 0, 48)])
+    result = scrub.scan(root)
+    assert {(i.source, i.key, i.check) for i in result.issues()} == {
+        ("external.h5", "*", "unsafe-path"),
+        ("virtual.h5", "*", "unsafe-path"),
+        ("rawfile.h5", "*", "unsafe-path"),
+    }
+    assert result.summary.records == 6  # followed.h5 and inside.h5
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "scrub", "scan", *map(str, args)], capture_output=True, text=True)
+
+
+def _truncated(path):
+    path.write_bytes(SAMPLES.joinpath("hdf5", "train.h5").read_bytes()[:5000])
+
+
+def _not_hdf5(path):
+    path.write_bytes(b"this is not HDF5 at all" * 10)
+
+
+def _without_data(path):
+    write_h5(path, np.zeros((2, 2)), other=np.zeros(2))
+    with h5py.File(path, "a") as file:
+        del file["data"]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (_truncated, "bad.h5: not a readable HDF5 file"),
+        (_not_hdf5, "bad.h5: not a readable HDF5 file"),
+        (_without_data, "bad.h5: no dataset 'data' (datasets: other); choose one with --data-key"),
+    ],
+)
+def test_unusable_files_exit_2_with_one_line(tmp_path, make, message):
+    path = tmp_path / "bad.h5"
+    make(path)
+    result = run_cli(path, "--manifest", tmp_path / "m.jsonl")
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    with pytest.raises(UnusableDataset):
+        scrub.scan(path)
+
+
+def test_missing_label_key_named_explicitly_is_an_error(tmp_path):
+    path = write_h5(tmp_path / "d.h5", np.zeros((2, 2)))
+    result = run_cli(path, "--label-key", "y", "--manifest", tmp_path / "m.jsonl")
+    assert result.returncode == 2 and "no dataset 'y' (datasets: data)" in result.stderr
+
+
+def test_source_is_never_modified(tmp_path):
+    import hashlib
+
+    path = write_h5(tmp_path / "d.h5", np.full((10, 3), np.nan))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    scrub.scan(path, scheduler="processes", workers=2, partition_size=2)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
