@@ -4,24 +4,36 @@ The Python API (see the README):
 
 * `scan(path, **options)` runs every check and returns a `ScanResult` with the summary and an
   iterator over the issues.
-* `checks.catalogue()` lists the checks; `Issue` and `Record` are the data model.
+* `scrub.checks.catalogue()` lists the checks; `Issue`, `Record` and `Batch` are the data model.
+
+Names are imported on first use, so that ``scrub --help`` and the start of a scan do not wait
+for NumPy, Pillow and Dask.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from scrub.api import ScanResult, scan  # noqa: E402
-from scrub.errors import ExitCode, ScrubError, UnusableDataset, UsageError  # noqa: E402
-from scrub.records import Issue, Record, Severity  # noqa: E402
+_EXPORTS = {
+    "scan": "scrub.api",
+    "ScanResult": "scrub.api",
+    "ExitCode": "scrub.errors",
+    "ScrubError": "scrub.errors",
+    "UnusableDataset": "scrub.errors",
+    "UsageError": "scrub.errors",
+    "Batch": "scrub.records",
+    "Issue": "scrub.records",
+    "Record": "scrub.records",
+    "Severity": "scrub.records",
+}
 
-__all__ = [
-    "ExitCode",
-    "Issue",
-    "Record",
-    "ScanResult",
-    "ScrubError",
-    "Severity",
-    "UnusableDataset",
-    "UsageError",
-    "__version__",
-    "scan",
-]
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'scrub' has no attribute {name!r}")

@@ -104,7 +104,8 @@ def scan(
     reader = open_reader(path, format, read_options)
     if partition_size is not None and partition_size < 1:
         raise UsageError("--partition-size must be at least 1")
-    pipeline.prepare(pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None))
+    early_plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None)
+    pipeline.prepare(early_plan, reader.worker_imports)
     info, partitions = reader.open(partition_size or reader.records_per_task)
     options = CheckOptions(
         labelled=info.labelled, num_classes=num_classes, label_range=label_range, max_pixels=max_pixels

@@ -98,6 +98,9 @@ def scan(
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
     def body() -> int:
+        from scrub.pipeline import start_worker_server
+
+        start_worker_server(scheduler, workers)
         from scrub.api import scan as run_scan
 
         with _progress(quiet) as progress:

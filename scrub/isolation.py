@@ -81,7 +81,10 @@ def run_isolated(
         if failure is None:
             continue
         if current is None:
-            raise ScrubError(f"a worker process could not start ({failure} before reading a record)")
+            raise ScrubError(
+                "worker processes could not start; a script that calls scrub.scan needs the "
+                "`if __name__ == '__main__':` guard (or use scheduler='threads')"
+            )
         pieces.append(on_failure(partition_no, partition, current, failure))
         # The dead child's results for start..current-1 died with it: check those again.
         segments += [(current + 1, stop), (start, current)]

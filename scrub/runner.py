@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
 from scrub.checks.base import REGISTRY, Check, CheckOptions, make_issue
 from scrub.checks.images import decoder_failure
@@ -109,12 +111,13 @@ class PartitionWork:
         wanted = {c.id for c in self.checks}
         result = PartitionResult(partition_no)
         columns = {c.id: ([], []) for c in dataset_checks}
+        label_counts: list[tuple[np.ndarray, np.ndarray]] = []
         offset = start
         for record in self.reader.read(partition, start, stop):
             if on_record is not None:
                 on_record(offset)
             if isinstance(record, Batch):
-                self._check_batch(record, batch_checks, dataset_checks, columns, result)
+                self._check_batch(record, batch_checks, dataset_checks, columns, label_counts, result)
                 offset += len(record)
                 continue
             result.records += 1
@@ -132,10 +135,12 @@ class PartitionWork:
                     offsets.append(offset)
                     values.append(value)
             offset += 1
-        result.columns = columns
+        result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
+        if label_counts:
+            result.stats["labels"].update(_merge_counts(label_counts))
         return result
 
-    def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, result: PartitionResult) -> None:
+    def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, label_counts, result) -> None:
         """The vectorized path: a whole block of rows at once, details only for flagged rows."""
         result.records += len(batch)
         for check in batch_checks:
@@ -148,18 +153,33 @@ class PartitionWork:
             if check.collect_batch is not None:
                 rows, values = check.collect_batch(batch)
                 offsets, collected = columns[check.id]
-                offsets.extend((batch.offset + rows).tolist())
-                collected.extend(values.tolist())
+                offsets.append(batch.offset + rows)
+                collected.append(values)
         found = profile(batch)
         stats = result.numeric.setdefault(batch.source, NumericStats())
         stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)
         if batch.labels is not None and self.options.labelled:
-            result.stats["labels"].update(label_stats(batch.labels))
+            label_counts.append(label_stats(batch.labels))
 
     def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> PartitionResult:
         """The partial result for a record that crashed or hung its worker."""
         source, key, index = self.reader.locate(partition, [offset])[0]
         return PartitionResult(partition_no, records=1, issues=[decoder_failure(source, key, index, reason)])
+
+
+def _packed(offsets: list, values: list) -> tuple[Any, Any]:
+    """A column's pieces as arrays: scalars from records, or arrays from batches."""
+    if offsets and isinstance(offsets[0], np.ndarray):
+        return np.concatenate(offsets), np.concatenate(values)
+    return offsets, values
+
+
+def _merge_counts(pieces: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]:
+    """One histogram from per-batch (values, counts), merged in NumPy, not per value in Python."""
+    values = np.concatenate([v for v, _ in pieces])
+    counts = np.concatenate([c for _, c in pieces])
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return dict(zip(distinct.tolist(), np.bincount(inverse, weights=counts).astype(np.int64).tolist()))
 
 
 def _run_check(check: Check, record: Record | Batch, options: CheckOptions, func=None):

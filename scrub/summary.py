@@ -33,8 +33,8 @@ class ColumnStore:
         self._positions: list[np.ndarray] = []
         self._values: list[np.ndarray] = []
 
-    def add(self, partition: int, offsets: list[int], values: list[Any]) -> None:
-        if not offsets:
+    def add(self, partition: int, offsets: Any, values: Any) -> None:
+        if len(offsets) == 0:
             return
         positions = np.empty((len(offsets), 2), dtype=np.int32)
         positions[:, 0] = partition

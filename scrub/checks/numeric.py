@@ -210,10 +210,9 @@ def nonfinite_label(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
     return [(int(row), Finding(f"label is {batch.labels[row]}", {"label": str(batch.labels[row])})) for row in bad]
 
 
-def label_stats(labels: Any) -> dict[int, int]:
-    """Histogram of the integral, finite labels of a batch."""
+def label_stats(labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram (values, counts) of the integral, finite labels of a batch."""
     labels = np.asarray(labels)
     with np.errstate(invalid="ignore"):
         integral = labels[np.isfinite(labels) & (labels == np.round(labels))]
-    values, counts = np.unique(integral.astype(np.int64), return_counts=True)
-    return dict(zip(values.tolist(), counts.tolist()))
+    return np.unique(integral.astype(np.int64), return_counts=True)

@@ -69,6 +69,8 @@ class Reader(ABC):
     #: What its records carry, matched against each check's ``needs`` ("any" and "label"
     #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers.
     provides: ClassVar[frozenset[str]] = frozenset()
+    #: Modules worker processes should import before the first task (start-up is on the clock).
+    worker_imports: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, path: Path, options: ReadOptions) -> None:
         self.path = path
