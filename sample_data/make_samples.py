@@ -137,8 +137,82 @@ def make_hdf5(root: Path) -> None:
     (root / "train_list.txt").write_text("train.h5\nval.h5\n")
 
 
+def write_lmdb(path: Path, items: list[tuple[bytes, bytes]], subdir: bool = True) -> None:
+    """An LMDB environment holding ``items`` (key order), without its lock file."""
+    import lmdb
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    environment = lmdb.open(str(path), subdir=subdir, map_size=64 << 20)
+    with environment.begin(write=True) as transaction:
+        for key, value in items:
+            transaction.put(key, value)
+    environment.close()
+    lock = path / "lock.mdb" if subdir else Path(str(path) + "-lock")
+    lock.unlink(missing_ok=True)
+
+
+def make_lmdb(root: Path) -> None:
+    """A Caffe Datum db (encoded, raw and float_data), an LSUN-style db and an .npy db."""
+    from scrub.readers.caffe_datum import datum_class
+
+    Datum = datum_class()
+
+    def datum(**fields) -> bytes:
+        message = Datum()
+        for name, value in fields.items():
+            if name == "float_data":
+                message.float_data.extend(value)
+            else:
+                setattr(message, name, value)
+        return message.SerializeToString()
+
+    rng = np.random.default_rng(7)
+    items = []
+    for i in range(8):  # convert_imageset --encoded keys: %08d_<path as listed>
+        items.append((f"{i:08d}_img/{i:03d}.jpg".encode(), datum(data=encode(picture(900 + i)), label=i % 4, encoded=True)))
+    items.append((b"00000008_img/008.jpg", datum(data=encode(picture(908))[:900], label=1, encoded=True)))  # corrupt-image
+    items.append((b"00000009_img/009.jpg", datum(data=encode(picture(909)), label=8000, encoded=True)))  # label-outlier
+    for i in range(10, 14):  # raw uint8 CHW (BGR) Datums
+        items.append((f"{i:08d}_raw".encode(), datum(channels=3, height=8, width=8, data=rng.integers(0, 256, 192, dtype=np.uint8).tobytes(), label=2)))
+    items.append((b"00000014_raw", datum(channels=3, height=8, width=8, data=bytes(100), label=2)))  # shape-mismatch
+    floats = rng.normal(size=(5, 192)).astype(np.float32)
+    floats[1, 5] = np.nan  # nonfinite-data
+    floats[2, 9] = 70_000  # fp16-overflow
+    floats[3] = 0  # zero-norm
+    for i, row in enumerate(floats):
+        items.append((f"{15 + i:08d}_float".encode(), datum(channels=3, height=8, width=8, float_data=row.tolist(), label=3)))
+    items.append((b"00000020_bad", b"\x00\x01garbage that is not a Datum"))  # undecodable-record
+    items.append((b"00000021_empty", b""))  # empty-record
+    items.append((b"__len__", b"22"))  # metadata: skipped
+    write_lmdb(root / "datum_lmdb", sorted(items))
+
+    lsun = [(f"{i:040x}".encode(), encode(picture(950 + i))) for i in range(6)]
+    lsun.append((b"f" * 40, encode(picture(956))[:700]))  # corrupt-image
+    lsun.append((b"e" * 40, lsun[0][1]))  # duplicate
+    lsun.append((b"d" * 40, b"\x80\x04\x95" + bytes(20)))  # pickled: undecodable-record, never unpickled
+    write_lmdb(root / "lsun_lmdb", sorted(lsun))
+
+    arrays = rng.normal(size=(6, 4, 4)).astype(np.float32)
+    arrays[1, 0, 0] = np.inf  # nonfinite-data
+    arrays[2] = 0  # zero-norm
+    npy = []
+    for i, array in enumerate(arrays):
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        npy.append((f"sample-{i:04d}".encode(), buffer.getvalue()))
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    npy.append((b"sample-0006", buffer.getvalue()))  # object .npy: undecodable-record
+    write_lmdb(root / "npy.lmdb", sorted(npy), subdir=False)
+
+
 def main() -> None:
-    for name, make in [("images", make_image_folder), ("imagelist", make_image_list), ("hdf5", make_hdf5)]:
+    for name, make in [
+        ("images", make_image_folder),
+        ("imagelist", make_image_list),
+        ("hdf5", make_hdf5),
+        ("lmdb", make_lmdb),
+    ]:
         target = HERE / name
         if target.exists() or target.is_symlink():
             shutil.rmtree(target)

@@ -73,6 +73,8 @@ def scan(
     root: str | Path | None = None,
     data_key: str | None = None,
     label_key: str | None = None,
+    lmdb_codec: str | None = None,
+    allow_pickle: bool = False,
     manifest: str | Path | None = None,
     num_classes: int | None = None,
     label_range: str | tuple[int, int] | None = None,
@@ -100,7 +102,13 @@ def scan(
     if max_pixels is not None and max_pixels < 1:
         raise UsageError("--max-pixels must be at least 1")
     path = Path(path)
-    read_options = ReadOptions(root=Path(root) if root else None, data_key=data_key, label_key=label_key)
+    read_options = ReadOptions(
+        root=Path(root) if root else None,
+        data_key=data_key,
+        label_key=label_key,
+        lmdb_codec=lmdb_codec,
+        allow_pickle=allow_pickle,
+    )
     reader = open_reader(path, format, read_options)
     if partition_size is not None and partition_size < 1:
         raise UsageError("--partition-size must be at least 1")

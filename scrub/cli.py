@@ -75,11 +75,13 @@ def main(
 
 @app.command()
 def scan(
-    path: Annotated[Path, typer.Argument(help="Dataset: an image folder, an ImageData list, an HDF5 file, folder or HDF5Data list.")],
-    format: Annotated[str, typer.Option("--format", help="Force the format: images or hdf5 (default: auto-detect).")] = "auto",
+    path: Annotated[Path, typer.Argument(help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment.")],
+    format: Annotated[str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")] = "auto",
     root: Annotated[Optional[Path], typer.Option(help="Folder that list-file paths are relative to (default: the list's folder).")] = None,
     data_key: Annotated[Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")] = None,
     label_key: Annotated[Optional[str], typer.Option(help="HDF5: the labels dataset (default: label).")] = None,
+    lmdb_codec: Annotated[Optional[str], typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record).")] = None,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.")] = False,
     manifest: Annotated[Path, typer.Option(help="Where to write the JSON Lines manifest.")] = Path("scrub-manifest.jsonl"),
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the summary as JSON to this path.")] = None,
     num_classes: Annotated[Optional[int], typer.Option(help="Number of classes: labels must lie in [0, N).")] = None,
@@ -110,6 +112,8 @@ def scan(
                 root=root,
                 data_key=data_key,
                 label_key=label_key,
+                lmdb_codec=lmdb_codec,
+                allow_pickle=allow_pickle,
                 manifest=manifest,
                 num_classes=num_classes,
                 label_range=label_range,

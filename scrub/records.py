@@ -105,6 +105,10 @@ class Batch:
     data: Any
     labels: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    keys: list[str] | None = None  # the rows' keys when they are not their indices (LMDB arrays)
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def key(self, row: int) -> str:
+        return self.keys[row] if self.keys is not None else str(self.start + row)

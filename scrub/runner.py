@@ -117,6 +117,7 @@ class PartitionWork:
             if on_record is not None:
                 on_record(offset)
             if isinstance(record, Batch):
+                result.records += len(record)
                 self._check_batch(record, batch_checks, dataset_checks, columns, label_counts, result)
                 offset += len(record)
                 continue
@@ -124,6 +125,10 @@ class PartitionWork:
             result.issues.extend(p for p in record.problems if p.check in wanted)
             annotate(record, self.options)
             tally(record, result.stats, self.options)
+            if record.meta.get("kind") == "array":  # an array value: the numeric checks, as one row
+                row = Batch(record.source, record.index, offset, record.payload[None], keys=[record.key])
+                only_numeric = [c for c in batch_checks if c.func is None and c.needs != "label"]
+                self._check_batch(row, only_numeric, [], columns, label_counts, result)
             for check in record_checks:
                 finding = _run_check(check, record, self.options)
                 if finding is not None:
@@ -142,13 +147,11 @@ class PartitionWork:
 
     def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, label_counts, result) -> None:
         """The vectorized path: a whole block of rows at once, details only for flagged rows."""
-        result.records += len(batch)
         for check in batch_checks:
             if check.needs == "label" and batch.labels is None:
                 continue
             for row, finding in _run_check(check, batch, self.options, check.batch):
-                index = batch.start + row
-                result.issues.append(make_issue(check.id, batch.source, str(index), index, finding))
+                result.issues.append(make_issue(check.id, batch.source, batch.key(row), batch.start + row, finding))
         for check in dataset_checks:
             if check.collect_batch is not None:
                 rows, values = check.collect_batch(batch)

@@ -63,5 +63,7 @@ def isolated_check_registry():
     before = dict(REGISTRY)
     yield
     for check_id in set(REGISTRY) - set(before):
-        module = REGISTRY.pop(check_id).func.__module__
-        sys.modules.pop(module, None)  # so that the next import registers it again
+        check = REGISTRY.pop(check_id)
+        function = check.func or check.batch
+        if function is not None:
+            sys.modules.pop(function.__module__, None)  # so that the next import registers it again

@@ -78,10 +78,14 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
 
 
 def _image_mode(record: Record) -> str | None:
+    """``image|<mode>`` for an image, ``array|<shape dtype>`` for an array value (LMDB)."""
     facts = record.meta.get("image")
-    if facts is None or facts.mode is None or facts.error is not None or facts.bomb:
+    if facts is None:
+        shape = record.meta.get("shape")
+        return None if shape is None else f"array|{shape}"
+    if facts.mode is None or facts.error is not None or facts.bomb:
         return None
-    return facts.mode
+    return f"image|{facts.mode}"
 
 
 @dataset_check("shape-mismatch", Severity.WARNING, collect=_image_mode, dtype="category", needs="image")
@@ -90,7 +94,9 @@ def shape_mismatch(column: Column, options: CheckOptions, locate: Locate) -> Jud
 
     What it finds:
         A CMYK, grayscale, palette or RGBA image among RGB images (Pillow's mode), judged
-        against the mode most of the dataset's decodable images have.
+        against the mode most of the dataset's decodable images have; an array value (LMDB
+        `.npy` or raw Datum) whose shape or dtype differs from most arrays'; and, as an error,
+        a raw Datum whose `len(data)` is not channels x height x width.
     Why it breaks training:
         A loader that does not convert every image stacks a 1- or 4-channel tensor into an RGB
         batch and crashes, or (CMYK) feeds inverted colours; a normalization with per-channel
@@ -100,23 +106,26 @@ def shape_mismatch(column: Column, options: CheckOptions, locate: Locate) -> Jud
     What fix does:
         Nothing by default (a warning); with `--severity warning` the record is quarantined.
     """
-    if len(column.values) == 0:
-        return []
-    modes, counts = np.unique(column.values, return_counts=True)
-    dominant_at = int(np.argmax(counts))
-    dominant = str(modes[dominant_at])
-    share = counts[dominant_at] / counts.sum()
-    odd = np.flatnonzero(column.values != dominant)
-    return [
-        (
-            position,
-            Finding(
-                f"mode {column.values[i]} differs from the dataset's dominant {dominant}",
-                {"mode": str(column.values[i]), "dominant": dominant, "dominant_share": round(float(share), 4)},
-            ),
-        )
-        for i, position in zip(odd, _positions(column, odd))
-    ]
+    judgement: Judgement = []
+    kinds = np.array([value.partition("|")[0] for value in column.values], dtype=object)
+    for kind in np.unique(kinds) if len(kinds) else []:  # images against images, arrays against arrays
+        members = np.flatnonzero(kinds == kind)
+        values = np.array([v.partition("|")[2] for v in column.values[members]], dtype=object)
+        names, counts = np.unique(values, return_counts=True)
+        dominant = str(names[int(np.argmax(counts))])
+        share = round(float(counts.max() / counts.sum()), 4)
+        what = "mode" if kind == "image" else "shape"
+        for i in np.flatnonzero(values != dominant):
+            judgement.append(
+                (
+                    _positions(column, [members[i]])[0],
+                    Finding(
+                        f"{what} {values[i]} differs from the dataset's dominant {dominant}",
+                        {what: str(values[i]), "dominant": dominant, "dominant_share": share},
+                    ),
+                )
+            )
+    return judgement
 
 
 def _class_index(record: Record) -> float | None:

@@ -41,6 +41,28 @@ UNSAFE_PATH = reader_check(
 )
 
 
+UNDECODABLE_RECORD = reader_check(
+    "undecodable-record",
+    Severity.ERROR,
+    """A value that no codec understands, a Datum that fails to parse, or a pickled value.
+
+    What it finds:
+        LMDB values that are neither a Caffe `Datum`, nor encoded image bytes, nor `.npy` bytes;
+        Datums whose protobuf does not parse; `.npy` bytes that do not load; and pickled
+        values, which scrub never unpickles unless `--allow-pickle` is given (unpickling
+        untrusted data runs arbitrary code).
+    Why it breaks training:
+        The data loader raises on the record mid-epoch; a single undecodable Datum aborts a
+        Caffe training run.
+    Example:
+        Key `00001234_cat/0042.jpg` holds 37 bytes of an interrupted write.
+    What fix does:
+        Moves the record to the quarantine.
+    """,
+    needs="values",
+)
+
+
 @record_check("empty-record", Severity.ERROR, needs="any")
 def empty_record(record: Record, options: CheckOptions) -> Finding | None:
     """A record whose value is empty: a zero-byte file, an empty value, a zero-size row.

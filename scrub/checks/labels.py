@@ -36,7 +36,7 @@ def missing_label(record: Record, options: CheckOptions) -> Finding | None:
     What fix does:
         Moves the record to the quarantine.
     """
-    if record.label is None:
+    if record.label is None and record.meta.get("label_known", True):
         return Finding("record has no label")
     return None
 

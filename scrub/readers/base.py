@@ -25,6 +25,8 @@ class ReadOptions:
     root: Path | None = None  # where list-file paths are relative to (default: the list's folder)
     data_key: str | None = None  # HDF5: the dataset whose rows are records (default "data")
     label_key: str | None = None  # HDF5: the labels dataset (default "label")
+    lmdb_codec: str | None = None  # LMDB: force a value codec (default: detect per record)
+    allow_pickle: bool = False  # LMDB: unpickle pickled values (runs arbitrary code)
 
 
 @dataclass
@@ -100,6 +102,7 @@ class Reader(ABC):
 
 #: format name -> "module:Class"; imports are deferred until a reader is used.
 REGISTRY: dict[str, str] = {
+    "lmdb": "scrub.readers.lmdb:LMDBReader",
     "hdf5": "scrub.readers.hdf5:HDF5Reader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }

@@ -155,6 +155,9 @@ class ImageReader(Reader):
                     skipped["non-image file"] += 1
 
         walk(str(root), "", None)
+        if not entries:
+            skipped_count = sum(skipped.values())
+            raise UnusableDataset(f"{root}: no images found" + (f" ({skipped_count} other entries skipped)" if skipped_count else ""))
         info = DatasetInfo(
             format=self.format,
             layout="class-folders" if labelled else "flat",
