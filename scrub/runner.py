@@ -105,45 +105,45 @@ class PartitionWork:
         stop: int | None = None,
         on_record: Callable[[int], None] | None = None,
     ) -> PartitionResult:
-        record_checks = [c for c in self.checks if c.kind == "record" and c.func is not None]
-        batch_checks = [c for c in self.checks if c.batch is not None]
-        dataset_checks = [c for c in self.checks if c.kind == "dataset"]
-        wanted = {c.id for c in self.checks}
+        plan = _Plan(self.checks)
         result = PartitionResult(partition_no)
-        columns = {c.id: ([], []) for c in dataset_checks}
+        columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
         offset = start
-        for record in self.reader.read(partition, start, stop):
+        for item in self.reader.read(partition, start, stop):
             if on_record is not None:
                 on_record(offset)
-            if isinstance(record, Batch):
-                result.records += len(record)
-                self._check_batch(record, batch_checks, dataset_checks, columns, label_counts, result)
-                offset += len(record)
-                continue
-            result.records += 1
-            result.issues.extend(p for p in record.problems if p.check in wanted)
-            annotate(record, self.options)
-            tally(record, result.stats, self.options)
-            if record.meta.get("kind") == "array":  # an array value: the numeric checks, as one row
-                row = Batch(record.source, record.index, offset, record.payload[None], keys=[record.key])
-                only_numeric = [c for c in batch_checks if c.func is None and c.needs != "label"]
-                self._check_batch(row, only_numeric, [], columns, label_counts, result)
-            for check in record_checks:
-                finding = _run_check(check, record, self.options)
-                if finding is not None:
-                    result.issues.append(make_issue(check.id, record.source, record.key, record.index, finding))
-            for check in dataset_checks:
-                value = check.collect(record)
-                if value is not None:
-                    offsets, values = columns[check.id]
-                    offsets.append(offset)
-                    values.append(value)
-            offset += 1
+            if isinstance(item, Batch):
+                result.records += len(item)
+                self._check_batch(item, plan.batch, plan.dataset, columns, label_counts, result)
+                offset += len(item)
+            else:
+                result.records += 1
+                self._check_record(item, offset, plan, columns, label_counts, result)
+                offset += 1
         result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
         if label_counts:
             result.stats["labels"].update(_merge_counts(label_counts))
         return result
+
+    def _check_record(self, record: Record, offset: int, plan: "_Plan", columns, label_counts, result) -> None:
+        """The per-record path: properties once, then every record check and collector."""
+        result.issues.extend(p for p in record.problems if p.check in plan.ids)
+        annotate(record, self.options)
+        tally(record, result.stats, self.options)
+        if record.meta.get("kind") == "array":  # an array value: the numeric checks, as one row
+            row = Batch(record.source, record.index, offset, record.payload[None], keys=[record.key])
+            self._check_batch(row, plan.numeric, [], columns, label_counts, result)
+        for check in plan.record:
+            finding = _run_check(check, record, self.options)
+            if finding is not None:
+                result.issues.append(make_issue(check.id, record.source, record.key, record.index, finding))
+        for check in plan.dataset:
+            value = check.collect(record)
+            if value is not None:
+                offsets, values = columns[check.id]
+                offsets.append(offset)
+                values.append(value)
 
     def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, label_counts, result) -> None:
         """The vectorized path: a whole block of rows at once, details only for flagged rows."""
@@ -168,6 +168,19 @@ class PartitionWork:
         """The partial result for a record that crashed or hung its worker."""
         source, key, index = self.reader.locate(partition, [offset])[0]
         return PartitionResult(partition_no, records=1, issues=[decoder_failure(source, key, index, reason)])
+
+
+class _Plan:
+    """The selected checks, sorted by the path that runs them."""
+
+    def __init__(self, checks: Sequence[Check]) -> None:
+        self.ids = {c.id for c in checks}
+        self.record = [c for c in checks if c.kind == "record" and c.func is not None]
+        self.batch = [c for c in checks if c.batch is not None]
+        # Array values of record datasets get the checks that exist only in batch form; the
+        # others (labels, empty-record) already ran on the record.
+        self.numeric = [c for c in self.batch if c.func is None and c.needs != "label"]
+        self.dataset = [c for c in checks if c.kind == "dataset"]
 
 
 def _packed(offsets: list, values: list) -> tuple[Any, Any]:
