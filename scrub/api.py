@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,11 +95,13 @@ def scan(
     to import first, so that the checks they define run too. Raises `ScrubError` subclasses
     with a one-line message when the dataset or the options are unusable.
     """
+    started = time.perf_counter()
     load_plugins(plugins)
     if num_classes is not None and num_classes < 1:
         raise UsageError("--num-classes must be at least 1")
-    if isinstance(label_range, str) or label_range is None:
-        label_range = parse_label_range(label_range)
+    if isinstance(label_range, tuple):
+        label_range = f"{label_range[0]}:{label_range[1]}"
+    label_range = parse_label_range(label_range)
     if max_pixels is not None and max_pixels < 1:
         raise UsageError("--max-pixels must be at least 1")
     path = Path(path)
@@ -128,8 +131,8 @@ def scan(
     writer = ManifestWriter(Path(manifest))
     aggregate = ScanAggregate(checks, options, writer, progress, total=info.records)
     work = PartitionWork(reader, options, checks)
-    aggregate.add_dataset_issues(info.issues)
     try:
+        aggregate.add_dataset_issues(info.issues)
         pipeline.run(work, partitions, plan, aggregate.add, work.failure)
         aggregate.finish_dataset_checks(_locator(reader, partitions))
     except BaseException:
@@ -153,7 +156,7 @@ def scan(
         },
         scheduler=plan.scheduler,
         workers=plan.workers,
-        seconds=aggregate.elapsed,
+        seconds=time.perf_counter() - started,
         manifest=str(manifest_path),
         datasets={
             source: {**info.files.get(source, {}), **stats.to_dict()}
