@@ -155,16 +155,8 @@ def make_lmdb(root: Path) -> None:
     """A Caffe Datum db (encoded, raw and float_data), an LSUN-style db and an .npy db."""
     from scrub.readers.caffe_datum import datum_class
 
-    Datum = datum_class()
-
     def datum(**fields) -> bytes:
-        message = Datum()
-        for name, value in fields.items():
-            if name == "float_data":
-                message.float_data.extend(value)
-            else:
-                setattr(message, name, value)
-        return message.SerializeToString()
+        return datum_class()(**fields).SerializeToString()
 
     rng = np.random.default_rng(7)
     items = []

@@ -38,13 +38,7 @@ def write_db(path, items, subdir=True):
 
 
 def datum(**fields) -> bytes:
-    message = datum_class()()
-    for name, value in fields.items():
-        if name == "float_data":
-            message.float_data.extend(value)
-        else:
-            setattr(message, name, value)
-    return message.SerializeToString()
+    return datum_class()(**fields).SerializeToString()
 
 
 def npy(array) -> bytes:
