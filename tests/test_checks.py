@@ -50,6 +50,13 @@ def test_label_out_of_range(label, options, flagged):
     assert (label_out_of_range(record(label), options) is not None) == flagged
 
 
+def test_nonfinite_label_in_a_list_file(tmp_path):
+    write(tmp_path / "a.jpg", image_bytes(1))
+    write(tmp_path / "list.txt", b"a.jpg nan\na.jpg inf\na.jpg 1\n")
+    result = scrub.scan(tmp_path / "list.txt", ignore=["duplicate"])
+    assert sorted((i.index, i.check) for i in result.issues()) == [(0, "nonfinite-label"), (1, "nonfinite-label")]
+
+
 def outliers(labels, options=CheckOptions()) -> list[int]:
     values = np.asarray(labels, dtype=float)
     positions = np.stack([np.zeros(len(values), int), np.arange(len(values))], axis=1)

@@ -8,13 +8,14 @@ data, so every row the sums flag is re-checked exactly before it is reported.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check
-from scrub.records import Batch, Severity
+from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check
+from scrub.records import Batch, Record, Severity
 
 FP16_MAX = 65504.0
 
@@ -99,7 +100,7 @@ ROW_COUNT_MISMATCH = reader_check(
     What fix does:
         Keeps the rows both datasets have and quarantines the rest.
     """,
-    needs="array",
+    needs="rows",
 )
 
 
@@ -190,8 +191,8 @@ def empty_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]
     return [(row, Finding("empty row (0 values)", {"size": 0})) for row in range(len(batch))]
 
 
-@batch_check("nonfinite-label", Severity.ERROR, needs="label")
-def nonfinite_label(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+@record_check("nonfinite-label", Severity.ERROR, needs="label")
+def nonfinite_label(record: Record, options: CheckOptions) -> Finding | None:
     """A NaN or infinite label.
 
     What it finds:
@@ -202,8 +203,16 @@ def nonfinite_label(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
     Example:
         Row 42 of `train.h5` has label NaN.
     What fix does:
-        Moves the row to the quarantine.
+        Moves the record to the quarantine.
     """
+    label = record.label
+    if isinstance(label, float) and not math.isfinite(label):
+        return Finding(f"label is {label}", {"label": str(label)})
+    return None
+
+
+@batch_check("nonfinite-label")
+def nonfinite_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
     if batch.labels is None:
         return []
     bad = np.flatnonzero(~np.isfinite(batch.labels))

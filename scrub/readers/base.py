@@ -69,7 +69,8 @@ class Reader(ABC):
     #: Records per task: enough work (>= ~0.2 s) to amortize Dask's ~2 ms per task.
     records_per_task: ClassVar[int] = 1000
     #: What its records carry, matched against each check's ``needs`` ("any" and "label"
-    #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers.
+    #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers,
+    #: "rows" for paired data/label datasets, "values" for key-value stores.
     provides: ClassVar[frozenset[str]] = frozenset()
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()

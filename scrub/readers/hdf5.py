@@ -66,7 +66,7 @@ class HDF5Reader(Reader):
     format = "hdf5"
     preferred_scheduler = "processes"
     records_per_task = 0  # partitions are sized in bytes, see PARTITION_BYTES
-    provides = frozenset({"array"})
+    provides = frozenset({"array", "rows"})
     worker_imports = ("h5py",)
 
     @classmethod
