@@ -58,6 +58,48 @@ class ColumnStore:
         return Column(positions, values)
 
 
+class RareValueStore:
+    """A histogram of numeric values plus the positions of the values that are still rare.
+
+    A value seen more than ``cap`` times is common: its positions are dropped and never kept
+    again. Negative values keep their positions (every one of them is reported).
+    """
+
+    def __init__(self, cap: int = 1000) -> None:
+        self.cap = cap
+        self.counts: Counter[float] = Counter()
+        self.common: set[float] = set()
+        self.kept: dict[float, list[np.ndarray]] = defaultdict(list)
+
+    def add(self, partition: int, offsets: Any, values: Any) -> None:
+        values = np.asarray(values, dtype=np.float64)
+        if len(values) == 0:
+            return
+        offsets = np.asarray(offsets, dtype=np.int64)
+        distinct, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+        groups = np.split(offsets[np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1])
+        for value, count, group in zip(distinct.tolist(), counts.tolist(), groups):
+            self.counts[value] += count
+            if value in self.common:
+                continue
+            if self.counts[value] > self.cap and value >= 0:
+                self.common.add(value)
+                self.kept.pop(value, None)
+                continue
+            positions = np.empty((len(group), 2), dtype=np.int32)
+            positions[:, 0], positions[:, 1] = partition, group
+            self.kept[value].append(positions)
+
+    def column(self) -> Column:
+        values = [np.full(sum(len(p) for p in parts), value) for value, parts in self.kept.items()]
+        positions = [np.concatenate(parts) for parts in self.kept.values()]
+        distinct = np.array(sorted(self.counts), dtype=np.float64)
+        counts = np.array([self.counts[v] for v in distinct.tolist()], dtype=np.int64)
+        if not positions:
+            return Column(np.empty((0, 2), dtype=np.int32), np.empty(0), (distinct, counts))
+        return Column(np.concatenate(positions), np.concatenate(values), (distinct, counts))
+
+
 @dataclass
 class Progress:
     """A snapshot for progress displays."""
@@ -66,6 +108,10 @@ class Progress:
     total: int
     issues: int
     seconds: float
+
+
+def _store(dtype: str) -> ColumnStore | RareValueStore:
+    return RareValueStore() if dtype == "rare" else ColumnStore(dtype)
 
 
 class ScanAggregate:
@@ -91,7 +137,7 @@ class ScanAggregate:
         self.flagged: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.numeric: dict[str, NumericStats] = {}
-        self.columns = {c.id: ColumnStore(c.column_dtype) for c in self.checks if c.kind == "dataset"}
+        self.columns = {c.id: _store(c.column_dtype) for c in self.checks if c.kind == "dataset"}
         self._report_progress()
 
     def add(self, result: PartitionResult) -> None:
@@ -132,7 +178,7 @@ class ScanAggregate:
             identities = locate([position for position, _ in judgement])
             for (source, key, index), (_, finding) in zip(identities, judgement):
                 self._record_issue(make_issue(check.id, source, key, index, finding))
-            self.columns[check.id] = ColumnStore(check.column_dtype)  # free the memory
+            self.columns[check.id] = _store(check.column_dtype)  # free the memory
 
     @property
     def elapsed(self) -> float:

@@ -72,7 +72,32 @@ def test_label_outlier_rule():
     assert outliers([0, 5, 17, 150, 400, 980] * 10) == []  # sparse class ids, not rare
     assert outliers([*range(10)] * 5 + [8000] * 40) == []  # a real (if odd) class
     assert outliers([*range(10)] * 5 + [8000], CheckOptions(num_classes=10)) == []  # exact check instead
-    assert list(far_labels(np.array([0.0, 0.0]))) == []
+    assert list(far_labels(np.array([0.0]), np.array([2]))) == []
+
+
+def test_rare_value_store_keeps_only_rare_positions_but_every_count():
+    from scrub.summary import RareValueStore
+
+    store = RareValueStore(cap=5)
+    store.add(0, list(range(10)), [1.0] * 10)  # common at once
+    store.add(1, [0, 1, 2], [8000.0, -1.0, 2.0])
+    store.add(2, list(range(8)), [-1.0] * 8)  # negatives: every position kept
+    column = store.column()
+    assert dict(zip(*column.histogram)) == {-1.0: 9, 1.0: 10, 2.0: 1, 8000.0: 1}
+    kept = sorted(zip(column.values.tolist(), map(tuple, column.positions.tolist())))
+    assert kept == sorted([(8000.0, (1, 0)), (-1.0, (1, 1)), (2.0, (1, 2))] + [(-1.0, (2, i)) for i in range(8)])
+
+
+def test_label_outlier_across_partitions_with_bounded_memory(tmp_path):
+    import h5py
+
+    labels = np.arange(5000) % 10
+    labels[4321] = 8000
+    with h5py.File(tmp_path / "d.h5", "w") as file:
+        file.create_dataset("data", data=np.ones((5000, 2), dtype=np.float32))
+        file.create_dataset("label", data=labels.astype(np.float32))
+    result = scrub.scan(tmp_path / "d.h5", partition_size=700, scheduler="sync")
+    assert findings(result) == {("4321", "label-outlier")}
 
 
 def test_duplicates_name_the_first_copy_across_partitions(tmp_path):

@@ -91,6 +91,8 @@ class Column:
 
     positions: np.ndarray  # shape (n, 2): partition number, offset
     values: np.ndarray
+    #: (distinct values, counts) over every record, when ``values`` holds only some of them
+    histogram: tuple[np.ndarray, np.ndarray] | None = None
 
 
 Locate = Callable[[Sequence[Position]], list[tuple[str, str, int]]]
@@ -123,7 +125,8 @@ def dataset_check(
     """Register ``judge(column, options, locate) -> list[(position, Finding)]``.
 
     ``collect(record)`` returns the record's value (or None to leave it out); ``dtype`` is the
-    NumPy dtype the values are packed into, or ``"category"`` for a few distinct strings.
+    NumPy dtype the values are packed into, ``"category"`` for a few distinct strings, or
+    ``"rare"`` to keep a histogram of numbers plus the positions of their rare values only.
     """
 
     def decorate(func: Callable) -> Callable:

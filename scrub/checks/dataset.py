@@ -1,8 +1,8 @@
 """Whole-dataset checks: each collects one small value per record, then judges the column.
 
 Memory: the columns are the only per-record state scrub keeps (16 bytes per record for
-`duplicate`, 1–2 bytes for `shape-mismatch`, 8 for `label-outlier`, plus 8 for the position);
-each can be switched off with `--ignore`.
+`duplicate`, 2 bytes for `shape-mismatch`, plus 8 for the position; each can be switched off
+with `--ignore`). `label-outlier` keeps a label histogram and the positions of rare labels only.
 """
 
 from __future__ import annotations
@@ -140,11 +140,19 @@ FAR_MARGIN = 10
 #: (or 1% of the distinct labels) and this many records (or 1% of the records).
 RARE_VALUES = 3
 RARE_RECORDS = 3
+#: ...and never more than this many records, so that only the positions of rare labels need
+#: keeping (see `scrub.summary.RareValueStore`): memory stays bounded however many rows.
+RARE_RECORDS_MAX = 1000
 
 
-def far_labels(labels: np.ndarray) -> np.ndarray:
-    """The label values above the first far gap, when they are rare; else none."""
-    distinct, counts = np.unique(labels[labels >= 0], return_counts=True)
+def far_labels(distinct: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The label values above the first far gap, when they are rare; else none.
+
+    ``distinct`` (sorted) and ``counts`` are the histogram of every labelled record.
+    """
+    total = int(counts.sum())
+    keep = distinct >= 0
+    distinct, counts = distinct[keep], counts[keep]
     if len(distinct) < 2:
         return distinct[:0]
     far_gaps = np.flatnonzero(distinct[1:] > FAR_FACTOR * distinct[:-1] + FAR_MARGIN)
@@ -152,11 +160,11 @@ def far_labels(labels: np.ndarray) -> np.ndarray:
         return distinct[:0]
     above = far_gaps[0] + 1
     rare_values = len(distinct) - above <= max(RARE_VALUES, len(distinct) // 100)
-    rare_records = counts[above:].sum() <= max(RARE_RECORDS, len(labels) // 100)
+    rare_records = counts[above:].sum() <= max(RARE_RECORDS, min(total // 100, RARE_RECORDS_MAX))
     return distinct[above:] if rare_values and rare_records else distinct[:0]
 
 
-@dataset_check("label-outlier", Severity.WARNING, collect=_class_index, dtype="float64", needs="label")
+@dataset_check("label-outlier", Severity.WARNING, collect=_class_index, dtype="rare", needs="label")
 def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
     """Without a declared class range: a label far outside the rest (8000 among 0..9).
 
@@ -164,8 +172,8 @@ def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judg
         Negative labels (no class index is negative), and labels above a far gap: sorting the
         distinct labels, the first place where the next label b exceeds 2 x a + 10 (a being the
         label below it); the labels above are outliers when they are rare (at most 3 distinct
-        values and 3 records, or 1% of either), so sparse or long-tailed class ids are not
-        flagged. Runs only when neither `--num-classes` nor `--label-range` is given; with one,
+        values and 3 records, or 1% of either, and never more than 1000 records), so sparse or
+        long-tailed class ids are not flagged. Runs only when neither `--num-classes` nor `--label-range` is given; with one,
         `label-out-of-range` is exact.
     Why it breaks training:
         Cross-entropy indexes the logits with the label; a label past the last class reads
@@ -179,7 +187,8 @@ def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judg
     if options.declared_range is not None or len(column.values) == 0:
         return []
     labels = column.values
-    far = far_labels(labels)
+    distinct, counts = column.histogram or np.unique(labels, return_counts=True)
+    far = far_labels(distinct, counts)
     outliers = np.flatnonzero(np.isin(labels, far) | (labels < 0))
     judgement: Judgement = []
     for i, position in zip(outliers, _positions(column, outliers)):
