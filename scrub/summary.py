@@ -62,42 +62,43 @@ class RareValueStore:
     """A histogram of numeric values plus the positions of the values that are still rare.
 
     A value seen more than ``cap`` times is common: its positions are dropped and never kept
-    again. Negative values keep their positions (every one of them is reported).
+    again. Negative values keep their positions (every one of them is reported). Vectorized:
+    the only Python loop is the histogram update, once per distinct value of a partition.
     """
 
     def __init__(self, cap: int = 1000) -> None:
         self.cap = cap
         self.counts: Counter[float] = Counter()
-        self.common: set[float] = set()
-        self.kept: dict[float, list[np.ndarray]] = defaultdict(list)
+        self.common = np.empty(0, dtype=np.float64)
+        self._positions: list[np.ndarray] = []
+        self._values: list[np.ndarray] = []
 
     def add(self, partition: int, offsets: Any, values: Any) -> None:
         values = np.asarray(values, dtype=np.float64)
         if len(values) == 0:
             return
-        offsets = np.asarray(offsets, dtype=np.int64)
-        distinct, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-        groups = np.split(offsets[np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1])
-        for value, count, group in zip(distinct.tolist(), counts.tolist(), groups):
-            self.counts[value] += count
-            if value in self.common:
-                continue
-            if self.counts[value] > self.cap and value >= 0:
-                self.common.add(value)
-                self.kept.pop(value, None)
-                continue
-            positions = np.empty((len(group), 2), dtype=np.int32)
-            positions[:, 0], positions[:, 1] = partition, group
-            self.kept[value].append(positions)
+        distinct, counts = np.unique(values, return_counts=True)
+        self.counts.update(dict(zip(distinct.tolist(), counts.tolist())))
+        totals = np.fromiter((self.counts[v] for v in distinct.tolist()), dtype=np.int64, count=len(distinct))
+        newly_common = distinct[(totals > self.cap) & (distinct >= 0)]
+        if len(newly_common):
+            self.common = np.union1d(self.common, newly_common)
+            for i, kept in enumerate(self._values):
+                rare = ~np.isin(kept, newly_common)
+                self._values[i], self._positions[i] = kept[rare], self._positions[i][rare]
+        rare = ~np.isin(values, self.common)
+        if rare.any():
+            positions = np.empty((int(rare.sum()), 2), dtype=np.int32)
+            positions[:, 0], positions[:, 1] = partition, np.asarray(offsets)[rare]
+            self._positions.append(positions)
+            self._values.append(values[rare])
 
     def column(self) -> Column:
-        values = [np.full(sum(len(p) for p in parts), value) for value, parts in self.kept.items()]
-        positions = [np.concatenate(parts) for parts in self.kept.values()]
         distinct = np.array(sorted(self.counts), dtype=np.float64)
         counts = np.array([self.counts[v] for v in distinct.tolist()], dtype=np.int64)
-        if not positions:
+        if not self._positions:
             return Column(np.empty((0, 2), dtype=np.int32), np.empty(0), (distinct, counts))
-        return Column(np.concatenate(positions), np.concatenate(values), (distinct, counts))
+        return Column(np.concatenate(self._positions), np.concatenate(self._values), (distinct, counts))
 
 
 @dataclass
