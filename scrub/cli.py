@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scrub import __version__
@@ -217,7 +218,7 @@ class _progress:
 def _print_summary(summary) -> None:
     info = summary.dataset
     layout = info.layout + (f", {len(info.classes)} classes" if info.classes else "")
-    out.print(f"[bold]{summary.path}[/bold]: {info.format} ({layout})", soft_wrap=True)
+    out.print(f"[bold]{escape(summary.path)}[/bold]: {info.format} ({escape(layout)})", soft_wrap=True)
     if info.skipped:
         skipped = ", ".join(f"{n} {what}" for what, n in sorted(info.skipped.items()))
         out.print(f"skipped: {skipped}", markup=False)

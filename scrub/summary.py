@@ -214,7 +214,6 @@ class Summary:
     manifest: str | None
     #: per array dataset: dtype, shape, min/max/mean of its finite values
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def issues(self) -> int:
@@ -249,5 +248,4 @@ class Summary:
             "seconds": round(self.seconds, 3),
             "records_per_second": round(self.records_per_second, 1),
             "manifest": self.manifest,
-            **self.extra,
         }
