@@ -197,3 +197,17 @@ def test_source_is_never_modified(tmp_path):
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     scrub.scan(path, scheduler="processes", workers=2, partition_size=2)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_damaged_chunk_makes_the_file_unusable(tmp_path):
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=np.ones((4000, 256), np.float32), chunks=(100, 256), compression="gzip")
+    damaged = bytearray(path.read_bytes())
+    middle = len(damaged) // 2
+    damaged[middle : middle + 4000] = bytes(4000)  # same size: only the compressed chunks break
+    path.write_bytes(bytes(damaged))
+    result = run_cli(path, "--manifest", tmp_path / "m.jsonl")
+    assert result.returncode == 2, result.stderr
+    assert "d.h5: rows" in result.stderr and "cannot be read" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -72,7 +72,7 @@ class HDF5Reader(Reader):
     @classmethod
     def sniff(cls, path: Path) -> bool:
         if path.is_dir():
-            return any(p.suffix.lower() in HDF5_EXTENSIONS for p in path.iterdir() if p.is_file())
+            return any(p.suffix.lower() in HDF5_EXTENSIONS and p.is_file() for p in path.iterdir())
         if not path.is_file():
             return False
         if _is_hdf5_file(path):
@@ -198,10 +198,15 @@ class HDF5Reader(Reader):
             for begin in range(first, last, partition.block_rows):
                 end = min(begin + partition.block_rows, last)
                 count = end - begin
-                if count and buffer.size:
-                    data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
-                if labels is not None:
-                    labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count)
+                try:
+                    if count and buffer.size:
+                        data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
+                    if labels is not None:
+                        labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count)
+                except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
+                    raise UnusableDataset(
+                        f"{partition.source}: rows {begin}-{end - 1} cannot be read ({_first_line(error)})"
+                    ) from None
                 yield Batch(
                     partition.source,
                     begin,
