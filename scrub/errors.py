@@ -23,3 +23,8 @@ class UnusableDataset(ScrubError):
 
 class UsageError(ScrubError):
     """Options that contradict each other or make no sense."""
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's message, first line only (library errors can run to many lines)."""
+    return (str(error).splitlines() or [type(error).__name__])[0]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from scrub.checks.base import Finding, make_issue
-from scrub.errors import UnusableDataset
+from scrub.errors import UnusableDataset, first_line
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.records import Batch, Issue
 
@@ -136,7 +136,7 @@ class HDF5Reader(Reader):
         try:
             file = h5py.File(path, "r")
         except OSError as error:
-            raise UnusableDataset(f"{source}: not a readable HDF5 file ({_first_line(error)})") from None
+            raise UnusableDataset(f"{source}: not a readable HDF5 file ({first_line(error)})") from None
         with file:
             unsafe = _unsafe_links(file, (data_key, label_key), os.path.dirname(path), real_root)
             if unsafe:
@@ -205,7 +205,7 @@ class HDF5Reader(Reader):
                         labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count)
                 except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
                     raise UnusableDataset(
-                        f"{partition.source}: rows {begin}-{end - 1} cannot be read ({_first_line(error)})"
+                        f"{partition.source}: rows {begin}-{end - 1} cannot be read ({first_line(error)})"
                     ) from None
                 yield Batch(
                     partition.source,
@@ -239,9 +239,6 @@ def _round_up(value: int, multiple: int) -> int:
 def _inside(path: str, real_root: str) -> bool:
     return path == real_root or path.startswith(real_root + os.sep)
 
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def _dataset_issue(check: str, source: str, message: str, **details: Any) -> Issue:
@@ -280,7 +277,7 @@ def _unsafe_links(file, keys: Sequence[str], directory: str, real_root: str) -> 
         try:
             dataset = file.get(key)
         except (KeyError, OSError) as error:
-            problems.append(f"{key!r} cannot be opened: {_first_line(error)}")
+            problems.append(f"{key!r} cannot be opened: {first_line(error)}")
             continue
         if not isinstance(dataset, h5py.Dataset):
             continue

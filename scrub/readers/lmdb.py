@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from scrub.checks.base import Finding, make_issue, problem
-from scrub.errors import UnusableDataset, UsageError
+from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.records import Record, Severity
@@ -124,7 +124,7 @@ def _environment(path: str, subdir: bool):
                 path, subdir=subdir, readonly=True, lock=False, readahead=True, max_dbs=0, max_readers=512
             )
         except lmdb.Error as error:
-            raise UnusableDataset(f"{path}: not a readable LMDB environment ({_first_line(error)})") from None
+            raise UnusableDataset(f"{path}: not a readable LMDB environment ({first_line(error)})") from None
         _ENVIRONMENTS[path] = environment
     return environment
 
@@ -182,7 +182,7 @@ class LMDBReader(Reader):
                         first, count = None, 0
                 entries = environment.stat()["entries"]
         except lmdb.Error as error:
-            raise UnusableDataset(f"{self.path}: the LMDB environment is damaged ({_first_line(error)})") from None
+            raise UnusableDataset(f"{self.path}: the LMDB environment is damaged ({first_line(error)})") from None
         if first is not None:
             partitions.append(KeyRange(path, subdir, source, first, count, len(partitions) * partition_size))
         records = sum(len(p) for p in partitions)
@@ -229,7 +229,7 @@ class LMDBReader(Reader):
                         yield offset, bytes(key), value
                     offset += 1
         except lmdb.Error as error:
-            raise UnusableDataset(f"{partition.source}: the LMDB environment is damaged ({_first_line(error)})") from None
+            raise UnusableDataset(f"{partition.source}: the LMDB environment is damaged ({first_line(error)})") from None
 
     def read(self, partition: KeyRange, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         codec = self.options.lmdb_codec or "auto"
@@ -296,7 +296,7 @@ def _decode_npy(record: Record, value: bytes) -> None:
     try:
         array = np.load(io.BytesIO(value), allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
-        record.problems.append(problem(record, "undecodable-record", f".npy bytes do not load: {_first_line(error)}"))
+        record.problems.append(problem(record, "undecodable-record", f".npy bytes do not load: {first_line(error)}"))
         return
     _use_array(record, array)
 
@@ -373,6 +373,3 @@ def _use_array(record: Record, array: np.ndarray) -> None:
     record.payload, record.meta["kind"] = array, "array"
     record.meta["shape"] = "x".join(map(str, array.shape))  # uint8 data and float_data batch alike
 
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0]
