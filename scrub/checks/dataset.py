@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position, batch_collector, dataset_check
-from scrub.checks.labels import integer_label
+from scrub.checks.labels import integer_label, integral_labels
 from scrub.records import Batch, Record, Severity
 
 Judgement = list[tuple[Position, Finding]]
@@ -202,7 +202,5 @@ def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judg
 def _class_indices(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     if batch.labels is None:
         return np.empty(0, int), np.empty(0)
-    labels = batch.labels
-    with np.errstate(invalid="ignore"):
-        rows = np.flatnonzero(np.isfinite(labels) & (labels == np.round(labels)))
-    return rows, labels[rows].astype(np.float64)
+    rows = np.flatnonzero(integral_labels(batch.labels))
+    return rows, batch.labels[rows].astype(np.float64)

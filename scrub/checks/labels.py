@@ -92,7 +92,8 @@ def label_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-def _integral(labels: np.ndarray) -> np.ndarray:
+def integral_labels(labels: np.ndarray) -> np.ndarray:
+    """Mask of the labels that are class indices: finite and integral (3.0 counts as 3)."""
     with np.errstate(invalid="ignore"):
         return np.isfinite(labels) & (labels == np.round(labels))
 
@@ -102,7 +103,7 @@ def non_integer_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, F
     if batch.labels is None:
         return []
     labels = batch.labels
-    bad = np.flatnonzero(np.isfinite(labels) & ~_integral(labels))
+    bad = np.flatnonzero(np.isfinite(labels) & ~integral_labels(labels))
     return [(int(r), Finding(f"label {labels[r]:g} is not an integer", {"label": float(labels[r])})) for r in bad]
 
 
@@ -113,7 +114,7 @@ def labels_out_of_range(batch: Batch, options: CheckOptions) -> list[tuple[int, 
         return []
     low, high = declared
     labels = batch.labels
-    bad = np.flatnonzero(_integral(labels) & ((labels < low) | (labels >= high)))
+    bad = np.flatnonzero(integral_labels(labels) & ((labels < low) | (labels >= high)))
     return [
         (int(r), Finding(f"label {int(labels[r])} is outside [{low}, {high})", {"label": int(labels[r]), "low": low, "high": high}))
         for r in bad

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check
+from scrub.checks.labels import integral_labels
 from scrub.records import Batch, Record, Severity
 
 FP16_MAX = 65504.0
@@ -222,6 +223,4 @@ def nonfinite_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, Fin
 def label_stats(labels: Any) -> tuple[np.ndarray, np.ndarray]:
     """Histogram (values, counts) of the integral, finite labels of a batch."""
     labels = np.asarray(labels)
-    with np.errstate(invalid="ignore"):
-        integral = labels[np.isfinite(labels) & (labels == np.round(labels))]
-    return np.unique(integral.astype(np.int64), return_counts=True)
+    return np.unique(labels[integral_labels(labels)].astype(np.int64), return_counts=True)

@@ -144,10 +144,7 @@ class HDF5Reader(Reader):
                     info.issues.append(_dataset_issue("unsafe-path", source, message))
                 return None
             if data_key not in file:
-                names = ", ".join(sorted(_datasets(file))) or "none"
-                raise UnusableDataset(
-                    f"{source}: no dataset {data_key!r} (datasets: {names}); choose one with --data-key"
-                )
+                raise _no_dataset(file, source, data_key, "; choose one with --data-key")
             data = file[data_key]
             if not isinstance(data, h5py.Dataset) or data.shape is None or len(data.shape) == 0:
                 raise UnusableDataset(f"{source}: {data_key!r} is not an array dataset with rows")
@@ -155,8 +152,7 @@ class HDF5Reader(Reader):
             label = file.get(label_key)
             explicit_label = self.options.label_key is not None
             if label is None and explicit_label:
-                names = ", ".join(sorted(_datasets(file))) or "none"
-                raise UnusableDataset(f"{source}: no dataset {label_key!r} (datasets: {names})")
+                raise _no_dataset(file, source, label_key)
             has_labels = isinstance(label, h5py.Dataset) and label.shape is not None and (
                 len(label.shape) == 1 or (len(label.shape) == 2 and label.shape[1] == 1)
             )
@@ -243,6 +239,11 @@ def _inside(path: str, real_root: str) -> bool:
 
 def _dataset_issue(check: str, source: str, message: str, **details: Any) -> Issue:
     return make_issue(check, source, "*", None, Finding(message, details))
+
+
+def _no_dataset(file, source: str, key: str, hint: str = "") -> UnusableDataset:
+    names = ", ".join(sorted(_datasets(file))) or "none"
+    return UnusableDataset(f"{source}: no dataset {key!r} (datasets: {names}){hint}")
 
 
 def _datasets(file) -> list[str]:
