@@ -13,14 +13,16 @@ import importlib
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from scrub import pipeline
 from scrub.checks.base import CheckOptions
 from scrub.errors import ExitCode, UsageError
-from scrub.manifest import ManifestWriter, read_manifest
-from scrub.readers.base import ReadOptions, open_reader
+from scrub.fingerprint import fingerprint
+from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
+from scrub.readers.base import DatasetInfo, ReadOptions, Reader, open_reader
 from scrub.records import Issue, Severity
 from scrub.runner import PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
@@ -67,6 +69,64 @@ def parse_label_range(text: str | None) -> tuple[int, int] | None:
     return bounds
 
 
+@dataclass
+class OpenedDataset:
+    """A dataset a reader has validated and split into partitions."""
+
+    path: Path
+    reader: Reader
+    info: DatasetInfo
+    partitions: list
+    fingerprint: dict[str, Any]
+
+    @property
+    def reading(self) -> dict[str, Any]:
+        """The options that decide what a record is (recorded with every scan)."""
+        options = self.reader.options
+        return {
+            "format": self.reader.format,
+            "root": str(options.root) if options.root else None,
+            "data_key": options.data_key,
+            "label_key": options.label_key,
+            "lmdb_codec": options.lmdb_codec,
+            "allow_pickle": options.allow_pickle,
+        }
+
+
+def open_dataset(
+    path: str | Path,
+    *,
+    format: str | None = None,
+    root: str | Path | None = None,
+    data_key: str | None = None,
+    label_key: str | None = None,
+    lmdb_codec: str | None = None,
+    allow_pickle: bool = False,
+    partition_size: int | None = None,
+    before_open: Callable[[Reader], None] | None = None,
+) -> OpenedDataset:
+    """Find the reader for ``path``, validate the dataset, split it, fingerprint it.
+
+    ``before_open(reader)`` runs once the format is known and before the (possibly long)
+    listing, so that worker processes can start meanwhile.
+    """
+    if partition_size is not None and partition_size < 1:
+        raise UsageError("--partition-size must be at least 1")
+    path = Path(path)
+    read_options = ReadOptions(
+        root=Path(root) if root else None,
+        data_key=data_key,
+        label_key=label_key,
+        lmdb_codec=lmdb_codec,
+        allow_pickle=allow_pickle,
+    )
+    reader = open_reader(path, format, read_options)
+    if before_open is not None:
+        before_open(reader)
+    info, partitions = reader.open(partition_size or reader.records_per_task)
+    return OpenedDataset(path, reader, info, partitions, fingerprint(reader, partitions, info.root))
+
+
 def scan(
     path: str | Path,
     *,
@@ -91,36 +151,66 @@ def scan(
 ) -> ScanResult:
     """Run every check on every record of the dataset at ``path``.
 
-    The manifest goes to ``manifest`` (a temporary file when None). ``plugins`` names modules
-    to import first, so that the checks they define run too. Raises `ScrubError` subclasses
-    with a one-line message when the dataset or the options are unusable.
+    The manifest goes to ``manifest`` (a temporary file when None), and beside it the scan
+    record (``NAME.scan.json``: the summary, with the dataset's fingerprint) that lets
+    `fix` reuse it. ``plugins`` names modules to import first, so that the checks they define
+    run too. Raises `ScrubError` subclasses with a one-line message when the dataset or the
+    options are unusable.
     """
     started = time.perf_counter()
+    options = check_options(num_classes, label_range, max_pixels, plugins)
+    dataset = open_dataset(
+        path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
+        allow_pickle=allow_pickle, partition_size=partition_size,
+        before_open=_start_workers(scheduler, workers, timeout),
+    )
+    return scan_dataset(
+        dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
+        workers=workers, timeout=timeout, progress=progress, started=started,
+    )
+
+
+def check_options(
+    num_classes: int | None, label_range: str | tuple[int, int] | None, max_pixels: int | None,
+    plugins: Iterable[str] = (),
+) -> CheckOptions:
+    """Validate the options the checks depend on (``labelled`` is set once the data is known),
+    after importing the plugins whose checks may use them."""
     load_plugins(plugins)
     if num_classes is not None and num_classes < 1:
         raise UsageError("--num-classes must be at least 1")
     if isinstance(label_range, tuple):
         label_range = f"{label_range[0]}:{label_range[1]}"
-    label_range = parse_label_range(label_range)
     if max_pixels is not None and max_pixels < 1:
         raise UsageError("--max-pixels must be at least 1")
-    path = Path(path)
-    read_options = ReadOptions(
-        root=Path(root) if root else None,
-        data_key=data_key,
-        label_key=label_key,
-        lmdb_codec=lmdb_codec,
-        allow_pickle=allow_pickle,
-    )
-    reader = open_reader(path, format, read_options)
-    if partition_size is not None and partition_size < 1:
-        raise UsageError("--partition-size must be at least 1")
-    early_plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None)
-    pipeline.prepare(early_plan, reader.worker_imports)
-    info, partitions = reader.open(partition_size or reader.records_per_task)
-    options = CheckOptions(
-        labelled=info.labelled, num_classes=num_classes, label_range=label_range, max_pixels=max_pixels
-    )
+    return CheckOptions(num_classes=num_classes, label_range=parse_label_range(label_range), max_pixels=max_pixels)
+
+
+def _start_workers(scheduler: str | None, workers: int | None, timeout: float) -> Callable[[Reader], None]:
+    def start(reader: Reader) -> None:
+        plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None)
+        pipeline.prepare(plan, reader.worker_imports)
+
+    return start
+
+
+def scan_dataset(
+    dataset: OpenedDataset,
+    options: CheckOptions,
+    *,
+    manifest: str | Path | None = None,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Callable[[Progress], None] | None = None,
+    started: float | None = None,
+) -> ScanResult:
+    """Scan a dataset `open_dataset` opened (see `scan`)."""
+    started = time.perf_counter() if started is None else started
+    info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
+    options = replace(options, labelled=info.labelled)
     checks = select_checks(select, ignore, options, reader.provides)
     plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
 
@@ -141,7 +231,7 @@ def scan(
     manifest_path = writer.commit()
     summary = Summary(
         dataset=info,
-        path=str(path),
+        path=str(dataset.path),
         records=aggregate.records,
         issues_by_check=dict(aggregate.by_check),
         issues_by_severity=dict(aggregate.by_severity),
@@ -150,9 +240,9 @@ def scan(
         stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
         checks=[c.id for c in checks],
         options={
-            "num_classes": num_classes,
-            "label_range": list(label_range) if label_range else None,
-            "max_pixels": max_pixels,
+            "num_classes": options.num_classes,
+            "label_range": list(options.label_range) if options.label_range else None,
+            "max_pixels": options.max_pixels,
         },
         scheduler=plan.scheduler,
         workers=plan.workers,
@@ -162,7 +252,10 @@ def scan(
             source: {**info.files.get(source, {}), **stats.to_dict()}
             for source, stats in sorted(aggregate.numeric.items())
         },
+        reading=dataset.reading,
+        fingerprint=dataset.fingerprint,
     )
+    write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
 
 

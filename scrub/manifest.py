@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scrub.errors import ScrubError
+from scrub.errors import ScrubError, first_line
 from scrub.records import Issue
 
 DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
@@ -84,6 +84,42 @@ class ManifestWriter:
     def discard(self) -> None:
         self._file.close()
         self._temporary.unlink(missing_ok=True)
+
+
+def scan_record_path(manifest: Path) -> Path:
+    """Where the scan record of a manifest lives: ``NAME.scan.json`` beside ``NAME.jsonl``."""
+    manifest = Path(manifest)
+    return manifest.with_name(manifest.stem + ".scan.json")
+
+
+def write_scan_record(manifest: Path, summary: dict[str, Any]) -> Path:
+    """Write the scan's summary (with the dataset fingerprint) beside its manifest, atomically."""
+    path = scan_record_path(manifest)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        json.dump(summary, file, indent=2)
+        file.write("\n")
+    os.replace(temporary, path)
+    return path
+
+
+def read_scan_record(manifest: Path) -> dict[str, Any]:
+    """The scan record written beside ``manifest``; a one-line error when it is missing."""
+    path = scan_record_path(manifest)
+    if not Path(manifest).is_file():
+        raise ScrubError(f"{manifest}: no such manifest")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScrubError(
+            f"{manifest}: its scan record {path.name} is missing, so scrub cannot tell which dataset it "
+            "describes; run the scan again (or run fix without --manifest)"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise ScrubError(f"{path}: not a scrub scan record ({first_line(error)})") from None
+    if not isinstance(record, dict) or "fingerprint" not in record:
+        raise ScrubError(f"{path}: not a scrub scan record (no fingerprint)")
+    return record
 
 
 def read_manifest(path: Path) -> Iterator[Issue]:

@@ -214,6 +214,10 @@ class Summary:
     manifest: str | None
     #: per array dataset: dtype, shape, min/max/mean of its finite values
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the options that decide what a record is (format, keys, codec)
+    reading: dict[str, Any] = field(default_factory=dict)
+    #: see `scrub.fingerprint`: lets `fix` check that a manifest belongs to the dataset
+    fingerprint: dict[str, Any] = field(default_factory=dict)
 
     @property
     def issues(self) -> int:
@@ -243,6 +247,8 @@ class Summary:
             **({"datasets": self.datasets} if self.datasets else {}),
             "checks": self.checks,
             "options": self.options,
+            "reading": self.reading,
+            "fingerprint": self.fingerprint,
             "scheduler": self.scheduler,
             "workers": self.workers,
             "seconds": round(self.seconds, 3),

@@ -97,6 +97,11 @@ class Reader(ABC):
         """Yield the records ``start:stop`` of a partition, in order. Runs in a worker."""
 
     @abstractmethod
+    def members(self, partitions: Sequence[Sequence[Any]]) -> Iterator[str]:
+        """The path of every file the dataset consists of (list files included), in a fixed order;
+        the fingerprint stats them."""
+
+    @abstractmethod
     def locate(self, partition: Sequence[Any], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         """The identity (source, key, index) of records of a partition, without reading them."""
 

@@ -109,6 +109,8 @@ class HDF5Reader(Reader):
             listed = [(line, root / line) for line in self._list_lines(self.path)]
         if not listed:
             raise UnusableDataset(f"{self.path}: no HDF5 files found")
+        self.layout, self.root = layout, str(root)
+        self.listed = [(source, str(path)) for source, path in listed]
         real_root = os.path.realpath(root)
         info = DatasetInfo(format=self.format, layout=layout, root=str(root), labelled=False, records=0)
         partitions: list[RowRange] = []
@@ -210,6 +212,12 @@ class HDF5Reader(Reader):
                     buffer[:count],
                     None if labels is None else labels[:count],
                 )
+
+    def members(self, partitions: Sequence[RowRange]) -> Iterator[str]:
+        if self.layout == "list-file":
+            yield str(self.path)
+        for _, path in self.listed:
+            yield path
 
     def locate(self, partition: RowRange, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition.source, str(partition.start + o), partition.start + o) for o in offsets]

@@ -227,5 +227,12 @@ class ImageReader(Reader):
                     )
             yield record
 
+    def members(self, partitions: Sequence[Sequence[Entry]]) -> Iterator[str]:
+        if self.path.is_file():
+            yield str(self.path)
+        for partition in partitions:
+            for entry in partition:
+                yield os.path.join(self.root, entry.key)
+
     def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]

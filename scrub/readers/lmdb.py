@@ -238,6 +238,9 @@ class LMDBReader(Reader):
             decode_value(record, bytes(value), codec, self.options.allow_pickle)
             yield record
 
+    def members(self, partitions: Sequence[KeyRange]) -> Iterator[str]:
+        yield str(self.path / "data.mdb" if self.path.is_dir() else self.path)
+
     def locate(self, partition: KeyRange, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         wanted = set(offsets)
         found = {
