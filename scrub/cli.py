@@ -74,29 +74,51 @@ def main(
     """Find and remove the training data that makes a model's loss go NaN."""
 
 
+# Options shared by `scan` and `fix`.
+PathArg = Annotated[Path, typer.Argument(help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment.")]
+FormatOpt = Annotated[str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")]
+RootOpt = Annotated[Optional[Path], typer.Option(help="Folder that list-file paths are relative to (default: the list's folder).")]
+DataKeyOpt = Annotated[Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")]
+LabelKeyOpt = Annotated[Optional[str], typer.Option(help="HDF5: the labels dataset (default: label).")]
+CodecOpt = Annotated[Optional[str], typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record).")]
+PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.")]
+JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the summary as JSON to this path.")]
+ClassesOpt = Annotated[Optional[int], typer.Option(help="Number of classes: labels must lie in [0, N).")]
+RangeOpt = Annotated[Optional[str], typer.Option(help="Valid labels LO:HI (HI exclusive), instead of --num-classes.")]
+PixelsOpt = Annotated[Optional[int], typer.Option(help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).")]
+SelectOpt = Annotated[Optional[str], typer.Option(help="Run only these checks (comma-separated ids).")]
+IgnoreOpt = Annotated[Optional[str], typer.Option(help="Skip these checks (comma-separated ids).")]
+SchedulerOpt = Annotated[Optional[str], typer.Option(help="threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best for the format; sync for tiny jobs).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(help="Local workers (default: all cores).")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")]
+PluginOpt = Annotated[Optional[list[str]], typer.Option(help="Import this module first, to run the checks it registers (repeatable).")]
+PartitionOpt = Annotated[Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")]
+
+
 @app.command()
 def scan(
-    path: Annotated[Path, typer.Argument(help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment.")],
-    format: Annotated[str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")] = "auto",
-    root: Annotated[Optional[Path], typer.Option(help="Folder that list-file paths are relative to (default: the list's folder).")] = None,
-    data_key: Annotated[Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")] = None,
-    label_key: Annotated[Optional[str], typer.Option(help="HDF5: the labels dataset (default: label).")] = None,
-    lmdb_codec: Annotated[Optional[str], typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record).")] = None,
-    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.")] = False,
-    manifest: Annotated[Path, typer.Option(help="Where to write the JSON Lines manifest.")] = Path("scrub-manifest.jsonl"),
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the summary as JSON to this path.")] = None,
-    num_classes: Annotated[Optional[int], typer.Option(help="Number of classes: labels must lie in [0, N).")] = None,
-    label_range: Annotated[Optional[str], typer.Option(help="Valid labels LO:HI (HI exclusive), instead of --num-classes.")] = None,
-    max_pixels: Annotated[Optional[int], typer.Option(help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).")] = None,
-    select: Annotated[Optional[str], typer.Option(help="Run only these checks (comma-separated ids).")] = None,
-    ignore: Annotated[Optional[str], typer.Option(help="Skip these checks (comma-separated ids).")] = None,
-    scheduler: Annotated[Optional[str], typer.Option(help="threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best for the format; sync for tiny jobs).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Local workers (default: all cores).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")] = 60.0,
-    plugin: Annotated[Optional[list[str]], typer.Option(help="Import this module first, to run the checks it registers (repeatable).")] = None,
-    partition_size: Annotated[Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")] = None,
+    path: PathArg,
+    format: FormatOpt = "auto",
+    root: RootOpt = None,
+    data_key: DataKeyOpt = None,
+    label_key: LabelKeyOpt = None,
+    lmdb_codec: CodecOpt = None,
+    allow_pickle: PickleOpt = False,
+    manifest: Annotated[Path, typer.Option(help="Where to write the JSON Lines manifest (its scan record NAME.scan.json goes beside it).")] = Path("scrub-manifest.jsonl"),
+    json_path: JsonOpt = None,
+    num_classes: ClassesOpt = None,
+    label_range: RangeOpt = None,
+    max_pixels: PixelsOpt = None,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    plugin: PluginOpt = None,
+    partition_size: PartitionOpt = None,
     fail_on: Annotated[FailOn, typer.Option(help="Exit 1 when an issue at or above this severity is found.")] = FailOn.error,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
@@ -129,14 +151,94 @@ def scan(
                 progress=progress,
             )
         code = result.exit_code(fail_on.value)
-        document = result.summary.to_dict() | {"fail_on": fail_on.value, "exit_code": int(code)}
-        if json_path is not None:
-            try:
-                json_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-            except OSError as error:
-                raise ScrubError(f"{json_path}: cannot write the JSON summary: {error.strerror}") from None
+        _write_json(json_path, result.summary.to_dict() | {"fail_on": fail_on.value, "exit_code": int(code)})
         if not quiet:
             _print_summary(result.summary)
+        return int(code)
+
+    guarded(body)
+
+
+class SeverityChoice(str, Enum):
+    error = "error"
+    warning = "warning"
+
+
+@app.command()
+def fix(
+    path: PathArg,
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for a single file).")] = None,
+    quarantine: Annotated[bool, typer.Option("--quarantine", help="Also write the quarantined records, in the same format, with the manifest, to the quarantine folder.")] = False,
+    quarantine_dir: Annotated[Optional[Path], typer.Option(help="The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies --quarantine.")] = None,
+    manifest: Annotated[Optional[Path], typer.Option(help="Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the dataset changed since).")] = None,
+    severity: Annotated[SeverityChoice, typer.Option(help="Quarantine records with an issue at or above this severity.")] = SeverityChoice.error,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing outputs.")] = False,
+    link: Annotated[bool, typer.Option("--link", help="Images: hard-link kept files instead of copying them, where the file system allows.")] = False,
+    format: FormatOpt = "auto",
+    root: RootOpt = None,
+    data_key: DataKeyOpt = None,
+    label_key: LabelKeyOpt = None,
+    lmdb_codec: CodecOpt = None,
+    allow_pickle: PickleOpt = False,
+    json_path: JsonOpt = None,
+    num_classes: ClassesOpt = None,
+    label_range: RangeOpt = None,
+    max_pixels: PixelsOpt = None,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    plugin: PluginOpt = None,
+    partition_size: PartitionOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write a cleaned copy without the bad records (and, with --quarantine, the bad records
+    apart), in the dataset's own format; verify that every record landed in exactly one."""
+
+    def body() -> int:
+        from scrub.pipeline import start_worker_server
+
+        if manifest is None:
+            start_worker_server(scheduler, workers)
+        from scrub.cleaning import fix as run_fix
+
+        with _progress(quiet) as progress:
+            result = run_fix(
+                path,
+                out=out_path,
+                quarantine=quarantine,
+                quarantine_dir=quarantine_dir,
+                manifest=manifest,
+                severity=severity.value,
+                force=force,
+                link=link,
+                format=None if format == "auto" else format,
+                root=root,
+                data_key=data_key,
+                label_key=label_key,
+                lmdb_codec=lmdb_codec,
+                allow_pickle=allow_pickle,
+                num_classes=num_classes,
+                label_range=label_range,
+                max_pixels=max_pixels,
+                select=_ids(select),
+                ignore=_ids(ignore),
+                scheduler=scheduler,
+                workers=workers,
+                timeout=timeout,
+                partition_size=partition_size,
+                plugins=plugin or (),
+                progress=progress,
+            )
+        code = result.exit_code()
+        _write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
+        if not quiet:
+            if result.scan is not None:
+                _print_summary(result.scan.summary)
+            else:
+                out.print(f"reused the manifest {result.report['manifest']}", markup=False, soft_wrap=True)
+            _print_fix(result.report)
         return int(code)
 
     guarded(body)
@@ -173,6 +275,15 @@ def checks(
         return 0
 
     guarded(body)
+
+
+def _write_json(path: Path | None, document: dict) -> None:
+    if path is None:
+        return
+    try:
+        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise ScrubError(f"{path}: cannot write the JSON summary: {error.strerror}") from None
 
 
 def _ids(text: str | None) -> list[str] | None:
@@ -239,3 +350,21 @@ def _print_summary(summary) -> None:
         f"{summary.records_with_warnings:,} with any issue"
     )
     out.print(f"manifest: {summary.manifest}", markup=False, soft_wrap=True)
+
+
+def _print_fix(report: dict) -> None:
+    out.print(f"kept        {report['kept']:,} records -> {report['dataset']}", markup=False, soft_wrap=True)
+    where = report["quarantined_dataset"] or "not written (use --quarantine)"
+    out.print(f"quarantined {report['quarantined']:,} records -> {where}", markup=False, soft_wrap=True)
+    for reason in report["forced"]:
+        out.print(f"  set aside, cannot be copied record by record: {reason}", markup=False, soft_wrap=True)
+    for note in report["notes"]:
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
+    check = report["verification"]
+    sides = "cleaned copy and quarantine" if report["quarantine"] else "cleaned copy"
+    out.print(
+        f"verified: {report['kept']:,} + {report['quarantined']:,} = {check['records']:,} records; "
+        f"per-record checksums of the {sides} match the source",
+        markup=False,
+        soft_wrap=True,
+    )

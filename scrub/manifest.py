@@ -21,6 +21,13 @@ DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
 
 
+def _umask_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (``mkstemp`` makes it 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def encode_key(key: str | bytes) -> str:
     """Keys as text: UTF-8 where valid, else ``hex:<hex>`` of the raw bytes.
 
@@ -78,6 +85,7 @@ class ManifestWriter:
 
     def commit(self) -> Path:
         self._file.close()
+        os.chmod(self._temporary, _umask_mode())
         os.replace(self._temporary, self.path)
         return self.path
 
@@ -99,6 +107,7 @@ def write_scan_record(manifest: Path, summary: dict[str, Any]) -> Path:
     with os.fdopen(handle, "w", encoding="utf-8") as file:
         json.dump(summary, file, indent=2)
         file.write("\n")
+    os.chmod(temporary, _umask_mode())
     os.replace(temporary, path)
     return path
 

@@ -1,0 +1,278 @@
+"""`fix`: the cleaned copy and the quarantine, with nothing lost.
+
+The flow is one way: open the dataset → verdicts (a fresh scan, or an earlier scan's manifest
+whose fingerprint still matches) → the format's writer copies each record to the cleaned copy
+or the quarantine → the outputs are read back and their per-record checksums compared with the
+source's → only then are they renamed into place (see `scrub.outputs`). The source is only
+ever opened read-only, and is fingerprinted again at the end to make sure it did not change
+while `fix` ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scrub.api import (
+    DEFAULT_TIMEOUT,
+    OpenedDataset,
+    ScanResult,
+    _start_workers,
+    check_options,
+    open_dataset,
+    scan_dataset,
+)
+from scrub.errors import ExitCode, ScrubError, UsageError
+from scrub.fingerprint import fingerprint
+from scrub.manifest import (
+    DEFAULT_MANIFEST,
+    read_manifest,
+    read_scan_record,
+    scan_record_path,
+    write_scan_record,
+)
+from scrub.outputs import StagedOutput, overlaps
+from scrub.records import Severity
+from scrub.summary import Progress
+from scrub.writers.base import Tally, Verdicts, Writer, writer_for
+
+SEVERITIES = ("error", "warning")
+FIX_RECORD = "fix.json"
+QUARANTINE_MANIFEST = "manifest.jsonl"
+
+
+@dataclass
+class FixResult:
+    """A finished fix: where things went, and the verification."""
+
+    clean: Path  # the cleaned copy
+    dataset: Path  # what to scan inside it (a list layout's list file)
+    quarantine: Path | None  # the quarantine folder, when one was written
+    manifest: Path  # the manifest the verdicts came from (inside the quarantine when written)
+    report: dict[str, Any]  # what fix.json and --json hold under "fix"
+    scan_summary: dict[str, Any]  # the scan's summary (fresh, or from the reused scan record)
+    scan: ScanResult | None = field(default=None, repr=False)
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.report["verification"]["verified"])
+
+    def exit_code(self) -> ExitCode:
+        """0: the outputs are written and verified (failures raise `ScrubError` instead)."""
+        return ExitCode.CLEAN
+
+
+def fix(
+    path: str | Path,
+    *,
+    out: str | Path | None = None,
+    quarantine: bool = False,
+    quarantine_dir: str | Path | None = None,
+    manifest: str | Path | None = None,
+    severity: str = "error",
+    force: bool = False,
+    link: bool = False,
+    format: str | None = None,
+    root: str | Path | None = None,
+    data_key: str | None = None,
+    label_key: str | None = None,
+    lmdb_codec: str | None = None,
+    allow_pickle: bool = False,
+    num_classes: int | None = None,
+    label_range: str | tuple[int, int] | None = None,
+    max_pixels: int | None = None,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    partition_size: int | None = None,
+    plugins: Iterable[str] = (),
+    progress: Callable[[Progress], None] | None = None,
+) -> FixResult:
+    """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
+    or above ``severity``, and (``quarantine``) those records, in the same format.
+
+    ``manifest`` reuses an earlier scan instead of scanning (its fingerprint must match the
+    dataset). Default outputs: ``NAME.clean`` (``STEM.clean.EXT`` for a single file) and
+    ``NAME.quarantine`` beside the source. Raises `ScrubError` with a one-line message when
+    the dataset, the options or the outputs are unusable, or when verification fails (then
+    nothing is written).
+    """
+    started = time.perf_counter()
+    if severity not in SEVERITIES:
+        raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}")
+    options = check_options(num_classes, label_range, max_pixels, plugins)
+    dataset = open_dataset(
+        path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
+        allow_pickle=allow_pickle, partition_size=partition_size,
+        before_open=None if manifest else _start_workers(scheduler, workers, timeout),
+    )
+    writer = writer_for(dataset)
+    clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
+    quarantine = quarantine or quarantine_dir is not None
+    quarantine_path = None
+    if quarantine:
+        quarantine_path = Path(quarantine_dir) if quarantine_dir else clean_path.parent / f"{writer.base_name()}.quarantine"
+    _refuse_overlaps(dataset, clean_path, quarantine_path)
+    clean_output = StagedOutput(clean_path, force=force, what="cleaned copy")
+    quarantine_output = None
+    if quarantine_path is not None:
+        orphan = _is_orphan(quarantine_path, clean_path, dataset)
+        quarantine_output = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
+    for output in (clean_output, quarantine_output):
+        if output is not None:
+            output.check()
+
+    scan_result = None
+    if manifest is not None:
+        manifest = Path(manifest)
+        scan_summary = _reusable_scan(manifest, dataset)
+    try:
+        quarantine_root = quarantine_output.stage() if quarantine_output else None
+        if quarantine_root is not None:
+            quarantine_root.mkdir()
+        if manifest is None:
+            manifest = quarantine_root / QUARANTINE_MANIFEST if quarantine_root else DEFAULT_MANIFEST
+            scan_result = scan_dataset(
+                dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
+                workers=workers, timeout=timeout, progress=progress, started=started,
+            )
+            if quarantine_root is not None:  # name the manifest where it will be, not where it is built
+                scan_result.summary.manifest = str(quarantine_output.destination / QUARANTINE_MANIFEST)
+            scan_summary = scan_result.summary.to_dict()
+            write_scan_record(manifest, scan_summary)
+        elif quarantine_root is not None:
+            shutil.copyfile(manifest, quarantine_root / QUARANTINE_MANIFEST)
+            shutil.copyfile(scan_record_path(manifest), scan_record_path(quarantine_root / QUARANTINE_MANIFEST))
+        verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(severity))
+        clean_target = clean_output.stage()
+        quarantine_target = quarantine_root / writer.quarantine_name() if quarantine_root else None
+        tally = writer.write(verdicts, clean_target, quarantine_target, link=link)
+        if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
+            raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
+        verification = _verify(writer, verdicts, tally, clean_target, quarantine_target, scan_summary["records"])
+        report = {
+            "schema": 1,
+            "source": str(dataset.path),
+            "format": dataset.reader.format,
+            "clean": str(clean_output.destination),
+            "dataset": str(writer.dataset_in(clean_output.destination)),
+            "quarantine": str(quarantine_output.destination) if quarantine_output else None,
+            "quarantined_dataset": (
+                str(quarantine_output.destination / writer.quarantine_name()) if quarantine_output else None
+            ),
+            "manifest": str(quarantine_output.destination / QUARANTINE_MANIFEST) if quarantine_output else str(manifest),
+            "reused_manifest": scan_result is None,
+            "severity": severity,
+            "link": link,
+            "fingerprint": dataset.fingerprint,
+            "records": scan_summary["records"],
+            "kept": tally.records_kept,
+            "quarantined": tally.records_quarantined,
+            "forced": tally.forced,
+            "other_files": tally.other_files,
+            "notes": tally.notes,
+            "verification": verification,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        if not verification["verified"]:
+            raise ScrubError(
+                f"verification failed ({verification['reason']}); nothing was written; please report this"
+            )
+        if quarantine_root is not None:
+            (quarantine_root / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            quarantine_output.commit()
+        clean_output.commit()
+    except BaseException:
+        clean_output.discard()
+        if quarantine_output is not None:
+            quarantine_output.discard()
+        raise
+    return FixResult(
+        clean=clean_output.destination,
+        dataset=writer.dataset_in(clean_output.destination),
+        quarantine=quarantine_output.destination if quarantine_output else None,
+        manifest=Path(report["manifest"]),
+        report=report,
+        scan_summary=scan_summary,
+        scan=scan_result,
+    )
+
+
+def _verify(writer: Writer, verdicts: Verdicts, tally: Tally, clean: Path, quarantine: Path | None,
+            records: int) -> dict[str, Any]:
+    """Read the outputs back and compare their checksums with the source's, side by side."""
+    clean_ledger = writer.tally_output(verdicts, clean, "clean")
+    quarantine_ledger = writer.tally_output(verdicts, quarantine, "quarantine") if quarantine else None
+    reasons = []
+    if tally.records_kept + tally.records_quarantined != records:
+        reasons.append(f"{tally.records_kept} kept + {tally.records_quarantined} quarantined != {records} scanned")
+    if clean_ledger != tally.kept:
+        reasons.append("the cleaned copy does not match the kept source records")
+    if quarantine_ledger is not None and quarantine_ledger != tally.quarantined:
+        reasons.append("the quarantine does not match the quarantined source records")
+    return {
+        "verified": not reasons,
+        "reason": "; ".join(reasons) or None,
+        "records": records,
+        "source": {"kept": tally.kept.to_dict(), "quarantined": tally.quarantined.to_dict()},
+        "clean": clean_ledger.to_dict(),
+        "quarantine": quarantine_ledger.to_dict() if quarantine_ledger is not None else None,
+    }
+
+
+def _reusable_scan(manifest: Path, dataset: OpenedDataset) -> dict[str, Any]:
+    """The scan record of ``manifest``, if it describes this dataset as it is now."""
+    record = read_scan_record(manifest)
+    recorded = record.get("fingerprint") or {}
+    if recorded.get("digest") != dataset.fingerprint["digest"]:
+        raise ScrubError(
+            f"{manifest}: this manifest does not describe {dataset.path} as it is now (the dataset "
+            f"changed since the scan, or the scan was of another dataset or with other reading options: "
+            f"{recorded.get('files', '?')} files then, {dataset.fingerprint['files']} now); scan again, "
+            "or run fix without --manifest"
+        )
+    return record
+
+
+def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | None) -> None:
+    """Outputs must not be, contain or lie inside the source: fix never touches it (and
+    ``--force`` would delete what an output replaces)."""
+    source = os.path.realpath(dataset.path)
+    outputs = [("--out", clean)] + ([("--quarantine-dir", quarantine)] if quarantine is not None else [])
+    for option, output in outputs:
+        target = os.path.realpath(output)
+        if target == source or _inside(source, target) or (dataset.path.is_dir() and _inside(target, source)):
+            raise UsageError(f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path")
+        if os.path.lexists(output) and any(
+            _inside(os.path.realpath(member), target) for member in dataset.reader.members(dataset.partitions)
+        ):
+            raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
+    if quarantine is not None and overlaps(clean, quarantine):
+        raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset) -> bool:
+    """A quarantine left by a fix of this same dataset that was killed between renaming the
+    quarantine and the cleaned copy into place: safe to replace without --force."""
+    try:
+        record = json.loads((quarantine / FIX_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(record, dict)
+        and os.path.abspath(str(record.get("clean"))) == os.path.abspath(clean)
+        and not os.path.lexists(clean)
+        and (record.get("fingerprint") or {}).get("digest") == dataset.fingerprint["digest"]
+    )

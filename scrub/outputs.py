@@ -1,0 +1,101 @@
+"""Outputs that appear whole or not at all.
+
+Each output (the cleaned copy, the quarantine folder) is built inside a temporary sibling
+folder ``.NAME.scrub-PID-XXXX`` on the same file system, and renamed into place only once it
+is complete and verified: a rename is atomic, so a `fix` killed at any moment leaves either no
+output or a whole one, never part of one. Temporary siblings left by a killed run (their
+process is gone) are removed by the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from scrub.errors import ScrubError, UsageError
+
+PREFIX_MARK = ".scrub-"
+
+
+class StagedOutput:
+    """One destination path, staged in a temporary sibling until `commit`."""
+
+    def __init__(self, destination: Path, *, force: bool, what: str) -> None:
+        self.destination = Path(destination)
+        self.force = force
+        self.what = what
+        self.staging: Path | None = None
+
+    def check(self) -> None:
+        """Refuse an existing destination unless forced; make its parent folder."""
+        if os.path.lexists(self.destination) and not self.force:
+            raise UsageError(f"{self.destination}: the {self.what} already exists (use --force to replace it)")
+        try:
+            self.destination.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ScrubError(f"{self.destination.parent}: cannot create the folder: {error.strerror}") from None
+
+    def stage(self) -> Path:
+        """The path to write the output at (inside a fresh temporary sibling)."""
+        remove_abandoned(self.destination)
+        try:
+            staging = tempfile.mkdtemp(
+                prefix=f".{self.destination.name}{PREFIX_MARK}{os.getpid()}-", dir=self.destination.parent or "."
+            )
+        except OSError as error:
+            raise ScrubError(f"{self.destination.parent}: cannot write the {self.what}: {error.strerror}") from None
+        self.staging = Path(staging)
+        return self.staging / self.destination.name
+
+    def commit(self) -> None:
+        """Move the finished output into place, replacing an old one (``--force``)."""
+        assert self.staging is not None
+        built = self.staging / self.destination.name
+        if os.path.lexists(self.destination):
+            os.rename(self.destination, self.staging / ".replaced")  # moved aside, then deleted
+        os.rename(built, self.destination)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging = None
+
+    def discard(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging = None
+
+
+def remove_abandoned(destination: Path) -> list[Path]:
+    """Delete the temporary siblings of ``destination`` whose process no longer runs."""
+    removed = []
+    prefix = f".{destination.name}{PREFIX_MARK}"
+    try:
+        siblings = list(destination.parent.iterdir())
+    except OSError:
+        return removed
+    for sibling in siblings:
+        if not sibling.name.startswith(prefix):
+            continue
+        pid_text = sibling.name[len(prefix) :].split("-", 1)[0]
+        if pid_text.isdigit() and not _alive(int(pid_text)):
+            shutil.rmtree(sibling, ignore_errors=True)
+            removed.append(sibling)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def overlaps(first: Path, second: Path) -> bool:
+    """Whether one path is the other or lies inside it (after resolving symlinks)."""
+    a, b = os.path.realpath(first), os.path.realpath(second)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)

@@ -1,0 +1,129 @@
+"""What every writer provides, and the registry that finds the writer for a reader's format.
+
+A writer mirrors a reader: from the source dataset and the verdicts (which records to set
+aside) it writes the cleaned copy and, optionally, the quarantine, both in the source's own
+format, and tallies every source record it wrote (see `scrub.ledger`). It can then read an
+output back and tally it again, so that `fix` verifies what landed on disk rather than what it
+meant to write. Writers run in the driver, one sequential pass: writing is bounded by the
+output, like ``cp``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from scrub.ledger import Ledger
+from scrub.records import Issue, Severity
+
+
+@dataclass
+class Verdicts:
+    """Which records go to the quarantine: those with an issue at or above the threshold.
+
+    A dataset-level issue (key ``*``: an unreadable or inconsistent file) sets its whole
+    source file aside.
+    """
+
+    threshold: Severity
+    records: set[tuple[str, int]] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_issues(cls, issues: Iterable[Issue], threshold: Severity) -> "Verdicts":
+        verdicts = cls(threshold)
+        for issue in issues:
+            if not issue.severity.at_least(threshold):
+                continue
+            if issue.key == "*" or issue.index is None:
+                verdicts.files.add(issue.source)
+            else:
+                verdicts.records.add((issue.source, issue.index))
+        return verdicts
+
+    def quarantined(self, source: str, index: int) -> bool:
+        return source in self.files or (source, index) in self.records
+
+
+@dataclass
+class Tally:
+    """What a writer wrote, tallied from the source side."""
+
+    kept: Ledger = field(default_factory=Ledger)
+    quarantined: Ledger = field(default_factory=Ledger)
+    records_kept: int = 0
+    records_quarantined: int = 0
+    #: records set aside although no issue at the threshold named them: they cannot be copied
+    #: record by record (a file that is missing, outside the root, or inconsistent as a whole)
+    forced: list[str] = field(default_factory=list)
+    #: files that are not records, copied unchanged into the cleaned copy (README.txt, other
+    #: HDF5 datasets, LMDB metadata keys)
+    other_files: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Writer(ABC):
+    """Base class of all writers; one per reader format."""
+
+    format: ClassVar[str]
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset  # scrub.api.OpenedDataset
+        self.reader = dataset.reader
+        self.info = dataset.info
+        self.source = Path(dataset.path)
+
+    @property
+    def output_is_folder(self) -> bool:
+        """Whether the cleaned copy is a folder (else a single file, like the source)."""
+        return self.source.is_dir() or self.info.layout == "list-file"
+
+    def clean_name(self) -> str:
+        """The default cleaned copy's name, beside the source: ``NAME.clean`` for a folder or a
+        list file's folder, ``STEM.clean.EXT`` for a single file."""
+        if self.source.is_dir():
+            return f"{self.source.name}.clean"
+        if self.info.layout == "list-file":
+            return f"{self.source.stem}.clean"
+        return f"{self.source.stem}.clean{self.source.suffix}"
+
+    def base_name(self) -> str:
+        """The source's name without its extension (files) or its name (folders)."""
+        return self.source.name if self.source.is_dir() else self.source.stem
+
+    def quarantine_name(self) -> str:
+        """The quarantined dataset's name inside the quarantine folder."""
+        return self.base_name() if self.info.layout == "list-file" else self.source.name
+
+    def dataset_in(self, target: Path) -> Path:
+        """The path to scan inside a written output (a list layout's list file)."""
+        return target / self.source.name if self.info.layout == "list-file" else target
+
+    @abstractmethod
+    def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
+        """Write the cleaned copy at ``clean`` and, unless None, the quarantine at ``quarantine``
+        (neither exists yet); tally every source record on the side it went to."""
+
+    @abstractmethod
+    def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
+        """Read a written output back (``side`` is "clean" or "quarantine") and tally it the
+        way `write` tallied the source."""
+
+
+#: format name -> "module:Class", mirroring `scrub.readers.base.REGISTRY`.
+REGISTRY: dict[str, str] = {
+    "lmdb": "scrub.writers.lmdb:LMDBWriter",
+    "hdf5": "scrub.writers.hdf5:HDF5Writer",
+    "images": "scrub.writers.images:ImageWriter",
+}
+
+
+def writer_for(dataset: Any) -> Writer:
+    """The writer for an opened dataset's format."""
+    target = REGISTRY[dataset.reader.format]
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)(dataset)

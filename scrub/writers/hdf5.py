@@ -1,0 +1,371 @@
+"""HDF5 datasets: new files with the same structure, the quarantined rows removed.
+
+For each source file, the cleaned copy holds every object of the source. The *row-aligned*
+datasets -- data, and every other dataset of the file with as many rows (label, sample
+weights, ids: removing a data row without its weight would shift every later pairing) -- are
+re-created with the same dtype, chunk shape, filters (compression, shuffle, fletcher32,
+scale-offset, third-party filters: the whole creation property list is reused), fill value
+and attributes, and receive the kept rows in order. Every other group, dataset and attribute
+is copied unchanged (``H5Ocopy``). A fixed maximum row count becomes the new row count, or
+unlimited when fewer rows remain than one chunk holds (HDF5 requires it). Attributes holding
+object references (dimension scales) are not copied: they would point into the source file.
+
+A record's checksum covers its row in every row-aligned dataset. The quarantine holds, per
+file with quarantined rows, a file with only the row-aligned datasets (same creation
+properties) plus ``scrub_source_row``: each row's index in the source. A file with a
+dataset-level problem (a row-count mismatch, a link leaving the root) cannot be split row by
+row: it goes to the quarantine whole, copied byte for byte.
+
+Rows are read in chunk-aligned blocks and written in whole chunks, so compressed chunks are
+never rewritten and memory stays at a few blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scrub.ledger import Ledger, identity_seed, record_hash
+from scrub.readers.hdf5 import BLOCK_BYTES, _is_hdf5_file, _round_up
+from scrub.writers.base import Tally, Verdicts, Writer
+
+SOURCE_ROW = "scrub_source_row"
+#: dataset-level problems after which a file cannot be split row by row
+WHOLE_FILE_CHECKS = frozenset({"unsafe-path", "missing-file", "row-count-mismatch"})
+FLUSH_BYTES = 16 << 20
+
+
+class HDF5Writer(Writer):
+    format = "hdf5"
+
+    def __init__(self, dataset: Any) -> None:
+        super().__init__(dataset)
+        self._aligned: dict[str, list[str]] = {}  # relative name -> row-aligned dataset paths
+
+    @property
+    def data_key(self) -> str:
+        return self.reader.options.data_key or "data"
+
+    def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
+        tally = Tally()
+        whole = self._whole_files(verdicts, tally)
+        rows_by_source = self._rows_by_source()
+        quarantined_rows = _group(verdicts.records)
+        lists: dict[bool, Any] = {}
+        if self.output_is_folder:
+            clean.mkdir()
+            if quarantine is not None:
+                quarantine.mkdir()
+        try:
+            if self.info.layout == "list-file":
+                lists[False] = open(clean / self.source.name, "w", encoding="utf-8")
+                if quarantine is not None:
+                    lists[True] = open(quarantine / self.source.name, "w", encoding="utf-8")
+            for source, path in self.reader.listed:
+                relative = self._relative(source)
+                rows = rows_by_source.get(source, 0)
+                if source in whole:
+                    tally.records_quarantined += rows
+                    tally.quarantined.add_file(identity_seed("file", relative), path)
+                    if quarantine is not None:
+                        present = os.path.isfile(path)
+                        if present:
+                            shutil.copy2(path, self._output_file(quarantine, relative))
+                        if True in lists:
+                            lists[True].write((relative if present else source) + "\n")
+                    continue
+                bad = np.array(sorted(quarantined_rows.get(source, ())), dtype=np.int64)
+                bad = bad[bad < rows]
+                self._split(path, relative, rows, bad, clean, quarantine, tally)
+                if lists:
+                    lists[False].write(relative + "\n")
+                    if len(bad) and True in lists:
+                        lists[True].write(relative + "\n")
+        finally:
+            for handle in lists.values():
+                handle.close()
+        return tally
+
+    def _whole_files(self, verdicts: Verdicts, tally: Tally) -> set[str]:
+        """Sources set aside whole: named by a dataset-level verdict, or that the reader could
+        not split into rows (those whatever the threshold)."""
+        whole = set(verdicts.files)
+        for issue in self.info.issues:
+            if issue.check in WHOLE_FILE_CHECKS and issue.source not in whole:
+                whole.add(issue.source)
+                tally.forced.append(f"{issue.source}: {issue.message}")
+        return whole
+
+    def _rows_by_source(self) -> dict[str, int]:
+        rows: dict[str, int] = defaultdict(int)
+        for partition in self.dataset.partitions:
+            rows[partition.source] = max(rows[partition.source], partition.stop)
+        return rows
+
+    def _relative(self, source: str) -> str:
+        """A source's path relative to the root, as the outputs name it."""
+        if self.info.layout != "list-file":
+            return source
+        root = self.reader.root
+        return os.path.relpath(os.path.normpath(os.path.join(root, source)), root).replace(os.sep, "/")
+
+    def _output_file(self, target: Path, relative: str) -> Path:
+        if not self.output_is_folder:
+            return target
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _split(self, path: str, relative: str, rows: int, bad: np.ndarray, clean: Path,
+               quarantine: Path | None, tally: Tally) -> None:
+        import h5py
+
+        with h5py.File(path, "r") as source:
+            aligned = _row_aligned(source, source[self.data_key])
+            self._aligned[relative] = [d.name for d in aligned]
+            with h5py.File(self._output_file(clean, relative), "w", libver=source.libver) as out:
+                _copy_tree(source, out, {d.name for d in aligned})
+                kept = _Sinks(out, aligned, rows - len(bad))
+                held_file = held = None
+                if quarantine is not None and len(bad):
+                    held_file = h5py.File(self._output_file(quarantine, relative), "w", libver=source.libver)
+                try:
+                    if held_file is not None:
+                        held = _Sinks(held_file, aligned, len(bad), with_source_rows=True)
+                    for begin, blocks in _blocks(aligned, rows):
+                        mask = _keep_mask(begin, len(blocks[0]), bad)
+                        for i, row in enumerate(_row_bytes(blocks)):
+                            side = tally.kept if mask[i] else tally.quarantined
+                            side.add(record_hash(identity_seed(relative, begin + i), *row))
+                        kept.add([block[mask] for block in blocks])
+                        if held is not None and not mask.all():
+                            held.add([block[~mask] for block in blocks], np.flatnonzero(~mask) + begin)
+                    kept.close()
+                    if held is not None:
+                        held.close()
+                finally:
+                    if held_file is not None:
+                        held_file.close()
+        tally.records_kept += rows - len(bad)
+        tally.records_quarantined += len(bad)
+
+    def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
+        import h5py
+
+        ledger = Ledger()
+        whole = set(verdicts.files) | {i.source for i in self.info.issues if i.check in WHOLE_FILE_CHECKS}
+        whole_relative = {self._relative(s) for s in whole}
+        quarantined_rows = {self._relative(s): rows for s, rows in _group(verdicts.records).items()}
+        for relative, path in self._output_files(target):
+            if (side == "quarantine" and relative in whole_relative) or relative not in self._aligned:
+                ledger.add_file(identity_seed("file", relative), path)  # unexpected files fail the check
+                continue
+            with h5py.File(path, "r") as file:
+                data = file[self.data_key]
+                aligned = [file[name] for name in self._aligned[relative]]
+                if side == "quarantine":
+                    origin = file[SOURCE_ROW][:]
+                else:  # clean row j is source row j + (quarantined rows at or before it)
+                    bad = np.array(sorted(quarantined_rows.get(relative, ())), dtype=np.int64)
+                    origin = np.arange(data.shape[0], dtype=np.int64)
+                    origin += np.searchsorted(bad - np.arange(len(bad)), origin, side="right")
+                for begin, blocks in _blocks(aligned, data.shape[0]):
+                    for index, row in zip(origin[begin : begin + len(blocks[0])], _row_bytes(blocks)):
+                        ledger.add(record_hash(identity_seed(relative, int(index)), *row))
+        return ledger
+
+    def _output_files(self, target: Path) -> Iterator[tuple[str, str]]:
+        """(relative name, path) of each file an output holds, found the way a reader finds
+        them: by the list file's lines, the folder's HDF5 files, or the file itself."""
+        if not target.exists():
+            return
+        if self.info.layout == "list-file":
+            with open(target / self.source.name, encoding="utf-8") as lines:
+                for line in lines:
+                    if line.strip():
+                        yield line.strip(), str(target / line.strip())
+        elif self.output_is_folder:
+            for path in sorted(target.iterdir()):
+                if path.is_file() and _is_hdf5_file(path):
+                    yield path.name, str(path)
+        else:
+            yield self.source.name, str(target)
+
+
+class _Sinks:
+    """The row-aligned datasets of one output file, written in whole chunks."""
+
+    def __init__(self, file, aligned: list, rows: int, with_source_rows: bool = False) -> None:
+        self.sinks = [_RowSink(_like(file, dataset, rows)) for dataset in aligned]
+        self.origin = (
+            _RowSink(file.create_dataset(SOURCE_ROW, shape=(rows,), dtype=np.int64)) if with_source_rows else None
+        )
+
+    def add(self, blocks: list[np.ndarray], origin: np.ndarray | None = None) -> None:
+        for sink, block in zip(self.sinks, blocks):
+            sink.add(block)
+        if self.origin is not None:
+            self.origin.add(origin)
+
+    def close(self) -> None:
+        for sink in [*self.sinks, self.origin]:
+            if sink is not None:
+                sink.close()
+
+
+class _RowSink:
+    """Appends rows to a dataset, flushing only whole chunks until the end."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+        self.chunk_rows = dataset.chunks[0] if dataset.chunks else 1
+        self.flush_rows = _round_up(max(1, FLUSH_BYTES // max(1, _row_size(dataset))), self.chunk_rows)
+        self.pending: list[np.ndarray] = []
+        self.pending_rows = 0
+        self.cursor = 0
+
+    def add(self, rows: np.ndarray) -> None:
+        if len(rows) == 0:
+            return
+        self.pending.append(rows)
+        self.pending_rows += len(rows)
+        if self.pending_rows >= self.flush_rows:
+            self._flush(whole_chunks=True)
+
+    def _flush(self, whole_chunks: bool) -> None:
+        if not self.pending_rows:
+            return
+        rows = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
+        count = len(rows) - len(rows) % self.chunk_rows if whole_chunks else len(rows)
+        if count:
+            self.dataset[self.cursor : self.cursor + count] = rows[:count]
+            self.cursor += count
+        rest = rows[count:]
+        self.pending, self.pending_rows = ([rest] if len(rest) else []), len(rest)
+
+    def close(self) -> None:
+        self._flush(whole_chunks=False)
+        if self.cursor != self.dataset.shape[0]:
+            raise RuntimeError(f"{self.dataset.name}: wrote {self.cursor} of {self.dataset.shape[0]} rows")
+
+
+def _like(file, source, rows: int):
+    """A dataset at the source's path with ``rows`` rows and the source's creation properties."""
+    import h5py
+
+    plist = source.id.get_create_plist()
+    options: dict[str, Any] = {}
+    if plist.get_layout() in (h5py.h5d.CONTIGUOUS, h5py.h5d.COMPACT, h5py.h5d.CHUNKED) and not source.external:
+        options["dcpl"] = plist.copy()  # virtual and external layouts become plain data
+    if source.chunks:
+        maxshape = list(source.maxshape)
+        if maxshape[0] is not None:
+            maxshape[0] = None if rows < source.chunks[0] else rows
+        options.update(chunks=source.chunks, maxshape=tuple(maxshape))
+    parent = file.require_group(source.parent.name)
+    name = source.name.rsplit("/", 1)[-1]
+    dataset = parent.create_dataset(name, shape=(rows, *source.shape[1:]), dtype=source.id.get_type(), **options)
+    _copy_attrs(source, dataset)
+    return dataset
+
+
+def _copy_tree(source, target, replaced: set[str]) -> None:
+    """Copy every object of group ``source`` into ``target``, except the datasets named in
+    ``replaced`` (absolute paths), which are re-created row by row."""
+    import h5py
+
+    _copy_attrs(source, target)
+    for name in source:
+        link = source.get(name, getlink=True)
+        path = f"{source.name.rstrip('/')}/{name}"
+        if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+            target[name] = link
+            continue
+        if path in replaced:
+            continue
+        item = source[name]
+        if isinstance(item, h5py.Group) and any(r.startswith(path + "/") for r in replaced):
+            _copy_tree(item, target.create_group(name), replaced)
+        else:
+            source.copy(item, target, name=name)
+
+
+def _copy_attrs(source, target) -> None:
+    for name in source.attrs:
+        attribute = source.attrs.get_id(name)
+        if _has_references(attribute.dtype):
+            continue
+        target.attrs.create(name, source.attrs[name], shape=attribute.shape, dtype=attribute.dtype)
+
+
+def _has_references(dtype) -> bool:
+    import h5py
+
+    if h5py.check_dtype(ref=dtype) is not None:
+        return True
+    vlen = h5py.check_dtype(vlen=dtype)
+    if vlen is not None and vlen not in (str, bytes):
+        return _has_references(np.dtype(vlen))
+    return bool(dtype.fields) and any(_has_references(field[0]) for field in dtype.fields.values())
+
+
+def _row_aligned(file, data) -> list:
+    """The data dataset, then every other dataset of the file with as many rows, by path."""
+    import h5py
+
+    rows = data.shape[0]
+    others: list = []
+
+    def visit(name, item) -> None:
+        if isinstance(item, h5py.Dataset) and item.name != data.name and item.shape and item.shape[0] == rows:
+            others.append(item)
+
+    file.visititems(visit)
+    return [data, *sorted(others, key=lambda d: d.name)]
+
+
+def _blocks(aligned: list, rows: int) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """Chunk-aligned blocks of ~``BLOCK_BYTES`` of the first ``rows`` rows of each dataset."""
+    data = aligned[0]
+    chunk_rows = data.chunks[0] if data.chunks else 1
+    block_rows = _round_up(max(1, BLOCK_BYTES // max(1, _row_size(data))), chunk_rows)
+    for begin in range(0, rows, block_rows):
+        end = min(begin + block_rows, rows)
+        yield begin, [np.ascontiguousarray(dataset[begin:end]) for dataset in aligned]
+
+
+def _row_size(dataset) -> int:
+    return int(np.prod(dataset.shape[1:], dtype=np.int64)) * dataset.dtype.itemsize
+
+
+def _row_bytes(blocks: list[np.ndarray]) -> Iterator[tuple]:
+    """Each row's bytes in every row-aligned dataset: what a record's checksum covers."""
+    return zip(*(_rows_as_bytes(block) for block in blocks))
+
+
+def _rows_as_bytes(block: np.ndarray) -> list:
+    if block.dtype.hasobject:  # variable-length values: their text stands for their bytes
+        return [repr(row.tolist() if hasattr(row, "tolist") else row).encode() for row in block]
+    size = block.dtype.itemsize * int(np.prod(block.shape[1:], dtype=np.int64))
+    view = memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
+    return [view[i * size : (i + 1) * size] for i in range(len(block))]
+
+
+def _keep_mask(begin: int, count: int, bad: np.ndarray) -> np.ndarray:
+    mask = np.ones(count, dtype=bool)
+    inside = bad[(bad >= begin) & (bad < begin + count)]
+    mask[inside - begin] = False
+    return mask
+
+
+def _group(records: set[tuple[str, int]]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for source, index in records:
+        grouped[source].append(index)
+    return grouped

@@ -1,0 +1,170 @@
+"""Image datasets: the same folder tree, or a new list file plus the files it lists.
+
+Files are copied byte for byte (``--link`` hard-links them instead where the file system
+allows), keeping their modification times and permission bits. A class-folder tree keeps every
+class folder, even one left empty, because a class's label is its folder's position in sorted
+order: dropping ``bird/`` would silently relabel every class after it. Files that are not
+records (``README.txt``) are copied into the cleaned copy; hidden folders are not.
+
+A list file becomes ``OUT/LIST`` with the kept lines, in order, and the files under ``OUT``
+at their paths relative to the image root, so the copy is self-contained; a line whose path
+was absolute or not normalized is rewritten with the relative path, the label text unchanged.
+Lines whose file could not be read (missing, or outside the root) go to the quarantine's list
+verbatim, without a file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from scrub.checks.images import IMAGE_EXTENSIONS
+from scrub.errors import ScrubError, UnusableDataset
+from scrub.ledger import Ledger, identity_seed
+from scrub.readers.base import ReadOptions
+from scrub.readers.images import ImageReader, split_list_line
+from scrub.records import Record
+from scrub.writers.base import Tally, Verdicts, Writer
+
+
+class ImageWriter(Writer):
+    format = "images"
+
+    @property
+    def listed(self) -> bool:
+        return self.info.layout == "list-file"
+
+    def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
+        tally = Tally()
+        root = self.reader.root
+        for target in (clean, quarantine):
+            if target is not None:
+                target.mkdir()
+        if self.listed:
+            lines = self._list_lines()
+            lists = {False: open(clean / self.source.name, "w", encoding="utf-8")}
+            if quarantine is not None:
+                lists[True] = open(quarantine / self.source.name, "w", encoding="utf-8")
+        else:
+            tally.other_files = self._mirror_folders(clean, quarantine)
+        try:
+            for partition in self.dataset.partitions:
+                for record in self.reader.read(partition):
+                    line = next(lines) if self.listed else None
+                    quarantined = verdicts.quarantined(record.source, record.index)
+                    if record.payload is None and not quarantined:
+                        quarantined = True
+                        tally.forced.append(f"{record.key}: {record.problems[0].message}")
+                    relative = portable_key(root, record)
+                    if quarantined:
+                        tally.records_quarantined += 1
+                    else:
+                        tally.records_kept += 1
+                    (tally.quarantined if quarantined else tally.kept).add_record(
+                        identity_seed(relative, repr(record.label)), record.payload
+                    )
+                    target = quarantine if quarantined else clean
+                    if target is None:
+                        continue
+                    source_path = os.path.join(root, record.key)
+                    if record.payload is not None:
+                        _place(record.payload, source_path, target / relative, link)
+                    elif not self.listed:
+                        self._keep_unreadable(record, source_path, target / relative)
+                    if self.listed:
+                        lists[quarantined].write(_list_line(line, relative, record) + "\n")
+        finally:
+            if self.listed:
+                for handle in lists.values():
+                    handle.close()
+        return tally
+
+    def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
+        ledger = Ledger()
+        reader = ImageReader(self.dataset_in(target), ReadOptions())
+        try:
+            _, partitions = reader.open(1000)
+        except UnusableDataset:  # an empty output: nothing went to this side
+            return ledger
+        for partition in partitions:
+            for record in reader.read(partition):
+                ledger.add_record(identity_seed(portable_key(reader.root, record), repr(record.label)), record.payload)
+        return ledger
+
+    def _list_lines(self) -> Iterator[str]:
+        """The list file's non-empty lines, in the order the reader numbered them."""
+        with open(self.source, encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    yield line.rstrip("\r\n")
+
+    def _mirror_folders(self, clean: Path, quarantine: Path | None) -> int:
+        """Create the class folders on both sides and every other folder in the cleaned copy;
+        copy the files that are not records into the cleaned copy. Returns how many."""
+        copied = 0
+        root = self.reader.root
+        for directory, folders, files in os.walk(root):
+            folders[:] = sorted(f for f in folders if not f.startswith("."))
+            relative = os.path.relpath(directory, root)
+            if relative != ".":
+                (clean / relative).mkdir(exist_ok=True)
+                if quarantine is not None and os.sep not in relative:
+                    (quarantine / relative).mkdir(exist_ok=True)
+            for name in files:
+                path = os.path.join(directory, name)
+                if name.startswith(".") or os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+                    continue
+                if os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                shutil.copy2(path, clean / relative / name)
+                copied += 1
+        return copied
+
+    @staticmethod
+    def _keep_unreadable(record: Record, source_path: str, destination: Path) -> None:
+        """A folder entry that was never read: a symlink leaving the root is recreated (pointing
+        to the same absolute target) so that the quarantine still lists it; anything else
+        cannot be set aside without reading it."""
+        if not os.path.islink(source_path):
+            reason = record.problems[0].message if record.problems else "unreadable"
+            raise ScrubError(f"{source_path}: {reason}; fix needs every file of a folder dataset readable")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        target = os.readlink(source_path)
+        os.symlink(os.path.join(os.path.dirname(os.path.abspath(source_path)), target), destination)
+
+
+def portable_key(root: str, record: Record) -> str:
+    """A record's path relative to the root, normalized (``./a/../b.jpg`` is ``b.jpg``), as it
+    is written in the outputs; the listed path as is for a record that was never read."""
+    if record.payload is None:
+        return record.key
+    return os.path.relpath(os.path.normpath(os.path.join(root, record.key)), root).replace(os.sep, "/")
+
+
+def _list_line(line: str, relative: str, record: Record) -> str:
+    if record.payload is None:
+        return line
+    path_text, label_text = split_list_line(line)
+    if path_text == relative:
+        return line
+    return relative if label_text is None else f"{relative} {label_text}"
+
+
+def _place(payload: bytes, source_path: str, destination: Path, link: bool) -> None:
+    """Write a record's bytes (or hard-link its file), with the source's times and mode."""
+    if destination.exists():  # a list naming the same file twice
+        return
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if link:
+        try:
+            os.link(os.path.realpath(source_path), destination)
+            return
+        except OSError:  # another file system, or links not allowed: copy instead
+            pass
+    with open(destination, "wb") as file:
+        file.write(payload)
+    status = os.stat(source_path)
+    os.chmod(destination, status.st_mode & 0o7777)
+    os.utime(destination, ns=(status.st_atime_ns, status.st_mtime_ns))
