@@ -4,6 +4,7 @@ The Python API (see the README):
 
 * `scan(path, **options)` runs every check and returns a `ScanResult` with the summary and an
   iterator over the issues.
+* `fix(path, **options)` writes the cleaned copy (and the quarantine) and returns a `FixResult`.
 * `scrub.checks.catalogue()` lists the checks; `Issue`, `Record` and `Batch` are the data model.
 
 Names are imported on first use, so that ``scrub --help`` and the start of a scan do not wait
@@ -20,6 +21,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "scan": "scrub.api",
     "ScanResult": "scrub.api",
+    "fix": "scrub.cleaning",
+    "FixResult": "scrub.cleaning",
     "ExitCode": "scrub.errors",
     "ScrubError": "scrub.errors",
     "UnusableDataset": "scrub.errors",

@@ -164,10 +164,13 @@ def scan(
         allow_pickle=allow_pickle, partition_size=partition_size,
         before_open=_start_workers(scheduler, workers, timeout),
     )
-    return scan_dataset(
-        dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
-        workers=workers, timeout=timeout, progress=progress, started=started,
-    )
+    try:
+        return scan_dataset(
+            dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
+            workers=workers, timeout=timeout, progress=progress, started=started,
+        )
+    finally:
+        dataset.reader.close()
 
 
 def check_options(

@@ -114,87 +114,90 @@ def fix(
         allow_pickle=allow_pickle, partition_size=partition_size,
         before_open=None if manifest else _start_workers(scheduler, workers, timeout),
     )
-    writer = writer_for(dataset)
-    clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
-    quarantine = quarantine or quarantine_dir is not None
-    quarantine_path = None
-    if quarantine:
-        quarantine_path = Path(quarantine_dir) if quarantine_dir else clean_path.parent / f"{writer.base_name()}.quarantine"
-    _refuse_overlaps(dataset, clean_path, quarantine_path)
-    clean_output = StagedOutput(clean_path, force=force, what="cleaned copy")
-    quarantine_output = None
-    if quarantine_path is not None:
-        orphan = _is_orphan(quarantine_path, clean_path, dataset)
-        quarantine_output = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
-    for output in (clean_output, quarantine_output):
-        if output is not None:
-            output.check()
-
-    scan_result = None
-    if manifest is not None:
-        manifest = Path(manifest)
-        scan_summary = _reusable_scan(manifest, dataset)
     try:
-        quarantine_root = quarantine_output.stage() if quarantine_output else None
-        if quarantine_root is not None:
-            quarantine_root.mkdir()
-        if manifest is None:
-            manifest = quarantine_root / QUARANTINE_MANIFEST if quarantine_root else DEFAULT_MANIFEST
-            scan_result = scan_dataset(
-                dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
-                workers=workers, timeout=timeout, progress=progress, started=started,
-            )
-            if quarantine_root is not None:  # name the manifest where it will be, not where it is built
-                scan_result.summary.manifest = str(quarantine_output.destination / QUARANTINE_MANIFEST)
-            scan_summary = scan_result.summary.to_dict()
-            write_scan_record(manifest, scan_summary)
-        elif quarantine_root is not None:
-            shutil.copyfile(manifest, quarantine_root / QUARANTINE_MANIFEST)
-            shutil.copyfile(scan_record_path(manifest), scan_record_path(quarantine_root / QUARANTINE_MANIFEST))
-        verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(severity))
-        clean_target = clean_output.stage()
-        quarantine_target = quarantine_root / writer.quarantine_name() if quarantine_root else None
-        tally = writer.write(verdicts, clean_target, quarantine_target, link=link)
-        if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
-            raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
-        verification = _verify(writer, verdicts, tally, clean_target, quarantine_target, scan_summary["records"])
-        report = {
-            "schema": 1,
-            "source": str(dataset.path),
-            "format": dataset.reader.format,
-            "clean": str(clean_output.destination),
-            "dataset": str(writer.dataset_in(clean_output.destination)),
-            "quarantine": str(quarantine_output.destination) if quarantine_output else None,
-            "quarantined_dataset": (
-                str(quarantine_output.destination / writer.quarantine_name()) if quarantine_output else None
-            ),
-            "manifest": str(quarantine_output.destination / QUARANTINE_MANIFEST) if quarantine_output else str(manifest),
-            "reused_manifest": scan_result is None,
-            "severity": severity,
-            "link": link,
-            "fingerprint": dataset.fingerprint,
-            "records": scan_summary["records"],
-            "kept": tally.records_kept,
-            "quarantined": tally.records_quarantined,
-            "forced": tally.forced,
-            "other_files": tally.other_files,
-            "notes": tally.notes,
-            "verification": verification,
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-        if not verification["verified"]:
-            raise ScrubError(
-                f"verification failed ({verification['reason']}); nothing was written; please report this"
-            )
-        if quarantine_root is not None:
-            (quarantine_root / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-            quarantine_output.commit()
-        clean_output.commit()
-    except BaseException:
-        clean_output.discard()
-        if quarantine_output is not None:
-            quarantine_output.discard()
-        raise
+        writer = writer_for(dataset)
+        clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
+        quarantine = quarantine or quarantine_dir is not None
+        quarantine_path = None
+        if quarantine:
+            quarantine_path = Path(quarantine_dir) if quarantine_dir else clean_path.parent / f"{writer.base_name()}.quarantine"
+        _refuse_overlaps(dataset, clean_path, quarantine_path)
+        clean_output = StagedOutput(clean_path, force=force, what="cleaned copy")
+        quarantine_output = None
+        if quarantine_path is not None:
+            orphan = _is_orphan(quarantine_path, clean_path, dataset)
+            quarantine_output = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
+        for output in (clean_output, quarantine_output):
+            if output is not None:
+                output.check()
+
+        scan_result = None
+        if manifest is not None:
+            manifest = Path(manifest)
+            scan_summary = _reusable_scan(manifest, dataset)
+        try:
+            quarantine_root = quarantine_output.stage() if quarantine_output else None
+            if quarantine_root is not None:
+                quarantine_root.mkdir()
+            if manifest is None:
+                manifest = quarantine_root / QUARANTINE_MANIFEST if quarantine_root else DEFAULT_MANIFEST
+                scan_result = scan_dataset(
+                    dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
+                    workers=workers, timeout=timeout, progress=progress, started=started,
+                )
+                if quarantine_root is not None:  # name the manifest where it will be, not where it is built
+                    scan_result.summary.manifest = str(quarantine_output.destination / QUARANTINE_MANIFEST)
+                scan_summary = scan_result.summary.to_dict()
+                write_scan_record(manifest, scan_summary)
+            elif quarantine_root is not None:
+                shutil.copyfile(manifest, quarantine_root / QUARANTINE_MANIFEST)
+                shutil.copyfile(scan_record_path(manifest), scan_record_path(quarantine_root / QUARANTINE_MANIFEST))
+            verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(severity))
+            clean_target = clean_output.stage()
+            quarantine_target = quarantine_root / writer.quarantine_name() if quarantine_root else None
+            tally = writer.write(verdicts, clean_target, quarantine_target, link=link)
+            if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
+                raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
+            verification = _verify(writer, verdicts, tally, clean_target, quarantine_target, scan_summary["records"])
+            report = {
+                "schema": 1,
+                "source": str(dataset.path),
+                "format": dataset.reader.format,
+                "clean": str(clean_output.destination),
+                "dataset": str(writer.dataset_in(clean_output.destination)),
+                "quarantine": str(quarantine_output.destination) if quarantine_output else None,
+                "quarantined_dataset": (
+                    str(quarantine_output.destination / writer.quarantine_name()) if quarantine_output else None
+                ),
+                "manifest": str(quarantine_output.destination / QUARANTINE_MANIFEST) if quarantine_output else str(manifest),
+                "reused_manifest": scan_result is None,
+                "severity": severity,
+                "link": link,
+                "fingerprint": dataset.fingerprint,
+                "records": scan_summary["records"],
+                "kept": tally.records_kept,
+                "quarantined": tally.records_quarantined,
+                "forced": tally.forced,
+                "other_files": tally.other_files,
+                "notes": tally.notes,
+                "verification": verification,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+            if not verification["verified"]:
+                raise ScrubError(
+                    f"verification failed ({verification['reason']}); nothing was written; please report this"
+                )
+            if quarantine_root is not None:
+                (quarantine_root / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+                quarantine_output.commit()
+            clean_output.commit()
+        except BaseException:
+            clean_output.discard()
+            if quarantine_output is not None:
+                quarantine_output.discard()
+            raise
+    finally:
+        dataset.reader.close()
     return FixResult(
         clean=clean_output.destination,
         dataset=writer.dataset_in(clean_output.destination),

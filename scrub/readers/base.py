@@ -96,6 +96,9 @@ class Reader(ABC):
     def read(self, partition: Sequence[Any], start: int = 0, stop: int | None = None) -> Iterator[Record]:
         """Yield the records ``start:stop`` of a partition, in order. Runs in a worker."""
 
+    def close(self) -> None:
+        """Release what the driver process holds open (called when a scan or fix ends)."""
+
     @abstractmethod
     def members(self, partitions: Sequence[Sequence[Any]]) -> Iterator[str]:
         """The path of every file the dataset consists of (list files included), in a fixed order;

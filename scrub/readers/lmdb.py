@@ -238,6 +238,9 @@ class LMDBReader(Reader):
             decode_value(record, bytes(value), codec, self.options.allow_pickle)
             yield record
 
+    def close(self) -> None:
+        _forget(str(self.path.resolve()))  # else this process cannot open the environment again
+
     def members(self, partitions: Sequence[KeyRange]) -> Iterator[str]:
         yield str(self.path / "data.mdb" if self.path.is_dir() else self.path)
 
