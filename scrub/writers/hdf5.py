@@ -12,7 +12,8 @@ object references (dimension scales) are not copied: they would point into the s
 
 A record's checksum covers its row in every row-aligned dataset. The quarantine holds, per
 file with quarantined rows, a file with only the row-aligned datasets (same creation
-properties) plus ``scrub_source_row``: each row's index in the source. A file with a
+properties) plus ``scrub_source_row``: each row's index in the source (a single-file source
+always gets one, possibly with no rows). A file with a
 dataset-level problem (a row-count mismatch, a link leaving the root) cannot be split row by
 row: it goes to the quarantine whole, copied byte for byte.
 
@@ -133,7 +134,7 @@ class HDF5Writer(Writer):
                 _copy_tree(source, out, {d.name for d in aligned})
                 kept = _Sinks(out, aligned, rows - len(bad))
                 held_file = held = None
-                if quarantine is not None and len(bad):
+                if quarantine is not None and (len(bad) or not self.output_is_folder):
                     held_file = h5py.File(self._output_file(quarantine, relative), "w", libver=source.libver)
                 try:
                     if held_file is not None:
