@@ -116,60 +116,36 @@ def fix(
     )
     try:
         writer = writer_for(dataset)
-        clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
-        quarantine = quarantine or quarantine_dir is not None
-        quarantine_path = None
-        if quarantine:
-            quarantine_path = Path(quarantine_dir) if quarantine_dir else clean_path.parent / f"{writer.base_name()}.quarantine"
-        _refuse_overlaps(dataset, clean_path, quarantine_path)
-        clean_output = StagedOutput(clean_path, force=force, what="cleaned copy")
-        quarantine_output = None
-        if quarantine_path is not None:
-            orphan = _is_orphan(quarantine_path, clean_path, dataset)
-            quarantine_output = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
-        for output in (clean_output, quarantine_output):
-            if output is not None:
-                output.check()
-
+        outputs = _Outputs(dataset, writer, out, quarantine or quarantine_dir is not None, quarantine_dir, force)
         scan_result = None
         if manifest is not None:
             manifest = Path(manifest)
             scan_summary = _reusable_scan(manifest, dataset)
         try:
-            quarantine_root = quarantine_output.stage() if quarantine_output else None
-            if quarantine_root is not None:
-                quarantine_root.mkdir()
+            outputs.stage()
             if manifest is None:
-                manifest = quarantine_root / QUARANTINE_MANIFEST if quarantine_root else DEFAULT_MANIFEST
+                manifest = outputs.manifest_target or DEFAULT_MANIFEST
                 scan_result = scan_dataset(
                     dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
                     workers=workers, timeout=timeout, progress=progress, started=started,
                 )
-                if quarantine_root is not None:  # name the manifest where it will be, not where it is built
-                    scan_result.summary.manifest = str(quarantine_output.destination / QUARANTINE_MANIFEST)
+                scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()
                 write_scan_record(manifest, scan_summary)
-            elif quarantine_root is not None:
-                shutil.copyfile(manifest, quarantine_root / QUARANTINE_MANIFEST)
-                shutil.copyfile(scan_record_path(manifest), scan_record_path(quarantine_root / QUARANTINE_MANIFEST))
+            else:
+                outputs.keep_manifest(manifest)
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(severity))
-            clean_target = clean_output.stage()
-            quarantine_target = quarantine_root / writer.quarantine_name() if quarantine_root else None
-            tally = writer.write(verdicts, clean_target, quarantine_target, link=link)
+            tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=link)
             if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
                 raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
-            verification = _verify(writer, verdicts, tally, clean_target, quarantine_target, scan_summary["records"])
+            verification = _verify(writer, verdicts, tally, outputs.clean_target, outputs.quarantine_target,
+                                   scan_summary["records"])
             report = {
                 "schema": 1,
                 "source": str(dataset.path),
                 "format": dataset.reader.format,
-                "clean": str(clean_output.destination),
-                "dataset": str(writer.dataset_in(clean_output.destination)),
-                "quarantine": str(quarantine_output.destination) if quarantine_output else None,
-                "quarantined_dataset": (
-                    str(quarantine_output.destination / writer.quarantine_name()) if quarantine_output else None
-                ),
-                "manifest": str(quarantine_output.destination / QUARANTINE_MANIFEST) if quarantine_output else str(manifest),
+                **outputs.describe(),
+                "manifest": str(outputs.final_manifest or manifest),
                 "reused_manifest": scan_result is None,
                 "severity": severity,
                 "link": link,
@@ -184,29 +160,93 @@ def fix(
                 "seconds": round(time.perf_counter() - started, 3),
             }
             if not verification["verified"]:
-                raise ScrubError(
-                    f"verification failed ({verification['reason']}); nothing was written; please report this"
-                )
-            if quarantine_root is not None:
-                (quarantine_root / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-                quarantine_output.commit()
-            clean_output.commit()
+                raise ScrubError(f"verification failed ({verification['reason']}); nothing was written; please report this")
+            outputs.commit(report)
         except BaseException:
-            clean_output.discard()
-            if quarantine_output is not None:
-                quarantine_output.discard()
+            outputs.discard()
             raise
     finally:
         dataset.reader.close()
     return FixResult(
-        clean=clean_output.destination,
-        dataset=writer.dataset_in(clean_output.destination),
-        quarantine=quarantine_output.destination if quarantine_output else None,
+        clean=outputs.clean.destination,
+        dataset=writer.dataset_in(outputs.clean.destination),
+        quarantine=outputs.quarantine.destination if outputs.quarantine else None,
         manifest=Path(report["manifest"]),
         report=report,
         scan_summary=scan_summary,
         scan=scan_result,
     )
+
+
+class _Outputs:
+    """The cleaned copy and the quarantine folder: where they go, staged until committed."""
+
+    def __init__(self, dataset: OpenedDataset, writer: Writer, out: str | Path | None, quarantine: bool,
+                 quarantine_dir: str | Path | None, force: bool) -> None:
+        self.writer = writer
+        clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
+        quarantine_path = None
+        if quarantine:
+            quarantine_path = (
+                Path(quarantine_dir) if quarantine_dir else clean_path.parent / f"{writer.base_name()}.quarantine"
+            )
+        _refuse_overlaps(dataset, clean_path, quarantine_path)
+        self.clean = StagedOutput(clean_path, force=force, what="cleaned copy")
+        self.quarantine = None
+        if quarantine_path is not None:
+            orphan = _is_orphan(quarantine_path, clean_path, dataset)
+            self.quarantine = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
+        for output in (self.clean, self.quarantine):
+            if output is not None:
+                output.check()
+        self.clean_target: Path | None = None
+        self.folder: Path | None = None  # the staged quarantine folder
+
+    def stage(self) -> None:
+        if self.quarantine is not None:
+            self.folder = self.quarantine.stage()
+            self.folder.mkdir()
+        self.clean_target = self.clean.stage()
+
+    @property
+    def quarantine_target(self) -> Path | None:
+        return self.folder / self.writer.quarantine_name() if self.folder else None
+
+    @property
+    def manifest_target(self) -> Path | None:
+        """Where a fresh scan writes its manifest: inside the staged quarantine."""
+        return self.folder / QUARANTINE_MANIFEST if self.folder else None
+
+    @property
+    def final_manifest(self) -> Path | None:
+        return self.quarantine.destination / QUARANTINE_MANIFEST if self.quarantine else None
+
+    def keep_manifest(self, manifest: Path) -> None:
+        """Copy a reused manifest (and its scan record) into the quarantine."""
+        if self.folder is not None:
+            shutil.copyfile(manifest, self.manifest_target)
+            shutil.copyfile(scan_record_path(manifest), scan_record_path(self.manifest_target))
+
+    def describe(self) -> dict[str, str | None]:
+        held = self.quarantine.destination if self.quarantine else None
+        return {
+            "clean": str(self.clean.destination),
+            "dataset": str(self.writer.dataset_in(self.clean.destination)),
+            "quarantine": str(held) if held else None,
+            "quarantined_dataset": str(held / self.writer.quarantine_name()) if held else None,
+        }
+
+    def commit(self, report: dict[str, Any]) -> None:
+        """The quarantine first (with the fix record), then the cleaned copy: see `_is_orphan`."""
+        if self.quarantine is not None:
+            (self.folder / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            self.quarantine.commit()
+        self.clean.commit()
+
+    def discard(self) -> None:
+        for output in (self.clean, self.quarantine):
+            if output is not None:
+                output.discard()
 
 
 def _verify(writer: Writer, verdicts: Verdicts, tally: Tally, clean: Path, quarantine: Path | None,

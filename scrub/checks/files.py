@@ -36,7 +36,8 @@ UNSAFE_PATH = reader_check(
     Example:
         `train.txt` says `../other_project/img.jpg 1`.
     What fix does:
-        Leaves the entry out of the cleaned copy; the quarantine records the entry, not the target.
+        Leaves the entry out of the cleaned copy; the quarantine keeps the entry (the list line,
+        or the symlink), never the target. An HDF5 file with such a link is set aside whole.
     """,
 )
 

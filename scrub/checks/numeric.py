@@ -99,7 +99,8 @@ ROW_COUNT_MISMATCH = reader_check(
     Example:
         `train.h5` has 10,000 data rows and 9,999 labels.
     What fix does:
-        Keeps the rows both datasets have and quarantines the rest.
+        Sets the whole file aside, copied byte for byte into the quarantine (whatever
+        `--severity`): when the counts disagree, which label belongs to which row is unknown.
     """,
     needs="rows",
 )
