@@ -294,8 +294,9 @@ def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | Non
         target = os.path.realpath(output)
         if target == source or _inside(source, target) or (dataset.path.is_dir() and _inside(target, source)):
             raise UsageError(f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path")
-        if os.path.lexists(output) and any(
-            _inside(os.path.realpath(member), target) for member in dataset.reader.members(dataset.partitions)
+        if os.path.lexists(output) and overlaps(output, dataset.info.root) and any(
+            _inside(os.path.abspath(member), os.path.abspath(output)) or _inside(os.path.realpath(member), target)
+            for member in dataset.reader.members(dataset.partitions)
         ):
             raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
     if quarantine is not None and overlaps(clean, quarantine):

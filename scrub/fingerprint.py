@@ -26,6 +26,7 @@ def fingerprint(reader: Reader, partitions: list, root: str | Path) -> dict[str,
     identity = (reader.format, options.data_key, options.label_key, options.lmdb_codec, options.allow_pickle)
     digest.update(repr(identity).encode())
     files = total = 0
+    prefix = os.path.join(str(root), "")
     for path in reader.members(partitions):
         try:
             status = os.stat(path)
@@ -33,7 +34,8 @@ def fingerprint(reader: Reader, partitions: list, root: str | Path) -> dict[str,
             total += status.st_size
         except OSError:
             facts = ("absent",)
-        digest.update(os.fsencode(os.path.relpath(path, root)) + b"\0" + repr(facts).encode() + b"\n")
+        relative = path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, root)
+        digest.update(os.fsencode(relative) + b"\0" + repr(facts).encode() + b"\n")
         files += 1
     return {"digest": digest.hexdigest(), "files": files, "bytes": total}
 

@@ -15,17 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import ScrubError, first_line
+from scrub.outputs import new_file_mode
 from scrub.records import Issue
 
 DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
-
-
-def _umask_mode() -> int:
-    """The mode a plain ``open()`` would give a new file (``mkstemp`` makes it 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def encode_key(key: str | bytes) -> str:
@@ -85,7 +79,7 @@ class ManifestWriter:
 
     def commit(self) -> Path:
         self._file.close()
-        os.chmod(self._temporary, _umask_mode())
+        os.chmod(self._temporary, new_file_mode())
         os.replace(self._temporary, self.path)
         return self.path
 
@@ -107,7 +101,7 @@ def write_scan_record(manifest: Path, summary: dict[str, Any]) -> Path:
     with os.fdopen(handle, "w", encoding="utf-8") as file:
         json.dump(summary, file, indent=2)
         file.write("\n")
-    os.chmod(temporary, _umask_mode())
+    os.chmod(temporary, new_file_mode())
     os.replace(temporary, path)
     return path
 

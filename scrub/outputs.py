@@ -9,6 +9,7 @@ process is gone) are removed by the next run.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -81,6 +82,14 @@ def remove_abandoned(destination: Path) -> list[Path]:
             shutil.rmtree(sibling, ignore_errors=True)
             removed.append(sibling)
     return removed
+
+
+@functools.cache
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (``mkstemp`` gives 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _alive(pid: int) -> bool:

@@ -16,6 +16,7 @@ verbatim, without a file.
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import ScrubError, UnusableDataset
 from scrub.ledger import Ledger, identity_seed
+from scrub.outputs import new_file_mode
 from scrub.readers.base import ReadOptions
 from scrub.readers.images import ImageReader, split_list_line
 from scrub.records import Record
@@ -42,13 +44,15 @@ class ImageWriter(Writer):
         for target in (clean, quarantine):
             if target is not None:
                 target.mkdir()
+        lists = {}
         if self.listed:
             lines = self._list_lines()
-            lists = {False: open(clean / self.source.name, "w", encoding="utf-8")}
+            lists[False] = open(clean / self.source.name, "w", encoding="utf-8")
             if quarantine is not None:
                 lists[True] = open(quarantine / self.source.name, "w", encoding="utf-8")
         else:
             tally.other_files = self._mirror_folders(clean, quarantine)
+        folders: set[str] = set()  # made already: no need to ask the file system again
         try:
             for partition in self.dataset.partitions:
                 for record in self.reader.read(partition):
@@ -58,27 +62,26 @@ class ImageWriter(Writer):
                         quarantined = True
                         tally.forced.append(f"{record.key}: {record.problems[0].message}")
                     relative = portable_key(root, record)
+                    seed = identity_seed(relative, repr(record.label))
                     if quarantined:
                         tally.records_quarantined += 1
+                        tally.quarantined.add_record(seed, record.payload)
                     else:
                         tally.records_kept += 1
-                    (tally.quarantined if quarantined else tally.kept).add_record(
-                        identity_seed(relative, repr(record.label)), record.payload
-                    )
+                        tally.kept.add_record(seed, record.payload)
                     target = quarantine if quarantined else clean
                     if target is None:
                         continue
                     source_path = os.path.join(root, record.key)
                     if record.payload is not None:
-                        _place(record.payload, source_path, target / relative, link)
+                        _place(record.payload, source_path, target / relative, link, folders)
                     elif not self.listed:
                         self._keep_unreadable(record, source_path, target / relative)
                     if self.listed:
                         lists[quarantined].write(_list_line(line, relative, record) + "\n")
         finally:
-            if self.listed:
-                for handle in lists.values():
-                    handle.close()
+            for handle in lists.values():
+                handle.close()
         return tally
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
@@ -138,8 +141,9 @@ class ImageWriter(Writer):
 def portable_key(root: str, record: Record) -> str:
     """A record's path relative to the root, normalized (``./a/../b.jpg`` is ``b.jpg``), as it
     is written in the outputs; the listed path as is for a record that was never read."""
-    if record.payload is None:
-        return record.key
+    key = record.key
+    if record.payload is None or (not key.startswith(("/", "..")) and posixpath.normpath(key) == key):
+        return key
     return os.path.relpath(os.path.normpath(os.path.join(root, record.key)), root).replace(os.sep, "/")
 
 
@@ -152,19 +156,29 @@ def _list_line(line: str, relative: str, record: Record) -> str:
     return relative if label_text is None else f"{relative} {label_text}"
 
 
-def _place(payload: bytes, source_path: str, destination: Path, link: bool) -> None:
-    """Write a record's bytes (or hard-link its file), with the source's times and mode."""
-    if destination.exists():  # a list naming the same file twice
+def _place(payload: bytes, source_path: str, destination: Path, link: bool, folders: set[str]) -> None:
+    """Write a record's bytes (or hard-link its file), with the source's modification time and,
+    when they differ from a new file's, its permission bits. ``folders`` caches the folders
+    made so far (few), to skip asking the file system for each file."""
+    target = str(destination)
+    folder = os.path.dirname(target)
+    if folder not in folders:
+        os.makedirs(folder, exist_ok=True)
+        folders.add(folder)
+    try:
+        if link:
+            try:
+                os.link(os.path.realpath(source_path), target)
+                return
+            except FileExistsError:
+                raise
+            except OSError:  # another file system, or links not allowed: copy instead
+                pass
+        with open(target, "xb") as file:
+            file.write(payload)
+            status = os.stat(source_path)
+            if status.st_mode & 0o7777 != new_file_mode():
+                os.fchmod(file.fileno(), status.st_mode & 0o7777)
+    except FileExistsError:  # a list naming the same file twice: written already
         return
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    if link:
-        try:
-            os.link(os.path.realpath(source_path), destination)
-            return
-        except OSError:  # another file system, or links not allowed: copy instead
-            pass
-    with open(destination, "wb") as file:
-        file.write(payload)
-    status = os.stat(source_path)
-    os.chmod(destination, status.st_mode & 0o7777)
-    os.utime(destination, ns=(status.st_atime_ns, status.st_mtime_ns))
+    os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))

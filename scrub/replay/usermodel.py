@@ -1,0 +1,69 @@
+"""User losses named ``module:function``: loaded once, called on a batch, answers as NumPy.
+
+The function takes ``(X, y)``: X an (n, D) array (float32, or float16 under
+``precision="float16"``, as mixed precision would feed it; a copy it may change), y an (n,)
+int64 array of labels in [0, C). It returns the per-record losses, shape (n,), or the batch's
+scalar loss, as a NumPy array or a PyTorch tensor. It may return ``(losses, gradient)``
+instead, ``gradient`` being any array, tensor or sequence of them (its gradients, with respect to
+whatever it likes): then scrub checks those too and reports `grad-nonfinite`. PyTorch is never
+imported here: a tensor is recognised by its ``detach`` and ``cpu`` methods.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from scrub.errors import UsageError, first_line
+
+LossFunction = Callable[[np.ndarray, np.ndarray], Any]
+
+
+def load_loss(spec: str) -> LossFunction:
+    """The callable ``module:function`` names (``module`` importable from ``sys.path``)."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise UsageError(f"--model must be module:function, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - ImportError, or the module's own failure
+        raise UsageError(f"--model {spec}: cannot import {module_name}: {first_line(error)}") from None
+    function: Any = module
+    for part in name.split("."):
+        function = getattr(function, part, None)
+    if not callable(function):
+        raise UsageError(f"--model {spec}: {module_name} has no callable {name}")
+    return function
+
+
+def call_loss(
+    function: LossFunction, X: np.ndarray, y: np.ndarray, spec: str
+) -> tuple[np.ndarray, bool | None]:
+    """(losses as float64, shape (n,) or (); whether the gradient is finite, None if none given)."""
+    answer = function(X, y)
+    gradient_finite = None
+    if isinstance(answer, tuple) and len(answer) == 2:
+        answer, gradient = answer
+        parts = gradient if isinstance(gradient, (list, tuple)) else [gradient]
+        gradient_finite = all(bool(np.isfinite(_numpy(part, spec)).all()) for part in parts)
+    losses = _numpy(answer, spec)
+    if losses.ndim and losses.size != len(y):
+        raise UsageError(f"--model {spec} returned {losses.size} losses for a batch of {len(y)} records")
+    return (losses.reshape(len(y)) if losses.ndim else losses), gradient_finite
+
+
+def _numpy(value: Any, spec: str) -> np.ndarray:
+    """float64 holds every float16/float32/bfloat16 value exactly, Inf and NaN included."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        value = value.detach().cpu()
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            value = value.float()  # NumPy has no bfloat16; float32 holds each value exactly
+        value = value.numpy()
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        what = type(value).__name__
+        raise UsageError(f"--model {spec} returned {what}, not numbers: {first_line(error)}") from None
