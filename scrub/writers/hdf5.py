@@ -10,7 +10,7 @@ is copied unchanged (``H5Ocopy``). A fixed maximum row count becomes the new row
 unlimited when fewer rows remain than one chunk holds (HDF5 requires it). Attributes holding
 object references (dimension scales) are not copied: they would point into the source file.
 
-A record's checksum covers its row in every row-aligned dataset. The quarantine holds, per
+A record's checksum covers its row in every row-aligned dataset (see `scrub.ledger`). The quarantine holds, per
 file with quarantined rows, a file with only the row-aligned datasets (same creation
 properties) plus ``scrub_source_row``: each row's index in the source (a single-file source
 always gets one, possibly with no rows). A file with a
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from scrub.ledger import Ledger, identity_seed, record_hash
+from scrub.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.hdf5 import BLOCK_BYTES, _is_hdf5_file, _round_up
 from scrub.writers.base import Tally, Verdicts, Writer
 
@@ -139,12 +139,13 @@ class HDF5Writer(Writer):
                 try:
                     if held_file is not None:
                         held = _Sinks(held_file, aligned, len(bad), with_source_rows=True)
+                    seed = identity_seed(relative)
                     for begin, blocks in _blocks(aligned, rows):
                         mask = _keep_mask(begin, len(blocks[0]), bad)
-                        for i, row in enumerate(_row_bytes(blocks)):
-                            side = tally.kept if mask[i] else tally.quarantined
-                            side.add(record_hash(identity_seed(relative, begin + i), *row))
-                        kept.add([block[mask] for block in blocks])
+                        values = row_values(seed, np.arange(begin, begin + len(mask)), [row_digests(b) for b in blocks])
+                        tally.kept.add_values(values[mask])
+                        tally.quarantined.add_values(values[~mask])
+                        kept.add(blocks if mask.all() else [block[mask] for block in blocks])
                         if held is not None and not mask.all():
                             held.add([block[~mask] for block in blocks], np.flatnonzero(~mask) + begin)
                     kept.close()
@@ -176,9 +177,10 @@ class HDF5Writer(Writer):
                     bad = np.array(sorted(quarantined_rows.get(relative, ())), dtype=np.int64)
                     origin = np.arange(data.shape[0], dtype=np.int64)
                     origin += np.searchsorted(bad - np.arange(len(bad)), origin, side="right")
+                seed = identity_seed(relative)
                 for begin, blocks in _blocks(aligned, data.shape[0]):
-                    for index, row in zip(origin[begin : begin + len(blocks[0])], _row_bytes(blocks)):
-                        ledger.add(record_hash(identity_seed(relative, int(index)), *row))
+                    indices = origin[begin : begin + len(blocks[0])]
+                    ledger.add_values(row_values(seed, indices, [row_digests(b) for b in blocks]))
         return ledger
 
     def _output_files(self, target: Path) -> Iterator[tuple[str, str]]:
@@ -232,9 +234,14 @@ class _RowSink:
         self.cursor = 0
 
     def add(self, rows: np.ndarray) -> None:
+        """Append ``rows`` (which may be a reused buffer: rows kept for later are copied)."""
         if len(rows) == 0:
             return
-        self.pending.append(rows)
+        if not self.pending and len(rows) % self.chunk_rows == 0:  # whole chunks: write them now
+            self.dataset[self.cursor : self.cursor + len(rows)] = rows
+            self.cursor += len(rows)
+            return
+        self.pending.append(np.array(rows))
         self.pending_rows += len(rows)
         if self.pending_rows >= self.flush_rows:
             self._flush(whole_chunks=True)
@@ -332,30 +339,26 @@ def _row_aligned(file, data) -> list:
 
 
 def _blocks(aligned: list, rows: int) -> Iterator[tuple[int, list[np.ndarray]]]:
-    """Chunk-aligned blocks of ~``BLOCK_BYTES`` of the first ``rows`` rows of each dataset."""
+    """Chunk-aligned blocks of ~``BLOCK_BYTES`` of the first ``rows`` rows of each dataset, read
+    into buffers reused from block to block (fresh arrays cost a page fault per 4 KiB)."""
     data = aligned[0]
     chunk_rows = data.chunks[0] if data.chunks else 1
-    block_rows = _round_up(max(1, BLOCK_BYTES // max(1, _row_size(data))), chunk_rows)
+    block_rows = max(1, min(rows, _round_up(max(1, BLOCK_BYTES // max(1, _row_size(data))), chunk_rows)))
+    buffers = [np.empty((block_rows, *d.shape[1:]), dtype=d.dtype) for d in aligned]
     for begin in range(0, rows, block_rows):
-        end = min(begin + block_rows, rows)
-        yield begin, [np.ascontiguousarray(dataset[begin:end]) for dataset in aligned]
+        count = min(block_rows, rows - begin)
+        blocks = []
+        for dataset, buffer in zip(aligned, buffers):
+            if dataset.dtype.hasobject or buffer.size == 0:
+                blocks.append(np.asarray(dataset[begin : begin + count]))
+            else:
+                dataset.read_direct(buffer, np.s_[begin : begin + count], np.s_[0:count])
+                blocks.append(buffer[:count])
+        yield begin, blocks
 
 
 def _row_size(dataset) -> int:
     return int(np.prod(dataset.shape[1:], dtype=np.int64)) * dataset.dtype.itemsize
-
-
-def _row_bytes(blocks: list[np.ndarray]) -> Iterator[tuple]:
-    """Each row's bytes in every row-aligned dataset: what a record's checksum covers."""
-    return zip(*(_rows_as_bytes(block) for block in blocks))
-
-
-def _rows_as_bytes(block: np.ndarray) -> list:
-    if block.dtype.hasobject:  # variable-length values: their text stands for their bytes
-        return [repr(row.tolist() if hasattr(row, "tolist") else row).encode() for row in block]
-    size = block.dtype.itemsize * int(np.prod(block.shape[1:], dtype=np.int64))
-    view = memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
-    return [view[i * size : (i + 1) * size] for i in range(len(block))]
 
 
 def _keep_mask(begin: int, count: int, bad: np.ndarray) -> np.ndarray:

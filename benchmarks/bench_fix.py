@@ -1,0 +1,163 @@
+"""Benchmark ``scrub fix`` against what it replaces: ``scrub scan`` plus a plain copy.
+
+On the data the other benchmarks generate (generated first if missing; few bad records):
+
+* images: 20,000 JPEGs in 10 class folders (``bench_images.py``), copy = ``cp -r``;
+* LMDB: the same JPEGs as encoded Caffe Datums (``bench_lmdb.py``), copy = ``cp -r``;
+* HDF5: a plain float32 file of ``--hdf5-gib`` GiB (``bench_hdf5.py``), copy = ``cp`` and an
+  h5py chunk copy (``File.copy`` of every dataset, which is what the writer's own work is);
+
+it times, as whole processes with a warm page cache, outputs on tmpfs (best of ``--repeat``): ``scrub scan``,
+the copy, ``scrub fix --quarantine`` (which scans, writes both outputs and reads them back to
+verify), and ``scrub fix --manifest`` (reusing the scan). The ratio the issue sets is
+``fix / (scan + copy)``: about 1 means fix costs no more than doing both by hand.
+
+``python benchmarks/bench_fix.py [--repeat 3] [--markdown-out report.md]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+H5_COPY = r"""
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as source, h5py.File(sys.argv[2], "w") as target:
+    for name in source:
+        source.copy(source[name], target, name=name)
+"""
+
+
+def timed(command: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(command[:5])} failed: {done.stderr.strip()[-400:]}")
+    return seconds
+
+
+def best(repeat: int, command: list[str], before=None) -> float:
+    times = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        times.append(timed(command))
+    return min(times)
+
+
+def remove(*paths: Path) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def warm(path: Path) -> None:
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    for file in files:
+        with open(file, "rb") as handle:
+            while handle.read(16 << 20):
+                pass
+
+
+def bench(name: str, source: Path, work: Path, python: str, repeat: int, copies: dict[str, list[str]]) -> dict:
+    scrub = [python, "-m", "scrub"]
+    work.mkdir(parents=True, exist_ok=True)
+    clean, held, manifest = work / f"clean{source.suffix or '.d'}", work / "held", work / "scan.jsonl"
+    warm(source)
+    row = {"name": name, "records": None}
+    row["scan"] = best(repeat, [*scrub, "scan", str(source), "-q", "--manifest", str(manifest)])
+    for label, command in copies.items():
+        target = Path(command[-1])
+        row[label] = best(repeat, command, before=lambda target=target: remove(target))
+        remove(target)
+    fix = [*scrub, "fix", str(source), "--out", str(clean), "--quarantine-dir", str(held), "-q"]
+    fresh = lambda: remove(clean, held)  # noqa: E731 - timing a first fix, not a --force replacement
+    row["fix"] = best(repeat, fix, before=fresh)
+    row["fix_reuse"] = best(repeat, [*fix, "--manifest", str(manifest)], before=fresh)
+    remove(clean, held)
+    copy = min(v for k, v in row.items() if k.startswith("copy"))
+    row["ratio"] = row["fix"] / (row["scan"] + copy)
+    row["ratio_reuse"] = row["fix_reuse"] / copy
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"), help="where the data is")
+    parser.add_argument("--outdir", type=Path, default=Path("/dev/shm/scrub-bench-fix") if Path("/dev/shm").is_dir()
+                        else Path("/tmp/scrub-bench/fix"),
+                        help="where copies and outputs go (default: tmpfs, so that the disk's writeback does not "
+                             "dominate: on the reference VM, cp -r of the image tree took 1.6-13 s to disk)")
+    parser.add_argument("--hdf5-gib", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--only", choices=["images", "lmdb", "hdf5"], action="append")
+    parser.add_argument("--markdown-out", type=Path)
+    args = parser.parse_args()
+    work = args.outdir
+    only = set(args.only or ["images", "lmdb", "hdf5"])
+    images = args.workdir / "images" / "data"
+    if only & {"images", "lmdb"} and not images.exists():
+        subprocess.run([args.python, str(HERE / "bench_images.py"), "--generate-only"], check=True)
+    rows = []
+    if "images" in only:
+        rows.append(bench("images (20,000 JPEGs)", images, work / "images", args.python, args.repeat,
+                          {"copy (cp -r)": ["cp", "-r", str(images), str(work / "images" / "copy")]}))
+    if "lmdb" in only:
+        sys.path.insert(0, str(HERE))
+        from bench_lmdb import build
+
+        db = args.workdir / "datum_lmdb"
+        build(images, db)
+        rows.append(bench("LMDB (20,000 Datums)", db, work / "lmdb", args.python, args.repeat,
+                          {"copy (cp -r)": ["cp", "-r", str(db), str(work / "lmdb" / "copy")]}))
+    if "hdf5" in only:
+        sys.path.insert(0, str(HERE))
+        from bench_hdf5 import ROW, generate
+
+        path = args.workdir / "hdf5" / f"plain-{args.hdf5_gib:g}gib.h5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        generate(path, int(args.hdf5_gib * 2**30 / (ROW * 4)), None)
+        h5work = work / "hdf5"
+        h5work.mkdir(parents=True, exist_ok=True)
+        (h5work / "h5copy.py").write_text(H5_COPY)
+        rows.append(bench(f"HDF5 ({args.hdf5_gib:g} GiB float32)", path, h5work, args.python, args.repeat, {
+            "copy (cp)": ["cp", str(path), str(h5work / "copy.h5")],
+            "copy (h5py)": [args.python, str(h5work / "h5copy.py"), str(path), str(h5work / "copy-h5py.h5")],
+        }))
+    report = markdown(rows, args)
+    print(report)
+    if args.markdown_out:
+        args.markdown_out.write_text(report)
+    return 0
+
+
+def markdown(rows: list[dict], args) -> str:
+    lines = [
+        f"`scrub fix` vs `scrub scan` + a copy; best of {args.repeat}, warm cache, {os.cpu_count()} cores",
+        "",
+        "| dataset | scan | copy | fix --quarantine | fix / (scan + copy) | fix --manifest | fix --manifest / copy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        copies = ", ".join(f"{v:.2f} s {k[5:]}" for k, v in row.items() if k.startswith("copy"))
+        lines.append(
+            f"| {row['name']} | {row['scan']:.2f} s | {copies} | {row['fix']:.2f} s | **{row['ratio']:.2f}** "
+            f"| {row['fix_reuse']:.2f} s | {row['ratio_reuse']:.2f} |"
+        )
+    lines.append("")
+    lines.append(f"outputs written to {args.outdir}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
