@@ -146,7 +146,7 @@ def fix(
                 "format": dataset.reader.format,
                 **outputs.describe(),
                 "manifest": str(outputs.final_manifest or manifest),
-                "reused_manifest": scan_result is None,
+                "reused_manifest": None if scan_result is not None else str(manifest),
                 "severity": severity,
                 "link": link,
                 "fingerprint": dataset.fingerprint,

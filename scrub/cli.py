@@ -237,7 +237,7 @@ def fix(
             if result.scan is not None:
                 _print_summary(result.scan.summary)
             else:
-                out.print(f"reused the manifest {result.report['manifest']}", markup=False, soft_wrap=True)
+                out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
             _print_fix(result.report)
         return int(code)
 

@@ -268,7 +268,7 @@ def test_reusing_a_manifest_skips_the_scan(tmp_path):
     manifest = tmp_path / "m.jsonl"
     scanned = scrub.scan(source, manifest=manifest, num_classes=10, scheduler="sync")
     result = scrub.fix(source, manifest=manifest, quarantine=True)
-    assert result.scan is None and result.report["reused_manifest"]
+    assert result.scan is None and result.report["reused_manifest"] == str(manifest)
     assert result.report["quarantined"] == scanned.summary.records_with_errors == 6
     assert (result.quarantine / "manifest.jsonl").read_bytes() == manifest.read_bytes()
 
