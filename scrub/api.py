@@ -69,6 +69,26 @@ def parse_label_range(text: str | None) -> tuple[int, int] | None:
     return bounds
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The dummy-loss replay's options (``--dummy-loss`` and the flags beside it)."""
+
+    batch_size: int = 64
+    lr: float = 0.1
+    seed: int = 0
+    precision: str = "float32"
+    scale: float | None = None
+    model: str | None = None
+
+    def config(self):
+        from scrub.replay.replayer import ReplayConfig
+
+        try:
+            return ReplayConfig(self.batch_size, self.lr, self.seed, self.precision, self.model)
+        except ValueError as error:
+            raise UsageError(f"--dummy-loss: {error}") from None
+
+
 @dataclass
 class OpenedDataset:
     """A dataset a reader has validated and split into partitions."""
@@ -148,14 +168,16 @@ def scan(
     partition_size: int | None = None,
     plugins: Iterable[str] = (),
     progress: Callable[[Progress], None] | None = None,
+    dummy_loss: bool | ReplayOptions = False,
 ) -> ScanResult:
     """Run every check on every record of the dataset at ``path``.
 
     The manifest goes to ``manifest`` (a temporary file when None), and beside it the scan
     record (``NAME.scan.json``: the summary, with the dataset's fingerprint) that lets
     `fix` reuse it. ``plugins`` names modules to import first, so that the checks they define
-    run too. Raises `ScrubError` subclasses with a one-line message when the dataset or the
-    options are unusable.
+    run too. ``dummy_loss`` (True, or `ReplayOptions`) adds the replay stage. Raises
+    `ScrubError` subclasses with a one-line message when the dataset or the options are
+    unusable.
     """
     started = time.perf_counter()
     options = check_options(num_classes, label_range, max_pixels, plugins)
@@ -168,6 +190,7 @@ def scan(
         return scan_dataset(
             dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
             workers=workers, timeout=timeout, progress=progress, started=started,
+            replay=replay_options(dummy_loss),
         )
     finally:
         dataset.reader.close()
@@ -209,12 +232,14 @@ def scan_dataset(
     timeout: float = DEFAULT_TIMEOUT,
     progress: Callable[[Progress], None] | None = None,
     started: float | None = None,
+    replay: ReplayOptions | None = None,
 ) -> ScanResult:
     """Scan a dataset `open_dataset` opened (see `scan`)."""
     started = time.perf_counter() if started is None else started
     info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
     options = replace(options, labelled=info.labelled)
-    checks = select_checks(select, ignore, options, reader.provides)
+    config = replay.config() if replay is not None else None
+    checks = select_checks(select, ignore, options, reader.provides | ({"replay"} if replay else set()))
     plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
 
     keepalive = None
@@ -228,6 +253,7 @@ def scan_dataset(
         aggregate.add_dataset_issues(info.issues)
         pipeline.run(work, partitions, plan, aggregate.add, work.failure)
         aggregate.finish_dataset_checks(_locator(reader, partitions))
+        replayed = _replay(dataset, options, replay, config, plan, aggregate, checks) if replay else None
     except BaseException:
         writer.discard()
         raise
@@ -257,9 +283,41 @@ def scan_dataset(
         },
         reading=dataset.reading,
         fingerprint=dataset.fingerprint,
+        replay=replayed,
     )
     write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
+
+
+def replay_options(dummy_loss: bool | ReplayOptions | None) -> ReplayOptions | None:
+    if isinstance(dummy_loss, ReplayOptions):
+        return dummy_loss
+    return ReplayOptions() if dummy_loss else None
+
+
+def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions, config, plan,
+            aggregate: ScanAggregate, checks) -> dict[str, Any]:
+    """The dummy-loss replay: a second pass, featurized in parallel, replayed in record order."""
+    from scrub.replay.replayer import Replayer
+    from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec
+
+    spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
+    classes = class_count(options.num_classes, options.label_range, dataset.info.classes,
+                          aggregate.stats.get("labels"))
+    selected = {c.id for c in checks}
+
+    def emit(issue: Issue) -> None:
+        if issue.check in selected or issue.check == "label-out-of-range":
+            aggregate.add_issue(issue)
+
+    stage = ReplayStage(Replayer(config, classes, spec.dim), [len(p) for p in dataset.partitions], emit,
+                        aggregate.label_flagged)
+    work = ReplayWork(dataset.reader, spec)
+    pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
+    settings = {"batch_size": config.batch_size, "lr": config.lr, "seed": config.seed,
+                "precision": config.precision, "scale": replay.scale, "model": config.model}
+    return {"classes": classes, "features": spec.dim, "image_size": spec.image_size if spec.dim == 3 * spec.image_size**2 else None,
+            "options": settings, **stage.finish()}
 
 
 def load_plugins(modules: Iterable[str]) -> None:

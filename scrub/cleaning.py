@@ -22,10 +22,12 @@ from typing import Any
 from scrub.api import (
     DEFAULT_TIMEOUT,
     OpenedDataset,
+    ReplayOptions,
     ScanResult,
     _start_workers,
     check_options,
     open_dataset,
+    replay_options,
     scan_dataset,
 )
 from scrub.errors import ExitCode, ScrubError, UsageError
@@ -95,6 +97,7 @@ def fix(
     partition_size: int | None = None,
     plugins: Iterable[str] = (),
     progress: Callable[[Progress], None] | None = None,
+    dummy_loss: bool | ReplayOptions = False,
 ) -> FixResult:
     """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
     or above ``severity``, and (``quarantine``) those records, in the same format.
@@ -108,6 +111,9 @@ def fix(
     started = time.perf_counter()
     if severity not in SEVERITIES:
         raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}")
+    replay = replay_options(dummy_loss)
+    if replay is not None and manifest is not None:
+        raise UsageError("--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss")
     options = check_options(num_classes, label_range, max_pixels, plugins)
     dataset = open_dataset(
         path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
@@ -127,7 +133,7 @@ def fix(
                 manifest = outputs.manifest_target or DEFAULT_MANIFEST
                 scan_result = scan_dataset(
                     dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
-                    workers=workers, timeout=timeout, progress=progress, started=started,
+                    workers=workers, timeout=timeout, progress=progress, started=started, replay=replay,
                 )
                 scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()

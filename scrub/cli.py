@@ -31,6 +31,11 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
+class Precision(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+
+
 class FailOn(str, Enum):
     error = "error"
     warning = "warning"
@@ -94,6 +99,13 @@ TimeoutOpt = Annotated[float, typer.Option(help="Seconds one record may take bef
 PluginOpt = Annotated[Optional[list[str]], typer.Option(help="Import this module first, to run the checks it registers (repeatable).")]
 PartitionOpt = Annotated[Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")]
+DummyLossOpt = Annotated[bool, typer.Option("--dummy-loss", help="Replay the data through a seeded linear softmax model (or --model) after the checks; report records whose loss or gradient goes non-finite.")]
+BatchSizeOpt = Annotated[int, typer.Option(help="Replay: records per SGD step.")]
+LrOpt = Annotated[float, typer.Option(help="Replay: learning rate, per unit of the batch's median |x|^2 + 1.")]
+SeedOpt = Annotated[int, typer.Option(help="Replay: seed of the initial weights.")]
+PrecisionOpt = Annotated[Precision, typer.Option(help="Replay: float32, or float16 as mixed precision runs the matmuls.")]
+ScaleOpt = Annotated[Optional[float], typer.Option(help="Replay: multiply every input value by this (nothing else is done to the data).")]
+ModelOpt = Annotated[Optional[str], typer.Option(help="Replay: module:function, your own loss f(X, y) -> per-record losses.")]
 
 
 @app.command()
@@ -119,6 +131,13 @@ def scan(
     partition_size: PartitionOpt = None,
     fail_on: Annotated[FailOn, typer.Option(help="Exit 1 when an issue at or above this severity is found.")] = FailOn.error,
     quiet: QuietOpt = False,
+    dummy_loss: DummyLossOpt = False,
+    batch_size: BatchSizeOpt = 64,
+    lr: LrOpt = 0.1,
+    seed: SeedOpt = 0,
+    precision: PrecisionOpt = Precision.float32,
+    scale: ScaleOpt = None,
+    model: ModelOpt = None,
 ) -> None:
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
@@ -149,6 +168,7 @@ def scan(
                 partition_size=partition_size,
                 plugins=plugin or (),
                 progress=progress,
+                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, precision, scale, model),
             )
         code = result.exit_code(fail_on.value)
         _write_json(json_path, result.summary.to_dict() | {"fail_on": fail_on.value, "exit_code": int(code)})
@@ -192,6 +212,13 @@ def fix(
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
     quiet: QuietOpt = False,
+    dummy_loss: DummyLossOpt = False,
+    batch_size: BatchSizeOpt = 64,
+    lr: LrOpt = 0.1,
+    seed: SeedOpt = 0,
+    precision: PrecisionOpt = Precision.float32,
+    scale: ScaleOpt = None,
+    model: ModelOpt = None,
 ) -> None:
     """Write a cleaned copy without the bad records (and, with --quarantine, the bad records
     apart), in the dataset's own format; verify that every record landed in exactly one."""
@@ -230,6 +257,7 @@ def fix(
                 partition_size=partition_size,
                 plugins=plugin or (),
                 progress=progress,
+                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, precision, scale, model),
             )
         code = result.exit_code()
         _write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
@@ -275,6 +303,19 @@ def checks(
         return 0
 
     guarded(body)
+
+
+def _replay(enabled: bool, batch_size: int, lr: float, seed: int, precision: Precision, scale: float | None,
+            model: str | None):
+    """The replay's options, or None without --dummy-loss (its flags alone are an error)."""
+    from scrub.api import ReplayOptions
+
+    options = ReplayOptions(batch_size, lr, seed, precision.value, scale, model)
+    if not enabled:
+        if options != ReplayOptions():
+            raise ScrubError("--batch-size, --lr, --seed, --precision, --scale and --model need --dummy-loss")
+        return None
+    return options
 
 
 def _write_json(path: Path | None, document: dict) -> None:
@@ -349,6 +390,15 @@ def _print_summary(summary) -> None:
         f"{summary.issues:,} issues; {summary.records_with_errors:,} records to quarantine (errors), "
         f"{summary.records_with_warnings:,} with any issue"
     )
+    if summary.replay is not None:
+        replay = summary.replay
+        skipped = sum(replay["skipped"].values())
+        out.print(
+            f"dummy-loss replay: {replay['records_replayed']:,} records in {replay['batches']:,} batches "
+            f"({replay['batches_skipped']:,} not applied), {replay['classes']} classes, {replay['features']} features, "
+            f"{replay['options']['precision']}; {skipped:,} records not replayable (see the checks above)",
+            markup=False,
+        )
     out.print(f"manifest: {summary.manifest}", markup=False, soft_wrap=True)
 
 

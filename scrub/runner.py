@@ -158,6 +158,8 @@ class PartitionWork:
                 offsets, collected = columns[check.id]
                 offsets.append(batch.offset + rows)
                 collected.append(values)
+        if batch.keys is None:  # rows of an array dataset (array values were tallied as records)
+            result.stats["shapes"]["x".join(map(str, batch.data.shape[1:]))] += len(batch)
         found = profile(batch)
         stats = result.numeric.setdefault(batch.source, NumericStats())
         stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)

@@ -22,6 +22,7 @@ from scrub.records import Issue, Severity
 from scrub.runner import NumericStats, PartitionResult
 
 SCHEMA_VERSION = 1
+LABEL_CHECKS = frozenset({"label-out-of-range", "label-outlier", "non-integer-label", "nonfinite-label", "missing-label"})
 
 
 class ColumnStore:
@@ -136,6 +137,8 @@ class ScanAggregate:
         self.by_check: Counter[str] = Counter({c.id: 0 for c in self.checks})
         self.by_severity: Counter[str] = Counter({s.value: 0 for s in Severity})
         self.flagged: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
+        #: records with a label issue: the dummy-loss replay does not repeat them
+        self.label_flagged: set[tuple[str, str]] = set()
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.numeric: dict[str, NumericStats] = {}
         self.columns = {c.id: _store(c.column_dtype) for c in self.checks if c.kind == "dataset"}
@@ -165,7 +168,13 @@ class ScanAggregate:
             if issue.check in self.by_check:
                 self._record_issue(issue)
 
+    def add_issue(self, issue: Issue) -> None:
+        """An issue found after the map step (the dummy-loss replay)."""
+        self._record_issue(issue)
+
     def _record_issue(self, issue: Issue) -> None:
+        if issue.check in LABEL_CHECKS:
+            self.label_flagged.add((issue.source, issue.key))
         self.manifest.write(issue)
         self.by_check[issue.check] += 1
         self.by_severity[issue.severity.value] += 1
@@ -218,6 +227,8 @@ class Summary:
     reading: dict[str, Any] = field(default_factory=dict)
     #: see `scrub.fingerprint`: lets `fix` check that a manifest belongs to the dataset
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    #: what the dummy-loss replay did (`--dummy-loss`), else None
+    replay: dict[str, Any] | None = None
 
     @property
     def issues(self) -> int:
@@ -245,6 +256,7 @@ class Summary:
             },
             "stats": self.stats,
             **({"datasets": self.datasets} if self.datasets else {}),
+            **({"replay": self.replay} if self.replay is not None else {}),
             "checks": self.checks,
             "options": self.options,
             "reading": self.reading,

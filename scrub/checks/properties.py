@@ -25,7 +25,9 @@ def annotate(record: Record, options: CheckOptions) -> None:
 
 
 def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> None:
-    """Add the record to the dataset statistics of the summary (formats, modes, labels)."""
+    """Add the record to the dataset statistics of the summary (formats, modes, shapes, labels)."""
+    if record.meta.get("kind") == "array":
+        stats["shapes"][record.meta["shape"]] += 1
     facts = record.meta.get("image")
     if facts is not None:
         stats["formats"][facts.format or "unrecognised"] += 1

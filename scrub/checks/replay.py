@@ -30,6 +30,7 @@ LOSS_NONFINITE = reader_check(
     What fix does:
         Moves the record to the quarantine (batch-level warnings: nothing by default).
     """,
+    needs="replay",
 )
 
 GRAD_NONFINITE = reader_check(
@@ -52,6 +53,7 @@ GRAD_NONFINITE = reader_check(
     What fix does:
         Moves the record to the quarantine.
     """,
+    needs="replay",
 )
 
 LOSS_OUTLIER = reader_check(
@@ -73,4 +75,5 @@ LOSS_OUTLIER = reader_check(
     What fix does:
         Nothing by default (a warning); with `--severity warning` it is quarantined.
     """,
+    needs="replay",
 )

@@ -1,0 +1,146 @@
+"""The replay as a pipeline stage: workers featurize partitions in parallel, the driver replays
+them strictly in record order.
+
+`ReplayWork` is the picklable per-partition function `scrub.pipeline` maps (like
+`scrub.runner.PartitionWork`); it returns a `ReplayPiece`. `ReplayStage` receives pieces in
+whatever order they complete, holds those that arrive early, and feeds each partition to the
+`Replayer` as soon as every partition before it has been fed: the replay sees one stream in
+record order, whatever the scheduler and the number of workers. Memory: the features of the
+partitions that finish ahead of a slower one (a few partitions' worth).
+
+The stage knows no format: the vector length comes from what the scan saw (image records, or
+the most common array shape), the class count from the options or the scan's label histogram.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scrub.readers.base import Reader
+from scrub.records import Batch, Issue
+from scrub.replay.features import FeatureSpec, Features, featurize_batch, featurize_records
+from scrub.replay.replayer import Replayer, ReplayConfig
+
+
+@dataclass
+class ReplayPiece:
+    """The features of records ``start .. start + records`` of a partition."""
+
+    partition: int
+    start: int
+    records: int
+    features: Features
+
+
+class ReplayWork:
+    """Featurize every record of a partition (worker side)."""
+
+    def __init__(self, reader: Reader, spec: FeatureSpec) -> None:
+        self.reader = reader
+        self.spec = spec
+
+    def __call__(self, partition_no: int, partition: Sequence[Any], start: int = 0, stop: int | None = None,
+                 on_record: Callable[[int], None] | None = None) -> ReplayPiece:
+        parts: list[Features] = []
+        records: list = []
+        offset = start
+        for item in self.reader.read(partition, start, stop):
+            if on_record is not None:
+                on_record(offset)
+            if isinstance(item, Batch):
+                parts.append(featurize_batch(item, self.spec))
+                offset += len(item)
+            else:
+                records.append(item)
+                offset += 1
+        if records:
+            parts.append(featurize_records(records, self.spec))
+        return ReplayPiece(partition_no, start, offset - start, Features.concatenate(parts, self.spec.dim))
+
+    def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> ReplayPiece:
+        """A record that crashed or hung its worker (the scan reported it): not replayed."""
+        return ReplayPiece(partition_no, offset, 1, Features.empty(self.spec.dim, Counter({"crashed": 1})))
+
+
+@dataclass
+class ReplayStage:
+    """Feeds pieces to the replayer in record order; collects its issues (driver side)."""
+
+    replayer: Replayer
+    sizes: list[int]  # records per partition
+    emit: Callable[[Issue], None]
+    #: identities that already have a label issue from the scan: the replay's own
+    #: `label-out-of-range` for them would repeat it
+    labelled_bad: set[tuple[str, str]] = field(default_factory=set)
+    skipped: Counter = field(default_factory=Counter)
+    _next: int = 0
+    _waiting: dict[int, list[ReplayPiece]] = field(default_factory=dict)
+
+    def add(self, piece: ReplayPiece) -> None:
+        self._waiting.setdefault(piece.partition, []).append(piece)
+        while self._next < len(self.sizes) and self._complete(self._next):
+            for ready in sorted(self._waiting.pop(self._next), key=lambda p: p.start):
+                self._feed(ready.features)
+            self._next += 1
+
+    def _complete(self, partition: int) -> bool:
+        return sum(p.records for p in self._waiting.get(partition, ())) >= self.sizes[partition]
+
+    def _feed(self, features: Features) -> None:
+        self.skipped.update(features.skipped)
+        if len(features):
+            self._emit(self.replayer.feed(features.identities, features.X, features.y))
+
+    def finish(self) -> dict[str, Any]:
+        if self._next != len(self.sizes):
+            missing = [p for p in range(self._next, len(self.sizes)) if not self._complete(p)]
+            raise RuntimeError(f"replay: partitions {missing[:5]} never completed")
+        self._emit(self.replayer.finish())
+        return {**self.replayer.stats.to_dict(), "skipped": dict(self.skipped)}
+
+    def _emit(self, issues: list[Issue]) -> None:
+        for issue in issues:
+            if issue.check == "label-out-of-range" and (issue.source, issue.key) in self.labelled_bad:
+                continue
+            self.emit(issue)
+
+
+def feature_spec(stats: dict[str, Counter], image_size: int = 16, scale: float | None = None,
+                 max_pixels: int | None = None) -> FeatureSpec:
+    """Images when most records the scan saw were images, else the most common array shape."""
+    images = sum(stats.get("formats", Counter()).values())
+    shapes = stats.get("shapes", Counter())
+    if shapes and sum(shapes.values()) > images:
+        shape = max(shapes.items(), key=lambda item: (item[1], item[0]))[0]
+        return FeatureSpec.for_arrays(tuple(int(n) for n in str(shape).split("x") if n), scale=scale,
+                                      max_pixels=max_pixels)
+    return FeatureSpec.for_images(image_size, scale=scale, max_pixels=max_pixels)
+
+
+def class_count(num_classes: int | None, label_range: tuple[int, int] | None, classes: list[str] | None,
+                labels: Counter | None) -> int:
+    """C: declared (``--num-classes``, the top of ``--label-range``), the class folders, or one
+    more than the largest label that is not a far outlier (`label-outlier`'s rule); at least 2,
+    so that even unlabelled data has a loss to go wrong."""
+    from scrub.checks.dataset import far_labels
+
+    if num_classes is not None:
+        return max(2, num_classes)
+    if label_range is not None:
+        return max(2, label_range[1])
+    if classes:
+        return max(2, len(classes))
+    if labels:
+        distinct = np.array(sorted(float(v) for v in labels), dtype=np.float64)
+        counts = np.array([labels[v] for v in sorted(labels, key=float)], dtype=np.int64)
+        far = set(far_labels(distinct, counts).tolist())
+        usable = [v for v in distinct.tolist() if v >= 0 and v not in far]
+        if usable:
+            return max(2, int(max(usable)) + 1)
+    return 2
+
