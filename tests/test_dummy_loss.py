@@ -141,3 +141,18 @@ def test_fix_with_dummy_loss_quarantines_what_only_the_replay_finds(tmp_path):
     assert {5, 70, 250} <= rows  # 70: a float64 1e39, which no per-value check calls an error
     assert replayed.report["kept"] == plain.report["kept"] - 1
     assert scrub.scan(replayed.dataset, num_classes=REFERENCE_CLASSES).summary.records_with_errors == 0
+
+
+def test_float16_rounding_matches_numpy_bit_for_bit():
+    from scrub.replay.model import round_to_float16
+
+    rng = np.random.default_rng(3)
+    patterns = rng.integers(0, 2**32, size=2_000_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    edges = np.array([0.0, -0.0, 65504, 65519.996, 65520, -65520, 2**-14, 2**-24, 3 * 2**-26, 2**-25, 1e-8,
+                      np.inf, -np.inf, np.nan, 1e5, 6.1e-5, 1 + 2**-11, 1 + 3 * 2**-11], dtype=np.float32)
+    for values in (patterns, edges):
+        with np.errstate(all="ignore"):
+            expected = values.astype(np.float16).astype(np.float32)
+        got = round_to_float16(values)
+        same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
+        assert same.all(), values[~same][:5]

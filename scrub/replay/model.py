@@ -20,6 +20,36 @@ from dataclasses import dataclass
 import numpy as np
 
 PRECISIONS = ("float32", "float16")
+_SMALLEST_NORMAL = np.uint32(0x38800000)  # 2**-14: below it float16 is subnormal
+_OVERFLOW = np.uint32(0x477FF000)  # 65520: from here float16 rounds to Inf (NaN and Inf above)
+
+
+def round_to_float16(values: np.ndarray) -> np.ndarray:
+    """``values.astype(float16).astype(float32)``, bit for bit, ~5x faster on large arrays.
+
+    NumPy's conversion takes a slow path whenever a value overflows (40 ms per million values,
+    twice per batch for a D x C weight matrix). Rounding the float32 mantissa to float16's 10 bits
+    is integer arithmetic (round half to even; a carry moves into the exponent as it should).
+    Below float16's smallest normal value its spacing is a constant 2**-24, so rounding is
+    ``rint(x * 2**24) * 2**-24`` (exact: scaling by a power of two). Values that overflow, Inf
+    and NaN, which are few, go through NumPy's conversion.
+    """
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    bits = x.view(np.uint32)
+    rounded = (bits >> np.uint32(13)) & np.uint32(1)
+    rounded += bits
+    rounded += np.uint32(0x0FFF)
+    rounded &= np.uint32(0xFFFFE000)
+    magnitude = bits & np.uint32(0x7FFFFFFF)
+    result = rounded.view(np.float32)
+    small = magnitude < _SMALLEST_NORMAL
+    with np.errstate(all="ignore"):  # large values overflow in x * 2**24: np.where drops them
+        if small.any():
+            result = np.where(small, np.rint(x * np.float32(2.0**24)) * np.float32(2.0**-24), result)
+        large = magnitude >= _OVERFLOW
+        if large.any():
+            result[large] = x[large].astype(np.float16).astype(np.float32)
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +121,7 @@ class LinearSoftmax:
         """Round to the precision (float16 values are kept in float32 arrays for the BLAS)."""
         if self.precision == "float32":
             return values.astype(np.float32, copy=False)
-        return values.astype(np.float16).astype(np.float32)
+        return round_to_float16(values)
 
     @staticmethod
     def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:

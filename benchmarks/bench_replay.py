@@ -1,0 +1,96 @@
+"""Benchmark the dummy-loss replay: its throughput and its overhead over a plain scan.
+
+On the data the other benchmarks generate (generated first if missing): the 20,000 JPEGs of
+``bench_images.py`` and a plain float32 HDF5 file of ``--hdf5-gib`` GiB from ``bench_hdf5.py``
+(4 KiB rows: 1024 features). Times, as whole processes with a warm page cache (best of
+``--repeat``): ``scrub scan X -q``, the same with ``--dummy-loss``, and with ``--dummy-loss
+--precision float16``. The replay's cost is the difference; its throughput is records divided
+by that difference.
+
+``python benchmarks/bench_replay.py [--repeat 3] [--markdown-out report.md]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def best(repeat: int, command: list[str]) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        times.append(time.perf_counter() - start)
+        if done.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(command[:6])} failed: {done.stderr.strip()[-400:]}")
+    return min(times)
+
+
+def bench(name: str, path: Path, python: str, repeat: int, work: Path) -> dict:
+    summary = work / "summary.json"
+    scan = [python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(work / "m.jsonl")]
+    subprocess.run([*scan, "--dummy-loss", "--json", str(summary)], capture_output=True)  # warm, and facts
+    replay = json.loads(summary.read_text())["replay"]
+    row = {"name": name, "records": replay["records"], "features": replay["features"]}
+    row["scan"] = best(repeat, scan)
+    row["replay32"] = best(repeat, [*scan, "--dummy-loss"])
+    row["replay16"] = best(repeat, [*scan, "--dummy-loss", "--precision", "float16"])
+    for key in ("replay32", "replay16"):
+        extra = row[key] - row["scan"]
+        row[f"{key}_overhead"] = extra / row["scan"]
+        row[f"{key}_rate"] = row["records"] / extra if extra > 0 else float("inf")
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"))
+    parser.add_argument("--hdf5-gib", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--markdown-out", type=Path)
+    args = parser.parse_args()
+    images = args.workdir / "images" / "data"
+    if not images.exists():
+        subprocess.run([args.python, str(HERE / "bench_images.py"), "--generate-only"], check=True)
+    sys.path.insert(0, str(HERE))
+    from bench_hdf5 import ROW, generate
+
+    h5 = args.workdir / "hdf5" / f"plain-{args.hdf5_gib:g}gib.h5"
+    h5.parent.mkdir(parents=True, exist_ok=True)
+    generate(h5, int(args.hdf5_gib * 2**30 / (ROW * 4)), None)
+    with tempfile.TemporaryDirectory() as work:
+        rows = [
+            bench("images (20,000 256x256 JPEGs)", images, args.python, args.repeat, Path(work)),
+            bench(f"HDF5 ({args.hdf5_gib:g} GiB float32 rows)", h5, args.python, args.repeat, Path(work)),
+        ]
+    lines = [
+        f"`scrub scan` with and without `--dummy-loss`; best of {args.repeat}, warm cache, {os.cpu_count()} cores",
+        "",
+        "| dataset | records | features | scan | + replay (float32) | overhead | replay records/s | + replay (float16) | overhead | replay records/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['records']:,} | {r['features']} | {r['scan']:.2f} s | {r['replay32']:.2f} s "
+            f"| {r['replay32_overhead']:+.0%} | {r['replay32_rate']:,.0f} | {r['replay16']:.2f} s "
+            f"| {r['replay16_overhead']:+.0%} | {r['replay16_rate']:,.0f} |"
+        )
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.markdown_out:
+        args.markdown_out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
