@@ -39,7 +39,6 @@ from scrub.writers.base import Tally, Verdicts, Writer
 SOURCE_ROW = "scrub_source_row"
 #: dataset-level problems after which a file cannot be split row by row
 WHOLE_FILE_CHECKS = frozenset({"unsafe-path", "missing-file", "row-count-mismatch"})
-FLUSH_BYTES = 16 << 20
 
 
 class HDF5Writer(Writer):
@@ -223,42 +222,44 @@ class _Sinks:
 
 
 class _RowSink:
-    """Appends rows to a dataset, flushing only whole chunks until the end."""
+    """Appends rows to a dataset in whole chunks. Rows that do not fill a chunk wait in a
+    one-chunk carry buffer: each chunk (compressed or not) is written once, and at most a chunk's
+    worth of each block is copied; the rest is written straight from the block."""
 
     def __init__(self, dataset) -> None:
         self.dataset = dataset
         self.chunk_rows = dataset.chunks[0] if dataset.chunks else 1
-        self.flush_rows = _round_up(max(1, FLUSH_BYTES // max(1, _row_size(dataset))), self.chunk_rows)
-        self.pending: list[np.ndarray] = []
-        self.pending_rows = 0
+        self.carry = np.empty((self.chunk_rows, *dataset.shape[1:]), dtype=dataset.dtype)
+        self.carried = 0
         self.cursor = 0
 
     def add(self, rows: np.ndarray) -> None:
-        """Append ``rows`` (which may be a reused buffer: rows kept for later are copied)."""
-        if len(rows) == 0:
-            return
-        if not self.pending and len(rows) % self.chunk_rows == 0:  # whole chunks: write them now
-            self.dataset[self.cursor : self.cursor + len(rows)] = rows
-            self.cursor += len(rows)
-            return
-        self.pending.append(np.array(rows))
-        self.pending_rows += len(rows)
-        if self.pending_rows >= self.flush_rows:
-            self._flush(whole_chunks=True)
+        """Append ``rows`` (which may be a reused buffer: nothing refers to it afterwards)."""
+        if self.carried:
+            take = min(self.chunk_rows - self.carried, len(rows))
+            self.carry[self.carried : self.carried + take] = rows[:take]
+            self.carried += take
+            rows = rows[take:]
+            if self.carried < self.chunk_rows:
+                return
+            self._write(self.carry)
+            self.carried = 0
+        whole = len(rows) - len(rows) % self.chunk_rows
+        if whole:
+            self._write(rows[:whole])
+        rest = len(rows) - whole
+        if rest:
+            self.carry[:rest] = rows[whole:]
+            self.carried = rest
 
-    def _flush(self, whole_chunks: bool) -> None:
-        if not self.pending_rows:
-            return
-        rows = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
-        count = len(rows) - len(rows) % self.chunk_rows if whole_chunks else len(rows)
-        if count:
-            self.dataset[self.cursor : self.cursor + count] = rows[:count]
-            self.cursor += count
-        rest = rows[count:]
-        self.pending, self.pending_rows = ([rest] if len(rest) else []), len(rest)
+    def _write(self, rows: np.ndarray) -> None:
+        self.dataset[self.cursor : self.cursor + len(rows)] = rows
+        self.cursor += len(rows)
 
     def close(self) -> None:
-        self._flush(whole_chunks=False)
+        if self.carried:
+            self._write(self.carry[: self.carried])
+            self.carried = 0
         if self.cursor != self.dataset.shape[0]:
             raise RuntimeError(f"{self.dataset.name}: wrote {self.cursor} of {self.dataset.shape[0]} rows")
 
