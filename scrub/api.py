@@ -184,7 +184,7 @@ def scan(
     dataset = open_dataset(
         path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
         allow_pickle=allow_pickle, partition_size=partition_size,
-        before_open=_start_workers(scheduler, workers, timeout),
+        before_open=worker_starter(scheduler, workers, timeout),
     )
     try:
         return scan_dataset(
@@ -212,7 +212,7 @@ def check_options(
     return CheckOptions(num_classes=num_classes, label_range=parse_label_range(label_range), max_pixels=max_pixels)
 
 
-def _start_workers(scheduler: str | None, workers: int | None, timeout: float) -> Callable[[Reader], None]:
+def worker_starter(scheduler: str | None, workers: int | None, timeout: float) -> Callable[[Reader], None]:
     def start(reader: Reader) -> None:
         plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None)
         pipeline.prepare(plan, reader.worker_imports)
@@ -238,7 +238,8 @@ def scan_dataset(
     started = time.perf_counter() if started is None else started
     info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
     options = replace(options, labelled=info.labelled)
-    config = replay.config() if replay is not None else None
+    if replay is not None:
+        replay.config()  # bad replay options fail before the scan, not after it
     checks = select_checks(select, ignore, options, reader.provides | ({"replay"} if replay else set()))
     plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
 
@@ -253,7 +254,7 @@ def scan_dataset(
         aggregate.add_dataset_issues(info.issues)
         pipeline.run(work, partitions, plan, aggregate.add, work.failure)
         aggregate.finish_dataset_checks(_locator(reader, partitions))
-        replayed = _replay(dataset, options, replay, config, plan, aggregate, checks) if replay else None
+        replayed = _replay(dataset, options, replay, plan, aggregate, checks) if replay else None
     except BaseException:
         writer.discard()
         raise
@@ -290,24 +291,26 @@ def scan_dataset(
 
 
 def replay_options(dummy_loss: bool | ReplayOptions | None) -> ReplayOptions | None:
+    """``dummy_loss=True`` means the default options; False or None, no replay."""
     if isinstance(dummy_loss, ReplayOptions):
         return dummy_loss
     return ReplayOptions() if dummy_loss else None
 
 
-def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions, config, plan,
-            aggregate: ScanAggregate, checks) -> dict[str, Any]:
+def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions, plan: pipeline.Plan,
+            aggregate: ScanAggregate, checks: Sequence) -> dict[str, Any]:
     """The dummy-loss replay: a second pass, featurized in parallel, replayed in record order."""
     from scrub.replay.replayer import Replayer
     from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec
 
+    config = replay.config()
     spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
     classes = class_count(options.num_classes, options.label_range, dataset.info.classes,
                           aggregate.stats.get("labels"))
     selected = {c.id for c in checks}
 
     def emit(issue: Issue) -> None:
-        if issue.check in selected or issue.check == "label-out-of-range":
+        if issue.check in selected:
             aggregate.add_issue(issue)
 
     stage = ReplayStage(Replayer(config, classes, spec.dim), [len(p) for p in dataset.partitions], emit,
@@ -316,8 +319,7 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
     settings = {"batch_size": config.batch_size, "lr": config.lr, "seed": config.seed,
                 "precision": config.precision, "scale": replay.scale, "model": config.model}
-    return {"classes": classes, "features": spec.dim, "image_size": spec.image_size if spec.dim == 3 * spec.image_size**2 else None,
-            "options": settings, **stage.finish()}
+    return {"classes": classes, "features": spec.dim, "options": settings, **stage.finish()}
 
 
 def load_plugins(modules: Iterable[str]) -> None:

@@ -24,7 +24,7 @@ from scrub.api import (
     OpenedDataset,
     ReplayOptions,
     ScanResult,
-    _start_workers,
+    worker_starter,
     check_options,
     open_dataset,
     replay_options,
@@ -118,7 +118,7 @@ def fix(
     dataset = open_dataset(
         path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
         allow_pickle=allow_pickle, partition_size=partition_size,
-        before_open=None if manifest else _start_workers(scheduler, workers, timeout),
+        before_open=None if manifest else worker_starter(scheduler, workers, timeout),
     )
     try:
         writer = writer_for(dataset)
