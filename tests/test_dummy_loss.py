@@ -156,3 +156,16 @@ def test_float16_rounding_matches_numpy_bit_for_bit():
         got = round_to_float16(values)
         same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
         assert same.all(), values[~same][:5]
+
+
+def test_the_replay_on_a_real_distributed_cluster_matches_sync(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    path = planted_h5(tmp_path / "data.h5")
+    baseline = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES, scheduler="sync")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        result = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES,
+                            scheduler=cluster.scheduler_address, partition_size=40)
+    assert replay_findings(result) == replay_findings(baseline)
+    assert result.summary.replay == baseline.summary.replay
