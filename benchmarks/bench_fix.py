@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import benchdata  # noqa: E402 - beside this script
 H5_COPY = r"""
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as source, h5py.File(sys.argv[2], "w") as target:
@@ -105,15 +108,12 @@ def main() -> int:
     args = parser.parse_args()
     work = args.outdir
     only = set(args.only or ["images", "lmdb", "hdf5"])
-    images = args.workdir / "images" / "data"
-    if only & {"images", "lmdb"} and not images.exists():
-        subprocess.run([args.python, str(HERE / "bench_images.py"), "--generate-only"], check=True)
+    images = benchdata.images(args.workdir, args.python) if only & {"images", "lmdb"} else None
     rows = []
     if "images" in only:
         rows.append(bench("images (20,000 JPEGs)", images, work / "images", args.python, args.repeat,
                           {"copy (cp -r)": ["cp", "-r", str(images), str(work / "images" / "copy")]}))
     if "lmdb" in only:
-        sys.path.insert(0, str(HERE))
         from bench_lmdb import build
 
         db = args.workdir / "datum_lmdb"
@@ -121,12 +121,7 @@ def main() -> int:
         rows.append(bench("LMDB (20,000 Datums)", db, work / "lmdb", args.python, args.repeat,
                           {"copy (cp -r)": ["cp", "-r", str(db), str(work / "lmdb" / "copy")]}))
     if "hdf5" in only:
-        sys.path.insert(0, str(HERE))
-        from bench_hdf5 import ROW, generate
-
-        path = args.workdir / "hdf5" / f"plain-{args.hdf5_gib:g}gib.h5"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        generate(path, int(args.hdf5_gib * 2**30 / (ROW * 4)), None)
+        path = benchdata.plain_hdf5(args.workdir, args.hdf5_gib)
         h5work = work / "hdf5"
         h5work.mkdir(parents=True, exist_ok=True)
         (h5work / "h5copy.py").write_text(H5_COPY)

@@ -24,6 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import benchdata  # noqa: E402 - beside this script
 
 NAIVE = r"""
 import io, sys, lmdb
@@ -83,9 +86,7 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--markdown-out", type=Path)
     args = parser.parse_args()
-    images = args.workdir / "images" / "data"
-    if not images.exists():
-        subprocess.run([args.python, str(HERE / "bench_images.py"), "--generate-only"], check=True)
+    images = benchdata.images(args.workdir, args.python)
     db = args.workdir / "datum_lmdb"
     count = build(images, db)
     subprocess.run(["cat", str(db / "data.mdb")], stdout=subprocess.DEVNULL, check=True)

@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import benchdata  # noqa: E402 - beside this script
 
 
 def best(repeat: int, command: list[str]) -> float:
@@ -59,15 +62,8 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--markdown-out", type=Path)
     args = parser.parse_args()
-    images = args.workdir / "images" / "data"
-    if not images.exists():
-        subprocess.run([args.python, str(HERE / "bench_images.py"), "--generate-only"], check=True)
-    sys.path.insert(0, str(HERE))
-    from bench_hdf5 import ROW, generate
-
-    h5 = args.workdir / "hdf5" / f"plain-{args.hdf5_gib:g}gib.h5"
-    h5.parent.mkdir(parents=True, exist_ok=True)
-    generate(h5, int(args.hdf5_gib * 2**30 / (ROW * 4)), None)
+    images = benchdata.images(args.workdir, args.python)
+    h5 = benchdata.plain_hdf5(args.workdir, args.hdf5_gib)
     with tempfile.TemporaryDirectory() as work:
         rows = [
             bench("images (20,000 256x256 JPEGs)", images, args.python, args.repeat, Path(work)),

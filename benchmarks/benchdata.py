@@ -1,0 +1,26 @@
+"""The benchmark data the other scripts share, generated on first use (each once, then reused)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def images(workdir: Path, python: str) -> Path:
+    """The 20,000-JPEG class-folder tree of ``bench_images.py``."""
+    folder = workdir / "images" / "data"
+    if not folder.exists():
+        subprocess.run([python, str(HERE / "bench_images.py"), "--generate-only"], check=True)
+    return folder
+
+
+def plain_hdf5(workdir: Path, gib: float) -> Path:
+    """A plain chunked float32 file of ``gib`` GiB from ``bench_hdf5.py``."""
+    from bench_hdf5 import ROW, generate
+
+    path = workdir / "hdf5" / f"plain-{gib:g}gib.h5"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    generate(path, int(gib * 2**30 / (ROW * 4)), None)
+    return path
