@@ -225,6 +225,24 @@ def test_a_file_with_a_row_count_mismatch_goes_to_the_quarantine_whole(tmp_path)
     assert result.report["kept"] == 10 and result.report["quarantined"] == 9
 
 
+def test_list_lines_outside_the_root_are_never_read_or_copied(tmp_path):
+    root = tmp_path / "project" / "lists"
+    root.mkdir(parents=True)
+    for name in ("good.h5", "../outside.h5"):
+        with h5py.File(root / name, "w") as file:
+            file["data"], file["label"] = np.ones((4, 2)), np.zeros(4)
+    (root / "train.txt").write_text(f"good.h5\n../outside.h5\n{tmp_path}/project/outside.h5\n./missing.h5\n")
+    result = scrub.fix(root / "train.txt", quarantine=True, scheduler="sync")
+    held = result.quarantine / "train"
+    assert (held / "train.txt").read_text().splitlines() == [
+        "../outside.h5", f"{tmp_path}/project/outside.h5", "missing.h5",
+    ]
+    assert sorted(p.name for p in held.rglob("*")) == ["train.txt"]  # nothing outside was copied
+    assert not (result.quarantine / "outside.h5").exists()
+    assert result.dataset.read_text().splitlines() == ["good.h5"]
+    assert result.report["kept"] == 4 and result.verified
+
+
 def test_fewer_rows_than_a_chunk_and_nothing_left(tmp_path):
     path = tmp_path / "all_bad.h5"
     with h5py.File(path, "w") as file:

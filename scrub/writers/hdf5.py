@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
-from scrub.readers.hdf5 import BLOCK_BYTES, _is_hdf5_file, _round_up
+from scrub.readers.hdf5 import BLOCK_BYTES, _inside, _is_hdf5_file, _round_up
 from scrub.writers.base import Tally, Verdicts, Writer
 
 SOURCE_ROW = "scrub_source_row"
@@ -71,14 +71,14 @@ class HDF5Writer(Writer):
                 relative = self._relative(source)
                 rows = rows_by_source.get(source, 0)
                 if source in whole:
+                    name, inside = self._whole_file_name(source, path)
                     tally.records_quarantined += rows
-                    tally.quarantined.add_file(identity_seed("file", relative), path)
+                    _tally_file(tally.quarantined, name, path, inside)
                     if quarantine is not None:
-                        present = os.path.isfile(path)
-                        if present:
+                        if inside and os.path.isfile(path):
                             shutil.copy2(path, self._output_file(quarantine, relative))
                         if True in lists:
-                            lists[True].write((relative if present else source) + "\n")
+                            lists[True].write(name + "\n")
                     continue
                 bad = np.array(sorted(quarantined_rows.get(source, ())), dtype=np.int64)
                 bad = bad[bad < rows]
@@ -114,6 +114,13 @@ class HDF5Writer(Writer):
             return source
         root = self.reader.root
         return os.path.relpath(os.path.normpath(os.path.join(root, source)), root).replace(os.sep, "/")
+
+    def _whole_file_name(self, source: str, path: str) -> tuple[str, bool]:
+        """How a file set aside whole is named in the outputs, and whether it lies inside the
+        root. One outside it (a list line ``../x.h5``) is never read or copied: its line is
+        kept verbatim."""
+        inside = _inside(os.path.realpath(path), os.path.realpath(self.reader.root))
+        return (self._relative(source) if inside else source), inside
 
     def _output_file(self, target: Path, relative: str) -> Path:
         if not self.output_is_folder:
@@ -161,11 +168,14 @@ class HDF5Writer(Writer):
 
         ledger = Ledger()
         whole = set(verdicts.files) | {i.source for i in self.info.issues if i.check in WHOLE_FILE_CHECKS}
-        whole_relative = {self._relative(s) for s in whole}
+        listed = dict(self.reader.listed)
+        whole_names = {self._whole_file_name(s, listed[s])[0] for s in whole if s in listed}
         quarantined_rows = {self._relative(s): rows for s, rows in _group(verdicts.records).items()}
+        real_target = os.path.realpath(target)
         for relative, path in self._output_files(target):
-            if (side == "quarantine" and relative in whole_relative) or relative not in self._aligned:
-                ledger.add_file(identity_seed("file", relative), path)  # unexpected files fail the check
+            if (side == "quarantine" and relative in whole_names) or relative not in self._aligned:
+                # (unexpected files fail the comparison)
+                _tally_file(ledger, relative, path, _inside(os.path.realpath(path), real_target))
                 continue
             with h5py.File(path, "r") as file:
                 data = file[self.data_key]
@@ -360,6 +370,15 @@ def _blocks(aligned: list, rows: int) -> Iterator[tuple[int, list[np.ndarray]]]:
 
 def _row_size(dataset) -> int:
     return int(np.prod(dataset.shape[1:], dtype=np.int64)) * dataset.dtype.itemsize
+
+
+def _tally_file(ledger: Ledger, name: str, path: str, inside: bool) -> None:
+    """A file set aside whole: its bytes, unless it lies outside the root (never read)."""
+    seed = identity_seed("file", name)
+    if inside:
+        ledger.add_file(seed, path)
+    else:
+        ledger.add_record(seed, None)
 
 
 def _keep_mask(begin: int, count: int, bad: np.ndarray) -> np.ndarray:
