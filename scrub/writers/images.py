@@ -74,6 +74,8 @@ class ImageWriter(Writer):
                         continue
                     source_path = os.path.join(root, record.key)
                     if record.payload is not None:
+                        if relative.startswith(("../", "/")) or relative == "..":  # never write outside
+                            raise ScrubError(f"{record.key}: resolves outside the image root {root}")
                         _place(record.payload, source_path, target / relative, link, folders)
                     elif not self.listed:
                         self._keep_unreadable(record, source_path, target / relative)
