@@ -13,7 +13,7 @@ import importlib
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,9 +317,7 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
                         aggregate.label_flagged)
     work = ReplayWork(dataset.reader, spec)
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
-    settings = {"batch_size": config.batch_size, "lr": config.lr, "seed": config.seed,
-                "precision": config.precision, "scale": replay.scale, "model": config.model}
-    return {"classes": classes, "features": spec.dim, "options": settings, **stage.finish()}
+    return {"classes": classes, "features": spec.dim, "options": asdict(replay), **stage.finish()}
 
 
 def load_plugins(modules: Iterable[str]) -> None:

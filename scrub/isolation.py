@@ -9,7 +9,6 @@ children. Everything else in the partition is checked as usual.
 
 from __future__ import annotations
 
-import multiprocessing
 import traceback
 from typing import Any, Callable
 

@@ -112,10 +112,5 @@ class Ledger:
             return
         self.add(digest.intdigest())
 
-    def __iadd__(self, other: "Ledger") -> "Ledger":
-        self.count += other.count
-        self.total = (self.total + other.total) & MASK
-        return self
-
     def to_dict(self) -> dict[str, object]:
         return {"records": self.count, "checksum": f"{self.total:016x}"}

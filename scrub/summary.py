@@ -147,7 +147,7 @@ class ScanAggregate:
     def add(self, result: PartitionResult) -> None:
         self.records += result.records
         for issue in result.issues:
-            self._record_issue(issue)
+            self.add_issue(issue)
         for name, counter in result.stats.items():
             self.stats[name].update(counter)
         for source, stats in result.numeric.items():
@@ -166,13 +166,10 @@ class ScanAggregate:
         """Problems with the dataset as a whole, found by the reader before any record."""
         for issue in issues:
             if issue.check in self.by_check:
-                self._record_issue(issue)
+                self.add_issue(issue)
 
     def add_issue(self, issue: Issue) -> None:
-        """An issue found after the map step (the dummy-loss replay)."""
-        self._record_issue(issue)
-
-    def _record_issue(self, issue: Issue) -> None:
+        """Stream one issue to the manifest and count it."""
         if issue.check in LABEL_CHECKS:
             self.label_flagged.add((issue.source, issue.key))
         self.manifest.write(issue)
@@ -187,7 +184,7 @@ class ScanAggregate:
             judgement = check.func(self.columns[check.id].column(), self.options, locate)
             identities = locate([position for position, _ in judgement])
             for (source, key, index), (_, finding) in zip(identities, judgement):
-                self._record_issue(make_issue(check.id, source, key, index, finding))
+                self.add_issue(make_issue(check.id, source, key, index, finding))
             self.columns[check.id] = _store(check.column_dtype)  # free the memory
 
     @property

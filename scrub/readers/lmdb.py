@@ -24,7 +24,6 @@ Keys that loaders use for metadata (``__keys__``, ``__len__``, ``num-samples``) 
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import struct
 from collections.abc import Iterator, Sequence

@@ -24,7 +24,7 @@ import numpy as np
 from scrub.readers.base import Reader
 from scrub.records import Batch, Issue
 from scrub.replay.features import FeatureSpec, Features, featurize_batch, featurize_records
-from scrub.replay.replayer import Replayer, ReplayConfig
+from scrub.replay.replayer import Replayer
 
 
 @dataclass

@@ -29,13 +29,12 @@ class Verdicts:
     source file aside.
     """
 
-    threshold: Severity
     records: set[tuple[str, int]] = field(default_factory=set)
     files: set[str] = field(default_factory=set)
 
     @classmethod
     def from_issues(cls, issues: Iterable[Issue], threshold: Severity) -> "Verdicts":
-        verdicts = cls(threshold)
+        verdicts = cls()
         for issue in issues:
             if not issue.severity.at_least(threshold):
                 continue

@@ -54,7 +54,12 @@ class HDF5Writer(Writer):
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
-        whole = self._whole_files(verdicts, tally)
+        whole = self._whole_sources(verdicts)
+        reasons: dict[str, str] = {}  # the first reader issue of each file set aside without a verdict
+        for issue in self.info.issues:
+            if issue.check in WHOLE_FILE_CHECKS and issue.source not in verdicts.files:
+                reasons.setdefault(issue.source, f"{issue.source}: {issue.message}")
+        tally.forced += reasons.values()
         rows_by_source = self._rows_by_source()
         quarantined_rows = _group(verdicts.records)
         lists: dict[bool, Any] = {}
@@ -92,15 +97,10 @@ class HDF5Writer(Writer):
                 handle.close()
         return tally
 
-    def _whole_files(self, verdicts: Verdicts, tally: Tally) -> set[str]:
+    def _whole_sources(self, verdicts: Verdicts) -> set[str]:
         """Sources set aside whole: named by a dataset-level verdict, or that the reader could
-        not split into rows (those whatever the threshold)."""
-        whole = set(verdicts.files)
-        for issue in self.info.issues:
-            if issue.check in WHOLE_FILE_CHECKS and issue.source not in whole:
-                whole.add(issue.source)
-                tally.forced.append(f"{issue.source}: {issue.message}")
-        return whole
+        not split into rows (those whatever the threshold: `Tally.forced`)."""
+        return set(verdicts.files) | {i.source for i in self.info.issues if i.check in WHOLE_FILE_CHECKS}
 
     def _rows_by_source(self) -> dict[str, int]:
         rows: dict[str, int] = defaultdict(int)
@@ -167,7 +167,7 @@ class HDF5Writer(Writer):
         import h5py
 
         ledger = Ledger()
-        whole = set(verdicts.files) | {i.source for i in self.info.issues if i.check in WHOLE_FILE_CHECKS}
+        whole = self._whole_sources(verdicts)
         listed = dict(self.reader.listed)
         whole_names = {self._whole_file_name(s, listed[s])[0] for s in whole if s in listed}
         quarantined_rows = {self._relative(s): rows for s, rows in _group(verdicts.records).items()}
