@@ -121,7 +121,8 @@ def make_hdf5(root: Path) -> None:
     label = (np.arange(200) % 10).astype(np.float32)
     data[3, 1, 2, 3] = np.nan  # nonfinite-data
     data[10, 0, 0, 0], data[10, 2, 7, 7] = np.inf, -np.inf  # nonfinite-data
-    data[30, 0, 4, 4] = 70_000.0  # fp16-overflow
+    data[30, 0, 4, 4] = 70_000.0  # fp16-overflow (and magnitude-outlier: ~30,000x the typical row)
+    data[90, 2, 0, 0] = 1e20  # square-overflow: its square is Inf in float32 (and fp16, magnitude)
     data[40] = 0.0  # zero-norm
     label[50] = np.nan  # nonfinite-label
     label[60] = 8000  # label-outlier, or label-out-of-range with --num-classes 10
@@ -195,6 +196,11 @@ def make_lmdb(root: Path) -> None:
     buffer = io.BytesIO()
     np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     npy.append((b"sample-0006", buffer.getvalue()))  # object .npy: undecodable-record
+    beyond = rng.normal(size=(4, 4))
+    beyond[3, 3] = 1e39  # float32-overflow: finite in float64, Inf once cast (and fp16, magnitude)
+    buffer = io.BytesIO()
+    np.save(buffer, beyond)
+    npy.append((b"sample-0007", buffer.getvalue()))
     write_lmdb(root / "npy.lmdb", sorted(npy), subdir=False)
 
 

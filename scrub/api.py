@@ -19,6 +19,7 @@ from typing import Any
 
 from scrub import pipeline
 from scrub.checks.base import CheckOptions
+from scrub.checks.numeric import PRECISIONS
 from scrub.errors import ExitCode, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
@@ -76,15 +77,15 @@ class ReplayOptions:
     batch_size: int = 64
     lr: float = 0.1
     seed: int = 0
-    precision: str = "float32"
     scale: float | None = None
     model: str | None = None
 
-    def config(self):
+    def config(self, precision: str = "float32"):
+        """The replayer's configuration, at the scan's training ``precision``."""
         from scrub.replay.replayer import ReplayConfig
 
         try:
-            return ReplayConfig(self.batch_size, self.lr, self.seed, self.precision, self.model)
+            return ReplayConfig(self.batch_size, self.lr, self.seed, precision, self.model)
         except ValueError as error:
             raise UsageError(f"--dummy-loss: {error}") from None
 
@@ -160,6 +161,7 @@ def scan(
     num_classes: int | None = None,
     label_range: str | tuple[int, int] | None = None,
     max_pixels: int | None = None,
+    precision: str = "float32",
     select: Iterable[str] | None = None,
     ignore: Iterable[str] | None = None,
     scheduler: str | None = None,
@@ -175,12 +177,15 @@ def scan(
     The manifest goes to ``manifest`` (a temporary file when None), and beside it the scan
     record (``NAME.scan.json``: the summary, with the dataset's fingerprint) that lets
     `fix` reuse it. ``plugins`` names modules to import first, so that the checks they define
-    run too. ``dummy_loss`` (True, or `ReplayOptions`) adds the replay stage. Raises
+    run too. ``precision`` is the training precision the checks (and the replay) judge against:
+    ``float32``, ``float16`` (mixed precision: `fp16-overflow` is an error) or ``bfloat16``
+    (float32's range: no `fp16-overflow`). ``dummy_loss`` (True, or `ReplayOptions`) adds the
+    replay stage. Raises
     `ScrubError` subclasses with a one-line message when the dataset or the options are
     unusable.
     """
     started = time.perf_counter()
-    options = check_options(num_classes, label_range, max_pixels, plugins)
+    options = check_options(num_classes, label_range, max_pixels, plugins, precision)
     dataset = open_dataset(
         path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
         allow_pickle=allow_pickle, partition_size=partition_size,
@@ -198,7 +203,7 @@ def scan(
 
 def check_options(
     num_classes: int | None, label_range: str | tuple[int, int] | None, max_pixels: int | None,
-    plugins: Iterable[str] = (),
+    plugins: Iterable[str] = (), precision: str = "float32",
 ) -> CheckOptions:
     """Validate the options the checks depend on (``labelled`` is set once the data is known),
     after importing the plugins whose checks may use them."""
@@ -209,7 +214,10 @@ def check_options(
         label_range = f"{label_range[0]}:{label_range[1]}"
     if max_pixels is not None and max_pixels < 1:
         raise UsageError("--max-pixels must be at least 1")
-    return CheckOptions(num_classes=num_classes, label_range=parse_label_range(label_range), max_pixels=max_pixels)
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    return CheckOptions(num_classes=num_classes, label_range=parse_label_range(label_range), max_pixels=max_pixels,
+                        precision=precision)
 
 
 def worker_starter(scheduler: str | None, workers: int | None, timeout: float) -> Callable[[Reader], None]:
@@ -239,7 +247,7 @@ def scan_dataset(
     info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
     options = replace(options, labelled=info.labelled)
     if replay is not None:
-        replay.config()  # bad replay options fail before the scan, not after it
+        replay.config(options.precision)  # bad replay options fail before the scan, not after it
     checks = select_checks(select, ignore, options, reader.provides | ({"replay"} if replay else set()))
     plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
 
@@ -273,6 +281,7 @@ def scan_dataset(
             "num_classes": options.num_classes,
             "label_range": list(options.label_range) if options.label_range else None,
             "max_pixels": options.max_pixels,
+            "precision": options.precision,
         },
         scheduler=plan.scheduler,
         workers=plan.workers,
@@ -285,6 +294,7 @@ def scan_dataset(
         reading=dataset.reading,
         fingerprint=dataset.fingerprint,
         replay=replayed,
+        notes=aggregate.notes,
     )
     write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
@@ -303,7 +313,7 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
     from scrub.replay.replayer import Replayer
     from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec
 
-    config = replay.config()
+    config = replay.config(options.precision)
     spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
     classes = class_count(options.num_classes, options.label_range, dataset.info.classes,
                           aggregate.stats.get("labels"))
@@ -317,7 +327,8 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
                         aggregate.label_flagged)
     work = ReplayWork(dataset.reader, spec)
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
-    return {"classes": classes, "features": spec.dim, "options": asdict(replay), **stage.finish()}
+    return {"classes": classes, "features": spec.dim, "options": asdict(replay) | {"precision": options.precision},
+            **stage.finish()}
 
 
 def load_plugins(modules: Iterable[str]) -> None:

@@ -30,6 +30,7 @@ from scrub.api import (
     replay_options,
     scan_dataset,
 )
+from scrub.checks.base import CheckOptions
 from scrub.errors import ExitCode, ScrubError, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
@@ -89,6 +90,7 @@ def fix(
     num_classes: int | None = None,
     label_range: str | tuple[int, int] | None = None,
     max_pixels: int | None = None,
+    precision: str = "float32",
     select: Iterable[str] | None = None,
     ignore: Iterable[str] | None = None,
     scheduler: str | None = None,
@@ -114,7 +116,7 @@ def fix(
     replay = replay_options(dummy_loss)
     if replay is not None and manifest is not None:
         raise UsageError("--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss")
-    options = check_options(num_classes, label_range, max_pixels, plugins)
+    options = check_options(num_classes, label_range, max_pixels, plugins, precision)
     dataset = open_dataset(
         path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
         allow_pickle=allow_pickle, partition_size=partition_size,
@@ -126,7 +128,7 @@ def fix(
         scan_result = None
         if manifest is not None:
             manifest = Path(manifest)
-            scan_summary = _reusable_scan(manifest, dataset)
+            scan_summary = _reusable_scan(manifest, dataset, options)
         try:
             outputs.stage()
             if manifest is None:
@@ -277,9 +279,16 @@ def _verify(writer: Writer, verdicts: Verdicts, tally: Tally, clean: Path, quara
     }
 
 
-def _reusable_scan(manifest: Path, dataset: OpenedDataset) -> dict[str, Any]:
-    """The scan record of ``manifest``, if it describes this dataset as it is now."""
+def _reusable_scan(manifest: Path, dataset: OpenedDataset, options: CheckOptions) -> dict[str, Any]:
+    """The scan record of ``manifest``, if it describes this dataset as it is now (and was
+    judged at the training precision asked for, when one other than the default is given)."""
     record = read_scan_record(manifest)
+    scanned_at = (record.get("options") or {}).get("precision", "float32")
+    if options.precision != "float32" and options.precision != scanned_at:
+        raise UsageError(
+            f"{manifest}: scanned for {scanned_at} training, not --precision {options.precision}: its verdicts "
+            "would not be the ones asked for; scan again with --precision, or run fix without --manifest"
+        )
     recorded = record.get("fingerprint") or {}
     if recorded.get("digest") != dataset.fingerprint["digest"]:
         raise ScrubError(

@@ -34,6 +34,7 @@ err = Console(stderr=True, highlight=False)
 class Precision(str, Enum):
     float32 = "float32"
     float16 = "float16"
+    bfloat16 = "bfloat16"
 
 
 class FailOn(str, Enum):
@@ -103,7 +104,7 @@ DummyLossOpt = Annotated[bool, typer.Option("--dummy-loss", help="Replay the dat
 BatchSizeOpt = Annotated[int, typer.Option(help="Replay: records per SGD step.")]
 LrOpt = Annotated[float, typer.Option(help="Replay: learning rate, per unit of the batch's median |x|^2 + 1.")]
 SeedOpt = Annotated[int, typer.Option(help="Replay: seed of the initial weights.")]
-PrecisionOpt = Annotated[Precision, typer.Option(help="Replay: float32, or float16 as mixed precision runs the matmuls.")]
+PrecisionOpt = Annotated[Precision, typer.Option(help="The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range).")]
 ScaleOpt = Annotated[Optional[float], typer.Option(help="Replay: multiply every input value by this (nothing else is done to the data).")]
 ModelOpt = Annotated[Optional[str], typer.Option(help="Replay: module:function, your own loss f(X, y) -> per-record losses.")]
 
@@ -160,6 +161,7 @@ def scan(
                 num_classes=num_classes,
                 label_range=label_range,
                 max_pixels=max_pixels,
+                precision=precision.value,
                 select=_ids(select),
                 ignore=_ids(ignore),
                 scheduler=scheduler,
@@ -168,7 +170,7 @@ def scan(
                 partition_size=partition_size,
                 plugins=plugin or (),
                 progress=progress,
-                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, precision, scale, model),
+                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model),
             )
         code = result.exit_code(fail_on.value)
         _write_json(json_path, result.summary.to_dict() | {"fail_on": fail_on.value, "exit_code": int(code)})
@@ -249,6 +251,7 @@ def fix(
                 num_classes=num_classes,
                 label_range=label_range,
                 max_pixels=max_pixels,
+                precision=precision.value,
                 select=_ids(select),
                 ignore=_ids(ignore),
                 scheduler=scheduler,
@@ -257,7 +260,7 @@ def fix(
                 partition_size=partition_size,
                 plugins=plugin or (),
                 progress=progress,
-                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, precision, scale, model),
+                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model),
             )
         code = result.exit_code()
         _write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
@@ -305,15 +308,14 @@ def checks(
     guarded(body)
 
 
-def _replay(enabled: bool, batch_size: int, lr: float, seed: int, precision: Precision, scale: float | None,
-            model: str | None):
+def _replay(enabled: bool, batch_size: int, lr: float, seed: int, scale: float | None, model: str | None):
     """The replay's options, or None without --dummy-loss (its flags alone are an error)."""
     from scrub.api import ReplayOptions
 
-    options = ReplayOptions(batch_size, lr, seed, precision.value, scale, model)
+    options = ReplayOptions(batch_size, lr, seed, scale, model)
     if not enabled:
         if options != ReplayOptions():
-            raise ScrubError("--batch-size, --lr, --seed, --precision, --scale and --model need --dummy-loss")
+            raise ScrubError("--batch-size, --lr, --seed, --scale and --model need --dummy-loss")
         return None
     return options
 
@@ -399,6 +401,8 @@ def _print_summary(summary) -> None:
             f"{replay['options']['precision']}; {skipped:,} records not replayable (see the checks above)",
             markup=False,
         )
+    for note in summary.notes:
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print(f"manifest: {summary.manifest}", markup=False, soft_wrap=True)
 
 

@@ -131,9 +131,12 @@ class PartitionWork:
         result.issues.extend(p for p in record.problems if p.check in plan.ids)
         annotate(record, self.options)
         tally(record, result.stats, self.options)
-        if record.meta.get("kind") == "array":  # an array value: the numeric checks, as one row
-            row = Batch(record.source, record.index, offset, record.payload[None], keys=[record.key])
-            self._check_batch(row, plan.numeric, [], columns, label_counts, result)
+        values, group = numeric_values(record)
+        if values is not None:  # an array value or a float image's pixels: the numeric checks, as one row
+            row = Batch(record.source, record.index, offset, values[None], keys=[record.key])
+            self._check_batch(row, plan.numeric, [], columns, label_counts, result, group)
+            magnitude = float(profile(row).magnitudes[0])
+            record.meta["magnitude"] = magnitude if 0 < magnitude < float("inf") else None
         for check in plan.record:
             finding = _run_check(check, record, self.options)
             if finding is not None:
@@ -145,8 +148,10 @@ class PartitionWork:
                 offsets.append(offset)
                 values.append(value)
 
-    def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, label_counts, result) -> None:
-        """The vectorized path: a whole block of rows at once, details only for flagged rows."""
+    def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, label_counts, result,
+                     group: str | None = None) -> None:
+        """The vectorized path: a whole block of rows at once, details only for flagged rows.
+        ``group`` names the statistics the values go to (default: the batch's source)."""
         for check in batch_checks:
             if check.needs == "label" and batch.labels is None:
                 continue
@@ -161,7 +166,7 @@ class PartitionWork:
         if batch.keys is None:  # rows of an array dataset (array values were tallied as records)
             result.stats["shapes"]["x".join(map(str, batch.data.shape[1:]))] += len(batch)
         found = profile(batch)
-        stats = result.numeric.setdefault(batch.source, NumericStats())
+        stats = result.numeric.setdefault(group or batch.source, NumericStats())
         stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)
         if batch.labels is not None and self.options.labelled:
             label_counts.append(label_stats(batch.labels))
@@ -183,6 +188,17 @@ class _Plan:
         # others (labels, empty-record) already ran on the record.
         self.numeric = [c for c in self.batch if c.func is None and c.needs != "label"]
         self.dataset = [c for c in checks if c.kind == "dataset"]
+
+
+def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:
+    """The numbers a record holds, and the statistics group they belong to: an array value (its
+    source), or the pixels of a float or 16/32-bit image (``pixels:MODE``); else (None, None)."""
+    if record.meta.get("kind") == "array":
+        return record.payload, record.source
+    facts = record.meta.get("image")
+    if facts is not None and facts.pixels is not None:
+        return facts.pixels, f"pixels:{facts.mode}"
+    return None, None
 
 
 def _packed(offsets: list, values: list) -> tuple[Any, Any]:

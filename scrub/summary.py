@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from scrub.checks.base import Check, CheckOptions, Column, make_issue
+from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
@@ -62,37 +63,44 @@ class ColumnStore:
 class RareValueStore:
     """A histogram of numeric values plus the positions of the values that are still rare.
 
-    A value seen more than ``cap`` times is common: its positions are dropped and never kept
-    again. Negative values keep their positions (every one of them is reported). Vectorized:
-    the only Python loop is the histogram update, once per distinct value of a partition.
+    A value (or, with ``bins``, a bin of values) seen more than ``cap`` times is common: its
+    positions are dropped and never kept again. With ``keep_negative``, negative values keep
+    their positions (every negative label is reported). Vectorized: the only Python loop is the
+    histogram update, once per distinct value (bin) of a partition.
     """
 
-    def __init__(self, cap: int = 1000) -> None:
+    def __init__(self, cap: int = 1000, bins: Callable[[np.ndarray], np.ndarray] | None = None,
+                 keep_negative: bool = True) -> None:
         self.cap = cap
+        self.bins = bins
+        self.keep_negative = keep_negative
         self.counts: Counter[float] = Counter()
         self.common = np.empty(0, dtype=np.float64)
         self._positions: list[np.ndarray] = []
         self._values: list[np.ndarray] = []
+        self._keys: list[np.ndarray] = []
 
     def add(self, partition: int, offsets: Any, values: Any) -> None:
         values = np.asarray(values, dtype=np.float64)
         if len(values) == 0:
             return
-        distinct, counts = np.unique(values, return_counts=True)
+        keys = values if self.bins is None else self.bins(values)
+        distinct, counts = np.unique(keys, return_counts=True)
         self.counts.update(dict(zip(distinct.tolist(), counts.tolist())))
         totals = np.fromiter((self.counts[v] for v in distinct.tolist()), dtype=np.int64, count=len(distinct))
-        newly_common = distinct[(totals > self.cap) & (distinct >= 0)]
+        newly_common = distinct[(totals > self.cap) & ((distinct >= 0) | (not self.keep_negative))]
         if len(newly_common):
             self.common = np.union1d(self.common, newly_common)
-            for i, kept in enumerate(self._values):
+            for i, kept in enumerate(self._keys):
                 rare = ~np.isin(kept, newly_common)
-                self._values[i], self._positions[i] = kept[rare], self._positions[i][rare]
-        rare = ~np.isin(values, self.common)
+                self._keys[i], self._values[i], self._positions[i] = kept[rare], self._values[i][rare], self._positions[i][rare]
+        rare = ~np.isin(keys, self.common)
         if rare.any():
             positions = np.empty((int(rare.sum()), 2), dtype=np.int32)
             positions[:, 0], positions[:, 1] = partition, np.asarray(offsets)[rare]
             self._positions.append(positions)
             self._values.append(values[rare])
+            self._keys.append(keys[rare])
 
     def column(self) -> Column:
         distinct = np.array(sorted(self.counts), dtype=np.float64)
@@ -113,7 +121,11 @@ class Progress:
 
 
 def _store(dtype: str) -> ColumnStore | RareValueStore:
-    return RareValueStore() if dtype == "rare" else ColumnStore(dtype)
+    if dtype == "rare":
+        return RareValueStore()
+    if dtype == "magnitude":
+        return RareValueStore(MAGNITUDE_KEPT_PER_BIN, bins=magnitude_bins, keep_negative=False)
+    return ColumnStore(dtype)
 
 
 class ScanAggregate:
@@ -142,6 +154,8 @@ class ScanAggregate:
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.numeric: dict[str, NumericStats] = {}
         self.columns = {c.id: _store(c.column_dtype) for c in self.checks if c.kind == "dataset"}
+        #: what the scan wants said about the dataset as a whole (see `Summary.notes`)
+        self.notes: list[str] = []
         self._report_progress()
 
     def add(self, result: PartitionResult) -> None:
@@ -182,6 +196,8 @@ class ScanAggregate:
             if check.kind != "dataset":
                 continue
             judgement = check.func(self.columns[check.id].column(), self.options, locate)
+            self.notes += [f"{check.id}: {finding.message}" for position, finding in judgement if position is None]
+            judgement = [(position, finding) for position, finding in judgement if position is not None]
             identities = locate([position for position, _ in judgement])
             for (source, key, index), (_, finding) in zip(identities, judgement):
                 self.add_issue(make_issue(check.id, source, key, index, finding))
@@ -226,6 +242,9 @@ class Summary:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     #: what the dummy-loss replay did (`--dummy-loss`), else None
     replay: dict[str, Any] | None = None
+    #: what a person should know that is not an issue of a record: a rule that did not apply
+    #: and why, which label dataset was used, ...
+    notes: list[str] = field(default_factory=list)
 
     @property
     def issues(self) -> int:
@@ -254,6 +273,7 @@ class Summary:
             "stats": self.stats,
             **({"datasets": self.datasets} if self.datasets else {}),
             **({"replay": self.replay} if self.replay is not None else {}),
+            "notes": list(self.notes),
             "checks": self.checks,
             "options": self.options,
             "reading": self.reading,

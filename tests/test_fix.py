@@ -207,7 +207,7 @@ def test_hdf5_list_and_folder(tmp_path):
         result = scrub.fix(path, quarantine=True, scheduler="sync")
         assert result.report["kept"] + result.report["quarantined"] == scanned.summary.records == 249
         # val.h5's data and label disagree on their row count: its 49 rows go to the quarantine whole
-        assert result.report["quarantined"] == 4 + 49
+        assert result.report["quarantined"] == 5 + 49
         assert scanned.summary.issues_by_check["row-count-mismatch"] == 1
         assert scrub.scan(result.dataset, scheduler="sync").summary.records_with_errors == 0
 
@@ -287,7 +287,7 @@ def test_reusing_a_manifest_skips_the_scan(tmp_path):
     scanned = scrub.scan(source, manifest=manifest, num_classes=10, scheduler="sync")
     result = scrub.fix(source, manifest=manifest, quarantine=True)
     assert result.scan is None and result.report["reused_manifest"] == str(manifest)
-    assert result.report["quarantined"] == scanned.summary.records_with_errors == 6
+    assert result.report["quarantined"] == scanned.summary.records_with_errors == 7
     assert (result.quarantine / "manifest.jsonl").read_bytes() == manifest.read_bytes()
 
 
@@ -347,13 +347,13 @@ def test_verification_catches_an_altered_record(tmp_path):
     verdicts = Verdicts.from_issues(read_manifest(manifest), Severity.ERROR)
     clean = tmp_path / "out.lmdb"
     tally = writer.write(verdicts, clean, None)
-    assert _verify(writer, verdicts, tally, clean, None, 7)["verified"]
+    assert _verify(writer, verdicts, tally, clean, None, 8)["verified"]
     environment = lmdb.open(str(clean), subdir=False, lock=False)
     with environment.begin(write=True) as transaction:
         key, value = next(iter(transaction.cursor()))
         transaction.put(key, bytes(value)[:-1] + bytes([value[-1] ^ 1]))
     environment.close()
-    outcome = _verify(writer, verdicts, tally, clean, None, 7)
+    outcome = _verify(writer, verdicts, tally, clean, None, 8)
     assert not outcome["verified"] and "cleaned copy does not match" in outcome["reason"]
 
 

@@ -17,7 +17,11 @@ TRAIN = {
     ("3", "nonfinite-data"),
     ("10", "nonfinite-data"),
     ("30", "fp16-overflow"),
+    ("30", "magnitude-outlier"),
     ("40", "zero-norm"),
+    ("90", "square-overflow"),
+    ("90", "fp16-overflow"),
+    ("90", "magnitude-outlier"),
     ("50", "nonfinite-label"),
     ("70", "non-integer-label"),
 }
@@ -61,7 +65,7 @@ def test_summary_has_per_dataset_statistics():
     summary = scrub.scan(SAMPLES / "hdf5" / "train.h5").summary.to_dict()
     stats = summary["datasets"]["train.h5"]
     assert stats["data"] == {"dtype": "float32", "shape": [200, 3, 8, 8], "chunks": [32, 3, 8, 8], "compression": None}
-    assert stats["max"] == 70000.0 and stats["nonfinite_values"] == 3
+    assert stats["max"] == np.float32(1e20) and stats["nonfinite_values"] == 3
     assert stats["finite_values"] == 200 * 192 - 3
     assert summary["stats"]["labels"][8000] == 1 and summary["stats"]["labels"][0] == 16  # 50, 60, 70, 80 were relabelled
 
@@ -105,7 +109,7 @@ def test_integer_data_and_label_shapes(tmp_path):
     data[2, 1] = 65535  # beyond float16's largest finite value
     labels = np.array([[0], [1], [2], [3], [12], [1]], dtype=np.int64)  # shape (N, 1)
     result = scrub.scan(write_h5(tmp_path / "d.h5", data, labels), num_classes=10)
-    assert findings(result) == {("2", "fp16-overflow"), ("4", "label-out-of-range")}
+    assert findings(result) == {("2", "fp16-overflow"), ("2", "magnitude-outlier"), ("4", "label-out-of-range")}
 
 
 def test_custom_keys_and_unlabelled_files(tmp_path):

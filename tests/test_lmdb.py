@@ -68,7 +68,9 @@ def test_lsun_and_npy_samples():
     pickled = next(i for i in lsun.issues() if i.check == "undecodable-record")
     assert "--allow-pickle" in pickled.message
     arrays = scrub.scan(SAMPLES / "lmdb" / "npy.lmdb")  # a single-file environment
-    assert findings(arrays) == {("sample-0001", "nonfinite-data"), ("sample-0002", "zero-norm"), ("sample-0006", "undecodable-record")}
+    assert findings(arrays) == {("sample-0001", "nonfinite-data"), ("sample-0002", "zero-norm"), ("sample-0006", "undecodable-record"),
+                                ("sample-0007", "float32-overflow"),
+                                ("sample-0007", "fp16-overflow"), ("sample-0007", "magnitude-outlier")}
     assert arrays.summary.dataset.layout == "file"
 
 

@@ -47,6 +47,7 @@ class CheckOptions:
     """Everything a check may depend on besides the record. Picklable, immutable."""
 
     labelled: bool = True
+    precision: str = "float32"  # the training precision: float32, float16 or bfloat16
     num_classes: int | None = None
     label_range: tuple[int, int] | None = None  # inclusive LO, exclusive HI
     max_pixels: int | None = None
@@ -125,8 +126,11 @@ def dataset_check(
     """Register ``judge(column, options, locate) -> list[(position, Finding)]``.
 
     ``collect(record)`` returns the record's value (or None to leave it out); ``dtype`` is the
-    NumPy dtype the values are packed into, ``"category"`` for a few distinct strings, or
-    ``"rare"`` to keep a histogram of numbers plus the positions of their rare values only.
+    NumPy dtype the values are packed into, ``"category"`` for a few distinct strings,
+    ``"rare"`` to keep a histogram of numbers plus the positions of their rare values only, or
+    ``"magnitude"`` for the same over 9%-wide bins of positive magnitudes. ``judge`` may return
+    ``(None, finding)`` for what concerns the dataset rather than a record: it becomes a note in
+    the summary, so that a rule that does not apply says why.
     """
 
     def decorate(func: Callable) -> Callable:

@@ -115,9 +115,10 @@ from __future__ import annotations
 import io
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simplejpeg
 from PIL import Image, ImageFile
 
@@ -134,6 +135,14 @@ class ImageFacts:
     height: int | None
     error: str | None  # None: decoded cleanly (or a bomb, never decoded); else the decoder's message
     bomb: bool = False  # width * height > max_pixels: pixel data was not decoded
+    #: the first frame's pixels, for images whose values are numbers rather than 8-bit levels
+    #: (modes F, I, I;16: depth maps, remote sensing, microscopy), which the numeric checks judge
+    pixels: Any = field(default=None, compare=False, repr=False)
+
+
+#: Pillow modes whose pixels are values a loader passes on unscaled: 32-bit float, 32-bit and
+#: 16-bit integers (`ToTensor` divides only 8-bit images by 255).
+NUMERIC_MODES = frozenset({"F", "I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
 def inspect_image(data: bytes, max_pixels: int | None) -> ImageFacts:
@@ -390,12 +399,14 @@ def _inspect_other(data: bytes, limit: int | None) -> ImageFacts:
     fmt, mode, (width, height) = image.format, image.mode, image.size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error, bomb = _decode_frames(data, image, limit)
-    return ImageFacts(fmt, mode, width, height, error, bomb)
+    error, bomb, pixels = _decode_frames(data, image, limit)
+    return ImageFacts(fmt, mode, width, height, error, bomb, None if error or bomb else pixels)
 
 
-def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool]:
-    """(error, bomb) after the plugin's own verify() (PNG: CRCs) and load() of every frame."""
+def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool, Any]:
+    """(error, bomb, the first frame's numeric pixels or None) after the plugin's own verify()
+    (PNG: CRCs) and load() of every frame."""
+    pixels = None
     try:
         if type(image).verify is not ImageFile.ImageFile.verify:
             _plugin_verify(data)
@@ -403,13 +414,15 @@ def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | No
             if frame:
                 image.seek(frame)
                 if _exceeds(*image.size, limit):
-                    return None, True
+                    return None, True, None
             image.load()
+            if frame == 0 and image.mode in NUMERIC_MODES:
+                pixels = np.array(image)  # a copy: the image object moves on to the next frame
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
-        return None, True
+        return None, True, None
     except Exception as exc:  # noqa: BLE001 - OSError, SyntaxError, EOFError, struct.error, ...
-        return _message(exc), False
-    return None, False
+        return _message(exc), False, None
+    return None, False, pixels
 
 
 def _plugin_verify(data: bytes) -> None:

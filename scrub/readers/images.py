@@ -83,7 +83,7 @@ class ImageReader(Reader):
     format = "images"
     preferred_scheduler = "processes"
     records_per_task = 1000
-    provides = frozenset({"image", "bytes"})
+    provides = frozenset({"image", "bytes", "array"})  # array: the pixels of float images
 
     @classmethod
     def sniff(cls, path: Path) -> bool:

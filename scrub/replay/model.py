@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PRECISIONS = ("float32", "float16")
+PRECISIONS = ("float32", "float16", "bfloat16")
 _SMALLEST_NORMAL = np.uint32(0x38800000)  # 2**-14: below it float16 is subnormal
 _OVERFLOW = np.uint32(0x477FF000)  # 65520: from here float16 rounds to Inf (NaN and Inf above)
 
@@ -50,6 +50,27 @@ def round_to_float16(values: np.ndarray) -> np.ndarray:
         if large.any():
             result[large] = x[large].astype(np.float16).astype(np.float32)
     return result
+
+
+def round_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (8 significant bits, float32's exponent), kept in a
+    float32 array: round half to even on the upper 16 bits, as PyTorch's conversion does. A
+    carry moves into the exponent, so values beyond bfloat16's largest (~3.39e38) become Inf;
+    NaN stays NaN."""
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    bits = x.view(np.uint32)
+    rounded = (bits >> np.uint32(16)) & np.uint32(1)
+    rounded += bits
+    rounded += np.uint32(0x7FFF)
+    rounded &= np.uint32(0xFFFF0000)
+    result = rounded.view(np.float32)
+    nan = np.isnan(x)
+    if nan.any():
+        result[nan] = np.nan
+    return result
+
+
+ROUNDING = {"float16": round_to_float16, "bfloat16": round_to_bfloat16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +142,7 @@ class LinearSoftmax:
         """Round to the precision (float16 values are kept in float32 arrays for the BLAS)."""
         if self.precision == "float32":
             return values.astype(np.float32, copy=False)
-        return round_to_float16(values)
+        return ROUNDING[self.precision](values)
 
     @staticmethod
     def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ from scrub.checks import replay as _replay_checks  # noqa: F401 - registers the 
 from scrub.checks.base import Finding, make_issue
 from scrub.records import Issue, Severity
 from scrub.replay.features import Identity
-from scrub.replay.model import PRECISIONS, LinearSoftmax, Pass
+from scrub.replay.model import PRECISIONS, LinearSoftmax, Pass, round_to_bfloat16
 from scrub.replay.usermodel import call_loss, load_loss
 
 
@@ -201,9 +201,14 @@ class Replayer:
         if self.model is not None:
             step = self.model.run(X, y)
             return _Verdict(step.nonfinite(), step.losses, step)
-        dtype = np.float16 if self.config.precision == "float16" else np.float32
         with np.errstate(all="ignore"):
-            losses, gradient_finite = call_loss(self._loss, X.astype(dtype), y.copy(), self.config.model)
+            if self.config.precision == "float16":
+                inputs = X.astype(np.float16)
+            elif self.config.precision == "bfloat16":  # NumPy has no bfloat16: its values, in float32
+                inputs = round_to_bfloat16(X)
+            else:
+                inputs = X.copy()
+            losses, gradient_finite = call_loss(self._loss, inputs, y.copy(), self.config.model)
         nonfinite = [] if np.isfinite(losses).all() else ["loss"]
         if gradient_finite is False:
             nonfinite.append("gradient")
