@@ -246,9 +246,11 @@ def scan_dataset(
     started = time.perf_counter() if started is None else started
     info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
     options = replace(options, labelled=info.labelled)
+    _check_label_options(dataset, options, replay is not None)
     if replay is not None:
         replay.config(options.precision)  # bad replay options fail before the scan, not after it
-    checks = select_checks(select, ignore, options, reader.provides | ({"replay"} if replay else set()))
+    provides = reader.provides | ({"replay"} if replay else set()) | ({"label-vectors"} if info.label_width else set())
+    checks = select_checks(select, ignore, options, provides)
     plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
 
     keepalive = None
@@ -294,10 +296,30 @@ def scan_dataset(
         reading=dataset.reading,
         fingerprint=dataset.fingerprint,
         replay=replayed,
-        notes=aggregate.notes,
+        notes=info.notes + aggregate.notes,
     )
     write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
+
+
+def _check_label_options(dataset: OpenedDataset, options: CheckOptions, replay: bool) -> None:
+    """A label option that cannot apply is an error, never a silent no-op."""
+    given = "--num-classes" if options.num_classes is not None else "--label-range" if options.label_range else None
+    if given is None:
+        return
+    info = dataset.info
+    if not info.labelled and not replay:
+        raise UsageError(
+            f"{given}: {dataset.path} has no labels to check ({info.format}, {info.layout}); "
+            "drop it, or name the labels (--label-key for HDF5)"
+        )
+    width = info.label_width
+    if width is not None and given == "--label-range":
+        raise UsageError(f"--label-range: the labels of {dataset.path} are vectors of {width}, not class ids")
+    if width is not None and options.num_classes != width:
+        raise UsageError(
+            f"--num-classes {options.num_classes}: the labels of {dataset.path} are vectors of {width} classes"
+        )
 
 
 def replay_options(dummy_loss: bool | ReplayOptions | None) -> ReplayOptions | None:
@@ -316,7 +338,7 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
     config = replay.config(options.precision)
     spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
     classes = class_count(options.num_classes, options.label_range, dataset.info.classes,
-                          aggregate.stats.get("labels"))
+                          aggregate.stats.get("labels"), dataset.info.label_width)
     selected = {c.id for c in checks}
 
     def emit(issue: Issue) -> None:

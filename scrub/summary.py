@@ -23,7 +23,8 @@ from scrub.records import Issue, Severity
 from scrub.runner import NumericStats, PartitionResult
 
 SCHEMA_VERSION = 1
-LABEL_CHECKS = frozenset({"label-out-of-range", "label-outlier", "non-integer-label", "nonfinite-label", "missing-label"})
+LABEL_CHECKS = frozenset({"label-out-of-range", "label-outlier", "non-integer-label", "nonfinite-label", "missing-label",
+                          "invalid-label-vector"})
 
 
 class ColumnStore:

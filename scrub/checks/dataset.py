@@ -200,7 +200,7 @@ def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judg
 
 @batch_collector("label-outlier")
 def _class_indices(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    if batch.labels is None:
+    if batch.labels is None or np.ndim(batch.labels) == 2:  # label vectors have no class ids
         return np.empty(0, int), np.empty(0)
     rows = np.flatnonzero(integral_labels(batch.labels))
     return rows, batch.labels[rows].astype(np.float64)

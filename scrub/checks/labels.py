@@ -6,7 +6,16 @@ import math
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Finding, batch_check, record_check
+from scrub.checks.base import (
+    CheckOptions,
+    Column,
+    Finding,
+    Locate,
+    batch_check,
+    batch_collector,
+    dataset_check,
+    record_check,
+)
 from scrub.records import Batch, Record, Severity
 
 
@@ -100,7 +109,7 @@ def integral_labels(labels: np.ndarray) -> np.ndarray:
 
 @batch_check("non-integer-label")
 def non_integer_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
-    if batch.labels is None:
+    if batch.labels is None or np.ndim(batch.labels) == 2:  # label vectors: invalid-label-vector
         return []
     labels = batch.labels
     bad = np.flatnonzero(np.isfinite(labels) & ~integral_labels(labels))
@@ -110,7 +119,7 @@ def non_integer_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, F
 @batch_check("label-out-of-range")
 def labels_out_of_range(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
     declared = options.declared_range
-    if batch.labels is None or declared is None:
+    if batch.labels is None or declared is None or np.ndim(batch.labels) == 2:
         return []
     low, high = declared
     labels = batch.labels
@@ -119,3 +128,102 @@ def labels_out_of_range(batch: Batch, options: CheckOptions) -> list[tuple[int, 
         (int(r), Finding(f"label {int(labels[r])} is outside [{low}, {high})", {"label": int(labels[r]), "low": low, "high": high}))
         for r in bad
     ]
+
+
+# -- label vectors: (N, K) one-hot, multi-label or soft targets ----------------------------------
+
+#: A dataset is multi-label when at least this share of its label vectors has several positives
+#: (or values in [0, 1] that do not sum to 1): then an all-zero row is a legitimate negative.
+MULTI_LABEL_SHARE = 0.1
+#: How far from 1 a probability row may sum (float32 rounding of soft targets).
+SUM_TOLERANCE = 1e-3
+
+
+def vector_kinds(labels: np.ndarray) -> np.ndarray:
+    """What each label vector is: ``onehot``, ``zero``, ``multihot`` (0/1 with several ones),
+    ``probability`` (in [0, 1], sums to 1), ``unit`` (in [0, 1], does not), ``outside`` (a
+    value outside [0, 1]); ``""`` for a row with a NaN or Inf (`nonfinite-label`)."""
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(labels).all(axis=1)
+        binary = ((labels == 0) | (labels == 1)).all(axis=1)
+        inside = ((labels >= 0) & (labels <= 1)).all(axis=1)
+        sums = labels.sum(axis=1)
+    ones = (labels == 1).sum(axis=1)
+    kinds = np.full(len(labels), "unit", dtype=object)
+    kinds[inside & (np.abs(sums - 1) <= SUM_TOLERANCE)] = "probability"
+    kinds[binary & (ones > 1)] = "multihot"
+    kinds[binary & (ones == 1)] = "onehot"
+    kinds[binary & (ones == 0)] = "zero"
+    kinds[~inside] = "outside"
+    kinds[~finite] = ""
+    return kinds
+
+
+_VECTOR_REASONS = {
+    "zero": "all zero: no class (a single-label dataset)",
+    "multihot": "several ones in a single-label dataset",
+    "outside": "a value outside [0, 1]",
+    "unit": "does not sum to 1 (soft targets)",
+}
+
+
+def _no_record_vector(record: Record) -> None:
+    return None  # label vectors come only from array datasets, as batches
+
+
+@dataset_check("invalid-label-vector", Severity.ERROR, collect=_no_record_vector, dtype="category", needs="label-vectors")
+def invalid_label_vector(column: Column, options: CheckOptions, locate: Locate) -> list:
+    """A label vector that is not what the dataset's (N, K) labels are: one-hot, multi-label or
+    soft targets.
+
+    What it finds:
+        The kind of an (N, K) label dataset is read from its rows: multi-label when at least
+        10% of the rows have several positives (or values in [0, 1] that do not sum to 1), else
+        single-label (one-hot or soft targets). Errors: a value outside [0, 1] (any dataset); in
+        a single-label dataset, an all-zero row (no class) and a 0/1 row with several ones. A
+        warning: in a single-label dataset, a row of values in [0, 1] that does not sum to 1
+        (within 0.001). The summary's notes say which kind was read. NaN and Inf are
+        `nonfinite-label`'s.
+    Why it breaks training:
+        Cross-entropy with a target outside [0, 1] is unbounded below: the model drives the
+        loss to -Inf. A one-hot row with no 1 trains the record towards nothing (loss 0), one
+        with two 1s doubles its loss; soft targets that do not sum to 1 scale the record's
+        gradient. Binary cross-entropy takes the log of the target's complement too.
+    Example:
+        Row 12 of `labels` in `train.h5` is all zero while the other rows are one-hot.
+    What fix does:
+        Moves the record to the quarantine (targets not summing to 1: a warning, nothing by
+        default).
+    """
+    if len(column.values) == 0:
+        return []
+    kinds, counts = np.unique(column.values, return_counts=True)
+    share = dict(zip(kinds.tolist(), counts.tolist()))
+    total = int(counts.sum())
+    multi = share.get("multihot", 0) + share.get("unit", 0)
+    if multi >= MULTI_LABEL_SHARE * total:
+        kind, bad = "multi-label", {"outside"}
+    else:
+        kind = "one-hot" if share.get("onehot", 0) >= share.get("probability", 0) else "soft targets"
+        bad = {"zero", "multihot", "outside", "unit"}
+    note = (f"label vectors read as {kind} ({', '.join(f'{share[k]:,} {k}' for k in sorted(share))} "
+            f"of {total:,} rows)")
+    judgement: list = [(None, Finding(note, {"kind": kind}))]
+    flagged = np.flatnonzero(np.isin(column.values, sorted(bad)))
+    for i in flagged:
+        reason = str(column.values[i])
+        severity = Severity.WARNING if reason == "unit" else None
+        position = (int(column.positions[i, 0]), int(column.positions[i, 1]))
+        judgement.append((position, Finding(f"label vector: {_VECTOR_REASONS[reason]}",
+                                            {"reason": reason, "kind": kind}, severity)))
+    return judgement
+
+
+@batch_collector("invalid-label-vector")
+def _vector_kinds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    labels = batch.labels
+    if labels is None or np.ndim(labels) != 2:
+        return np.empty(0, int), np.empty(0, dtype=object)
+    kinds = vector_kinds(np.asarray(labels))
+    rows = np.flatnonzero(kinds != "")
+    return rows, kinds[rows]

@@ -501,11 +501,24 @@ def nonfinite_label(record: Record, options: CheckOptions) -> Finding | None:
 def nonfinite_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
     if batch.labels is None:
         return []
-    bad = np.flatnonzero(~np.isfinite(batch.labels))
-    return [(int(row), Finding(f"label is {batch.labels[row]}", {"label": str(batch.labels[row])})) for row in bad]
+    labels = np.asarray(batch.labels)
+    if labels.ndim == 2:  # label vectors: a row with any NaN or Inf
+        finite = np.isfinite(labels)
+        bad = np.flatnonzero(~finite.all(axis=1))
+        return [(int(row), Finding(f"label vector holds {int((~finite[row]).sum())} NaN/Inf value(s) "
+                                   f"(first at column {int(np.flatnonzero(~finite[row])[0])})",
+                                   {"nonfinite": int((~finite[row]).sum())})) for row in bad]
+    bad = np.flatnonzero(~np.isfinite(labels))
+    return [(int(row), Finding(f"label is {labels[row]}", {"label": str(labels[row])})) for row in bad]
 
 
 def label_stats(labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Histogram (values, counts) of the integral, finite labels of a batch."""
+    """Histogram (values, counts) of the integral, finite labels of a batch; for label vectors,
+    the rows whose column k is at least 0.5 (one-hot: the class counts; multi-label: the
+    positives per class)."""
     labels = np.asarray(labels)
+    if labels.ndim == 2:
+        with np.errstate(invalid="ignore"):
+            positives = (labels >= 0.5).sum(axis=0)
+        return np.arange(labels.shape[1]), positives
     return np.unique(labels[integral_labels(labels)].astype(np.int64), return_counts=True)

@@ -44,6 +44,11 @@ class DatasetInfo:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: problems with the dataset as a whole (key ``*``), found while opening it
     issues: list[Issue] = field(default_factory=list)
+    #: K when the labels are (N, K) vectors (one-hot, multi-label, soft targets), else None
+    label_width: int | None = None
+    #: what a person should know about how the dataset was read (which labels were used, what
+    #: is not checked); printed and written to the summary's ``notes``
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         document = {
@@ -54,6 +59,8 @@ class DatasetInfo:
             "classes": self.classes,
             "skipped": dict(self.skipped),
         }
+        if self.label_width is not None:
+            document["label_width"] = self.label_width
         if self.files:
             document["files"] = self.files
         return document
@@ -70,7 +77,8 @@ class Reader(ABC):
     records_per_task: ClassVar[int] = 1000
     #: What its records carry, matched against each check's ``needs`` ("any" and "label"
     #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers,
-    #: "rows" for paired data/label datasets, "values" for key-value stores.
+    #: "rows" for paired data/label datasets, "values" for key-value stores. ("label-vectors"
+    #: is added for a dataset whose `DatasetInfo.label_width` is set, "replay" with the replay.)
     provides: ClassVar[frozenset[str]] = frozenset()
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()

@@ -1,8 +1,12 @@
 """HDF5 datasets: one file, a folder of files, or a Caffe HDF5Data source list.
 
 Rows of the ``data`` dataset are records (``--data-key``), paired by position with the rows of
-``label`` (``--label-key``; a file without it is unlabelled). ``source`` is the file relative
-to the dataset root, ``key`` the row index as a decimal string, ``index`` the same integer.
+the labels: ``--label-key``, else the first of ``label``, ``labels``, ``y``, ``target``,
+``targets`` that the file has (a file with none is unlabelled). Labels of shape ``(N,)`` or
+``(N, 1)`` are class ids; ``(N, K)`` are label vectors (one-hot, multi-label or soft targets);
+other shapes (masks) are not checked, and the summary's notes say so. ``source`` is the file
+relative to the dataset root, ``key`` the row index as a decimal string, ``index`` the same
+integer.
 
 Partitions are chunk-aligned row ranges of ~``PARTITION_BYTES``. Each worker opens the file
 itself, read-only, and reads whole chunks (blocks of ~``BLOCK_BYTES``) into one reused buffer,
@@ -36,6 +40,8 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 PARTITION_BYTES = 128 << 20
 BLOCK_BYTES = 4 << 20  # measured: 0.49 s vs 0.64 s at 8 MiB for 2 GiB on 2 workers (L3-resident)
 SNIFF_LINES = 100
+#: Names tried, in order, for the labels when ``--label-key`` is not given.
+LABEL_KEYS = ("label", "labels", "y", "target", "targets")
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,8 @@ class RowRange:
     start: int
     stop: int
     block_rows: int  # rows read at once: a whole number of chunks
-    labelled: bool
+    label_key: str | None  # the labels dataset of this file, None when it is unlabelled
+    label_width: int = 0  # K for (N, K) label vectors, 0 for class ids
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -96,7 +103,6 @@ class HDF5Reader(Reader):
         import h5py  # noqa: F401 - imported where used: the image reader never pays for it
 
         data_key = self.options.data_key or "data"
-        label_key = self.options.label_key or "label"
         if self.path.is_dir():
             root, layout = self.path, "folder"
             files = sorted(p for p in self.path.iterdir() if p.is_file() and _is_hdf5_file(p))
@@ -115,6 +121,7 @@ class HDF5Reader(Reader):
         info = DatasetInfo(format=self.format, layout=layout, root=str(root), labelled=False, records=0)
         partitions: list[RowRange] = []
         any_labels = False
+        labels_seen: dict[str, list[str]] = {}  # label key -> the files it was read from
         for source, path in listed:
             target = os.path.realpath(path)
             if not _inside(target, real_root):
@@ -123,16 +130,31 @@ class HDF5Reader(Reader):
             if not os.path.isfile(target):
                 info.issues.append(_dataset_issue("missing-file", source, f"no such file: {source}"))
                 continue
-            opened = self._open_file(target, source, data_key, label_key, real_root, info, partition_size)
+            opened = self._open_file(target, source, data_key, real_root, info, partition_size, labels_seen)
             if opened is not None:
                 rows, has_labels, ranges = opened
                 info.records += rows
                 any_labels |= has_labels
                 partitions += ranges
         info.labelled = any_labels
+        widths = {p.label_width for p in partitions if p.label_key is not None}
+        if len(widths) > 1:
+            raise UnusableDataset(f"{self.path}: the files' labels differ in shape (widths {sorted(widths)})")
+        info.label_width = (widths.pop() or None) if widths else None
+        for key, sources in labels_seen.items():
+            if key != "label" and self.options.label_key is None:
+                info.notes.append(f"labels: read from {key!r} ({_files(sources)}); --label-key chooses another dataset")
         return info, partitions
 
-    def _open_file(self, path, source, data_key, label_key, real_root, info, partition_size):
+    def _label_key(self, file, data_key: str, source: str) -> str | None:
+        """The labels dataset: ``--label-key`` (which must exist), else the first usual name."""
+        if self.options.label_key is not None:
+            if self.options.label_key not in file:
+                raise _no_dataset(file, source, self.options.label_key)
+            return self.options.label_key
+        return next((key for key in LABEL_KEYS if key != data_key and key in file), None)
+
+    def _open_file(self, path, source, data_key, real_root, info, partition_size, labels_seen):
         import h5py
 
         try:
@@ -140,7 +162,8 @@ class HDF5Reader(Reader):
         except OSError as error:
             raise UnusableDataset(f"{source}: not a readable HDF5 file ({first_line(error)})") from None
         with file:
-            unsafe = _unsafe_links(file, (data_key, label_key), os.path.dirname(path), real_root)
+            label_key = self._label_key(file, data_key, source)
+            unsafe = _unsafe_links(file, (data_key,) + ((label_key,) if label_key else ()), os.path.dirname(path), real_root)
             if unsafe:
                 for message in unsafe:
                     info.issues.append(_dataset_issue("unsafe-path", source, message))
@@ -151,13 +174,17 @@ class HDF5Reader(Reader):
             if not isinstance(data, h5py.Dataset) or data.shape is None or len(data.shape) == 0:
                 raise UnusableDataset(f"{source}: {data_key!r} is not an array dataset with rows")
             rows = data.shape[0]
-            label = file.get(label_key)
-            explicit_label = self.options.label_key is not None
-            if label is None and explicit_label:
-                raise _no_dataset(file, source, label_key)
-            has_labels = isinstance(label, h5py.Dataset) and label.shape is not None and (
-                len(label.shape) == 1 or (len(label.shape) == 2 and label.shape[1] == 1)
-            )
+            label = file.get(label_key) if label_key else None
+            has_labels = isinstance(label, h5py.Dataset) and label.shape is not None and len(label.shape) in (1, 2)
+            if has_labels and label.dtype.kind not in "biuf":
+                raise UnusableDataset(f"{source}: labels {label_key!r} are {label.dtype}, not numbers")
+            if label is not None and not has_labels:
+                shape = "x".join(map(str, label.shape)) if isinstance(label, h5py.Dataset) and label.shape else "?"
+                info.notes.append(f"labels: {source}: {label_key!r} has shape {shape}, neither class ids (N,) nor "
+                                  "label vectors (N, K): not checked")
+            label_width = label.shape[1] if has_labels and len(label.shape) == 2 and label.shape[1] > 1 else 0
+            if has_labels:
+                labels_seen.setdefault(label_key, []).append(source)
             if has_labels and label.shape[0] != rows:
                 info.issues.append(
                     _dataset_issue(
@@ -178,7 +205,8 @@ class HDF5Reader(Reader):
             block_rows = _round_up(max(1, BLOCK_BYTES // row_bytes), chunk_rows)
             partition_rows = partition_size or _round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
             ranges = [
-                RowRange(path, source, start, min(start + partition_rows, rows), min(block_rows, partition_rows), has_labels)
+                RowRange(path, source, start, min(start + partition_rows, rows), min(block_rows, partition_rows),
+                         label_key if has_labels else None, label_width)
                 for start in range(0, rows, partition_rows)
             ]
             return rows, has_labels, ranges
@@ -190,9 +218,10 @@ class HDF5Reader(Reader):
         last = partition.stop if stop is None else partition.start + stop
         with h5py.File(partition.path, "r") as file:
             data = file[self.options.data_key or "data"]
-            label = file[self.options.label_key or "label"] if partition.labelled else None
+            label = file[partition.label_key] if partition.label_key else None
             buffer = _buffer((partition.block_rows, *data.shape[1:]), data.dtype)
-            labels = np.empty(partition.block_rows, dtype=np.float64) if partition.labelled else None
+            width = (partition.label_width,) if partition.label_width else ()
+            labels = np.empty((partition.block_rows, *width), dtype=np.float64) if label is not None else None
             for begin in range(first, last, partition.block_rows):
                 end = min(begin + partition.block_rows, last)
                 count = end - begin
@@ -200,7 +229,7 @@ class HDF5Reader(Reader):
                     if count and buffer.size:
                         data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
                     if labels is not None:
-                        labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count)
+                        labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count, *width)
                 except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
                     raise UnusableDataset(
                         f"{partition.source}: rows {begin}-{end - 1} cannot be read ({first_line(error)})"
@@ -234,6 +263,10 @@ def _buffer(shape: tuple, dtype) -> np.ndarray:
     if getattr(_BUFFERS, "key", None) != key:
         _BUFFERS.key, _BUFFERS.array = key, np.empty(shape, dtype=dtype)
     return _BUFFERS.array
+
+
+def _files(sources: list[str]) -> str:
+    return sources[0] if len(sources) == 1 else f"{len(sources)} files"
 
 
 def _round_up(value: int, multiple: int) -> int:

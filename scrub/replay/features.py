@@ -10,6 +10,7 @@ Images: decoded with Pillow, ``convert("RGB")`` (torchvision's default loader), 
 ``image_size`` x ``image_size`` (bilinear), flattened HWC, values 0..255: D = 3·size².
 Arrays: flattened in C order; an array whose size is not D is skipped ("size"), since no loader
 can stack it with the others (`shape-mismatch` reports it). Labels: integer labels as they are;
+label vectors (N, K) as the index of their largest entry;
 a record without a label trains as class 0 (what Caffe does; `missing-label` reports it in a
 labelled dataset); a label that is not an integer is skipped ("label"). Records without a payload,
 images Pillow cannot decode and images above ``max_pixels`` are skipped too: other checks report
@@ -128,6 +129,11 @@ def featurize_batch(batch: Batch, spec: FeatureSpec) -> Features:
         return Features.empty(spec.dim, skipped)
     if batch.labels is None:
         usable, labels = np.ones(n, bool), np.zeros(n, np.int64)
+    elif np.ndim(batch.labels) == 2:  # label vectors: the class is the largest entry
+        vectors = np.asarray(batch.labels, np.float64)
+        usable = np.isfinite(vectors).all(axis=1)
+        labels = np.argmax(np.where(usable[:, None], vectors, 0), axis=1).astype(np.int64)
+        skipped["label"] += int(n - usable.sum())
     else:
         raw = np.asarray(batch.labels, np.float64).reshape(n)
         with np.errstate(invalid="ignore"):

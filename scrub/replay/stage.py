@@ -123,14 +123,16 @@ def feature_spec(stats: dict[str, Counter], image_size: int = 16, scale: float |
 
 
 def class_count(num_classes: int | None, label_range: tuple[int, int] | None, classes: list[str] | None,
-                labels: Counter | None) -> int:
-    """C: declared (``--num-classes``, the top of ``--label-range``), the class folders, or one
-    more than the largest label that is not a far outlier (`label-outlier`'s rule); at least 2,
-    so that even unlabelled data has a loss to go wrong."""
+                labels: Counter | None, label_width: int | None = None) -> int:
+    """C: declared (``--num-classes``, the top of ``--label-range``), the width of label
+    vectors, the class folders, or one more than the largest label that is not a far outlier
+    (`label-outlier`'s rule); at least 2, so that even unlabelled data has a loss to go wrong."""
     from scrub.checks.dataset import far_labels
 
     if num_classes is not None:
         return max(2, num_classes)
+    if label_width is not None:
+        return max(2, label_width)
     if label_range is not None:
         return max(2, label_range[1])
     if classes:
