@@ -1,5 +1,27 @@
-"""``python -m scrub``."""
+"""``python -m scrub`` and the ``scrub`` command: Ctrl-C is handled before anything heavy loads."""
 
-from scrub.cli import app
 
-app(prog_name="scrub")
+def main() -> None:
+    import signal
+
+    from scrub.interrupt import EXIT_CODE, install, interrupted, requested
+
+    install()
+    try:
+        from scrub.cli import app
+
+        app(prog_name="scrub")
+    except KeyboardInterrupt:  # during start-up
+        interrupted()
+        raise SystemExit(EXIT_CODE) from None
+    except SystemExit:
+        if requested():  # typer turns a KeyboardInterrupt outside a command's body into exit 130
+            interrupted()
+            raise SystemExit(EXIT_CODE) from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: let the exit finish
+
+
+if __name__ == "__main__":
+    main()

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from scrub import __version__
 from scrub.errors import ExitCode, ScrubError
+from scrub.interrupt import EXIT_CODE, interrupted
 
 app = typer.Typer(
     add_completion=False,
@@ -54,9 +55,9 @@ def guarded(command: Callable[[], int]) -> None:
         code = command()
     except ScrubError as error:
         _fail(str(error))
-    except KeyboardInterrupt:
-        err.print("scrub: interrupted")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # see scrub.interrupt: the temporary outputs are gone, the pool stopped
+        interrupted()
+        raise typer.Exit(EXIT_CODE) from None
     except typer.Exit:
         raise
     except Exception as error:  # noqa: BLE001 - scrub's own bug: still one line, still exit 2

@@ -13,6 +13,7 @@ import traceback
 from typing import Any, Callable
 
 from scrub.errors import ScrubError
+from scrub.interrupt import ignore_in_worker
 
 CRASHED = "decoder crashed"
 TIMED_OUT = "timed out"
@@ -22,6 +23,7 @@ STARTUP_TIMEOUT = 120.0
 
 
 def _child(work, partition_no: int, partition: Any, start: int, stop: int, connection) -> None:
+    ignore_in_worker()  # Ctrl-C is the parent's to handle
     try:
         result = work(partition_no, partition, start, stop, lambda offset: connection.send(("at", offset)))
         connection.send(("done", result))
@@ -56,27 +58,28 @@ def run_isolated(
         sender.close()
         current: int | None = None  # the record the child is on, once it has said
         failure: str | None = None
-        while True:
-            if not receiver.poll(STARTUP_TIMEOUT if current is None else timeout):
-                failure = TIMED_OUT
-                child.kill()
-                break
-            try:
-                kind, value = receiver.recv()
-            except EOFError:
-                failure = CRASHED
-                break
-            if kind == "at":
-                current = value
-            elif kind == "done":
-                pieces.append(value)
-                break
-            else:
-                child.kill()
-                last_line = value.strip().splitlines()[-1]
-                raise ScrubError(f"internal error while checking partition {partition_no}: {last_line}")
-        child.join()
-        receiver.close()
+        try:
+            while True:
+                if not receiver.poll(STARTUP_TIMEOUT if current is None else timeout):
+                    failure = TIMED_OUT
+                    break
+                try:
+                    kind, value = receiver.recv()
+                except EOFError:
+                    failure = CRASHED
+                    break
+                if kind == "at":
+                    current = value
+                elif kind == "done":
+                    pieces.append(value)
+                    break
+                else:
+                    last_line = value.strip().splitlines()[-1]
+                    raise ScrubError(f"internal error while checking partition {partition_no}: {last_line}")
+        finally:  # a hung child, an error, or Ctrl-C here: the child goes too (done, it is leaving anyway)
+            child.kill()
+            child.join()
+            receiver.close()
         if failure is None:
             continue
         if current is None:

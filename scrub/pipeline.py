@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scrub.errors import UsageError
+from scrub.interrupt import ignore_in_worker, ignored_by_children
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 
@@ -159,26 +160,40 @@ def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_r
     options: dict[str, Any] = {"scheduler": get, "num_workers": plan.workers}
     pool = None
     if guarded:
-        pool = ProcessPoolExecutor(plan.workers, mp_context=worker_context())
+        _start_worker_server()
+        pool = ProcessPoolExecutor(plan.workers, mp_context=worker_context(), initializer=ignore_in_worker)
         options["pool"] = pool
         options["chunksize"] = 1  # Dask batches 6 tasks per submit by default: bad balance
+    interrupted = False
     try:
         with Callback(pretask=pretask, posttask=posttask):
             dask.compute(*tasks, **options)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         if pool is not None:
-            _stop(pool)
+            _stop(pool, drain=DRAIN_SECONDS if interrupted else 0.0)
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
+#: After Ctrl-C, seconds the workers get to finish the partition they are on (they ignore
+#: SIGINT) before they are killed: a worker killed while it sends a result leaves the pool's
+#: manager thread waiting for the rest of it, and the process unable to exit.
+DRAIN_SECONDS = 5.0
+
+
+def _stop(pool: ProcessPoolExecutor, drain: float = 0.0) -> None:
     """Stop the workers now: a worker's own interpreter shutdown costs ~0.1 s at exit.
 
     The pool is shut down first (its manager thread exits cleanly), then any worker still
-    alive is killed; they are idle, every result is in.
+    alive is killed: at the end of a scan they are idle, every result is in; after an
+    interrupt, they first get ``drain`` seconds to finish what they are running.
     """
     processes = list(getattr(pool, "_processes", {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + drain
     for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
         process.terminate()
 
 
@@ -189,18 +204,23 @@ def start_worker_server(scheduler: str | None, workers: int | None) -> None:
     the same and lists the dataset; a scan that ends up in-process simply never uses it.
     """
     if scheduler in (None, "processes") and (workers is None or workers > 1):
-        from multiprocessing import forkserver
-
         worker_context(["h5py"])
-        forkserver.ensure_running()
+        _start_worker_server()
 
 
 def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
     """Start what the plan's workers need in the background while the dataset is listed."""
     if plan.scheduler == "processes":
-        from multiprocessing import forkserver
-
         worker_context(imports)
+        _start_worker_server()
+
+
+def _start_worker_server() -> None:
+    """The server, and every worker forked from it, ignores SIGINT: Ctrl-C is the driver's (see
+    `scrub.interrupt`)."""
+    from multiprocessing import forkserver
+
+    with ignored_by_children():
         forkserver.ensure_running()
 
 
