@@ -75,19 +75,25 @@ class ReplayOptions:
     """The dummy-loss replay's options (``--dummy-loss`` and the flags beside it)."""
 
     batch_size: int = 64
-    lr: float = 0.1
+    lr: float = 0.01
     seed: int = 0
     scale: float | None = None
-    model: str | None = None
+    model: str = "linear"  # linear, l2, batchnorm, or module:function (a loss or a PyTorch model factory)
+    normalize: bool = True
 
     def config(self, precision: str = "float32"):
-        """The replayer's configuration, at the scan's training ``precision``."""
+        """The replayer's configuration, at the scan's training ``precision`` (a ``--model``
+        module is imported now, so that a typo fails before the scan, not after it)."""
         from scrub.replay.replayer import ReplayConfig
+        from scrub.replay.usermodel import load_loss
 
         try:
-            return ReplayConfig(self.batch_size, self.lr, self.seed, precision, self.model)
+            config = ReplayConfig(self.batch_size, self.lr, self.seed, precision, self.model, self.normalize)
         except ValueError as error:
             raise UsageError(f"--dummy-loss: {error}") from None
+        if ":" in config.model:
+            load_loss(config.model)
+        return config
 
 
 @dataclass
@@ -259,7 +265,7 @@ def scan_dataset(
         manifest = Path(keepalive.name) / "manifest.jsonl"
     writer = ManifestWriter(Path(manifest))
     aggregate = ScanAggregate(checks, options, writer, progress, total=info.records)
-    work = PartitionWork(reader, options, checks)
+    work = PartitionWork(reader, options, checks, moments=replay is not None)
     try:
         aggregate.add_dataset_issues(info.issues)
         pipeline.run(work, partitions, plan, aggregate.add, work.failure)
@@ -333,24 +339,28 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
             aggregate: ScanAggregate, checks: Sequence) -> dict[str, Any]:
     """The dummy-loss replay: a second pass, featurized in parallel, replayed in record order."""
     from scrub.replay.replayer import Replayer
-    from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec
+    from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec, standardizer
 
     config = replay.config(options.precision)
     spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
     classes = class_count(options.num_classes, options.label_range, dataset.info.classes,
                           aggregate.stats.get("labels"), dataset.info.label_width)
+    standardize = standardizer(spec, aggregate.stats, aggregate.moments) if config.normalize else None
     selected = {c.id for c in checks}
 
     def emit(issue: Issue) -> None:
         if issue.check in selected:
             aggregate.add_issue(issue)
 
-    stage = ReplayStage(Replayer(config, classes, spec.dim), [len(p) for p in dataset.partitions], emit,
-                        aggregate.label_flagged)
+    replayer = Replayer(config, classes, spec.dim, standardize, spec.shape or (spec.dim,))
+    stage = ReplayStage(replayer, [len(p) for p in dataset.partitions], emit, aggregate.label_flagged)
     work = ReplayWork(dataset.reader, spec)
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
+    if config.normalize and standardize is None:
+        aggregate.notes.append("dummy-loss replay: no typical rows to standardize with: the raw values were replayed")
+    used = standardize if replayer.standardizes else None
     return {"classes": classes, "features": spec.dim, "options": asdict(replay) | {"precision": options.precision},
-            **stage.finish()}
+            "standardization": used.describe() if used is not None else None, **stage.finish()}
 
 
 def load_plugins(modules: Iterable[str]) -> None:

@@ -101,13 +101,14 @@ TimeoutOpt = Annotated[float, typer.Option(help="Seconds one record may take bef
 PluginOpt = Annotated[Optional[list[str]], typer.Option(help="Import this module first, to run the checks it registers (repeatable).")]
 PartitionOpt = Annotated[Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")]
-DummyLossOpt = Annotated[bool, typer.Option("--dummy-loss", help="Replay the data through a seeded linear softmax model (or --model) after the checks; report records whose loss or gradient goes non-finite.")]
+DummyLossOpt = Annotated[bool, typer.Option("--dummy-loss", help="Train a seeded dummy model (--model) on the data in record order after the checks, with plain SGD; report records whose loss or gradient goes non-finite or whose step is absurd.")]
 BatchSizeOpt = Annotated[int, typer.Option(help="Replay: records per SGD step.")]
-LrOpt = Annotated[float, typer.Option(help="Replay: learning rate, per unit of the batch's median |x|^2 + 1.")]
+LrOpt = Annotated[float, typer.Option(help="Replay: the SGD learning rate.")]
 SeedOpt = Annotated[int, typer.Option(help="Replay: seed of the initial weights.")]
+NormalizeOpt = Annotated[bool, typer.Option("--normalize/--no-normalize", help="Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit images, the scan's per-feature statistics for arrays), or replay the raw values.")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range).")]
 ScaleOpt = Annotated[Optional[float], typer.Option(help="Replay: multiply every input value by this (nothing else is done to the data).")]
-ModelOpt = Annotated[Optional[str], typer.Option(help="Replay: module:function, your own loss f(X, y) -> per-record losses.")]
+ModelOpt = Annotated[str, typer.Option(help="Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch]).")]
 
 
 @app.command()
@@ -135,11 +136,12 @@ def scan(
     quiet: QuietOpt = False,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
-    lr: LrOpt = 0.1,
+    lr: LrOpt = 0.01,
     seed: SeedOpt = 0,
     precision: PrecisionOpt = Precision.float32,
     scale: ScaleOpt = None,
-    model: ModelOpt = None,
+    model: ModelOpt = "linear",
+    normalize: NormalizeOpt = True,
 ) -> None:
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
@@ -171,7 +173,7 @@ def scan(
                 partition_size=partition_size,
                 plugins=plugin or (),
                 progress=progress,
-                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model),
+                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model, normalize),
             )
         code = result.exit_code(fail_on.value)
         _write_json(json_path, result.summary.to_dict() | {"fail_on": fail_on.value, "exit_code": int(code)})
@@ -217,11 +219,12 @@ def fix(
     quiet: QuietOpt = False,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
-    lr: LrOpt = 0.1,
+    lr: LrOpt = 0.01,
     seed: SeedOpt = 0,
     precision: PrecisionOpt = Precision.float32,
     scale: ScaleOpt = None,
-    model: ModelOpt = None,
+    model: ModelOpt = "linear",
+    normalize: NormalizeOpt = True,
 ) -> None:
     """Write a cleaned copy without the bad records (and, with --quarantine, the bad records
     apart), in the dataset's own format; verify that every record landed in exactly one."""
@@ -261,7 +264,7 @@ def fix(
                 partition_size=partition_size,
                 plugins=plugin or (),
                 progress=progress,
-                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model),
+                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model, normalize),
             )
         code = result.exit_code()
         _write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
@@ -309,14 +312,14 @@ def checks(
     guarded(body)
 
 
-def _replay(enabled: bool, batch_size: int, lr: float, seed: int, scale: float | None, model: str | None):
+def _replay(enabled: bool, batch_size: int, lr: float, seed: int, scale: float | None, model: str, normalize: bool):
     """The replay's options, or None without --dummy-loss (its flags alone are an error)."""
     from scrub.api import ReplayOptions
 
-    options = ReplayOptions(batch_size, lr, seed, scale, model)
+    options = ReplayOptions(batch_size, lr, seed, scale, model, normalize)
     if not enabled:
         if options != ReplayOptions():
-            raise ScrubError("--batch-size, --lr, --seed, --scale and --model need --dummy-loss")
+            raise ScrubError("--batch-size, --lr, --seed, --scale, --model and --no-normalize need --dummy-loss")
         return None
     return options
 
@@ -398,8 +401,10 @@ def _print_summary(summary) -> None:
         skipped = sum(replay["skipped"].values())
         out.print(
             f"dummy-loss replay: {replay['records_replayed']:,} records in {replay['batches']:,} batches "
-            f"({replay['batches_skipped']:,} not applied), {replay['classes']} classes, {replay['features']} features, "
-            f"{replay['options']['precision']}; {skipped:,} records not replayable (see the checks above)",
+            f"({replay['records_applied']:,} records trained on), {replay['options']['model']} model, "
+            f"{replay['classes']} classes, {replay['features']} features, {replay['options']['precision']}, "
+            f"{'standardized (' + replay['standardization']['source'] + ')' if replay['standardization'] else 'raw values'}"
+            f"; {skipped:,} records not replayable (see the checks above)",
             markup=False,
         )
     for note in summary.notes:

@@ -19,7 +19,8 @@ from scrub.checks.images import decoder_failure
 from scrub.checks.properties import annotate, tally
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
-from scrub.checks.numeric import label_stats, profile
+from scrub.checks.numeric import SQUARE_OVERFLOW, label_stats, profile
+from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.records import Batch, Issue, Record
 
 
@@ -35,6 +36,8 @@ class PartitionResult:
     stats: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     #: source -> statistics of its numeric values (array datasets)
     numeric: dict[str, NumericStats] = field(default_factory=dict)
+    #: row shape (or ``pixels``) -> per-feature moments of the typical rows, for the replay
+    moments: dict[str, Moments] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,9 +93,11 @@ def select_checks(
 class PartitionWork:
     """Runs every selected check on every record of a partition."""
 
-    def __init__(self, reader: Reader, options: CheckOptions, checks: Sequence[Check]) -> None:
+    def __init__(self, reader: Reader, options: CheckOptions, checks: Sequence[Check], moments: bool = False) -> None:
         self.reader = reader
         self.options = options
+        #: also gather the moments the dummy-loss replay standardizes with (a pass over the data)
+        self.moments = moments
         # Check objects pickle by reference to their functions, so a worker imports the module
         # that defines a check (and registers it) even when the check is not a built-in one.
         self.checks = tuple(checks)
@@ -168,6 +173,12 @@ class PartitionWork:
         found = profile(batch)
         stats = result.numeric.setdefault(group or batch.source, NumericStats())
         stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)
+        if self.moments and found.rows.size:
+            pixels = (group or "").startswith("pixels:")
+            key = PIXELS if pixels else "x".join(map(str, batch.data.shape[1:]))
+            limit = SQUARE_OVERFLOW / np.sqrt(found.rows.shape[1])
+            typical = typical_rows(found.rows, found.magnitudes, limit)
+            result.moments.setdefault(key, Moments()).add(typical, per_feature=not pixels)
         if batch.labels is not None and self.options.labelled:
             label_counts.append(label_stats(batch.labels))
 

@@ -20,6 +20,7 @@ from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
+from scrub.replay.standardize import Moments
 from scrub.runner import NumericStats, PartitionResult
 
 SCHEMA_VERSION = 1
@@ -154,6 +155,7 @@ class ScanAggregate:
         self.label_flagged: set[tuple[str, str]] = set()
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.numeric: dict[str, NumericStats] = {}
+        self.moments: dict[str, Moments] = {}  # for the replay's standardization
         self.columns = {c.id: _store(c.column_dtype) for c in self.checks if c.kind == "dataset"}
         #: what the scan wants said about the dataset as a whole (see `Summary.notes`)
         self.notes: list[str] = []
@@ -167,10 +169,12 @@ class ScanAggregate:
             self.stats[name].update(counter)
         for source, stats in result.numeric.items():
             self.numeric.setdefault(source, NumericStats()).merge(stats)
+        for key, moments in result.moments.items():
+            self.moments.setdefault(key, Moments()).merge(moments)
         for check_id, (offsets, values) in result.columns.items():
             self.columns[check_id].add(result.partition, offsets, values)
         # The local scheduler keeps each result until the end: drop what was copied out.
-        result.issues, result.columns = [], {}
+        result.issues, result.columns, result.moments = [], {}, {}
         self._report_progress()
 
     def _report_progress(self) -> None:

@@ -23,7 +23,7 @@ from scrub.api import ReplayOptions
 from test_replay import C as REFERENCE_CLASSES
 from test_replay import reference_replay
 
-REPLAY_CHECKS = {"loss-nonfinite", "grad-nonfinite", "loss-outlier"}
+REPLAY_CHECKS = {"loss-nonfinite", "grad-nonfinite", "loss-outlier", "grad-outlier"}
 
 
 def planted_h5(path: Path, rows: int = 300, width: int = 768) -> Path:
@@ -64,15 +64,26 @@ def test_a_scan_flags_exactly_what_the_float64_reference_flags(tmp_path):
     result = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES, scheduler="processes", workers=2,
                         partition_size=50)
     with h5py.File(path) as file:
-        with np.errstate(over="ignore"):
-            X = file["data"][:].astype(np.float32)  # as a float32 loader (and the replay) casts it
+        stored = file["data"][:]
         y = file["label"][:]
-    expected, _ = reference_replay(X, y)
-    assert expected[250] == "label-out-of-range"
-    assert {(str(i), check) for i, check in expected.items() if check in REPLAY_CHECKS} == replay_findings(result)
+    with np.errstate(over="ignore"):
+        X = stored.astype(np.float32)  # as a float32 loader (and the replay) casts it
+    # The standardization, as documented: per feature, over the finite rows whose squares do not
+    # overflow and that are at most 1000x the median row magnitude (here: all but the plants).
+    magnitudes = np.abs(stored).max(axis=1)
+    typical = np.isfinite(magnitudes) & (magnitudes < 2.0**64 / np.sqrt(768))
+    typical &= magnitudes <= 1000 * np.median(magnitudes[typical])
+    assert set(np.flatnonzero(~typical).tolist()) == {5, 70, 140, 200}
+    mean, std = stored[typical].mean(axis=0), stored[typical].std(axis=0)
+    expected, _ = reference_replay(X, y, mean.astype(np.float32), std.astype(np.float32))
+    assert expected[250] == ("label-out-of-range", "error")
+    found = {(str(i), check) for i, (check, _) in expected.items() if check in REPLAY_CHECKS}
+    assert found == replay_findings(result)
     assert ("70", "loss-nonfinite") in replay_findings(result)  # finite in the file, Inf in float32
-    assert ("200", "loss-outlier") in replay_findings(result)
+    assert ("200", "loss-nonfinite") in replay_findings(result)  # 1e30: the L2 probe's Inf norm
+    assert ("140", "grad-outlier") in replay_findings(result)  # 1e5 among N(0, 1): an absurd step
     assert ("250", "label-out-of-range") in {(i.key, i.check) for i in result.issues()}
+    assert result.summary.replay["standardization"]["source"] == "features"
 
 
 def test_float16_finds_the_row_that_overflows_only_there(tmp_path):
@@ -131,15 +142,18 @@ def test_cli_replay_flags_need_dummy_loss(tmp_path):
     assert done.returncode == 2 and "--dummy-loss replays the data during the scan" in done.stderr
 
 
-def test_fix_with_dummy_loss_quarantines_the_replays_errors(tmp_path):
+def test_fix_with_dummy_loss_quarantines_what_only_the_replay_finds(tmp_path):
     path = planted_h5(tmp_path / "data.h5")
     plain = scrub.fix(path, out=tmp_path / "plain.h5", num_classes=REFERENCE_CLASSES)
     replayed = scrub.fix(path, out=tmp_path / "replayed.h5", quarantine=True, num_classes=REFERENCE_CLASSES,
                          dummy_loss=True)
     with h5py.File(replayed.quarantine / "data.h5") as held:
         rows = set(held["scrub_source_row"][:].tolist())
-    assert rows == {5, 70, 200, 250}  # 70: float64 1e39 (float32-overflow), 200: 1e30 (square-overflow)
-    assert replayed.report["kept"] == plain.report["kept"]
+    # 70: float64 1e39 (float32-overflow), 200: 1e30 (square-overflow); 140, a row of 1e5 among
+    # N(0, 1), is only a warning to the checks (magnitude-outlier, fp16-overflow): an absurd SGD
+    # step to the replay (grad-outlier)
+    assert rows == {5, 70, 140, 200, 250}
+    assert replayed.report["kept"] == plain.report["kept"] - 1
     assert scrub.scan(replayed.dataset, num_classes=REFERENCE_CLASSES).summary.records_with_errors == 0
 
 

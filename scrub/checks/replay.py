@@ -15,12 +15,17 @@ LOSS_NONFINITE = reader_check(
     """A record that makes the replayed model's logits or loss NaN or Inf.
 
     What it finds:
-        Records whose loss (or logits) is NaN or Inf when replayed alone through a seeded
-        linear softmax model (or the `--model` loss) at the weights training had reached; details
-        give the batch, which quantities went non-finite and the precision. Finite values count
-        too: a float64 value above 3.4e38 (Inf once cast to float32), a value above 65504 under
+        Records whose loss (or logits) is NaN or Inf when replayed on their own through the
+        replay's model (a seeded linear softmax by default; `--model l2`, `batchnorm`, a PyTorch
+        model or a user loss) at the weights training had reached; details give the batch,
+        which quantities went non-finite, the precision and the model. Finite values count too:
+        a float64 value above 3.4e38 (Inf once cast to float32), a value above 65504 under
         `--precision float16`. When a batch goes non-finite only with its records together, each
-        of them is reported as a warning with `batch_level: true`.
+        of them is reported as a warning with `batch_level: true`. With the default model, the L2
+        probe also reports rows that an L2 normalization of the input turns into NaN
+        (`normalization: true` in the details, and `confirms`: an error for squares that
+        overflow, `square-overflow`'s severity; a warning for an all-zero row, `zero-norm`'s,
+        unless `--model l2` says the model normalizes its input).
     Why it breaks training:
         The batch's mean loss is NaN, so is every gradient, and one SGD step later every weight:
         the run is lost, and the batch that did it is long gone from the logs.
@@ -74,6 +79,32 @@ LOSS_OUTLIER = reader_check(
         A 1e30 sentinel value in a dataset of 0..255 pixels: loss ~1e29 against a median of 15.
     What fix does:
         Nothing by default (a warning); with `--severity warning` it is quarantined.
+    """,
+    needs="replay",
+)
+
+GRAD_OUTLIER = reader_check(
+    "grad-outlier",
+    Severity.ERROR,
+    """A record whose gradient can throw the weights far away: an absurd SGD step.
+
+    What it finds:
+        Records whose share of the gradient can reach, whatever their label, more than 10 times
+        the parameters' norm once multiplied by the learning rate (the bound is
+        ||(h, 1)|| x sqrt(2) / n for the built-in models, h being the linear layer's input; a
+        confidently "correct" row has loss 0 and gradient 0, so the bound is what must be judged),
+        and, when a batch's actual step would change the parameters' norm more than 10 times, the
+        records whose shares make up half of it; details give the `factor`. A **warning** when
+        the bound is only over 100 times the batch's median (`ratio`): large, not yet absurd.
+    Why it breaks training:
+        Plain SGD moves the weights by the learning rate times the gradient: one step on a row
+        1e6 times larger than the rest multiplies a linear layer's weights by thousands, every
+        later loss explodes, and under float16 it becomes Inf. In float32 the run may survive,
+        having learnt nothing but that record.
+    Example:
+        One row of values near 1e6 in a dataset standardized to unit variance.
+    What fix does:
+        Moves the record to the quarantine (warnings: nothing by default).
     """,
     needs="replay",
 )

@@ -80,9 +80,25 @@ Measured (one core, 10 classes): the replay does ~180,000 records/s of 768 featu
 runs ~2,900 256x256 JPEGs/s and ~360,000 HDF5 rows/s per worker.
 """
 
-from scrub.replay.features import FeatureSpec, Features, featurize_batch, featurize_records, record_vector
-from scrub.replay.model import LinearSoftmax
-from scrub.replay.replayer import Replayer, ReplayConfig, ReplayStats
+import importlib
+from typing import Any
 
-__all__ = ["FeatureSpec", "Features", "LinearSoftmax", "ReplayConfig", "ReplayStats", "Replayer",
-           "featurize_batch", "featurize_records", "record_vector"]
+_EXPORTS = {
+    "FeatureSpec": "scrub.replay.features",
+    "Features": "scrub.replay.features",
+    "featurize_batch": "scrub.replay.features",
+    "featurize_records": "scrub.replay.features",
+    "record_vector": "scrub.replay.features",
+    "LinearSoftmax": "scrub.replay.model",
+    "Replayer": "scrub.replay.replayer",
+    "ReplayConfig": "scrub.replay.replayer",
+    "ReplayStats": "scrub.replay.replayer",
+    "Standardizer": "scrub.replay.standardize",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # imported on first use: the scan's workers need only `standardize`
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'scrub.replay' has no attribute {name!r}")

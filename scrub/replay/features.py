@@ -7,7 +7,10 @@ cast them, and multiplied by ``scale`` when one is given. So a float64 value abo
 3.4e38 becomes Inf here, as it would in float32 training: that is a finding, not an accident.
 
 Images: decoded with Pillow, ``convert("RGB")`` (torchvision's default loader), resized to
-``image_size`` x ``image_size`` (bilinear), flattened HWC, values 0..255: D = 3·size².
+``image_size`` x ``image_size`` (bilinear), laid out CHW as a tensor is, values 0..255:
+D = 3·size². Images whose pixels are numbers (modes F, I, I;16: depth maps, microscopy) keep
+their values: resized in their own mode (a NaN spreads to its neighbours, 1e30 stays 1e30) and
+repeated over the three channels.
 Arrays: flattened in C order; an array whose size is not D is skipped ("size"), since no loader
 can stack it with the others (`shape-mismatch` reports it). Labels: integer labels as they are;
 label vectors (N, K) as the index of their largest entry;
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
+from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.checks.labels import integer_label, integral_labels
 from scrub.records import Batch, Record
 
@@ -43,15 +47,18 @@ class FeatureSpec:
     image_size: int = 16
     scale: float | None = None  # multiplies every value after the float32 cast; nothing else
     max_pixels: int | None = None  # images above are not decoded (default: Pillow's limit)
+    shape: tuple[int, ...] = ()  # a record's shape (C, H, W for images), for a PyTorch model
+    images: bool = False
 
     @classmethod
     def for_images(cls, image_size: int = 16, **options) -> "FeatureSpec":
-        return cls(3 * image_size * image_size, image_size, **options)
+        return cls(3 * image_size * image_size, image_size, shape=(3, image_size, image_size), images=True, **options)
 
     @classmethod
     def for_arrays(cls, shape: tuple[int, ...] | int, **options) -> "FeatureSpec":
         """For arrays of ``shape`` (a record's shape, or an HDF5 row's)."""
-        return cls(int(np.prod(shape)), **options)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return cls(int(np.prod(shape)), shape=shape, **options)
 
 
 @dataclass(slots=True)
@@ -168,9 +175,13 @@ def _image_vector(data: bytes, spec: FeatureSpec) -> np.ndarray | str:
             width, height = image.size
             if limit is not None and width * height > limit:
                 return "image"  # never decoded: decompression-bomb reports it
+            if image.mode in NUMERIC_MODES:  # values, not levels: no conversion may clip them
+                plane = image.convert("F") if image.mode != "F" else image
+                plane = np.asarray(plane.resize((size, size), Image.Resampling.BILINEAR), np.float32)
+                return np.tile(plane.reshape(-1), 3)
             image.draft("RGB", (size, size))  # JPEG: decode at a reduced DCT scale, still >= size
             pixels = image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
-            return np.asarray(pixels, np.float32).reshape(-1)
+            return np.asarray(pixels, np.float32).transpose(2, 0, 1).reshape(-1)  # CHW, as ToTensor
     except Exception:  # noqa: BLE001 - any decoder error: corrupt-image reports it
         return "image"
 

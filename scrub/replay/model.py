@@ -1,16 +1,34 @@
-"""The dummy model: one linear layer and softmax cross-entropy, in NumPy.
+"""The built-in dummy models, in NumPy: a softmax classifier on top of one of three inputs.
 
-Logistic regression is the smallest model whose forward and backward pass see every input value
-with its full magnitude: a value that overflows here overflows the first layer of any network.
-The log-softmax is the stable one (the row maximum is subtracted before ``exp``), so the model
-itself never overflows: a non-finite loss or gradient comes from the data (or from weights that
-data already blew up), never from ``exp(1000)``.
+* ``linear`` (the default): ``logits = x @ W + b`` on the standardized input. Logistic
+  regression is the smallest model whose forward and backward pass see every input value with
+  its full magnitude: a value that overflows here overflows the first layer of any network.
+* ``l2``: the same on ``x / ||x||`` (the raw input, L2-normalized, as embedding and cosine
+  heads do): an all-zero row gives 0/0 = NaN; a row whose squares overflow has an Inf norm, and
+  becomes all zeros (measured the same in PyTorch 2.13: ``x / x.norm()`` and ``F.normalize``
+  silently erase it).
+* ``batchnorm``: the same on a batch normalization of the standardized input (batch mean and
+  variance per feature, computed in float32 as float32 kernels compute them, no affine): a
+  value whose square overflows float32 makes its feature's variance Inf, and that feature zero
+  for the whole batch. (PyTorch's CPU kernel accumulates in float64 and does not overflow
+  there; measured, 2.13.)
+
+An Inf norm or variance leaves the output finite, so the normalization's statistic is checked
+itself (`Pass.statistic`): a record that makes it Inf is reported like one whose loss is.
+
+The log-softmax is the stable one (the row maximum is subtracted before ``exp``), so a model
+never overflows by itself: a non-finite loss or gradient comes from the data (or from weights
+that data already blew up), never from ``exp(1000)``. The normalizations run in float32 under
+every precision, as autocast runs them.
 
 ``precision="float16"`` emulates mixed precision (AMP) on the forward and backward matmuls:
 inputs, weights and the incoming gradient are rounded to float16, multiplied with float32
 accumulation, and the result rounded to float16, as a float16 GEMM on a GPU does; softmax and
-cross-entropy run in float32, as autocast runs them. The master weights and the update stay in
-float32. There is no loss scaling, so gradients are checked at their true size.
+cross-entropy run in float32, as autocast runs them. ``bfloat16`` does the same with bfloat16's
+rounding (float32's range). The master weights and the update stay in float32. There is no loss
+scaling, so gradients are checked at their true size.
+
+Training is plain SGD on each batch's mean loss, ``W -= lr * grad``, as users train.
 """
 
 from __future__ import annotations
@@ -20,6 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 PRECISIONS = ("float32", "float16", "bfloat16")
+MODELS = ("linear", "l2", "batchnorm")
+BATCHNORM_EPS = 1e-5  # PyTorch's default
 _SMALLEST_NORMAL = np.uint32(0x38800000)  # 2**-14: below it float16 is subnormal
 _OVERFLOW = np.uint32(0x477FF000)  # 65520: from here float16 rounds to Inf (NaN and Inf above)
 
@@ -81,24 +101,51 @@ class Pass:
     losses: np.ndarray  # (n,), float32
     grad_w: np.ndarray  # (D, C), float32: the gradient of the batch's mean loss
     grad_b: np.ndarray  # (C,), float32
+    #: per record, the norm of its share of the gradient: ||(h_i, 1)|| * ||delta_i|| / n, h_i
+    #: being the linear layer's input (exact: the gradient is the sum of these outer products)
+    contributions: np.ndarray
+    #: per record, the largest norm its share of the gradient can have whatever its label:
+    #: ||(h_i, 1)|| * sqrt(2) / n (a softmax's delta has norm at most sqrt(2))
+    potentials: np.ndarray
+    #: the normalization's own statistic, when the model has one: per record (``norm``, the L2
+    #: norm) or per feature (``variance``, over the batch). An Inf there does not make the
+    #: output NaN (x / Inf is 0: the row, or the batch's feature, is silently zeroed), so it is
+    #: judged itself, as an anomaly detector would.
+    statistic: tuple[str, np.ndarray] | None = None
 
     def nonfinite(self) -> list[str]:
         """Which quantities hold a NaN or an Inf, in the order they are computed."""
         named = (("logits", self.logits), ("loss", self.losses), ("gradient", self.grad_w),
                  ("gradient", self.grad_b))
+        if self.statistic is not None:
+            named = (self.statistic, *named)
         found: list[str] = []
         for name, values in named:
             if name not in found and not np.isfinite(values).all():
                 found.append(name)
         return found
 
+    def rows_finite(self) -> np.ndarray:
+        """Per record: its logits and its loss (and its norm) are finite, whatever the others."""
+        finite = np.isfinite(self.logits).all(axis=1) & np.isfinite(self.losses)
+        if self.statistic is not None and self.statistic[0] == "norm":
+            finite &= np.isfinite(self.statistic[1])
+        return finite
+
 
 class LinearSoftmax:
-    """``logits = x @ W + b``; loss ``-log softmax(logits)[y]``; plain SGD on the mean loss.
+    """``logits = h @ W + b``, ``h`` the model's input (see `features`); loss ``-log
+    softmax(logits)[y]``; plain SGD on the mean loss.
 
     Weights are drawn from N(0, init_std²) by ``numpy.random.default_rng(seed)``, biases are zero:
     the same seed gives the same model on every machine.
     """
+
+    name = "linear"
+    #: each record's logits and loss depend on that record alone (a batch norm's do not)
+    per_record = True
+    #: whether it takes the standardized input (else the raw one)
+    standardized = True
 
     def __init__(
         self, dim: int, num_classes: int, seed: int = 0, init_std: float = 0.01, precision: str = "float32"
@@ -116,10 +163,16 @@ class LinearSoftmax:
     def num_classes(self) -> int:
         return self.bias.shape[0]
 
+    def features(self, X: np.ndarray) -> tuple[np.ndarray, tuple[str, np.ndarray] | None]:
+        """The linear layer's input (float32), and the normalization's statistic: the input
+        itself, no statistic."""
+        return X, None
+
     def run(self, X: np.ndarray, y: np.ndarray) -> Pass:
         """Forward and backward over ``X`` (n x D float32) with labels ``y`` in [0, C)."""
         with np.errstate(all="ignore"):  # overflow and NaN are findings, not warnings
-            x = self._cast(np.asarray(X, np.float32))
+            h, statistic = self.features(np.asarray(X, np.float32))
+            x = self._cast(h)
             logits = self._gemm(x, self._cast(self.weight)) + self._cast(self.bias)
             logits = self._cast(logits)
             shifted = logits - logits.max(axis=1, keepdims=True)
@@ -131,7 +184,21 @@ class LinearSoftmax:
             delta = self._cast(delta / max(len(y), 1))  # d(mean loss)/d(logits)
             grad_w = self._cast(self._gemm(x.T, delta))
             grad_b = delta.sum(axis=0, dtype=np.float32)
-        return Pass(logits, losses.astype(np.float32, copy=False), grad_w, grad_b)
+            inputs = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64) + 1.0)
+            contributions = inputs * np.sqrt(np.einsum("ij,ij->i", delta, delta, dtype=np.float64))
+            potentials = inputs * (np.sqrt(2.0) / max(len(y), 1))
+        return Pass(logits, losses.astype(np.float32, copy=False), grad_w, grad_b, contributions, potentials, statistic)
+
+    def norm(self) -> float:
+        """The parameters' norm, ||(W, b)||."""
+        return float(np.sqrt(np.square(self.weight, dtype=np.float64).sum() + np.square(self.bias, dtype=np.float64).sum()))
+
+    def step_norm(self, result: Pass, lr: float) -> float:
+        """||(W, b) - lr * gradient||: the parameters' norm after the step."""
+        with np.errstate(all="ignore"):
+            weight = self.weight.astype(np.float64) - lr * result.grad_w
+            bias = self.bias.astype(np.float64) - lr * result.grad_b
+            return float(np.sqrt(np.square(weight).sum() + np.square(bias).sum()))
 
     def step(self, result: Pass, lr: float) -> None:
         """One SGD update of the float32 master weights."""
@@ -149,3 +216,34 @@ class LinearSoftmax:
         # float16 operands multiplied in float32 are exact (11 + 11 significant bits fit in 24),
         # so this is a float16 GEMM with float32 accumulation, as tensor cores do it.
         return a @ b
+
+
+class L2Softmax(LinearSoftmax):
+    """The linear softmax on the raw input divided by its L2 norm (computed in float32)."""
+
+    name = "l2"
+    standardized = False
+    normalizes_input = True
+
+    def features(self, X: np.ndarray) -> tuple[np.ndarray, tuple[str, np.ndarray]]:
+        with np.errstate(all="ignore"):
+            norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float32))
+            return X / norms[:, None], ("norm", norms)
+
+
+class BatchNormSoftmax(LinearSoftmax):
+    """The linear softmax on a batch normalization of the input: per feature, the batch's mean
+    and (biased) variance in float32, ``(x - mean) / sqrt(var + eps)``, no affine parameters."""
+
+    name = "batchnorm"
+    per_record = False
+    normalizes_input = True
+
+    def features(self, X: np.ndarray) -> tuple[np.ndarray, tuple[str, np.ndarray]]:
+        with np.errstate(all="ignore"):
+            centred = X - X.mean(axis=0, dtype=np.float32)
+            variance = np.square(centred).mean(axis=0, dtype=np.float32)
+            return centred / np.sqrt(variance + np.float32(BATCHNORM_EPS)), ("variance", variance)
+
+
+BUILT_IN = {model.name: model for model in (LinearSoftmax, L2Softmax, BatchNormSoftmax)}

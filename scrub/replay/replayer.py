@@ -8,29 +8,46 @@ Per batch:
 
 1. Labels outside [0, C) are reported (`label-out-of-range`) and left out of the batch: the
    loss would index past the logits with them.
-2. One forward and backward pass; logits, losses and gradients are checked for NaN and Inf.
-3. A non-finite batch is localized: each record is replayed on its own at the same weights, in
-   the company of the last clean batch (alone before there is one), so that a loss that needs
-   its batch (per-class normalization) is judged in a healthy batch rather than in a batch of
-   one; with the built-in model, whose losses are per record, this is the record alone. Records
-   that go non-finite are reported: `loss-nonfinite` when the logits or the loss do,
-   `grad-nonfinite` when only the gradient does. When no record does, or the others still go
-   non-finite without them, the batch has a batch-level pathology: each of those records is
-   reported `loss-nonfinite` with severity *warning* and ``batch_level: true`` (no record is
-   at fault alone, so none is quarantined by default).
-4. A finite batch is screened for `loss-outlier`: a loss above ``outlier_factor`` (100) times
-   max(median of the batch's losses, ln C) (ln C, at least ln 2, is the loss of a uniform
-   guess: it keeps a well-fit batch whose median is ~0 from flagging everything).
-5. The update is applied only when nothing in the batch was reported (labels aside): a reported
-   record never moves the weights, so it cannot poison the batches after it. A 1e30 record
-   has a finite loss (~1e29, an outlier) whose step would leave weights ~1e26 behind and every
-   later loss enormous.
+2. The inputs are standardized (`scrub.replay.standardize`; the ``l2`` model takes them raw,
+   and so does ``--no-normalize``), then one forward and backward pass; logits, losses and
+   gradients are checked for NaN and Inf.
+3. A non-finite batch is localized: each record is judged on its own at the same weights. With
+   a model whose losses are per record (``linear``, ``l2``) that is its own row of the batch's
+   pass; otherwise (``batchnorm``, a PyTorch model, a user loss) the record is replayed in the
+   company of the last clean batch (before there is one, of the typical rows of its own batch
+   when they are clean together: finite, at most 1000x their median magnitude; else alone), so
+   that a loss that needs its batch is judged in a healthy one. Records that go non-finite are reported:
+   `loss-nonfinite` when the logits or the loss do, `grad-nonfinite` when only the gradient
+   does. When no record does, or the others still go non-finite without them, the batch has a
+   batch-level pathology: each of those records is reported `loss-nonfinite` as a *warning*
+   with ``batch_level: true``.
+4. The L2 probe (with the default ``linear`` model): each record's raw input divided by its
+   float32 L2 norm, as a normalizing layer would. An all-zero row gives 0/0, a row whose squares
+   overflow an Inf norm (and a normalized row of zeros): `loss-nonfinite` with
+   ``normalization: true`` in its details, an error for the squares (what `square-overflow`
+   finds), a warning for the zero row (`zero-norm`'s severity: harmless to a network that does
+   not normalize its input; ``--model l2`` says it does, and trains the whole model on it).
+   A model's normalization statistic (the ``l2`` model's norm, the ``batchnorm`` model's
+   variance) that goes Inf counts as non-finite: the output stays finite, silently zeroed.
+5. Every record still finite is screened, whatever its batch held: `loss-outlier`, a loss above
+   ``outlier_factor`` (100) times max(the median loss, ln C); and `grad-outlier`, which does
+   not depend on the label (a confidently "correct" 1e30 row has loss 0 and gradient 0): the
+   largest norm the record's share of the gradient can have, ``||(h, 1)|| * sqrt(2) / n``.
+   Above ``step_limit`` (10) times the parameters' norm once multiplied by the learning rate,
+   it is an error (one step on it could throw the weights ten times their size); above
+   ``outlier_factor`` times the batch's median, a warning.
+6. Reported records never move the weights: the rest of the batch is evaluated again without
+   them and applied, unless the step would change the parameters' norm by more than
+   ``step_limit`` times (``||θ - lr·g|| / ||θ||``); then nothing is applied and the records
+   whose shares of the gradient make up half of it are `grad-outlier` errors, with the factor.
 
-The step is SGD on the batch's mean loss, with the learning rate divided by the batch's median
-of ``|x|² + 1`` (normalized LMS; the 1 is the bias's input). The data are never normalized, so
-every magnitude reaches the forward pass; only the step adapts, so that a clean dataset trains
-stably in any units. User models (``config.model``) go through steps 1-4; scrub holds no
-weights for them, so there is no update.
+The absolute limits of 5 and 6 apply only where the inputs have a known scale: standardized
+(the default), or normalized by the model itself (``l2``, ``batchnorm``). On raw values
+(``--no-normalize``) clean data can take absurd steps too (a linear layer's first step on raw
+photos at lr 0.01 multiplies its norm by ~45), so only the relative screens run.
+
+User losses (``config.model`` = ``module:function``) go through steps 1, 3 and 5's
+`loss-outlier`; scrub holds no weights for them, so there is no update.
 """
 
 from __future__ import annotations
@@ -38,7 +55,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -46,20 +63,27 @@ from scrub.checks import replay as _replay_checks  # noqa: F401 - registers the 
 from scrub.checks.base import Finding, make_issue
 from scrub.records import Issue, Severity
 from scrub.replay.features import Identity
-from scrub.replay.model import PRECISIONS, LinearSoftmax, Pass, round_to_bfloat16
-from scrub.replay.usermodel import call_loss, load_loss
+from scrub.replay.model import BUILT_IN, PRECISIONS, round_to_bfloat16
+from scrub.replay.standardize import TYPICAL_FACTOR
+from scrub.replay.usermodel import call_loss, load_model
+
+F32_OVERFLOW = 2.0**128 - 2.0**103
+#: What the forward pass computes: non-finite there is `loss-nonfinite`; else `grad-nonfinite`.
+FORWARD = frozenset({"norm", "variance", "logits", "loss"})
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayConfig:
-    """The replay's options (the CLI's --batch-size, --lr, --seed, --precision, --model)."""
+    """The replay's options (the CLI's --batch-size, --lr, --seed, --precision, --model, ...)."""
 
     batch_size: int = 64
-    lr: float = 0.1  # per unit of the batch's median |x|² + 1 (see the module docstring)
+    lr: float = 0.01  # plain SGD, as users train
     seed: int = 0
-    precision: str = "float32"  # or "float16": the matmuls as mixed precision runs them
-    model: str | None = None  # "module:function": a user loss instead of the linear model
+    precision: str = "float32"  # float16 / bfloat16: the matmuls as mixed precision runs them
+    model: str = "linear"  # linear, l2, batchnorm, or module:function (a loss, or a PyTorch factory)
+    normalize: bool = True  # standardize the inputs (see scrub.replay.standardize)
     outlier_factor: float = 100.0
+    step_limit: float = 10.0
     init_std: float = 0.01
 
     def __post_init__(self) -> None:
@@ -69,8 +93,10 @@ class ReplayConfig:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
         if not (math.isfinite(self.lr) and self.lr >= 0):
             raise ValueError("lr must be a finite number >= 0")
-        if not self.outlier_factor > 1:
-            raise ValueError("outlier_factor must be > 1")
+        if not self.outlier_factor > 1 or not self.step_limit > 1:
+            raise ValueError("outlier_factor and step_limit must be > 1")
+        if self.model not in BUILT_IN and ":" not in self.model:
+            raise ValueError(f"model must be one of {', '.join(BUILT_IN)} or module:function, not {self.model!r}")
 
 
 @dataclass
@@ -79,21 +105,25 @@ class ReplayStats:
 
     batches: int = 0
     batches_applied: int = 0
-    batches_skipped: int = 0  # not applied: a non-finite value, an outlier, or no label in range
+    batches_skipped: int = 0  # nothing applied: every record reported, a non-finite rest, an absurd step
     records: int = 0  # fed
     records_replayed: int = 0  # fed with a label in range
+    records_applied: int = 0  # that moved the weights
     label_out_of_range: int = 0
     loss_nonfinite: int = 0
     grad_nonfinite: int = 0
     batch_level: int = 0  # records of batches that go non-finite only together (warnings)
+    normalization: int = 0  # records only the L2 probe found
     loss_outlier: int = 0
+    grad_outlier: int = 0
     first_loss: float | None = None  # mean loss of the first applied batch
     final_loss: float | None = None  # mean loss of the last applied batch
     mean_loss: float | None = None  # mean of the applied batches' mean losses
     _total: float = field(default=0.0, repr=False)
 
-    def applied(self, loss: float) -> None:
+    def applied(self, loss: float, records: int) -> None:
         self.batches_applied += 1
+        self.records_applied += records
         self.first_loss = loss if self.first_loss is None else self.first_loss
         self.final_loss = loss
         self._total += loss
@@ -107,23 +137,45 @@ class ReplayStats:
 class _Verdict:
     nonfinite: list[str]  # what went non-finite: "logits", "loss", "gradient"
     losses: np.ndarray  # (n,), or () for a user loss that returns the batch's scalar
-    step: Pass | None = None  # the built-in model's pass, to apply
+    step: Any = None  # the model's pass, to apply
+    rows_finite: np.ndarray | None = None  # per record, for models whose losses are per record
 
 
 class Replayer:
-    """Feed it (identities, X, y) in record order; it returns the issues each batch reveals."""
+    """Feed it (identities, X, y) in record order; it returns the issues each batch reveals.
 
-    def __init__(self, config: ReplayConfig, num_classes: int, dim: int) -> None:
+    ``standardize`` maps raw inputs to what the model sees (None: raw, as ``--no-normalize``);
+    ``input_shape`` is a record's shape, for PyTorch models (D for the built-in ones).
+    """
+
+    def __init__(self, config: ReplayConfig, num_classes: int, dim: int,
+                 standardize: Callable[[np.ndarray], np.ndarray] | None = None,
+                 input_shape: tuple[int, ...] | None = None) -> None:
         if num_classes < 1 or dim < 1:
             raise ValueError("num_classes and dim must be >= 1")
         self.config = config
         self.num_classes = num_classes
         self.dim = dim
         self.stats = ReplayStats()
-        self._loss = load_loss(config.model) if config.model else None
-        self.model = None if self._loss else LinearSoftmax(
-            dim, num_classes, config.seed, config.init_std, config.precision
-        )
+        self._loss = None
+        self.model: Any = None
+        if config.model in BUILT_IN:
+            self.model = BUILT_IN[config.model](dim, num_classes, config.seed, config.init_std, config.precision)
+        else:
+            loaded = load_model(config.model, input_shape or (dim,), num_classes, config)
+            if callable(loaded) and not hasattr(loaded, "run"):
+                self._loss = loaded
+            else:
+                self.model = loaded
+        takes_standardized = self.model is not None and self.model.standardized
+        self._standardize = standardize if config.normalize and takes_standardized else None
+        #: whether the model sees standardized inputs (the summary says which)
+        self.standardizes = self._standardize is not None
+        #: the absolute step limit means something only on inputs of a known scale: standardized,
+        #: or normalized by the model itself (on raw pixels at lr 0.01, a linear layer's first
+        #: step multiplies its norm by ~45 on clean photos)
+        self._guarded = self.standardizes or getattr(self.model, "normalizes_input", False)
+        self._probe = config.model == "linear"  # the L2 probe beside the default model
         self._floor = math.log(max(num_classes, 2))
         self._company: tuple[np.ndarray, np.ndarray] | None = None  # the last clean batch
         self._ids: list[Identity] = []
@@ -174,33 +226,65 @@ class Replayer:
 
     # -- one batch ---------------------------------------------------------------------------
 
-    def _run_batch(self, ids: list[Identity], X: np.ndarray, y: np.ndarray) -> list[Issue]:
+    def _run_batch(self, ids: list[Identity], raw: np.ndarray, y: np.ndarray) -> list[Issue]:
         number = self.stats.batches
         self.stats.batches += 1
         in_range = (y >= 0) & (y < self.num_classes)
         issues = [self._label_issue(ids[i], int(y[i]), number) for i in np.flatnonzero(~in_range)]
         if not in_range.all():
             keep = np.flatnonzero(in_range)
-            ids, X, y = [ids[i] for i in keep], X[keep], y[keep]
+            ids, raw, y = [ids[i] for i in keep], raw[keep], y[keep]
         self.stats.records_replayed += len(y)
         if len(y) == 0:
             self.stats.batches_skipped += 1
             return issues
+        X = self._standardize(raw) if self._standardize is not None else raw
         verdict = self._evaluate(X, y)
+        reported: dict[int, Issue] = {}
         if verdict.nonfinite:
-            found = self._localize(number, ids, X, y, verdict)
-        else:
-            found = self._outliers(number, ids, verdict.losses)
-        if found:  # a reported record never moves the weights
+            reported.update(self._localize(number, ids, X, y, verdict))
+        if self._probe:
+            for i, issue in self._normalization_probe(number, ids, raw):
+                reported.setdefault(i, issue)
+        for i, issue in self._screen(number, ids, verdict, [i for i in range(len(y)) if i not in reported]):
+            reported.setdefault(i, issue)
+        issues += [reported[i] for i in sorted(reported)]
+        self._update(number, ids, X, y, verdict, reported, issues)
+        return issues
+
+    def _update(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, verdict: _Verdict,
+                reported: dict[int, Issue], issues: list[Issue]) -> None:
+        """Apply the step of the records nothing was reported on (see the module docstring, 6)."""
+        keep = np.array([i for i in range(len(y)) if i not in reported], dtype=np.int64)
+        if len(keep) == 0:
             self.stats.batches_skipped += 1
-        else:
-            self._apply(X, y, verdict)
-        return issues + found
+            return
+        if len(keep) < len(y):
+            ids, X, y = [ids[i] for i in keep], X[keep], y[keep]
+            verdict = self._evaluate(X, y)
+        if verdict.nonfinite:  # the rest fails in a new company (a batch norm): nothing to learn
+            self.stats.batches_skipped += 1
+            return
+        if self.model is None:  # a user loss: no weights; its clean batches keep company
+            self._company = (X.copy(), y.copy())
+            self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)), len(y))
+            return
+        before = self.model.norm()
+        after = self.model.step_norm(verdict.step, self.config.lr)
+        factor = after / before if before > 0 else (math.inf if after > 0 else 1.0)
+        if self._guarded and not factor <= self.config.step_limit:
+            issues += self._dominating(number, ids, X, y, verdict, factor)
+            self.stats.batches_skipped += 1
+            return
+        self.model.step(verdict.step, self.config.lr)
+        self._company = (X.copy(), y.copy())
+        self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)), len(y))
 
     def _evaluate(self, X: np.ndarray, y: np.ndarray) -> _Verdict:
         if self.model is not None:
             step = self.model.run(X, y)
-            return _Verdict(step.nonfinite(), step.losses, step)
+            rows = step.rows_finite() if self.model.per_record else None
+            return _Verdict(step.nonfinite(), step.losses, step, rows)
         with np.errstate(all="ignore"):
             if self.config.precision == "float16":
                 inputs = X.astype(np.float16)
@@ -214,60 +298,142 @@ class Replayer:
             nonfinite.append("gradient")
         return _Verdict(nonfinite, losses)
 
-    def _apply(self, X: np.ndarray, y: np.ndarray, verdict: _Verdict) -> None:
-        self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)))
-        if self.model is None:  # user losses are localized in this batch's company
-            self._company = (X.copy(), y.copy())
-        if verdict.step is not None and self.model is not None:
-            norms = np.einsum("ij,ij->i", X, X, dtype=np.float64) + 1.0
-            self.model.step(verdict.step, self.config.lr / float(np.median(norms)))
-
-    def _localize(
-        self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, batch: _Verdict
-    ) -> list[Issue]:
-        """Replay each record on its own (with the last clean batch as company); what fails
-        only together is a batch-level pathology."""
-        issues, culprits = [], set()
+    def _localize(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray,
+                  batch: _Verdict) -> dict[int, Issue]:
+        """Judge each record on its own; what fails only together is a batch-level pathology."""
+        found: dict[int, Issue] = {}
+        company = None if batch.rows_finite is not None else self._company_for(X, y)
         for i in range(len(y)):
-            alone = self._evaluate(*self._with_company(X[i : i + 1], y[i : i + 1]))
+            if batch.rows_finite is not None:  # per-record losses: its own row of the batch's pass
+                if batch.rows_finite[i]:
+                    continue
+                own = [("logits", batch.step.logits[i]), ("loss", batch.losses[i])]
+                if batch.step.statistic is not None:  # the L2 model's norm (per record)
+                    own.insert(0, (batch.step.statistic[0], batch.step.statistic[1][i]))
+                broken = [name for name, values in own if not np.isfinite(values).all()]
+                alone = _Verdict(broken, batch.losses[i : i + 1])
+            elif company is not None:
+                alone = self._evaluate(np.concatenate([company[0], X[i : i + 1]]), np.concatenate([company[1], y[i : i + 1]]))
+            else:
+                alone = self._evaluate(X[i : i + 1], y[i : i + 1])
             if alone.nonfinite:
-                culprits.add(i)
-                issues.append(self._nonfinite_issue(ids[i], number, alone))
-        rest = [i for i in range(len(y)) if i not in culprits]
+                found[i] = self._nonfinite_issue(ids[i], number, alone)
+        rest = [i for i in range(len(y)) if i not in found]
         if rest:
-            together = batch if not culprits else self._evaluate(X[rest], y[rest])
+            together = batch if not found else self._evaluate(X[rest], y[rest])
             if together.nonfinite:
-                issues += [self._batch_level_issue(ids[i], number, together, len(rest)) for i in rest]
-        return issues
+                found.update({i: self._batch_level_issue(ids[i], number, together, len(rest)) for i in rest})
+        return found
 
-    def _with_company(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # The built-in model's losses are per record: the record alone is exact, and cheaper.
-        if self._company is None or self.model is not None:
-            return X, y
-        company_X, company_y = self._company
-        return np.concatenate([company_X, X]), np.concatenate([company_y, y])
+    def _company_for(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The company a record of this batch is judged in: the last clean batch, or before
+        there is one, the typical rows of its own batch (finite, at most 1000x the batch's
+        median magnitude) if they are clean together; else none (the record alone)."""
+        if self._company is not None:
+            return self._company
+        with np.errstate(all="ignore"):
+            magnitudes = np.abs(X).max(axis=1).astype(np.float64)
+        keep = _typical(magnitudes)
+        if len(keep) == 0 or self._evaluate(X[keep], y[keep]).nonfinite:
+            return None
+        return X[keep], y[keep]
 
-    def _outliers(self, number: int, ids: list[Identity], losses: np.ndarray) -> list[Issue]:
-        if losses.ndim == 0:
+    def _normalization_probe(self, number: int, ids: list[Identity], raw: np.ndarray) -> list[tuple[int, Issue]]:
+        """Records that an L2 normalization of the raw input turns into NaN (see 4 above)."""
+        with np.errstate(all="ignore"):
+            squares = np.einsum("ij,ij->i", raw, raw, dtype=np.float64)
+        found = []
+        for i in np.flatnonzero(~(squares > 0) | (squares >= F32_OVERFLOW)):
+            if not np.isfinite(raw[i]).all():
+                continue  # NaN or Inf: the model itself reports it
+            zero = squares[i] == 0
+            self.stats.normalization += 1
+            confirms = "zero-norm" if zero else "square-overflow"
+            if zero:
+                what = "0/0 = NaN: the row is all zero (only a model that normalizes its input goes NaN on it)"
+            else:
+                what = "an Inf norm: the sum of its squares overflows float32, and the normalized row is all zeros"
+            details = {"batch": number, "nonfinite": ["logits" if zero else "norm"], "normalization": True,
+                       "confirms": confirms, "precision": self.config.precision, "model": "l2"}
+            severity = Severity.WARNING if zero else Severity.ERROR
+            message = f"an L2 normalization of the input gives {what}; batch {number}"
+            found.append((int(i), make_issue("loss-nonfinite", *ids[i], Finding(message, details, severity))))
+        return found
+
+    def _screen(self, number: int, ids: list[Identity], verdict: _Verdict, rows: list[int]) -> list[tuple[int, Issue]]:
+        """`grad-outlier` and `loss-outlier` among the records that stayed finite (see 5 above);
+        one issue a record, the gravest: an absurd step, then a loss outlier, then a large step."""
+        if not rows or verdict.losses.ndim == 0:
             return []
+        losses = verdict.losses[rows].astype(np.float64)
         median = float(np.median(losses))
         reference = max(median, self._floor)
         threshold = self.config.outlier_factor * reference
+        step = verdict.step
+        potentials = step.potentials[rows] if step is not None and hasattr(step, "potentials") else None
+        if potentials is not None:
+            typical = float(np.median(potentials))
+            weights = self.model.norm()
+            bounded = self._guarded and getattr(self.model, "bounded", True)  # potentials bound the gradient
+        found: list[tuple[int, Issue]] = []
+        for k, i in enumerate(rows):
+            factor = ratio = 0.0
+            if potentials is not None:
+                factor = self.config.lr * potentials[k] / weights if weights > 0 and bounded else 0.0
+                ratio = potentials[k] / typical if typical > 0 else 0.0
+            if factor > self.config.step_limit:
+                why = (f"one step on it alone could move the parameters by {factor:.3g}x their norm "
+                       f"(limit {self.config.step_limit:g}x)")
+                found.append((i, self._grad_outlier(ids[i], number, potentials[k], typical, ratio, factor, why, None)))
+            elif losses[k] > threshold:
+                self.stats.loss_outlier += 1
+                loss = float(losses[k])
+                details = {"batch": number, "loss": loss, "median": median, "ratio": loss / reference,
+                           "threshold": threshold, **self._context()}
+                message = (f"loss {loss:.4g} is {loss / reference:.3g}x the batch median {median:.4g} "
+                           f"(or ln C; flagged above {self.config.outlier_factor:g}x; batch {number})")
+                found.append((i, make_issue("loss-outlier", *ids[i], Finding(message, details))))
+            elif ratio > self.config.outlier_factor:
+                why = f"{ratio:.3g}x the batch's median (flagged above {self.config.outlier_factor:g}x)"
+                found.append((i, self._grad_outlier(ids[i], number, potentials[k], typical, ratio, factor, why,
+                                                    Severity.WARNING)))
+        return found
+
+    def _grad_outlier(self, identity: Identity, number: int, potential: float, typical: float, ratio: float,
+                      factor: float, why: str, severity: Severity | None) -> Issue:
+        self.stats.grad_outlier += 1
+        details = {"batch": number, "potential": float(potential), "median": typical, "ratio": float(ratio),
+                   "factor": float(factor), **self._context()}
+        message = f"its share of the gradient can reach {potential:.4g}: {why}; batch {number}"
+        return make_issue("grad-outlier", *identity, Finding(message, details, severity))
+
+    def _dominating(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, verdict: _Verdict,
+                    factor: float) -> list[Issue]:
+        """The records whose shares of an absurd step make up half of it: `grad-outlier` errors."""
+        shares = self._contributions(X, y, verdict)
+        total = float(np.sum(shares)) or 1.0
+        order = np.argsort(-shares, kind="stable")
+        chosen = order[: int(np.searchsorted(np.cumsum(shares[order]), total / 2)) + 1]
         issues = []
-        for i in np.flatnonzero(losses > threshold):
-            loss = float(losses[i])
-            self.stats.loss_outlier += 1
-            details = {"batch": number, "loss": loss, "median": median, "ratio": loss / reference,
-                       "threshold": threshold, **self._context()}
-            message = (f"loss {loss:.4g} is {loss / reference:.3g}x the batch median {median:.4g} "
-                       f"(or ln C; flagged above {self.config.outlier_factor:g}x; batch {number})")
-            issues.append(make_issue("loss-outlier", *ids[i], Finding(message, details)))
+        for i in sorted(chosen.tolist()):
+            self.stats.grad_outlier += 1
+            details = {"batch": number, "factor": factor, "share": float(shares[i]) / total, **self._context()}
+            message = (f"the batch's step would change the parameters' norm {factor:.3g}x (limit "
+                       f"{self.config.step_limit:g}x); this record's gradient is {shares[i] / total:.0%} of it; "
+                       f"batch {number}, not applied")
+            issues.append(make_issue("grad-outlier", *ids[i], Finding(message, details)))
         return issues
+
+    def _contributions(self, X: np.ndarray, y: np.ndarray, verdict: _Verdict) -> np.ndarray:
+        step = verdict.step
+        if hasattr(step, "contributions"):
+            return np.nan_to_num(step.contributions, nan=np.inf)
+        return np.array([self.model.record_gradient_norm(X, y, i) for i in range(len(y))])
 
     # -- issues ------------------------------------------------------------------------------
 
     def _context(self) -> dict[str, Any]:
-        return {"precision": self.config.precision, "model": self.config.model or "linear"}
+        return {"precision": self.config.precision, "model": self.config.model}
 
     def _label_issue(self, identity: Identity, label: int, number: int) -> Issue:
         self.stats.label_out_of_range += 1
@@ -277,7 +443,7 @@ class Replayer:
         return make_issue("label-out-of-range", *identity, Finding(message, details))
 
     def _nonfinite_issue(self, identity: Identity, number: int, alone: _Verdict) -> Issue:
-        if "logits" in alone.nonfinite or "loss" in alone.nonfinite:
+        if set(alone.nonfinite) & FORWARD:
             check, self.stats.loss_nonfinite = "loss-nonfinite", self.stats.loss_nonfinite + 1
         else:
             check, self.stats.grad_nonfinite = "grad-nonfinite", self.stats.grad_nonfinite + 1
@@ -302,6 +468,15 @@ def _number(losses: np.ndarray) -> float | str:
     The record is the last row of what was replayed (after its company)."""
     value = float(np.asarray(losses, np.float64).reshape(-1)[-1])
     return value if math.isfinite(value) else str(value)
+
+
+def _typical(magnitudes: np.ndarray) -> np.ndarray:
+    """Indices of the rows of finite magnitude at most `TYPICAL_FACTOR` times the median."""
+    finite = np.flatnonzero(np.isfinite(magnitudes))
+    if len(finite) == 0:
+        return finite
+    median = float(np.median(magnitudes[finite]))
+    return finite[magnitudes[finite] <= TYPICAL_FACTOR * max(median, np.finfo(np.float64).tiny)]
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -24,7 +24,9 @@ import numpy as np
 from scrub.readers.base import Reader
 from scrub.records import Batch, Issue
 from scrub.replay.features import FeatureSpec, Features, featurize_batch, featurize_records
+from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.replay.replayer import Replayer
+from scrub.replay.standardize import PIXELS, Moments, Standardizer
 
 
 @dataclass
@@ -120,6 +122,19 @@ def feature_spec(stats: dict[str, Counter], image_size: int = 16, scale: float |
         return FeatureSpec.for_arrays(tuple(int(n) for n in str(shape).split("x") if n), scale=scale,
                                       max_pixels=max_pixels)
     return FeatureSpec.for_images(image_size, scale=scale, max_pixels=max_pixels)
+
+
+def standardizer(spec: FeatureSpec, stats: dict[str, Counter], moments: dict[str, Moments]) -> Standardizer | None:
+    """How the replay standardizes (see `scrub.replay.standardize`): ImageNet's statistics for
+    8-bit images, the scan's pixel statistics when most images are float, the scan's per-feature
+    statistics of the dominant row shape for arrays; None when the scan found no typical row."""
+    if spec.images:
+        modes = stats.get("modes", Counter())
+        numeric = sum(n for mode, n in modes.items() if mode in NUMERIC_MODES)
+        if numeric * 2 > sum(modes.values()):
+            return Standardizer.from_moments(moments.get(PIXELS), spec.dim, "pixels")
+        return Standardizer.for_rgb(spec.image_size)
+    return Standardizer.from_moments(moments.get("x".join(map(str, spec.shape))), spec.dim, "features")
 
 
 def class_count(num_classes: int | None, label_range: tuple[int, int] | None, classes: list[str] | None,

@@ -1,6 +1,10 @@
-"""User losses named ``module:function``: loaded once, called on a batch, answers as NumPy.
+"""``--model module:function``: a user loss, or a factory of a PyTorch model.
 
-The function takes ``(X, y)``: X an (n, D) array (float32, or float16 under
+What the function is decides what it is used as: a callable with two required positional
+parameters is a loss ``f(X, y)``; anything else is a model factory, called with the keywords it
+accepts among ``input_shape`` (a record's shape, e.g. ``(3, 16, 16)`` for images), ``num_features``
+(D) and ``num_classes`` (C), which must return a ``torch.nn.Module`` (`scrub.replay.torchmodel`
+trains it). A loss function takes ``(X, y)``: X an (n, D) array (float32, or float16 under
 ``precision="float16"``, as mixed precision would feed it; a copy it may change), y an (n,)
 int64 array of labels in [0, C). It returns the per-record losses, shape (n,), or the batch's
 scalar loss, as a NumPy array or a PyTorch tensor. It may return ``(losses, gradient)``
@@ -20,6 +24,40 @@ import numpy as np
 from scrub.errors import UsageError, first_line
 
 LossFunction = Callable[[np.ndarray, np.ndarray], Any]
+
+
+def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config: Any) -> Any:
+    """The loss function ``spec`` names, or the `TorchModel` its factory builds."""
+    import inspect
+
+    function = load_loss(spec)
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it as a loss
+        return function
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is p.empty]
+    if len(positional) >= 2:
+        return function
+    from scrub.replay.torchmodel import TorchModel
+
+    offered = {"input_shape": tuple(input_shape), "num_features": int(np.prod(input_shape)), "num_classes": num_classes}
+    accepts_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    keywords = {k: v for k, v in offered.items() if accepts_any or k in {p.name for p in parameters}}
+    try:
+        import torch  # noqa: F401 - a factory is a PyTorch model: say so if it cannot be
+    except ImportError:
+        raise UsageError(f"--model {spec} is a model factory, which needs PyTorch: pip install 'scrub[torch]'") from None
+    import torch
+
+    torch.manual_seed(config.seed)  # the factory's initial weights, like the built-in models'
+    try:
+        module = function(**keywords)
+    except Exception as error:  # noqa: BLE001 - the user's code
+        raise UsageError(f"--model {spec}({', '.join(keywords)}) failed: {first_line(error)}") from None
+    if not (hasattr(module, "parameters") and hasattr(module, "forward")):
+        raise UsageError(f"--model {spec} returned {type(module).__name__}, not a torch.nn.Module (a loss takes (X, y))")
+    return TorchModel(module, spec, input_shape, num_classes, config)
 
 
 def load_loss(spec: str) -> LossFunction:
