@@ -1,10 +1,11 @@
 """``--model module:function``: a user loss, or a factory of a PyTorch model.
 
-What the function is decides what it is used as: a callable with two required positional
-parameters is a loss ``f(X, y)``; anything else is a model factory, called with the keywords it
-accepts among ``input_shape`` (a record's shape, e.g. ``(3, 16, 16)`` for images), ``num_features``
-(D) and ``num_classes`` (C), which must return a ``torch.nn.Module`` (`scrub.replay.torchmodel`
-trains it). A loss function takes ``(X, y)``: X an (n, D) array (float32, or float16 under
+What the function's parameters are called decides what it is used as: a callable whose required
+parameters are all among ``input_shape`` (a record's shape, e.g. ``(3, 16, 16)`` for images),
+``num_features`` (D) and ``num_classes`` (C) is a model factory, called with those of them it
+declares, and must return a ``torch.nn.Module`` (`scrub.replay.torchmodel` trains it; a
+``torch.nn.Module`` class with such an ``__init__`` works too). Anything else is a loss, called
+as ``f(X, y)``. A loss function takes ``(X, y)``: X an (n, D) array (float32, or float16 under
 ``precision="float16"``, as mixed precision would feed it; a copy it may change), y an (n,)
 int64 array of labels in [0, C). It returns the per-record losses, shape (n,), or the batch's
 scalar loss, as a NumPy array or a PyTorch tensor. It may return ``(losses, gradient)``
@@ -35,15 +36,14 @@ def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: call it as a loss
         return function
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                  and p.default is p.empty]
-    if len(positional) >= 2:
-        return function
+    offered = {"input_shape": tuple(input_shape), "num_features": int(np.prod(input_shape)), "num_classes": num_classes}
+    required = [p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    named = {p.name for p in parameters} & set(offered)
+    if any(name not in offered for name in required) or not (named or not required and parameters == []):
+        return function  # f(X, y): a loss
     from scrub.replay.torchmodel import TorchModel
 
-    offered = {"input_shape": tuple(input_shape), "num_features": int(np.prod(input_shape)), "num_classes": num_classes}
-    accepts_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
-    keywords = {k: v for k, v in offered.items() if accepts_any or k in {p.name for p in parameters}}
+    keywords = {k: v for k, v in offered.items() if k in named}
     try:
         import torch  # noqa: F401 - a factory is a PyTorch model: say so if it cannot be
     except ImportError:
