@@ -3,9 +3,10 @@
 On the data the other benchmarks generate (generated first if missing): the 20,000 JPEGs of
 ``bench_images.py`` and a plain float32 HDF5 file of ``--hdf5-gib`` GiB from ``bench_hdf5.py``
 (4 KiB rows: 1024 features). Times, as whole processes with a warm page cache (best of
-``--repeat``): ``scrub scan X -q``, the same with ``--dummy-loss``, and with ``--dummy-loss
---precision float16``. The replay's cost is the difference; its throughput is records divided
-by that difference.
+``--repeat``): ``scrub scan X -q``, and the same with ``--dummy-loss`` for each built-in model
+(``linear``, the default, with its L2 probe; ``l2``; ``batchnorm``), and the default model with
+``--precision float16``. The replay's cost is the difference; its throughput is records
+divided by that difference.
 
 ``python benchmarks/bench_replay.py [--repeat 3] [--markdown-out report.md]``
 """
@@ -43,15 +44,22 @@ def bench(name: str, path: Path, python: str, repeat: int, work: Path) -> dict:
     scan = [python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(work / "m.jsonl")]
     subprocess.run([*scan, "--dummy-loss", "--json", str(summary)], capture_output=True)  # warm, and facts
     replay = json.loads(summary.read_text())["replay"]
-    row = {"name": name, "records": replay["records"], "features": replay["features"]}
+    row = {"name": name, "records": replay["records"], "features": replay["features"], "classes": replay["classes"]}
     row["scan"] = best(repeat, scan)
-    row["replay32"] = best(repeat, [*scan, "--dummy-loss"])
-    row["replay16"] = best(repeat, [*scan, "--dummy-loss", "--precision", "float16"])
-    for key in ("replay32", "replay16"):
-        extra = row[key] - row["scan"]
-        row[f"{key}_overhead"] = extra / row["scan"]
-        row[f"{key}_rate"] = row["records"] / extra if extra > 0 else float("inf")
+    for variant, flags in VARIANTS.items():
+        took = best(repeat, [*scan, "--dummy-loss", *flags])
+        extra = took - row["scan"]
+        row[variant] = (took, extra / row["scan"], row["records"] / extra if extra > 0 else float("inf"))
     return row
+
+
+#: The replays timed: each built-in model in float32, and the default one in float16.
+VARIANTS = {
+    "linear": ["--model", "linear"],
+    "l2": ["--model", "l2"],
+    "batchnorm": ["--model", "batchnorm"],
+    "linear, float16": ["--precision", "float16"],
+}
 
 
 def main() -> int:
@@ -72,15 +80,14 @@ def main() -> int:
     lines = [
         f"`scrub scan` with and without `--dummy-loss`; best of {args.repeat}, warm cache, {os.cpu_count()} cores",
         "",
-        "| dataset | records | features | scan | + replay (float32) | overhead | replay records/s | + replay (float16) | overhead | replay records/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| dataset | records | features x classes | scan | model | + replay | overhead | replay records/s |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['records']:,} | {r['features']} | {r['scan']:.2f} s | {r['replay32']:.2f} s "
-            f"| {r['replay32_overhead']:+.0%} | {r['replay32_rate']:,.0f} | {r['replay16']:.2f} s "
-            f"| {r['replay16_overhead']:+.0%} | {r['replay16_rate']:,.0f} |"
-        )
+        for variant in VARIANTS:
+            took, overhead, rate = r[variant]
+            lines.append(f"| {r['name']} | {r['records']:,} | {r['features']} x {r['classes']} | {r['scan']:.2f} s "
+                         f"| {variant} | {took:.2f} s | {overhead:+.0%} | {rate:,.0f} |")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.markdown_out:

@@ -23,7 +23,9 @@ from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
 from scrub.runner import NumericStats, PartitionResult
 
-SCHEMA_VERSION = 1
+#: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
+#: `precision` moved to `options.precision`, `batches_skipped` counts batches with nothing applied.
+SCHEMA_VERSION = 2
 LABEL_CHECKS = frozenset({"label-out-of-range", "label-outlier", "non-integer-label", "nonfinite-label", "missing-label",
                           "invalid-label-vector"})
 

@@ -61,7 +61,7 @@ def test_json_summary_document(tmp_path):
     summary = tmp_path / "s.json"
     result = run("scan", SAMPLES / "images", "--manifest", tmp_path / "m.jsonl", "--json", summary)
     document = json.loads(summary.read_text())
-    assert document["schema"] == 1
+    assert document["schema"] == 2
     assert document["records"] == 35
     assert document["exit_code"] == result.exit_code == 1
     assert document["issues"]["by_check"]["corrupt-image"] == 3
