@@ -19,7 +19,7 @@ from scrub.checks.images import decoder_failure
 from scrub.checks.properties import annotate, tally
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
-from scrub.checks.numeric import SQUARE_OVERFLOW, label_stats, profile
+from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.records import Batch, Issue, Record
 
@@ -127,6 +127,9 @@ class PartitionWork:
                 self._check_record(item, offset, plan, columns, label_counts, result)
                 offset += 1
         result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
+        for check in plan.dataset:
+            if check.column_dtype == "magnitude" and check.id in result.columns:
+                result.columns[check.id] = _rare_magnitudes(*result.columns[check.id])
         if label_counts:
             result.stats["labels"].update(_merge_counts(label_counts))
         return result
@@ -210,6 +213,18 @@ def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:
     if facts is not None and facts.pixels is not None:
         return facts.pixels, f"pixels:{facts.mode}"
     return None, None
+
+
+def _rare_magnitudes(offsets: Any, values: Any) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """A magnitude column as (offsets, values) of the rows in bins this partition holds at most
+    `MAGNITUDE_KEPT_PER_BIN` rows of, plus the histogram of every row: a bin common here is
+    common in the dataset, so its rows' positions are never needed, and a partition of millions
+    of narrow rows sends back its tails only."""
+    offsets, values = np.asarray(offsets, np.int64), np.asarray(values, np.float64)
+    bins = magnitude_bins(values)
+    distinct, inverse, counts = np.unique(bins, return_inverse=True, return_counts=True)
+    rare = counts[inverse] <= MAGNITUDE_KEPT_PER_BIN
+    return offsets[rare], values[rare], (distinct, counts)
 
 
 def _packed(offsets: list, values: list) -> tuple[Any, Any]:

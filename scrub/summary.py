@@ -84,12 +84,15 @@ class RareValueStore:
         self._values: list[np.ndarray] = []
         self._keys: list[np.ndarray] = []
 
-    def add(self, partition: int, offsets: Any, values: Any) -> None:
+    def add(self, partition: int, offsets: Any, values: Any,
+            histogram: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Add a partition's values; with ``histogram`` (every value's bin and count, counted by
+        the worker), ``values`` may be only the rare ones."""
         values = np.asarray(values, dtype=np.float64)
-        if len(values) == 0:
+        if len(values) == 0 and histogram is None:
             return
         keys = values if self.bins is None else self.bins(values)
-        distinct, counts = np.unique(keys, return_counts=True)
+        distinct, counts = histogram if histogram is not None else np.unique(keys, return_counts=True)
         self.counts.update(dict(zip(distinct.tolist(), counts.tolist())))
         totals = np.fromiter((self.counts[v] for v in distinct.tolist()), dtype=np.int64, count=len(distinct))
         newly_common = distinct[(totals > self.cap) & ((distinct >= 0) | (not self.keep_negative))]
@@ -173,8 +176,8 @@ class ScanAggregate:
             self.numeric.setdefault(source, NumericStats()).merge(stats)
         for key, moments in result.moments.items():
             self.moments.setdefault(key, Moments()).merge(moments)
-        for check_id, (offsets, values) in result.columns.items():
-            self.columns[check_id].add(result.partition, offsets, values)
+        for check_id, column in result.columns.items():
+            self.columns[check_id].add(result.partition, *column)
         # The local scheduler keeps each result until the end: drop what was copied out.
         result.issues, result.columns, result.moments = [], {}, {}
         self._report_progress()

@@ -190,15 +190,23 @@ class LinearSoftmax:
         return Pass(logits, losses.astype(np.float32, copy=False), grad_w, grad_b, contributions, potentials, statistic)
 
     def norm(self) -> float:
-        """The parameters' norm, ||(W, b)||."""
-        return float(np.sqrt(np.square(self.weight, dtype=np.float64).sum() + np.square(self.bias, dtype=np.float64).sum()))
+        """The parameters' norm, ||(W, b)||. BLAS dot products in float32: relative error ~1e-5
+        where the limits it is compared with are factors of 10 (float64 sums cost 2 ms a batch
+        at 1024 x 1000, measured: half the replay's time)."""
+        return _norm(self._dot(self.weight, self.weight, self.bias, self.bias))
 
     def step_norm(self, result: Pass, lr: float) -> float:
-        """||(W, b) - lr * gradient||: the parameters' norm after the step."""
+        """||(W, b) - lr * gradient||: the parameters' norm after the step, as
+        sqrt(||θ||² - 2 lr <θ, g> + lr² ||g||²)."""
         with np.errstate(all="ignore"):
-            weight = self.weight.astype(np.float64) - lr * result.grad_w
-            bias = self.bias.astype(np.float64) - lr * result.grad_b
-            return float(np.sqrt(np.square(weight).sum() + np.square(bias).sum()))
+            theta = self._dot(self.weight, self.weight, self.bias, self.bias)
+            cross = self._dot(self.weight, result.grad_w, self.bias, result.grad_b)
+            grad = self._dot(result.grad_w, result.grad_w, result.grad_b, result.grad_b)
+            return _norm(theta - 2 * lr * cross + lr * lr * grad)
+
+    @staticmethod
+    def _dot(w1: np.ndarray, w2: np.ndarray, b1: np.ndarray, b2: np.ndarray) -> float:
+        return float(np.dot(w1.reshape(-1), w2.reshape(-1))) + float(np.dot(b1, b2))
 
     def step(self, result: Pass, lr: float) -> None:
         """One SGD update of the float32 master weights."""
@@ -216,6 +224,10 @@ class LinearSoftmax:
         # float16 operands multiplied in float32 are exact (11 + 11 significant bits fit in 24),
         # so this is a float16 GEMM with float32 accumulation, as tensor cores do it.
         return a @ b
+
+
+def _norm(square: float) -> float:
+    return float(np.sqrt(square)) if square > 0 else (0.0 if square == 0 or square < 0 else float("nan"))
 
 
 class L2Softmax(LinearSoftmax):
