@@ -249,36 +249,33 @@ class Replayer:
         for i, issue in self._screen(number, ids, verdict, [i for i in range(len(y)) if i not in reported]):
             reported.setdefault(i, issue)
         issues += [reported[i] for i in sorted(reported)]
-        self._update(number, ids, X, y, verdict, reported, issues)
-        return issues
+        return issues + self._update(number, ids, X, y, verdict, set(reported))
 
     def _update(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, verdict: _Verdict,
-                reported: dict[int, Issue], issues: list[Issue]) -> None:
-        """Apply the step of the records nothing was reported on (see the module docstring, 6)."""
+                reported: set[int]) -> list[Issue]:
+        """Apply the step of the records nothing was reported on (see the module docstring, 6);
+        the issues of an absurd step, if it is one."""
         keep = np.array([i for i in range(len(y)) if i not in reported], dtype=np.int64)
         if len(keep) == 0:
             self.stats.batches_skipped += 1
-            return
+            return []
         if len(keep) < len(y):
             ids, X, y = [ids[i] for i in keep], X[keep], y[keep]
             verdict = self._evaluate(X, y)
         if verdict.nonfinite:  # the rest fails in a new company (a batch norm): nothing to learn
             self.stats.batches_skipped += 1
-            return
-        if self.model is None:  # a user loss: no weights; its clean batches keep company
-            self._company = (X.copy(), y.copy())
-            self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)), len(y))
-            return
-        before = self.model.norm()
-        after = self.model.step_norm(verdict.step, self.config.lr)
-        factor = after / before if before > 0 else (math.inf if after > 0 else 1.0)
-        if self._guarded and not factor <= self.config.step_limit:
-            issues += self._dominating(number, ids, X, y, verdict, factor)
-            self.stats.batches_skipped += 1
-            return
-        self.model.step(verdict.step, self.config.lr)
-        self._company = (X.copy(), y.copy())
+            return []
+        if self.model is not None:
+            before = self.model.norm()
+            after = self.model.step_norm(verdict.step, self.config.lr)
+            factor = after / before if before > 0 else (math.inf if after > 0 else 1.0)
+            if self._guarded and not factor <= self.config.step_limit:
+                self.stats.batches_skipped += 1
+                return self._dominating(number, ids, X, y, verdict, factor)
+            self.model.step(verdict.step, self.config.lr)
+        self._company = (X.copy(), y.copy())  # a user loss has no weights: its clean batches keep company
         self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)), len(y))
+        return []
 
     def _evaluate(self, X: np.ndarray, y: np.ndarray) -> _Verdict:
         if self.model is not None:
