@@ -263,3 +263,28 @@ def test_the_profile_matches_a_reference(dtype, width):
     assert np.isnan(found.magnitudes[nan_rows]).all()
     assert found.low == np.nanmin(np.where(np.isfinite(values), values, np.nan))
     assert found.high == np.nanmax(np.where(np.isfinite(values), values, np.nan))
+
+
+def test_a_partition_sends_back_only_the_tails_of_its_magnitudes():
+    """Millions of narrow rows must not travel to the driver one value each: common bins go
+    back as counts, only rows of rare bins with their positions."""
+    from scrub.runner import _rare_magnitudes
+
+    rng = np.random.default_rng(6)
+    values = np.abs(rng.normal(size=200_000)) + 1
+    values[[10, 20]] = [1e6, 3e7]
+    offsets, kept, (bins, counts) = _rare_magnitudes(np.arange(len(values)), values)
+    assert counts.sum() == len(values) and len(kept) < 3000
+    assert {10, 20} <= set(offsets.tolist()) and set(kept.tolist()) >= {1e6, 3e7}
+
+
+def test_the_replay_keeps_the_values_of_float_images():
+    from scrub.records import Record
+    from scrub.replay import FeatureSpec, featurize_records
+
+    huge = np.full((20, 20), 1e30, np.float32)
+    records = [Record("d", "huge.tif", 0, tiff(huge), None, {"kind": "image"}),
+               Record("d", "counts.tif", 1, tiff(np.full((8, 8), 70000, np.int32)), None, {"kind": "image"})]
+    features = featurize_records(records, FeatureSpec.for_images())
+    assert features.X.shape == (2, 768)
+    assert np.all(features.X[0] == np.float32(1e30)) and np.all(features.X[1] == 70000)  # not clipped to 255
