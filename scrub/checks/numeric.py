@@ -318,9 +318,10 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
     Why it breaks training:
         Every layer that squares its input goes Inf on such a row: an L2 normalization or a
         cosine similarity (norm Inf; PyTorch's `F.normalize` then silently returns zeros), an
-        MSE loss (measured: Inf in PyTorch 2.13 on CPU), a BatchNorm variance computed in float32
-        (GPU kernels). In a plain linear layer, one SGD step on a row of ~1e30 leaves weights near
-        1e26, and a later batch overflows.
+        MSE loss (measured: Inf in PyTorch 2.13 on CPU), a BatchNorm variance accumulated in
+        float32 (PyTorch's CPU kernel accumulates in float64 and survives it). In a plain linear
+        layer, one SGD step on a row of ~1e30 leaves weights near 1e26, and a later batch
+        overflows (measured, see the README's "Does the cleaned copy train?").
     Example:
         A sentinel of 1e30 written into a row of `features.h5`.
     What fix does:
