@@ -245,7 +245,9 @@ class LinearSoftmax:
 
 
 def _norm(square: float) -> float:
-    return float(np.sqrt(square)) if square > 0 else (0.0 if square == 0 or square < 0 else float("nan"))
+    if math.isnan(square):
+        return square
+    return math.sqrt(square) if square > 0 else 0.0  # a tiny negative: rounding of the formula
 
 
 class L2Softmax(LinearSoftmax):

@@ -64,10 +64,10 @@ from scrub.checks.base import Finding, make_issue
 from scrub.records import Issue, Severity
 from scrub.replay.features import Identity
 from scrub.replay.model import BUILT_IN, PRECISIONS, round_to_bfloat16
-from scrub.replay.standardize import TYPICAL_FACTOR
+from scrub.checks.numeric import F32_OVERFLOW
+from scrub.replay.standardize import typical
 from scrub.replay.usermodel import call_loss, load_model
 
-F32_OVERFLOW = 2.0**128 - 2.0**103
 #: What the forward pass computes: non-finite there is `loss-nonfinite`; else `grad-nonfinite`.
 FORWARD = frozenset({"norm", "variance", "logits", "loss"})
 
@@ -338,13 +338,13 @@ class Replayer:
 
     def _company_for(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The company a record of this batch is judged in: the last clean batch, or before
-        there is one, the typical rows of its own batch (finite, at most 1000x the batch's
-        median magnitude) if they are clean together; else none (the record alone)."""
+        there is one, the typical rows of its own batch (finite, at most 1000x the median of its
+        non-zero row magnitudes) if they are clean together; else none (the record alone)."""
         if self._company is not None:
             return self._company
         with np.errstate(all="ignore"):
             magnitudes = np.abs(X).max(axis=1).astype(np.float64)
-        keep = _typical(magnitudes)
+        keep = np.flatnonzero(typical(magnitudes, min_rows=1))
         if len(keep) == 0 or self._evaluate(X[keep], y[keep]).nonfinite:
             return None
         return X[keep], y[keep]
@@ -383,7 +383,7 @@ class Replayer:
         step = verdict.step
         potentials = step.potentials[rows] if step is not None and hasattr(step, "potentials") else None
         if potentials is not None:
-            typical = float(np.median(potentials))
+            median_potential = float(np.median(potentials))
             weights = self.model.norm()
             bounded = self._guarded and getattr(self.model, "bounded", True)  # potentials bound the gradient
         found: list[tuple[int, Issue]] = []
@@ -391,11 +391,11 @@ class Replayer:
             factor = ratio = 0.0
             if potentials is not None:
                 factor = self.config.lr * potentials[k] / weights if weights > 0 and bounded else 0.0
-                ratio = potentials[k] / typical if typical > 0 else 0.0
+                ratio = potentials[k] / median_potential if median_potential > 0 else 0.0
             if factor > self.config.step_limit:
                 why = (f"one step on it alone could move the parameters by {factor:.3g}x their norm "
                        f"(limit {self.config.step_limit:g}x)")
-                found.append((i, self._grad_outlier(ids[i], number, potentials[k], typical, ratio, factor, why, None)))
+                found.append((i, self._grad_outlier(ids[i], number, potentials[k], median_potential, ratio, factor, why, None)))
             elif losses[k] > threshold:
                 self.stats.loss_outlier += 1
                 loss = float(losses[k])
@@ -406,7 +406,7 @@ class Replayer:
                 found.append((i, make_issue("loss-outlier", *ids[i], Finding(message, details))))
             elif ratio > self.config.outlier_factor:
                 why = f"{ratio:.3g}x the batch's median (flagged above {self.config.outlier_factor:g}x)"
-                found.append((i, self._grad_outlier(ids[i], number, potentials[k], typical, ratio, factor, why,
+                found.append((i, self._grad_outlier(ids[i], number, potentials[k], median_potential, ratio, factor, why,
                                                     Severity.WARNING)))
         return found
 
@@ -479,15 +479,6 @@ def _number(losses: np.ndarray) -> float | str:
     The record is the last row of what was replayed (after its company)."""
     value = float(np.asarray(losses, np.float64).reshape(-1)[-1])
     return value if math.isfinite(value) else str(value)
-
-
-def _typical(magnitudes: np.ndarray) -> np.ndarray:
-    """Indices of the rows of finite magnitude at most `TYPICAL_FACTOR` times the median."""
-    finite = np.flatnonzero(np.isfinite(magnitudes))
-    if len(finite) == 0:
-        return finite
-    median = float(np.median(magnitudes[finite]))
-    return finite[magnitudes[finite] <= TYPICAL_FACTOR * max(median, np.finfo(np.float64).tiny)]
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

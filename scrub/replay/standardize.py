@@ -73,17 +73,23 @@ class Moments:
         return mean, std
 
 
-def typical_rows(rows: np.ndarray, magnitudes: np.ndarray, limit: float) -> np.ndarray:
-    """The rows of a batch that may shape the statistics: finite, below ``limit`` (where their
-    squares would overflow) and, in batches of 8 rows or more, at most `TYPICAL_FACTOR` times
-    the batch's median row magnitude."""
+def typical(magnitudes: np.ndarray, limit: float = np.inf, min_rows: int = 8) -> np.ndarray:
+    """Mask of a batch's typical rows, by their largest magnitude: finite, below ``limit``
+    and, when at least ``min_rows`` are, at most `TYPICAL_FACTOR` times the median of the
+    non-zero ones. The statistics gather these rows; the replay judges records in their company."""
     with np.errstate(invalid="ignore"):
         keep = np.isfinite(magnitudes) & (magnitudes < limit)
-    if keep.sum() >= 8:
+    if keep.sum() >= min_rows:
         positive = magnitudes[keep & (magnitudes > 0)]
         if len(positive):
             keep &= magnitudes <= TYPICAL_FACTOR * float(np.median(positive))
-    return rows[keep]
+    return keep
+
+
+def typical_rows(rows: np.ndarray, magnitudes: np.ndarray, limit: float) -> np.ndarray:
+    """The rows of a batch that may shape the statistics: `typical` ones, below ``limit``
+    (where their squares would overflow), judged against the median in batches of 8 or more."""
+    return rows[typical(magnitudes, limit)]
 
 
 @dataclass(frozen=True)
