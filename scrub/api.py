@@ -18,19 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from scrub import pipeline
+from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
-from scrub.checks.numeric import PRECISIONS
 from scrub.errors import ExitCode, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
-from scrub.readers.base import DatasetInfo, ReadOptions, Reader, open_reader
-from scrub.records import Issue, Severity
+from scrub.options import DEFAULT_TIMEOUT, FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
+from scrub.readers.base import DatasetInfo, Reader, open_reader
+from scrub.records import Batch, Issue, Severity
 from scrub.runner import PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
 
-#: Seconds one record may take before its decoder is deemed hung (processes scheduler).
-DEFAULT_TIMEOUT = 60.0
-FAIL_ON = ("error", "warning", "never")
 
 
 @dataclass
@@ -42,58 +40,25 @@ class ScanResult:
     _keepalive: object = field(default=None, repr=False)  # a temporary manifest's directory
 
     def issues(self) -> Iterator[Issue]:
+        """Every manifest line, in order (with a baseline, ``status`` says new, persisting,
+        reappeared or resolved; resolved lines describe issues no longer found)."""
         # A generator method, so that iterating keeps the result (and a temporary manifest) alive.
         yield from read_manifest(self.manifest)
 
     def exit_code(self, fail_on: str = "error") -> ExitCode:
-        """0 when no issue is at or above ``fail_on``, else 1 (``never`` always gives 0)."""
+        """0 when no issue is at or above ``fail_on``, else 1 (``never`` always gives 0; ``new``
+        counts only the errors a baseline did not hold: new and reappeared ones)."""
         if fail_on not in FAIL_ON:
             raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
         if fail_on == "never":
             return ExitCode.CLEAN
+        if fail_on == "new":
+            if self.summary.baseline is None:
+                raise UsageError("--fail-on new needs a baseline (--baseline OLD_MANIFEST)")
+            return ExitCode.ISSUES if self.summary.baseline["new_errors"] else ExitCode.CLEAN
         threshold = Severity(fail_on)
         found = sum(n for s, n in self.summary.issues_by_severity.items() if Severity(s).at_least(threshold))
         return ExitCode.ISSUES if found else ExitCode.CLEAN
-
-
-def parse_label_range(text: str | None) -> tuple[int, int] | None:
-    """``LO:HI`` (HI exclusive) as a pair of ints."""
-    if text is None:
-        return None
-    low, sep, high = text.partition(":")
-    try:
-        bounds = (int(low), int(high))
-    except ValueError:
-        bounds = None
-    if not sep or bounds is None or bounds[0] >= bounds[1]:
-        raise UsageError(f"--label-range {text!r}: expected LO:HI with integers LO < HI")
-    return bounds
-
-
-@dataclass(frozen=True)
-class ReplayOptions:
-    """The dummy-loss replay's options (``--dummy-loss`` and the flags beside it)."""
-
-    batch_size: int = 64
-    lr: float = 0.01
-    seed: int = 0
-    scale: float | None = None
-    model: str = "linear"  # linear, l2, batchnorm, or module:function (a loss or a PyTorch model factory)
-    normalize: bool = True
-
-    def config(self, precision: str = "float32"):
-        """The replayer's configuration, at the scan's training ``precision`` (a ``--model``
-        module is imported now, so that a typo fails before the scan, not after it)."""
-        from scrub.replay.replayer import ReplayConfig
-        from scrub.replay.usermodel import load_loss
-
-        try:
-            config = ReplayConfig(self.batch_size, self.lr, self.seed, precision, self.model, self.normalize)
-        except ValueError as error:
-            raise UsageError(f"--dummy-loss: {error}") from None
-        if ":" in config.model:
-            load_loss(config.model)
-        return config
 
 
 @dataclass
@@ -122,113 +87,64 @@ class OpenedDataset:
 
 def open_dataset(
     path: str | Path,
-    *,
-    format: str | None = None,
-    root: str | Path | None = None,
-    data_key: str | None = None,
-    label_key: str | None = None,
-    lmdb_codec: str | None = None,
-    allow_pickle: bool = False,
-    partition_size: int | None = None,
+    options: ScanOptions | None = None,
     before_open: Callable[[Reader], None] | None = None,
+    **keywords: Any,
 ) -> OpenedDataset:
     """Find the reader for ``path``, validate the dataset, split it, fingerprint it.
 
-    ``before_open(reader)`` runs once the format is known and before the (possibly long)
-    listing, so that worker processes can start meanwhile.
+    ``options`` (or keywords, as for `scan`) say how to read it. ``before_open(reader)`` runs
+    once the format is known and before the (possibly long) listing, so that worker processes
+    can start meanwhile.
     """
-    if partition_size is not None and partition_size < 1:
-        raise UsageError("--partition-size must be at least 1")
+    options = _options(options, keywords)
     path = Path(path)
-    read_options = ReadOptions(
-        root=Path(root) if root else None,
-        data_key=data_key,
-        label_key=label_key,
-        lmdb_codec=lmdb_codec,
-        allow_pickle=allow_pickle,
-    )
-    reader = open_reader(path, format, read_options)
+    reader = open_reader(path, options.read, options.origin)
     if before_open is not None:
         before_open(reader)
-    info, partitions = reader.open(partition_size or reader.records_per_task)
+    info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
     return OpenedDataset(path, reader, info, partitions, fingerprint(reader, partitions, info.root))
 
 
 def scan(
     path: str | Path,
+    options: ScanOptions | None = None,
     *,
-    format: str | None = None,
-    root: str | Path | None = None,
-    data_key: str | None = None,
-    label_key: str | None = None,
-    lmdb_codec: str | None = None,
-    allow_pickle: bool = False,
-    manifest: str | Path | None = None,
-    num_classes: int | None = None,
-    label_range: str | tuple[int, int] | None = None,
-    max_pixels: int | None = None,
-    precision: str = "float32",
-    select: Iterable[str] | None = None,
-    ignore: Iterable[str] | None = None,
-    scheduler: str | None = None,
-    workers: int | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    partition_size: int | None = None,
-    plugins: Iterable[str] = (),
     progress: Callable[[Progress], None] | None = None,
-    dummy_loss: bool | ReplayOptions = False,
+    **keywords: Any,
 ) -> ScanResult:
     """Run every check on every record of the dataset at ``path``.
 
-    The manifest goes to ``manifest`` (a temporary file when None), and beside it the scan
-    record (``NAME.scan.json``: the summary, with the dataset's fingerprint) that lets
-    `fix` reuse it. ``plugins`` names modules to import first, so that the checks they define
-    run too. ``precision`` is the training precision the checks (and the replay) judge against:
-    ``float32``, ``float16`` (mixed precision: `fp16-overflow` is an error) or ``bfloat16``
-    (float32's range: no `fp16-overflow`). ``dummy_loss`` (True, or `ReplayOptions`) adds the
-    replay stage. Raises
-    `ScrubError` subclasses with a one-line message when the dataset or the options are
-    unusable.
+    Options come as a `ScanOptions` (what the command line and config files build) or as
+    keywords named as the flags are (``num_classes=10``, ``precision="float16"``,
+    ``dummy_loss=True`` or a `ReplayOptions`, ``baseline=...``, ``cache=...``); keywords
+    override ``options``. The manifest goes to ``manifest`` (a temporary file when None), and
+    beside it the scan record (``NAME.scan.json``: the summary, with the dataset's fingerprint)
+    that lets `fix` reuse it. Raises `ScrubError` subclasses with a one-line message when the
+    dataset or the options are unusable.
     """
     started = time.perf_counter()
-    options = check_options(num_classes, label_range, max_pixels, plugins, precision)
-    dataset = open_dataset(
-        path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
-        allow_pickle=allow_pickle, partition_size=partition_size,
-        before_open=worker_starter(scheduler, workers, timeout),
-    )
+    options = _options(options, keywords)
+    load_plugins(options.selection.plugins)
+    dataset = open_dataset(path, options, before_open=worker_starter(options.run))
     try:
-        return scan_dataset(
-            dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
-            workers=workers, timeout=timeout, progress=progress, started=started,
-            replay=replay_options(dummy_loss),
-        )
+        return scan_dataset(dataset, options, progress=progress, started=started)
     finally:
         dataset.reader.close()
 
 
-def check_options(
-    num_classes: int | None, label_range: str | tuple[int, int] | None, max_pixels: int | None,
-    plugins: Iterable[str] = (), precision: str = "float32",
-) -> CheckOptions:
-    """Validate the options the checks depend on (``labelled`` is set once the data is known),
-    after importing the plugins whose checks may use them."""
-    load_plugins(plugins)
-    if num_classes is not None and num_classes < 1:
-        raise UsageError("--num-classes must be at least 1")
-    if isinstance(label_range, tuple):
-        label_range = f"{label_range[0]}:{label_range[1]}"
-    if max_pixels is not None and max_pixels < 1:
-        raise UsageError("--max-pixels must be at least 1")
-    if precision not in PRECISIONS:
-        raise UsageError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    return CheckOptions(num_classes=num_classes, label_range=parse_label_range(label_range), max_pixels=max_pixels,
-                        precision=precision)
+def _options(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:
+    """``options`` with ``keywords`` laid over it, validated as one."""
+    if options is None:
+        return ScanOptions.build(**keywords)
+    if not keywords:
+        return options
+    return merged(options, keywords)
 
 
-def worker_starter(scheduler: str | None, workers: int | None, timeout: float) -> Callable[[Reader], None]:
+def worker_starter(run: RunOptions) -> Callable[[Reader], None]:
     def start(reader: Reader) -> None:
-        plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, None)
+        plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, None)
         pipeline.prepare(plan, reader.worker_imports)
 
     return start
@@ -236,41 +152,44 @@ def worker_starter(scheduler: str | None, workers: int | None, timeout: float) -
 
 def scan_dataset(
     dataset: OpenedDataset,
-    options: CheckOptions,
+    options: ScanOptions,
     *,
-    manifest: str | Path | None = None,
-    select: Iterable[str] | None = None,
-    ignore: Iterable[str] | None = None,
-    scheduler: str | None = None,
-    workers: int | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
     progress: Callable[[Progress], None] | None = None,
     started: float | None = None,
-    replay: ReplayOptions | None = None,
+    manifest: str | Path | None = None,
 ) -> ScanResult:
-    """Scan a dataset `open_dataset` opened (see `scan`)."""
+    """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options'."""
     started = time.perf_counter() if started is None else started
+    if options.cache is not None:
+        raise UsageError(f"{options.origin('cache')}: incremental rescans are not built yet")
     info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
-    options = replace(options, labelled=info.labelled)
+    replay = options.replay
+    checking = replace(options.checks, labelled=info.labelled)
     _check_label_options(dataset, options, replay is not None)
     if replay is not None:
-        replay.config(options.precision)  # bad replay options fail before the scan, not after it
+        replay.config(checking.precision)  # bad replay options fail before the scan, not after it
     provides = reader.provides | ({"replay"} if replay else set()) | ({"label-vectors"} if info.label_width else set())
-    checks = select_checks(select, ignore, options, provides)
-    plan = pipeline.Plan.choose(scheduler, workers, timeout, reader.preferred_scheduler, len(partitions))
+    checks = select_checks(options.selection, checking, provides, options.origin, str(dataset.path))
+    run = options.run
+    plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, len(partitions))
+    baseline = Baseline.load(options.baseline) if options.baseline is not None else None
 
+    manifest = manifest if manifest is not None else options.manifest
     keepalive = None
     if manifest is None:
         keepalive = tempfile.TemporaryDirectory(prefix="scrub-")
         manifest = Path(keepalive.name) / "manifest.jsonl"
     writer = ManifestWriter(Path(manifest))
-    aggregate = ScanAggregate(checks, options, writer, progress, total=info.records)
-    work = PartitionWork(reader, options, checks, moments=replay is not None)
+    aggregate = ScanAggregate(checks, checking, writer, progress, total=info.records,
+                              severities=options.selection.overrides, baseline=baseline)
+    work = PartitionWork(reader, checking, checks, moments=replay is not None)
     try:
         aggregate.add_dataset_issues(info.issues)
         pipeline.run(work, partitions, plan, aggregate.add, work.failure)
-        aggregate.finish_dataset_checks(_locator(reader, partitions))
-        replayed = _replay(dataset, options, replay, plan, aggregate, checks) if replay else None
+        aggregate.finish_dataset_checks(_locator(reader, partitions),
+                                        _contents(reader, partitions) if reader.positional_keys else None)
+        replayed = _replay(dataset, checking, replay, plan, aggregate, checks) if replay else None
+        compared = aggregate.finish_baseline(options.baseline)
     except BaseException:
         writer.discard()
         raise
@@ -285,12 +204,7 @@ def scan_dataset(
         records_with_warnings=aggregate.records_with(Severity.WARNING),
         stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
         checks=[c.id for c in checks],
-        options={
-            "num_classes": options.num_classes,
-            "label_range": list(options.label_range) if options.label_range else None,
-            "max_pixels": options.max_pixels,
-            "precision": options.precision,
-        },
+        options=options.verdict_options(),
         scheduler=plan.scheduler,
         workers=plan.workers,
         seconds=time.perf_counter() - started,
@@ -303,16 +217,19 @@ def scan_dataset(
         fingerprint=dataset.fingerprint,
         replay=replayed,
         notes=info.notes + aggregate.notes,
+        baseline=compared,
     )
     write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
 
 
-def _check_label_options(dataset: OpenedDataset, options: CheckOptions, replay: bool) -> None:
+def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:
     """A label option that cannot apply is an error, never a silent no-op."""
-    given = "--num-classes" if options.num_classes is not None else "--label-range" if options.label_range else None
-    if given is None:
+    options = scan_options.checks
+    name = "num-classes" if options.num_classes is not None else "label-range" if options.label_range else None
+    if name is None:
         return
+    given = scan_options.origin(name)
     info = dataset.info
     if not info.labelled and not replay:
         raise UsageError(
@@ -320,19 +237,12 @@ def _check_label_options(dataset: OpenedDataset, options: CheckOptions, replay: 
             "drop it, or name the labels (--label-key for HDF5)"
         )
     width = info.label_width
-    if width is not None and given == "--label-range":
-        raise UsageError(f"--label-range: the labels of {dataset.path} are vectors of {width}, not class ids")
+    if width is not None and name == "label-range":
+        raise UsageError(f"{given}: the labels of {dataset.path} are vectors of {width}, not class ids")
     if width is not None and options.num_classes != width:
         raise UsageError(
-            f"--num-classes {options.num_classes}: the labels of {dataset.path} are vectors of {width} classes"
+            f"{given} {options.num_classes}: the labels of {dataset.path} are vectors of {width} classes"
         )
-
-
-def replay_options(dummy_loss: bool | ReplayOptions | None) -> ReplayOptions | None:
-    """``dummy_loss=True`` means the default options; False or None, no replay."""
-    if isinstance(dummy_loss, ReplayOptions):
-        return dummy_loss
-    return ReplayOptions() if dummy_loss else None
 
 
 def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions, plan: pipeline.Plan,
@@ -370,6 +280,21 @@ def load_plugins(modules: Iterable[str]) -> None:
             importlib.import_module(module)
         except ImportError as error:
             raise UsageError(f"--plugin {module}: cannot import it: {error}") from None
+
+
+def _contents(reader: Reader, partitions: Sequence) -> Callable:
+    """The content hashes of records keyed by position, read back one by one (dataset checks
+    flag few records: at most ~1,000 per rare bin)."""
+    from scrub.runner import row_digest
+
+    def contents(positions: Sequence[tuple[int, int]]) -> list[str | None]:
+        found = []
+        for number, offset in positions:
+            batch = next(iter(reader.read(partitions[number], offset, offset + 1)), None)
+            found.append(row_digest(batch, 0) if isinstance(batch, Batch) else None)
+        return found
+
+    return contents
 
 
 def _locator(reader, partitions: Sequence) -> Callable:

@@ -19,18 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scrub.api import (
-    DEFAULT_TIMEOUT,
-    OpenedDataset,
-    ReplayOptions,
-    ScanResult,
-    worker_starter,
-    check_options,
-    open_dataset,
-    replay_options,
-    scan_dataset,
-)
-from scrub.checks.base import CheckOptions
+from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
 from scrub.errors import ExitCode, ScrubError, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
@@ -40,12 +29,12 @@ from scrub.manifest import (
     scan_record_path,
     write_scan_record,
 )
+from scrub.options import FixOptions, ScanOptions, fix_keywords
 from scrub.outputs import StagedOutput, overlaps
 from scrub.records import Severity
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 
-SEVERITIES = ("error", "warning")
 FIX_RECORD = "fix.json"
 QUARANTINE_MANIFEST = "manifest.jsonl"
 
@@ -73,77 +62,51 @@ class FixResult:
 
 def fix(
     path: str | Path,
+    options: FixOptions | None = None,
     *,
-    out: str | Path | None = None,
-    quarantine: bool = False,
-    quarantine_dir: str | Path | None = None,
-    manifest: str | Path | None = None,
-    severity: str = "error",
-    force: bool = False,
-    link: bool = False,
-    format: str | None = None,
-    root: str | Path | None = None,
-    data_key: str | None = None,
-    label_key: str | None = None,
-    lmdb_codec: str | None = None,
-    allow_pickle: bool = False,
-    num_classes: int | None = None,
-    label_range: str | tuple[int, int] | None = None,
-    max_pixels: int | None = None,
-    precision: str = "float32",
-    select: Iterable[str] | None = None,
-    ignore: Iterable[str] | None = None,
-    scheduler: str | None = None,
-    workers: int | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    partition_size: int | None = None,
-    plugins: Iterable[str] = (),
     progress: Callable[[Progress], None] | None = None,
-    dummy_loss: bool | ReplayOptions = False,
+    **keywords: Any,
 ) -> FixResult:
     """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
     or above ``severity``, and (``quarantine``) those records, in the same format.
 
-    ``manifest`` reuses an earlier scan instead of scanning (its fingerprint must match the
-    dataset). Default outputs: ``NAME.clean`` (``STEM.clean.EXT`` for a single file) and
-    ``NAME.quarantine`` beside the source. Raises `ScrubError` with a one-line message when
-    the dataset, the options or the outputs are unusable, or when verification fails (then
-    nothing is written).
+    Options come as a `FixOptions` or as keywords named as the flags are (``out=``,
+    ``quarantine=True``, ``num_classes=10``, ...; keywords override ``options``). ``manifest``
+    reuses an earlier scan instead of scanning: its fingerprint must match the dataset, and a
+    checking option given here must be the one it was scanned with. Default outputs:
+    ``NAME.clean`` (``STEM.clean.EXT`` for a single file) and ``NAME.quarantine`` beside the
+    source. Raises `ScrubError` with a one-line message when the dataset, the options or the
+    outputs are unusable, or when verification fails (then nothing is written).
     """
     started = time.perf_counter()
-    if severity not in SEVERITIES:
-        raise UsageError(f"--severity must be one of {', '.join(SEVERITIES)}")
-    replay = replay_options(dummy_loss)
-    if replay is not None and manifest is not None:
-        raise UsageError("--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss")
-    options = check_options(num_classes, label_range, max_pixels, plugins, precision)
+    if options is None or keywords:
+        base = options if options is not None else FixOptions()
+        options = FixOptions.build(**(fix_keywords(base) | keywords))
+    scan_options = options.scan
+    manifest = options.manifest
+    load_plugins(scan_options.selection.plugins)
     dataset = open_dataset(
-        path, format=format, root=root, data_key=data_key, label_key=label_key, lmdb_codec=lmdb_codec,
-        allow_pickle=allow_pickle, partition_size=partition_size,
-        before_open=None if manifest else worker_starter(scheduler, workers, timeout),
+        path, scan_options, before_open=None if manifest else worker_starter(scan_options.run),
     )
     try:
         writer = writer_for(dataset)
-        outputs = _Outputs(dataset, writer, out, quarantine or quarantine_dir is not None, quarantine_dir, force)
+        outputs = _Outputs(dataset, writer, options.out, options.quarantine, options.quarantine_dir, options.force)
         scan_result = None
         if manifest is not None:
             manifest = Path(manifest)
-            scan_summary = _reusable_scan(manifest, dataset, options)
+            scan_summary = _reusable_scan(manifest, dataset, scan_options)
         try:
             outputs.stage()
             if manifest is None:
                 manifest = outputs.manifest_target or DEFAULT_MANIFEST
-                scan_result = scan_dataset(
-                    dataset, options, manifest=manifest, select=select, ignore=ignore, scheduler=scheduler,
-                    workers=workers, timeout=timeout, progress=progress, started=started, replay=replay,
-                )
+                scan_result = scan_dataset(dataset, scan_options, progress=progress, started=started, manifest=manifest)
                 scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()
                 write_scan_record(manifest, scan_summary)
             else:
                 outputs.keep_manifest(manifest)
-            verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(severity))
-            tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=link)
+            verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
+            tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
             if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
                 raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
             verification = _verify(writer, verdicts, tally, outputs.clean_target, outputs.quarantine_target,
@@ -155,8 +118,8 @@ def fix(
                 **outputs.describe(),
                 "manifest": str(outputs.final_manifest or manifest),
                 "reused_manifest": None if scan_result is not None else str(manifest),
-                "severity": severity,
-                "link": link,
+                "severity": options.severity,
+                "link": options.link,
                 "fingerprint": dataset.fingerprint,
                 "records": scan_summary["records"],
                 "kept": tally.records_kept,
@@ -279,25 +242,34 @@ def _verify(writer: Writer, verdicts: Verdicts, tally: Tally, clean: Path, quara
     }
 
 
-def _reusable_scan(manifest: Path, dataset: OpenedDataset, options: CheckOptions) -> dict[str, Any]:
-    """The scan record of ``manifest``, if it describes this dataset as it is now (and was
-    judged at the training precision asked for, when one other than the default is given)."""
+def _reusable_scan(manifest: Path, dataset: OpenedDataset, options: ScanOptions) -> dict[str, Any]:
+    """The scan record of ``manifest``, if it describes this dataset as it is now and was
+    judged with the checking options given now (an option not given takes the scan's value)."""
     record = read_scan_record(manifest)
-    scanned_at = (record.get("options") or {}).get("precision", "float32")
-    if options.precision != "float32" and options.precision != scanned_at:
-        raise UsageError(
-            f"{manifest}: scanned for {scanned_at} training, not --precision {options.precision}: its verdicts "
-            "would not be the ones asked for; scan again with --precision, or run fix without --manifest"
-        )
-    recorded = record.get("fingerprint") or {}
-    if recorded.get("digest") != dataset.fingerprint["digest"]:
+    recorded = {**ScanOptions().verdict_options(), **(record.get("options") or {})}
+    wanted = options.verdict_options()
+    defaults = ScanOptions().verdict_options()
+    for name, value in wanted.items():
+        if value != defaults[name] and value != recorded[name]:
+            flag = options.origin(name.replace("_", "-") if name != "plugins" else "plugin")
+            raise UsageError(
+                f"{flag}: {manifest} was scanned with {name.replace('_', '-')} = {_shown(recorded[name])}, "
+                f"not {_shown(value)}: its verdicts are not the ones asked for; scan again with these options, "
+                "or run fix without --manifest"
+            )
+    fingerprint = record.get("fingerprint") or {}
+    if fingerprint.get("digest") != dataset.fingerprint["digest"]:
         raise ScrubError(
             f"{manifest}: this manifest does not describe {dataset.path} as it is now (the dataset "
             f"changed since the scan, or the scan was of another dataset or with other reading options: "
-            f"{recorded.get('files', '?')} files then, {dataset.fingerprint['files']} now); scan again, "
+            f"{fingerprint.get('files', '?')} files then, {dataset.fingerprint['files']} now); scan again, "
             "or run fix without --manifest"
         )
     return record
+
+
+def _shown(value: Any) -> str:
+    return "not set" if value in (None, [], {}) else json.dumps(value)
 
 
 def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | None) -> None:

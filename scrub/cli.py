@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -21,6 +22,7 @@ from rich.table import Table
 from scrub import __version__
 from scrub.errors import ExitCode, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
+from scrub.pipeline import DEFAULT_TIMEOUT
 
 app = typer.Typer(
     add_completion=False,
@@ -41,6 +43,7 @@ class Precision(str, Enum):
 class FailOn(str, Enum):
     error = "error"
     warning = "warning"
+    new = "new"
     never = "never"
 
 
@@ -111,28 +114,58 @@ ScaleOpt = Annotated[Optional[float], typer.Option(help="Replay: multiply every 
 ModelOpt = Annotated[str, typer.Option(help="Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch]).")]
 
 
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Read options from this TOML file (default: scrub.toml in the dataset's root or here, else [tool.scrub] in ./pyproject.toml).")]
+CheckSeverityOpt = Annotated[Optional[list[str]], typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable).")]
+CacheOpt = Annotated[Optional[Path], typer.Option(help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans).")]
+DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
+#: parameters that are not options of the model (the dataset, the config file itself)
+NOT_OPTIONS = frozenset({"path", "config"})
+
+
+def given_options(ctx: typer.Context) -> dict[str, object]:
+    """The options typed on the command line, by key name (defaults are not "given": a config
+    file's value must win over a flag's default)."""
+    given = {}
+    for name, value in ctx.params.items():
+        source = ctx.get_parameter_source(name)
+        if name in NOT_OPTIONS or getattr(source, "name", None) != "COMMANDLINE":
+            continue
+        key = "json" if name == "json_path" else "out" if name == "out_path" else name.replace("_", "-")
+        if isinstance(value, Enum):
+            value = value.value
+        if key == "format" and value == "auto":
+            continue
+        given[key] = value
+    return given
+
+
 @app.command()
 def scan(
+    ctx: typer.Context,
     path: PathArg,
+    config: ConfigOpt = None,
     format: FormatOpt = "auto",
     root: RootOpt = None,
     data_key: DataKeyOpt = None,
     label_key: LabelKeyOpt = None,
     lmdb_codec: CodecOpt = None,
     allow_pickle: PickleOpt = False,
-    manifest: Annotated[Path, typer.Option(help="Where to write the JSON Lines manifest (its scan record NAME.scan.json goes beside it).")] = Path("scrub-manifest.jsonl"),
+    manifest: Annotated[Path, typer.Option(help="Where to write the JSON Lines manifest (its scan record NAME.scan.json goes beside it).")] = DEFAULT_MANIFEST,
     json_path: JsonOpt = None,
     num_classes: ClassesOpt = None,
     label_range: RangeOpt = None,
     max_pixels: PixelsOpt = None,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
+    check_severity: CheckSeverityOpt = None,
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
-    timeout: TimeoutOpt = 60.0,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
-    fail_on: Annotated[FailOn, typer.Option(help="Exit 1 when an issue at or above this severity is found.")] = FailOn.error,
+    fail_on: Annotated[FailOn, typer.Option(help="Exit 1 when an issue at or above this severity is found; new: only errors the baseline does not hold (new and reappeared).")] = FailOn.error,
+    baseline: Annotated[Optional[Path], typer.Option(help="An earlier manifest: class every issue new, persisting or reappeared, and count the baseline's issues no longer found as resolved.")] = None,
+    cache: CacheOpt = None,
     quiet: QuietOpt = False,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
@@ -148,36 +181,17 @@ def scan(
     def body() -> int:
         from scrub.pipeline import start_worker_server
 
-        start_worker_server(scheduler, workers)
+        options = _resolve("scan", path, ctx, config).options
+        if options.manifest is None:
+            options = replace(options, manifest=DEFAULT_MANIFEST)
+        start_worker_server(options.run.scheduler, options.run.workers)
         from scrub.api import scan as run_scan
 
-        with _progress(quiet) as progress:
-            result = run_scan(
-                path,
-                format=None if format == "auto" else format,
-                root=root,
-                data_key=data_key,
-                label_key=label_key,
-                lmdb_codec=lmdb_codec,
-                allow_pickle=allow_pickle,
-                manifest=manifest,
-                num_classes=num_classes,
-                label_range=label_range,
-                max_pixels=max_pixels,
-                precision=precision.value,
-                select=_ids(select),
-                ignore=_ids(ignore),
-                scheduler=scheduler,
-                workers=workers,
-                timeout=timeout,
-                partition_size=partition_size,
-                plugins=plugin or (),
-                progress=progress,
-                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model, normalize),
-            )
-        code = result.exit_code(fail_on.value)
-        _write_json(json_path, result.summary.to_dict() | {"fail_on": fail_on.value, "exit_code": int(code)})
-        if not quiet:
+        with _progress(options.quiet) as progress:
+            result = run_scan(path, options, progress=progress)
+        code = result.exit_code(options.fail_on)
+        _write_json(options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)})
+        if not options.quiet:
             _print_summary(result.summary)
         return int(code)
 
@@ -191,11 +205,13 @@ class SeverityChoice(str, Enum):
 
 @app.command()
 def fix(
+    ctx: typer.Context,
     path: PathArg,
+    config: ConfigOpt = None,
     out_path: Annotated[Optional[Path], typer.Option("--out", help="Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for a single file).")] = None,
     quarantine: Annotated[bool, typer.Option("--quarantine", help="Also write the quarantined records, in the same format, with the manifest, to the quarantine folder.")] = False,
     quarantine_dir: Annotated[Optional[Path], typer.Option(help="The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies --quarantine.")] = None,
-    manifest: Annotated[Optional[Path], typer.Option(help="Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the dataset changed since).")] = None,
+    manifest: Annotated[Optional[Path], typer.Option(help="Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the dataset changed since, or if a checking option given differs from the scan's).")] = None,
     severity: Annotated[SeverityChoice, typer.Option(help="Quarantine records with an issue at or above this severity.")] = SeverityChoice.error,
     force: Annotated[bool, typer.Option("--force", help="Replace existing outputs.")] = False,
     link: Annotated[bool, typer.Option("--link", help="Images: hard-link kept files instead of copying them, where the file system allows.")] = False,
@@ -211,11 +227,13 @@ def fix(
     max_pixels: PixelsOpt = None,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
+    check_severity: CheckSeverityOpt = None,
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
-    timeout: TimeoutOpt = 60.0,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
+    cache: CacheOpt = None,
     quiet: QuietOpt = False,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
@@ -232,49 +250,100 @@ def fix(
     def body() -> int:
         from scrub.pipeline import start_worker_server
 
-        if manifest is None:
-            start_worker_server(scheduler, workers)
+        options = _resolve("fix", path, ctx, config).options
+        if options.manifest is None:
+            start_worker_server(options.scan.run.scheduler, options.scan.run.workers)
         from scrub.cleaning import fix as run_fix
 
-        with _progress(quiet) as progress:
-            result = run_fix(
-                path,
-                out=out_path,
-                quarantine=quarantine,
-                quarantine_dir=quarantine_dir,
-                manifest=manifest,
-                severity=severity.value,
-                force=force,
-                link=link,
-                format=None if format == "auto" else format,
-                root=root,
-                data_key=data_key,
-                label_key=label_key,
-                lmdb_codec=lmdb_codec,
-                allow_pickle=allow_pickle,
-                num_classes=num_classes,
-                label_range=label_range,
-                max_pixels=max_pixels,
-                precision=precision.value,
-                select=_ids(select),
-                ignore=_ids(ignore),
-                scheduler=scheduler,
-                workers=workers,
-                timeout=timeout,
-                partition_size=partition_size,
-                plugins=plugin or (),
-                progress=progress,
-                dummy_loss=_replay(dummy_loss, batch_size, lr, seed, scale, model, normalize),
-            )
+        with _progress(options.scan.quiet) as progress:
+            result = run_fix(path, options, progress=progress)
         code = result.exit_code()
-        _write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
-        if not quiet:
+        _write_json(options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
+        if not options.scan.quiet:
             if result.scan is not None:
                 _print_summary(result.scan.summary)
             else:
                 out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
             _print_fix(result.report)
         return int(code)
+
+    guarded(body)
+
+
+def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | None):
+    """The options of this run: the config file's, overridden by the flags typed."""
+    from scrub.config import resolve
+
+    return resolve(command, path, given_options(ctx), config)
+
+
+@app.command("config")
+def show_config(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The dataset the configuration is for (default: the working directory).")] = Path("."),
+    config: ConfigOpt = None,
+    command: Annotated[str, typer.Option("--command", help="Show the options of this command: scan or fix.")] = "scan",
+) -> None:
+    """Print the effective configuration for PATH, and where each value came from."""
+
+    def body() -> int:
+        from scrub.config import resolve
+        from scrub.options import describe, given_values
+
+        if command not in ("scan", "fix"):
+            raise ScrubError(f"--command {command!r}: choose scan or fix")
+        resolved = resolve(command, path, {}, config)
+        source = resolved.config.path if resolved.config else None
+        out.print(f"# scrub {command} {path}", markup=False)
+        out.print(f"# config file: {source or 'none found (scrub.toml here or in the dataset root, [tool.scrub] in ./pyproject.toml)'}",
+                  markup=False, soft_wrap=True)
+        values = given_values(resolved.options)
+        from scrub.options import KEYS, _flatten
+
+        flat = _flatten(resolved.options)
+        for name, key in KEYS.items():
+            if (command == "scan" and key.group == "fix") or name not in flat:
+                continue
+            value = describe(flat[name])
+            origin = resolved.origins.get(name, "default") if name in values or name in resolved.origins else "default"
+            text = _toml(value)
+            if text is None:
+                out.print(f"# {name} = (not set)  # {origin}", markup=False, soft_wrap=True)
+            else:
+                out.print(f"{name} = {text}  # {origin}", markup=False, soft_wrap=True)
+        return 0
+
+    guarded(body)
+
+
+def _toml(value) -> str | None:
+    """A value as a TOML literal; None for "not set"."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in value.items()) + " }"
+    return json.dumps(value).replace("true", "true").replace("false", "false")
+
+
+baseline_app = typer.Typer(help="Work with baselines (manifests of earlier scans).", no_args_is_help=True)
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.command("prune")
+def baseline_prune(
+    manifest: Annotated[Path, typer.Argument(help="A manifest written with --baseline.")],
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="Write the pruned manifest here instead of in place.")] = None,
+) -> None:
+    """Drop the resolved lines of a manifest (issues a baseline held that are gone), so that it
+    forgets them: one that comes back is then new, not reappeared."""
+
+    def body() -> int:
+        from scrub.baseline import prune
+
+        kept, dropped = prune(manifest, out_path)
+        out.print(f"{out_path or manifest}: kept {kept:,} issues, dropped {dropped:,} resolved", markup=False,
+                  soft_wrap=True)
+        return 0
 
     guarded(body)
 
@@ -312,18 +381,6 @@ def checks(
     guarded(body)
 
 
-def _replay(enabled: bool, batch_size: int, lr: float, seed: int, scale: float | None, model: str, normalize: bool):
-    """The replay's options, or None without --dummy-loss (its flags alone are an error)."""
-    from scrub.api import ReplayOptions
-
-    options = ReplayOptions(batch_size, lr, seed, scale, model, normalize)
-    if not enabled:
-        if options != ReplayOptions():
-            raise ScrubError("--batch-size, --lr, --seed, --scale, --model and --no-normalize need --dummy-loss")
-        return None
-    return options
-
-
 def _write_json(path: Path | None, document: dict) -> None:
     if path is None:
         return
@@ -331,10 +388,6 @@ def _write_json(path: Path | None, document: dict) -> None:
         path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     except OSError as error:
         raise ScrubError(f"{path}: cannot write the JSON summary: {error.strerror}") from None
-
-
-def _ids(text: str | None) -> list[str] | None:
-    return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
 
 class _progress:
@@ -383,9 +436,10 @@ def _print_summary(summary) -> None:
     table = Table("check", "severity", "issues", box=None)
     from scrub.checks import REGISTRY
 
+    overrides = summary.options.get("check_severity") or {}
     for check_id, count in sorted(summary.issues_by_check.items()):
         style = "" if count else "dim"
-        table.add_row(check_id, REGISTRY[check_id].severity.value, str(count), style=style)
+        table.add_row(check_id, overrides.get(check_id, REGISTRY[check_id].severity.value), str(count), style=style)
     out.print(table)
     out.print(
         f"{summary.records:,} records scanned in {summary.seconds:.2f} s "
@@ -406,6 +460,14 @@ def _print_summary(summary) -> None:
             f"{'standardized (' + replay['standardization']['source'] + ')' if replay['standardization'] else 'raw values'}"
             f"; {skipped:,} records not replayable (see the checks above)",
             markup=False,
+        )
+    if summary.baseline is not None:
+        compared = summary.baseline
+        out.print(
+            f"against the baseline {compared['path']}: {compared['new']:,} new, {compared['persisting']:,} persisting, "
+            f"{compared['reappeared']:,} reappeared, {compared['resolved']:,} resolved "
+            f"({compared['new_errors']:,} new or reappeared errors)",
+            markup=False, soft_wrap=True,
         )
     for note in summary.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)

@@ -20,6 +20,9 @@ from scrub.records import Issue
 
 DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
+#: fields a line carries only when they apply: ``content`` (rows keyed by position), ``status``
+#: (a scan with a baseline)
+OPTIONAL_FIELDS = ("content", "status")
 
 
 def encode_key(key: str | bytes) -> str:

@@ -34,6 +34,8 @@ from scrub.errors import UsageError
 from scrub.interrupt import ignore_in_worker, ignored_by_children
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
+#: Seconds one record may take before its decoder is deemed hung (``--timeout``).
+DEFAULT_TIMEOUT = 60.0
 
 OnRecord = Callable[[int], None]
 

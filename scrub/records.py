@@ -42,9 +42,14 @@ class Issue:
     severity: Severity
     message: str
     details: dict[str, Any] = field(default_factory=dict)
+    #: the record's content hash where its key is only a position (HDF5 rows): its identity
+    #: across scans (see `scrub.baseline`)
+    content: str | None = None
+    #: against a baseline: new, persisting, reappeared or resolved (see `scrub.baseline`)
+    status: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        line = {
             "source": self.source,
             "key": self.key,
             "index": self.index,
@@ -53,6 +58,11 @@ class Issue:
             "message": self.message,
             "details": self.details,
         }
+        if self.content is not None:
+            line["content"] = self.content
+        if self.status is not None:
+            line["status"] = self.status
+        return line
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Issue":
@@ -64,6 +74,8 @@ class Issue:
             severity=Severity(data["severity"]),
             message=data["message"],
             details=dict(data.get("details") or {}),
+            content=data.get("content"),
+            status=data.get("status"),
         )
 
     def identity(self) -> tuple[str, str, str]:

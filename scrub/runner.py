@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
 from scrub.checks.base import REGISTRY, Check, CheckOptions, make_issue
 from scrub.checks.images import decoder_failure
 from scrub.checks.properties import annotate, tally
-from scrub.errors import ScrubError
+from scrub.errors import ScrubError, UsageError
+from scrub.options import Selection
 from scrub.readers.base import Reader
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
@@ -73,21 +75,42 @@ class NumericStats:
 
 
 def select_checks(
-    select: Iterable[str] | None,
-    ignore: Iterable[str] | None,
+    selection: Selection,
     options: CheckOptions,
     provides: Iterable[str] = ("image", "bytes", "array"),
+    origin: Callable[[str], str] = lambda name: f"--{name}",
+    dataset: str = "this dataset",
 ) -> list[Check]:
     """The checks to run: those that apply to what the reader provides, narrowed by
-    ``--select`` and ``--ignore``."""
-    wanted = list(select) if select else sorted(REGISTRY)
-    unknown = [c for c in [*wanted, *(ignore or ())] if c not in REGISTRY]
-    if unknown:
-        raise ScrubError(f"unknown check id: {', '.join(unknown)} (see `scrub checks`)")
-    dropped = set(ignore or ())
-    chosen = [REGISTRY[c] for c in wanted if c not in dropped]
+    ``--select`` and ``--ignore``. A check named that does not exist, or selected where it
+    cannot run (``--select nonfinite-data`` on JPEGs), is an error naming what does apply."""
+    for name, ids in (("select", selection.select or ()), ("ignore", selection.ignore),
+                      ("check-severity", [c for c, _ in selection.check_severity])):
+        unknown = [c for c in ids if c not in REGISTRY]
+        if unknown:
+            raise UsageError(f"{origin(name)}: unknown check id: {', '.join(unknown)} (see `scrub checks`)")
     applicable = {"any", "label", *provides}
-    return [c for c in chosen if c.needs in applicable and (c.needs != "label" or options.labelled)]
+
+    def runs(check: Check) -> bool:
+        return check.needs in applicable and (check.needs != "label" or options.labelled)
+
+    dropped = set(selection.ignored)
+    if selection.select is not None:
+        cannot = [c for c in selection.select if not runs(REGISTRY[c])]
+        if cannot:
+            can = ", ".join(sorted(c.id for c in REGISTRY.values() if runs(c)))
+            raise UsageError(
+                f"{origin('select')}: {', '.join(cannot)} cannot run on {dataset} (it has no "
+                f"{' or '.join(sorted({_need(REGISTRY[c].needs) for c in cannot}))}); the checks that apply: {can}"
+            )
+    wanted = selection.select if selection.select is not None else sorted(REGISTRY)
+    return [REGISTRY[c] for c in wanted if c not in dropped and runs(REGISTRY[c])]
+
+
+def _need(needs: str) -> str:
+    return {"label": "labels", "array": "numeric values", "image": "images", "bytes": "encoded files",
+            "rows": "array rows", "values": "key-value records", "replay": "--dummy-loss replay",
+            "label-vectors": "label vectors"}.get(needs, needs)
 
 
 class PartitionWork:
@@ -164,7 +187,10 @@ class PartitionWork:
             if check.needs == "label" and batch.labels is None:
                 continue
             for row, finding in _run_check(check, batch, self.options, check.batch):
-                result.issues.append(make_issue(check.id, batch.source, batch.key(row), batch.start + row, finding))
+                issue = make_issue(check.id, batch.source, batch.key(row), batch.start + row, finding)
+                if batch.keys is None:  # rows keyed by position: their content is their identity
+                    issue.content = row_digest(batch, row)
+                result.issues.append(issue)
         for check in dataset_checks:
             if check.collect_batch is not None:
                 rows, values = check.collect_batch(batch)
@@ -202,6 +228,14 @@ class _Plan:
         # others (labels, empty-record) already ran on the record.
         self.numeric = [c for c in self.batch if c.func is None and c.needs != "label"]
         self.dataset = [c for c in checks if c.kind == "dataset"]
+
+
+def row_digest(batch: Batch, row: int) -> str:
+    """A row's identity where its key is only its position: a hash of its values and label."""
+    digest = xxhash.xxh3_64(np.ascontiguousarray(batch.data[row]).tobytes())
+    if batch.labels is not None:
+        digest.update(np.ascontiguousarray(batch.labels[row]).tobytes())
+    return "xxh3:" + digest.hexdigest()
 
 
 def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, Column, make_issue
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
@@ -145,8 +146,13 @@ class ScanAggregate:
         manifest: ManifestWriter,
         progress: Callable[[Progress], None] | None = None,
         total: int = 0,
+        severities: dict[str, str] | None = None,
+        baseline: Baseline | None = None,
     ) -> None:
         self.checks = list(checks)
+        #: check id -> the severity the user set for it (``--check-severity``, a config file)
+        self.severities = {c: Severity(level) for c, level in (severities or {}).items() if level != "ignore"}
+        self.baseline = baseline
         self.options = options
         self.manifest = manifest
         self.progress = progress
@@ -193,7 +199,11 @@ class ScanAggregate:
                 self.add_issue(issue)
 
     def add_issue(self, issue: Issue) -> None:
-        """Stream one issue to the manifest and count it."""
+        """Stream one issue to the manifest and count it (classed against the baseline)."""
+        if issue.check in self.severities:
+            issue.severity = self.severities[issue.check]
+        if self.baseline is not None:
+            self.baseline.classify(issue)
         if issue.check in LABEL_CHECKS:
             self.label_flagged.add((issue.source, issue.key))
         self.manifest.write(issue)
@@ -201,17 +211,33 @@ class ScanAggregate:
         self.by_severity[issue.severity.value] += 1
         self.flagged[issue.severity.value].add((issue.source, issue.key, issue.index))
 
-    def finish_dataset_checks(self, locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]]) -> None:
+    def finish_dataset_checks(self, locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]],
+                              contents: Callable[[Sequence[tuple[int, int]]], list[str | None]] | None = None) -> None:
+        """Judge the collected columns; ``contents`` gives the content hash of records keyed by
+        position (their identity across scans)."""
         for check in self.checks:
             if check.kind != "dataset":
                 continue
             judgement = check.func(self.columns[check.id].column(), self.options, locate)
             self.notes += [f"{check.id}: {finding.message}" for position, finding in judgement if position is None]
             judgement = [(position, finding) for position, finding in judgement if position is not None]
-            identities = locate([position for position, _ in judgement])
-            for (source, key, index), (_, finding) in zip(identities, judgement):
-                self.add_issue(make_issue(check.id, source, key, index, finding))
+            positions = [position for position, _ in judgement]
+            identities = locate(positions)
+            hashes = contents(positions) if contents is not None else [None] * len(positions)
+            for (source, key, index), content, (_, finding) in zip(identities, hashes, judgement):
+                issue = make_issue(check.id, source, key, index, finding)
+                issue.content = content
+                self.add_issue(issue)
             self.columns[check.id] = _store(check.column_dtype)  # free the memory
+
+    def finish_baseline(self, path) -> dict[str, Any] | None:
+        """Write the baseline's issues no longer found (status ``resolved``) and return the
+        comparison's counts for the summary; None without a baseline."""
+        if self.baseline is None:
+            return None
+        for issue in self.baseline.resolved():
+            self.manifest.write(issue)
+        return {"path": str(path), **self.baseline.counts()}
 
     @property
     def elapsed(self) -> float:
@@ -255,6 +281,8 @@ class Summary:
     #: what a person should know that is not an issue of a record: a rule that did not apply
     #: and why, which label dataset was used, ...
     notes: list[str] = field(default_factory=list)
+    #: with ``--baseline``: its path and the counts new, persisting, reappeared, resolved
+    baseline: dict[str, Any] | None = None
 
     @property
     def issues(self) -> int:
@@ -283,6 +311,7 @@ class Summary:
             "stats": self.stats,
             **({"datasets": self.datasets} if self.datasets else {}),
             **({"replay": self.replay} if self.replay is not None else {}),
+            **({"baseline": self.baseline} if self.baseline is not None else {}),
             "notes": list(self.notes),
             "checks": self.checks,
             "options": self.options,

@@ -11,7 +11,7 @@ from conftest import REPO
 from scrub.checks import catalogue
 from scrub.checks.base import DOC_SECTIONS
 from scrub.cli import app
-from scrub.manifest import FIELDS
+from scrub.manifest import FIELDS, OPTIONAL_FIELDS
 
 README = (REPO / "README.md").read_text()
 
@@ -40,8 +40,16 @@ def test_every_command_and_option_is_in_the_readme():
     assert options > 40  # scan's and fix's options were seen (the check cannot pass vacuously)
 
 
+def test_every_config_key_is_in_the_readme():
+    from scrub.options import COMMAND_LINE_ONLY, KEYS
+
+    section = README.split("### Configuration", 1)[1].split("### Baselines", 1)[0]
+    for name in set(KEYS) - COMMAND_LINE_ONLY:
+        assert f"`{name}`" in section, f"config key {name} missing from the README's Configuration"
+
+
 def test_manifest_fields_and_exit_codes_are_in_the_readme():
-    for field in FIELDS:
+    for field in FIELDS + OPTIONAL_FIELDS:
         assert f"`{field}`" in README
     for code in ("0", "1", "2"):
         assert re.search(rf"\|\s*`?{code}`?\s*\|", README), f"exit code {code} missing"

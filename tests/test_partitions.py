@@ -30,7 +30,7 @@ def identities(reader, partition, start=0, stop=None) -> list[tuple[str, str, in
 
 
 def check_cover(path, size: int, cut: tuple[int, int]) -> None:
-    reader = open_reader(path, None, ReadOptions())
+    reader = open_reader(path, ReadOptions())
     info, partitions = reader.open(size)
     reader = pickle.loads(pickle.dumps(reader))  # as a worker receives it
     everything = [i for p in partitions for i in identities(reader, p)]

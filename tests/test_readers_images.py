@@ -15,7 +15,7 @@ from scrub.readers.images import ImageReader, parse_label, split_list_line
 
 
 def records_of(path, **options):
-    reader = open_reader(path, None, ReadOptions(**options))
+    reader = open_reader(path, ReadOptions(**options))
     info, partitions = reader.open(3)
     records = [r for p in partitions for r in reader.read(p)]
     return info, records
@@ -135,6 +135,6 @@ def test_sniffing_and_unusable_inputs(tmp_path):
     assert ImageReader.sniff(tmp_path / "list.txt")
     assert not ImageReader.sniff(tmp_path / "prose.txt")
     with pytest.raises(UnusableDataset):
-        open_reader(tmp_path / "prose.txt", None, ReadOptions())
+        open_reader(tmp_path / "prose.txt", ReadOptions())
     with pytest.raises(UnusableDataset, match="empty"):
-        open_reader(tmp_path / "empty.txt", "images", ReadOptions()).open(10)
+        open_reader(tmp_path / "empty.txt", ReadOptions(format="images")).open(10)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,6 +27,7 @@ class ReadOptions:
     label_key: str | None = None  # HDF5: the labels dataset (default "label")
     lmdb_codec: str | None = None  # LMDB: force a value codec (default: detect per record)
     allow_pickle: bool = False  # LMDB: unpickle pickled values (runs arbitrary code)
+    format: str | None = None  # force a reader (default: the first whose sniff accepts the path)
 
 
 @dataclass
@@ -80,6 +81,11 @@ class Reader(ABC):
     #: "rows" for paired data/label datasets, "values" for key-value stores. ("label-vectors"
     #: is added for a dataset whose `DatasetInfo.label_width` is set, "replay" with the replay.)
     provides: ClassVar[frozenset[str]] = frozenset()
+    #: Whether a record's key is only its position (HDF5 rows): then its content is its identity
+    #: across scans (see `scrub.baseline`).
+    positional_keys: ClassVar[bool] = False
+    #: The `ReadOptions` fields this reader reads; another one given is an error naming these.
+    options_used: ClassVar[frozenset[str]] = frozenset()
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
 
@@ -135,17 +141,35 @@ def reader_class(format_name: str) -> type[Reader]:
     return getattr(importlib.import_module(module), name)
 
 
-def open_reader(path: Path, format_name: str | None, options: ReadOptions) -> Reader:
-    """The reader for ``path``: the one named by ``format_name``, else the first that sniffs it."""
+def open_reader(path: Path, options: ReadOptions, origin: Callable[[str], str] = lambda name: f"--{name}") -> Reader:
+    """The reader for ``path``: the one ``options.format`` names, else the first that sniffs it.
+
+    A reading option this reader does not use is an error that names the ones it does use:
+    ``--data-key`` on an image folder must not pass for a key that was looked at.
+    """
     if not path.exists():
         raise UnusableDataset(f"{path}: no such file or directory")
-    if format_name not in (None, "auto"):
-        return reader_class(format_name)(path, options)
+    if options.format not in (None, "auto"):
+        return _applicable(reader_class(options.format), path, options, origin)
     for name in REGISTRY:
         cls = reader_class(name)
         if cls.sniff(path):
-            return cls(path, options)
+            return _applicable(cls, path, options, origin)
     raise UnusableDataset(
         f"{path}: not a dataset scrub can read (expected {', '.join(sorted(REGISTRY))}; "
         "use --format to force one)"
     )
+
+
+def _applicable(cls: type[Reader], path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
+    default = ReadOptions()
+    for item in fields(options):
+        if item.name == "format" or getattr(options, item.name) == getattr(default, item.name):
+            continue
+        if item.name not in cls.options_used:
+            used = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(cls.options_used)) or "none"
+            raise UsageError(
+                f"{origin(item.name.replace('_', '-'))}: does not apply to {path} ({cls.format}); "
+                f"the {cls.format} reader's options are: {used}"
+            )
+    return cls(path, options)

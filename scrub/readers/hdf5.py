@@ -74,6 +74,8 @@ class HDF5Reader(Reader):
     preferred_scheduler = "processes"
     records_per_task = 0  # partitions are sized in bytes, see PARTITION_BYTES
     provides = frozenset({"array", "rows"})
+    options_used = frozenset({"data_key", "label_key"})
+    positional_keys = True
     worker_imports = ("h5py",)
 
     @classmethod

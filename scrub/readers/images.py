@@ -25,10 +25,12 @@ from typing import NamedTuple
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset
+from scrub.errors import UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.records import Record
 
 SNIFF_LINES = 100
+JPEG_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
 
 
 class Entry(NamedTuple):
@@ -84,6 +86,7 @@ class ImageReader(Reader):
     preferred_scheduler = "processes"
     records_per_task = 1000
     provides = frozenset({"image", "bytes", "array"})  # array: the pixels of float images
+    options_used = frozenset({"root"})
 
     @classmethod
     def sniff(cls, path: Path) -> bool:
@@ -107,6 +110,11 @@ class ImageReader(Reader):
             info, entries = self._list_file(self.path)
         else:
             raise UnusableDataset(f"{self.path}: neither a folder of images nor a list file")
+        if self.options.root is not None and not self.path.is_file():
+            raise UsageError(f"--root: applies to list files; {self.path} is a folder (its images are below it)")
+        if entries and all(os.path.splitext(e.key)[1].lower() in JPEG_EXTENSIONS for e in entries):
+            # JPEG holds 8-bit samples only: the numeric checks (for float and 16-bit images) cannot run
+            self.provides = self.provides - {"array"}
         self.root = info.root
         size = partition_size
         return info, [tuple(entries[i : i + size]) for i in range(0, len(entries), size)]

@@ -139,6 +139,7 @@ class LMDBReader(Reader):
     preferred_scheduler = "processes"
     records_per_task = 1000
     provides = frozenset({"image", "bytes", "array", "values"})
+    options_used = frozenset({"lmdb_codec", "allow_pickle"})
     worker_imports = ("lmdb",)
 
     @classmethod

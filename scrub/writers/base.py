@@ -36,8 +36,8 @@ class Verdicts:
     def from_issues(cls, issues: Iterable[Issue], threshold: Severity) -> "Verdicts":
         verdicts = cls()
         for issue in issues:
-            if not issue.severity.at_least(threshold):
-                continue
+            if not issue.severity.at_least(threshold) or issue.status == "resolved":
+                continue  # a resolved line (a baseline's) describes an issue no longer found
             if issue.key == "*" or issue.index is None:
                 verdicts.files.add(issue.source)
             else:

@@ -1,0 +1,419 @@
+"""One options model for every command, every config file and the Python API.
+
+An option is declared once, as a field of one of the option groups below (`ReadOptions` and
+`CheckOptions` are the readers' and the checks' own; `Selection`, `RunOptions`,
+`ReplayOptions`, and the output fields of `ScanOptions` and `FixOptions`), and once in `KEYS`,
+which gives it its user-facing name (``num-classes``: the flag is ``--num-classes``, the config
+key ``num-classes``, the API keyword ``num_classes``), its type and its limits. Values from the
+command line, a config file or API keywords all go through `coerce`, so an option is
+validated in one place, with the same message wherever it came from.
+
+Adding a reader option is one field in `ReadOptions`, one `Key` here, one CLI line, and the
+reader's own code (which also lists it in its ``options_used``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scrub.checks.base import CheckOptions
+from scrub.checks.numeric import PRECISIONS
+from scrub.errors import UsageError
+from scrub.pipeline import DEFAULT_TIMEOUT
+from scrub.readers.base import ReadOptions
+
+SEVERITY_LEVELS = ("error", "warning", "ignore")  # what --check-severity may set a check to
+FAIL_ON = ("error", "warning", "new", "never")
+FIX_SEVERITIES = ("error", "warning")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which checks run, and at which severity."""
+
+    select: tuple[str, ...] | None = None  # None: every check that applies
+    ignore: tuple[str, ...] = ()
+    #: (check id, "error" | "warning" | "ignore"): a check's severity as the user wants it
+    check_severity: tuple[tuple[str, str], ...] = ()
+    plugins: tuple[str, ...] = ()  # modules to import first (their checks run too)
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        return dict(self.check_severity)
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """``--ignore`` plus the checks whose severity was set to ``ignore``."""
+        return tuple(dict.fromkeys([*self.ignore, *(c for c, level in self.check_severity if level == "ignore")]))
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how the work runs (never changes a verdict)."""
+
+    scheduler: str | None = None  # threads, processes, sync, or tcp://host:port
+    workers: int | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    partition_size: int | None = None
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The dummy-loss replay's options (``--dummy-loss`` and the flags beside it)."""
+
+    batch_size: int = 64
+    lr: float = 0.01
+    seed: int = 0
+    scale: float | None = None
+    model: str = "linear"  # linear, l2, batchnorm, or module:function (a loss or a PyTorch model factory)
+    normalize: bool = True
+
+    def config(self, precision: str = "float32"):
+        """The replayer's configuration, at the scan's training ``precision`` (a ``--model``
+        module is imported now, so that a typo fails before the scan, not after it)."""
+        from scrub.replay.replayer import ReplayConfig
+        from scrub.replay.usermodel import load_loss
+
+        try:
+            config = ReplayConfig(self.batch_size, self.lr, self.seed, precision, self.model, self.normalize)
+        except ValueError as error:
+            raise UsageError(f"--dummy-loss: {error}") from None
+        if ":" in config.model:
+            load_loss(config.model)
+        return config
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Everything `scrub scan` (and the scan inside `scrub fix`) is told."""
+
+    read: ReadOptions = field(default_factory=ReadOptions)
+    checks: CheckOptions = field(default_factory=CheckOptions)
+    selection: Selection = field(default_factory=Selection)
+    run: RunOptions = field(default_factory=RunOptions)
+    replay: ReplayOptions | None = None  # None: no dummy-loss replay
+    manifest: Path | None = None  # None: a temporary manifest (the CLI's default is scrub-manifest.jsonl)
+    json: Path | None = None
+    fail_on: str = "error"
+    baseline: Path | None = None
+    cache: Path | None = None
+    quiet: bool = False
+    #: key name -> where its value came from ("--num-classes", "scrub.toml:3: num-classes")
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def origin(self, name: str) -> str:
+        """Where option ``name`` was set, for messages: its flag unless a config file set it."""
+        return self.origins.get(name, f"--{name}")
+
+    @classmethod
+    def build(cls, **keywords: Any) -> "ScanOptions":
+        """Options from API keywords (``num_classes=10``), each validated as a flag would be;
+        ``dummy_loss`` may be a `ReplayOptions`."""
+        return build(cls, _keyword_values(keywords), {})
+
+    def verdict_options(self) -> dict[str, Any]:
+        """What changes a record's verdict (recorded with the scan; part of the cache key)."""
+        checks = self.checks
+        return {
+            "num_classes": checks.num_classes,
+            "label_range": list(checks.label_range) if checks.label_range else None,
+            "max_pixels": checks.max_pixels,
+            "precision": checks.precision,
+            "select": list(self.selection.select) if self.selection.select is not None else None,
+            "ignore": list(self.selection.ignored),
+            "check_severity": {c: level for c, level in self.selection.check_severity if level != "ignore"},
+            "plugins": list(self.selection.plugins),
+        }
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """Everything `scrub fix` is told: the scan's options plus where the outputs go."""
+
+    scan: ScanOptions = field(default_factory=ScanOptions)
+    out: Path | None = None
+    quarantine: bool = False
+    quarantine_dir: Path | None = None
+    manifest: Path | None = None  # reuse this earlier scan instead of scanning
+    severity: str = "error"  # quarantine records with an issue at or above this
+    force: bool = False
+    link: bool = False
+
+    @classmethod
+    def build(cls, **keywords: Any) -> "FixOptions":
+        """Options from API keywords (``out=..., num_classes=10``), validated as flags are."""
+        return build(cls, _keyword_values(keywords), {})
+
+
+def _keyword_values(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """API keywords as key names; a `ReplayOptions` given as ``dummy_loss`` spreads into its keys."""
+    values = {("plugin" if name == "plugins" else name.replace("_", "-")): value for name, value in keywords.items()}
+    replay = values.get("dummy-loss")
+    if isinstance(replay, ReplayOptions):
+        values["dummy-loss"] = True
+        for item in dataclasses.fields(replay):
+            if getattr(replay, item.name) != item.default:
+                values.setdefault(item.name.replace("_", "-"), getattr(replay, item.name))
+    return values
+
+
+@dataclass(frozen=True)
+class Key:
+    """One user-facing option: its name, where it lands, its type and its limits."""
+
+    name: str  # kebab-case: the flag without "--", the config key
+    group: str  # read, checks, selection, run, replay, scan, fix
+    kind: str  # int, float, str, bool, path, ids, severities
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
+    per_path: bool = False
+    #: a config file may set it (the dataset path itself, --config and --force may not)
+    help: str = ""
+
+    @property
+    def attribute(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+
+KEYS: dict[str, Key] = {
+    key.name: key
+    for key in [
+        Key("format", "read", "str", per_path=True, help="images, hdf5 or lmdb (default: auto-detect)"),
+        Key("root", "read", "path", per_path=True, help="images list files: the folder paths are relative to"),
+        Key("data-key", "read", "str", per_path=True, help="HDF5: the dataset whose rows are records"),
+        Key("label-key", "read", "str", per_path=True, help="HDF5: the labels dataset"),
+        Key("lmdb-codec", "read", "str", choices=("datum", "image", "npy", "pickle"), per_path=True,
+            help="LMDB: force the value codec"),
+        Key("allow-pickle", "read", "bool", per_path=True, help="LMDB: unpickle pickled values (runs code)"),
+        Key("num-classes", "checks", "int", minimum=1, per_path=True, help="labels must lie in [0, N)"),
+        Key("label-range", "checks", "range", per_path=True, help="valid labels LO:HI (HI exclusive)"),
+        Key("max-pixels", "checks", "int", minimum=1, per_path=True, help="decompression-bomb limit"),
+        Key("precision", "checks", "str", choices=PRECISIONS, per_path=True, help="the training precision"),
+        Key("select", "selection", "ids", per_path=True, help="run only these checks"),
+        Key("ignore", "selection", "ids", per_path=True, help="skip these checks"),
+        Key("check-severity", "selection", "severities", per_path=True,
+            help="per-check severity: error, warning or ignore"),
+        Key("plugin", "selection", "paths", help="modules to import first, for their checks"),
+        Key("scheduler", "run", "str", help="threads, processes, sync, or tcp://host:port"),
+        Key("workers", "run", "int", minimum=1, help="local workers"),
+        Key("timeout", "run", "float", minimum=0.001, help="seconds one record may take"),
+        Key("partition-size", "run", "int", minimum=1, help="records per Dask task"),
+        Key("dummy-loss", "replay", "bool", help="replay the data through a dummy model"),
+        Key("batch-size", "replay", "int", minimum=1, help="replay: records per SGD step"),
+        Key("lr", "replay", "float", help="replay: the SGD learning rate"),
+        Key("seed", "replay", "int", help="replay: seed of the initial weights"),
+        Key("scale", "replay", "float", help="replay: multiply every input by this"),
+        Key("model", "replay", "str", help="replay: linear, l2, batchnorm or module:function"),
+        Key("normalize", "replay", "bool", help="replay: standardize the inputs"),
+        Key("manifest", "scan", "path", help="scan: where to write the manifest; fix: an earlier scan to reuse"),
+        Key("json", "scan", "path", help="also write the summary as JSON here"),
+        Key("fail-on", "scan", "str", choices=FAIL_ON, help="exit 1 on issues at or above this (new: new errors)"),
+        Key("baseline", "scan", "path", help="an earlier manifest: class issues new, persisting, reappeared"),
+        Key("cache", "scan", "path", help="a folder of per-record results, for incremental rescans"),
+        Key("quiet", "scan", "bool", help="no progress bar and no table"),
+        Key("out", "fix", "path", help="where to write the cleaned copy"),
+        Key("quarantine", "fix", "bool", help="also write the quarantined records"),
+        Key("quarantine-dir", "fix", "path", help="the quarantine folder (implies quarantine)"),
+        Key("severity", "fix", "str", choices=FIX_SEVERITIES, help="quarantine at or above this severity"),
+        Key("force", "fix", "bool", help="replace existing outputs"),
+        Key("link", "fix", "bool", help="images: hard-link kept files"),
+    ]
+}
+
+#: Keys only one command uses; a config file may hold both (it serves both commands).
+SCAN_ONLY = frozenset({"fail-on", "baseline"})
+FIX_ONLY = frozenset(k.name for k in KEYS.values() if k.group == "fix")
+#: Keys that cannot come from a config file (they act on the outputs of one run).
+COMMAND_LINE_ONLY = frozenset({"force"})
+
+
+def coerce(key: Key, value: Any, where: str) -> Any:
+    """``value`` as the type ``key`` holds, or a `UsageError` naming ``where`` it came from
+    (``--num-classes`` or ``scrub.toml:3: num-classes``)."""
+
+    def fail(expected: str) -> UsageError:
+        return UsageError(f"{where}: expected {expected}, got {value!r}")
+
+    if key.kind == "bool":
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if key.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer")
+    elif key.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail("a number")
+        value = float(value)
+    elif key.kind in ("str", "path"):
+        if isinstance(value, Path):
+            value = str(value)
+        if not isinstance(value, str) or not value:
+            raise fail("a non-empty string")
+        if key.kind == "path":
+            return Path(value)
+    elif key.kind in ("ids", "paths"):
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()] if key.kind == "ids" else [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+            raise fail("a list of names")
+        return tuple(value)
+    elif key.kind == "severities":
+        return _severities(value, where)
+    elif key.kind == "range":
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            value = f"{value[0]}:{value[1]}"
+        if not isinstance(value, str):
+            raise fail("LO:HI")
+        return parse_label_range(value, where)
+    if key.choices is not None and value not in key.choices:
+        raise UsageError(f"{where}: {value!r} is not one of {', '.join(key.choices)}")
+    if key.minimum is not None and value < key.minimum:
+        raise UsageError(f"{where}: must be at least {key.minimum:g}, got {value!r}")
+    return value
+
+
+def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{"fp16-overflow": "error"}`` (a config table) or ``["fp16-overflow=error"]`` (flags)."""
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        pairs = {}
+        for item in value:
+            if isinstance(item, tuple) and len(item) == 2:  # the model's own form
+                item = f"{item[0]}={item[1]}"
+            check, sep, level = str(item).partition("=")
+            if not sep:
+                raise UsageError(f"{where}: expected CHECK=LEVEL, got {item!r}")
+            pairs[check.strip()] = level.strip()
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where}: expected a table of check = level")
+    for check, level in value.items():
+        if level not in SEVERITY_LEVELS:
+            raise UsageError(f"{where}: {check} = {level!r}: choose one of {', '.join(SEVERITY_LEVELS)}")
+    return tuple(sorted(value.items()))
+
+
+def parse_label_range(text: str, where: str = "--label-range") -> tuple[int, int]:
+    """``LO:HI`` (HI exclusive) as a pair of ints."""
+    low, sep, high = text.partition(":")
+    try:
+        bounds = (int(low), int(high))
+    except ValueError:
+        bounds = None
+    if not sep or bounds is None or bounds[0] >= bounds[1]:
+        raise UsageError(f"{where}: {text!r}: expected LO:HI with integers LO < HI")
+    return bounds
+
+
+def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any:
+    """A `ScanOptions` or `FixOptions` from ``values`` (key name -> value, unvalidated);
+    ``where`` names where each value came from, for the messages (default: its flag)."""
+    unknown = [name for name in values if name not in KEYS]
+    if unknown:
+        known = ", ".join(sorted(KEYS))
+        raise UsageError(f"unknown option {unknown[0]!r} (options: {known})")
+    if cls is ScanOptions:
+        allowed = set(KEYS) - FIX_ONLY
+        stray = [n for n in values if n not in allowed and n != "manifest"]
+        if stray:
+            raise UsageError(f"{where.get(stray[0], KEYS[stray[0]].flag)}: only `scrub fix` takes it")
+    groups: dict[str, dict[str, Any]] = {g: {} for g in ("read", "checks", "selection", "run", "replay", "scan", "fix")}
+    for name, value in values.items():
+        key = KEYS[name]
+        if value is None:  # the API's "not given"
+            continue
+        label = where.get(name, key.flag)
+        groups[key.group][key.attribute] = coerce(key, value, label)
+    checks = groups["checks"]
+    selection = groups["selection"]
+    if "plugin" in selection:
+        selection["plugins"] = selection.pop("plugin")
+    replay = groups["replay"]
+    dummy_loss = replay.pop("dummy_loss", False)
+    if replay and not dummy_loss:
+        flags = ", ".join(where.get(n.replace("_", "-"), "--" + n.replace("_", "-")) for n in replay)
+        raise UsageError(f"{flags}: need --dummy-loss (they configure the replay)")
+    read = groups["read"]
+    scan = ScanOptions(
+        read=ReadOptions(**read),
+        checks=CheckOptions(**checks),
+        selection=Selection(**selection),
+        run=RunOptions(**groups["run"]),
+        replay=ReplayOptions(**replay) if dummy_loss else None,
+        origins=dict(where),
+        **{k: v for k, v in groups["scan"].items() if not (cls is FixOptions and k == "manifest")},
+    )
+    if scan.fail_on == "new" and scan.baseline is None:
+        raise UsageError(f"{where.get('fail-on', '--fail-on')} new: needs a baseline (--baseline OLD_MANIFEST)")
+    if cls is ScanOptions:
+        return scan
+    fix = groups["fix"]
+    if "manifest" in groups["scan"]:
+        fix["manifest"] = groups["scan"]["manifest"]
+    if scan.baseline is not None or scan.fail_on != "error":
+        raise UsageError("--baseline and --fail-on: only `scrub scan` takes them (fix quarantines by --severity)")
+    if fix.get("manifest") is not None and scan.replay is not None:
+        raise UsageError("--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss")
+    if fix.get("quarantine_dir") is not None:
+        fix["quarantine"] = True
+    return FixOptions(scan=scan, **fix)
+
+
+def merged(options: ScanOptions, keywords: Mapping[str, Any]) -> ScanOptions:
+    """``options`` with API ``keywords`` laid over them, validated as one."""
+    values = {name: value for name, value in given_values(options).items()} | _keyword_values(keywords)
+    return build(ScanOptions, values, {k: v for k, v in options.origins.items() if k not in keywords})
+
+
+def fix_keywords(options: FixOptions) -> dict[str, Any]:
+    """``options`` as API keywords (the ones that differ from the defaults)."""
+    return {("plugins" if k == "plugin" else k.replace("-", "_")): v for k, v in given_values(options).items()}
+
+
+def given_values(options: ScanOptions | FixOptions) -> dict[str, Any]:
+    """The options that differ from the defaults, by key name (for display and comparison)."""
+    default = type(options)()
+    flat, flat_default = _flatten(options), _flatten(default)
+    return {name: value for name, value in flat.items() if flat_default.get(name) != value}
+
+
+def _flatten(options: ScanOptions | FixOptions) -> dict[str, Any]:
+    """Every option by key name, as held in the model."""
+    scan = options.scan if isinstance(options, FixOptions) else options
+    values: dict[str, Any] = {}
+    for group, holder in (("read", scan.read), ("checks", scan.checks), ("selection", scan.selection),
+                          ("run", scan.run), ("replay", scan.replay or ReplayOptions()), ("scan", scan)):
+        for item in dataclasses.fields(holder):
+            name = "plugin" if item.name == "plugins" else item.name.replace("_", "-")
+            if name in KEYS and KEYS[name].group == group:
+                values[name] = getattr(holder, item.name)
+    values["dummy-loss"] = scan.replay is not None
+    if isinstance(options, FixOptions):
+        for item in dataclasses.fields(options):
+            name = item.name.replace("_", "-")
+            if name in KEYS and KEYS[name].group == "fix" or name == "manifest":
+                values[name] = getattr(options, item.name)
+    return values
+
+
+def describe(value: Any) -> Any:
+    """A value as a person (and TOML) writes it."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):
+        return {k: v for k, v in value}
+    if isinstance(value, tuple):
+        return [describe(v) for v in value] if not (len(value) == 2 and all(isinstance(v, int) for v in value)) \
+            else f"{value[0]}:{value[1]}"
+    return value
