@@ -69,7 +69,7 @@ class OpenedDataset:
     reader: Reader
     info: DatasetInfo
     partitions: list
-    fingerprint: dict[str, Any]
+    fingerprint: dict[str, Any] | None  # None until taken (a cached scan takes it from its lookups' stats)
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -103,7 +103,9 @@ def open_dataset(
     if before_open is not None:
         before_open(reader)
     info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
-    return OpenedDataset(path, reader, info, partitions, fingerprint(reader, partitions, info.root))
+    cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
+    taken = None if cached else fingerprint(reader, partitions, info.root)
+    return OpenedDataset(path, reader, info, partitions, taken)
 
 
 def scan(
@@ -126,7 +128,8 @@ def scan(
     started = time.perf_counter()
     options = _options(options, keywords)
     load_plugins(options.selection.plugins)
-    dataset = open_dataset(path, options, before_open=worker_starter(options.run))
+    # With a cache, most nights need no worker at all: start them only for what is left to scan.
+    dataset = open_dataset(path, options, before_open=None if options.cache else worker_starter(options.run))
     try:
         return scan_dataset(dataset, options, progress=progress, started=started)
     finally:
@@ -160,8 +163,6 @@ def scan_dataset(
 ) -> ScanResult:
     """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options'."""
     started = time.perf_counter() if started is None else started
-    if options.cache is not None:
-        raise UsageError(f"{options.origin('cache')}: incremental rescans are not built yet")
     info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
     replay = options.replay
     checking = replace(options.checks, labelled=info.labelled)
@@ -182,10 +183,15 @@ def scan_dataset(
     writer = ManifestWriter(Path(manifest))
     aggregate = ScanAggregate(checks, checking, writer, progress, total=info.records,
                               severities=options.selection.overrides, baseline=baseline)
-    work = PartitionWork(reader, checking, checks, moments=replay is not None)
+    cache = _open_cache(dataset, options, checking, checks, aggregate) if options.cache is not None else None
+    work = PartitionWork(reader, checking, checks, moments=replay is not None, capture=cache is not None)
+    scanned_with = plan
     try:
         aggregate.add_dataset_issues(info.issues)
-        pipeline.run(work, partitions, plan, aggregate.add, work.failure)
+        if cache is None:
+            pipeline.run(work, partitions, plan, aggregate.add, work.failure)
+        else:
+            scanned_with = _scan_with_cache(dataset, options, work, cache, aggregate, checks, replay is None)
         aggregate.finish_dataset_checks(_locator(reader, partitions),
                                         _contents(reader, partitions) if reader.positional_keys else None)
         replayed = _replay(dataset, checking, replay, plan, aggregate, checks) if replay else None
@@ -194,6 +200,9 @@ def scan_dataset(
         writer.discard()
         raise
     manifest_path = writer.commit()
+    if cache is not None:
+        cache.save()
+        aggregate.notes += cache.notes
     summary = Summary(
         dataset=info,
         path=str(dataset.path),
@@ -205,8 +214,8 @@ def scan_dataset(
         stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
         checks=[c.id for c in checks],
         options=options.verdict_options(),
-        scheduler=plan.scheduler,
-        workers=plan.workers,
+        scheduler=scanned_with.scheduler,
+        workers=scanned_with.workers,
         seconds=time.perf_counter() - started,
         manifest=str(manifest_path),
         datasets={
@@ -218,9 +227,70 @@ def scan_dataset(
         replay=replayed,
         notes=info.notes + aggregate.notes,
         baseline=compared,
+        cache=cache.describe() if cache is not None else None,
     )
     write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
+
+
+def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking, checks, aggregate: ScanAggregate):
+    """The result cache for this dataset and these options, or None (said in a note) when the
+    reader's records cannot be cached."""
+    from scrub import __version__
+    from scrub.cache import ResultCache, scope_digest
+
+    reader = dataset.reader
+    if type(reader).cache_entries is Reader.cache_entries:
+        aggregate.notes.append(
+            f"cache: {reader.format} records are not cached (only image folders and list files are): "
+            "every record was scanned"
+        )
+        return None
+    scope = scope_digest((__version__, dataset.reading, options.verdict_options(), checking.labelled,
+                          dataset.info.label_width, [c.id for c in checks]))
+    cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind == "dataset"])
+    if options.replay is not None:
+        cache.notes.append("cache: --dummy-loss reads every record for the replay, so no stored result was reused")
+    return cache
+
+
+def _scan_with_cache(dataset: OpenedDataset, options: ScanOptions, work: PartitionWork, cache, aggregate: ScanAggregate,
+                     checks: Sequence, reuse_results: bool) -> pipeline.Plan:
+    """Reuse the cache's results for unchanged records; scan the others (in this process when
+    they are few); store every record's result for the next scan. Returns how the rest ran."""
+    import math
+
+    from scrub.runner import Reuse, Subset, SubsetWork
+
+    reader, run = dataset.reader, options.run
+    reuse = Reuse(reader, checks)
+    lookups, subsets = {}, []
+    for number, partition in enumerate(dataset.partitions):
+        found = lookups[number] = cache.lookup(reader.cache_entries(partition), usable=reuse_results)
+        if found.hits:
+            aggregate.add(reuse.result(number, partition, cache.reused(found)))
+        if found.misses:
+            subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
+    left = sum(len(s) for s in subsets)
+    tasks = math.ceil(left / (run.partition_size or reader.records_per_task))
+    plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, tasks)
+    subset_work = SubsetWork(work)
+
+    def add(result) -> None:
+        identities = lookups[result.partition].identities
+        for offset, digest, outcome, values in result.captured:
+            if offset in identities:
+                key, stat, context = identities[offset]
+                cache.store(key, stat, digest, context, outcome, values)
+        result.captured = []
+        aggregate.add(result)
+
+    # the stats the lookups took are the fingerprint's: a second stat of every file is not needed
+    dataset.fingerprint = fingerprint(reader, dataset.partitions, dataset.info.root, cache.stats)
+    if subsets:
+        pipeline.prepare(plan, reader.worker_imports)
+        pipeline.run(subset_work, subsets, plan, add, subset_work.failure)
+    return plan
 
 
 def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:

@@ -184,7 +184,8 @@ def scan(
         options = _resolve("scan", path, ctx, config).options
         if options.manifest is None:
             options = replace(options, manifest=DEFAULT_MANIFEST)
-        start_worker_server(options.run.scheduler, options.run.workers)
+        if options.cache is None:  # with a cache, workers start only if records are left to scan
+            start_worker_server(options.run.scheduler, options.run.workers)
         from scrub.api import scan as run_scan
 
         with _progress(options.quiet) as progress:
@@ -251,7 +252,7 @@ def fix(
         from scrub.pipeline import start_worker_server
 
         options = _resolve("fix", path, ctx, config).options
-        if options.manifest is None:
+        if options.manifest is None and options.scan.cache is None:
             start_worker_server(options.scan.run.scheduler, options.scan.run.workers)
         from scrub.cleaning import fix as run_fix
 
@@ -461,6 +462,9 @@ def _print_summary(summary) -> None:
             f"; {skipped:,} records not replayable (see the checks above)",
             markup=False,
         )
+    if summary.cache is not None:
+        out.print(f"cache: {summary.cache['reused']:,} records reused, {summary.cache['scanned']:,} scanned "
+                  f"({summary.cache['file']})", markup=False, soft_wrap=True)
     if summary.baseline is not None:
         compared = summary.baseline
         out.print(

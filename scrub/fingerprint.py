@@ -19,8 +19,11 @@ import xxhash
 from scrub.readers.base import Reader
 
 
-def fingerprint(reader: Reader, partitions: list, root: str | Path) -> dict[str, Any]:
-    """``{"digest", "files", "bytes"}`` of the dataset ``reader`` opened."""
+def fingerprint(reader: Reader, partitions: list, root: str | Path,
+                known: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+    """``{"digest", "files", "bytes"}`` of the dataset ``reader`` opened; ``known`` holds the
+    (size, mtime_ns) of paths already stat-ed (by the result cache's lookups)."""
+    known = known or {}
     digest = xxhash.xxh3_128()
     options = reader.options
     identity = (reader.format, options.data_key, options.label_key, options.lmdb_codec, options.allow_pickle)
@@ -28,12 +31,15 @@ def fingerprint(reader: Reader, partitions: list, root: str | Path) -> dict[str,
     files = total = 0
     prefix = os.path.join(str(root), "")
     for path in reader.members(partitions):
-        try:
-            status = os.stat(path)
-            facts = (status.st_size, status.st_mtime_ns)
-            total += status.st_size
-        except OSError:
-            facts = ("absent",)
+        facts = known.get(path)
+        if facts is None:
+            try:
+                status = os.stat(path)
+                facts = (status.st_size, status.st_mtime_ns)
+            except OSError:
+                facts = ("absent",)
+        if len(facts) == 2:
+            total += facts[0]
         relative = path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, root)
         digest.update(os.fsencode(relative) + b"\0" + repr(facts).encode() + b"\n")
         files += 1

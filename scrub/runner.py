@@ -6,11 +6,13 @@ Python, testable on a list, and knows nothing of Dask.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import numpy as np
 import xxhash
 
@@ -19,6 +21,7 @@ from scrub.checks.base import REGISTRY, Check, CheckOptions, make_issue
 from scrub.checks.images import decoder_failure
 from scrub.checks.properties import annotate, tally
 from scrub.errors import ScrubError, UsageError
+from scrub.manifest import dumps
 from scrub.options import Selection
 from scrub.readers.base import Reader
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
@@ -40,6 +43,8 @@ class PartitionResult:
     numeric: dict[str, NumericStats] = field(default_factory=dict)
     #: row shape (or ``pixels``) -> per-feature moments of the typical rows, for the replay
     moments: dict[str, Moments] = field(default_factory=dict)
+    #: with a result cache: (offset, content digest, outcome, column values) of each record
+    captured: list[tuple[int, bytes, bytes, list]] = field(default_factory=list)
 
 
 @dataclass
@@ -116,9 +121,13 @@ def _need(needs: str) -> str:
 class PartitionWork:
     """Runs every selected check on every record of a partition."""
 
-    def __init__(self, reader: Reader, options: CheckOptions, checks: Sequence[Check], moments: bool = False) -> None:
+    def __init__(self, reader: Reader, options: CheckOptions, checks: Sequence[Check], moments: bool = False,
+                 capture: bool = False) -> None:
         self.reader = reader
         self.options = options
+        #: also return each record's own result, for the cache (`scrub.cache`)
+        self.capture = capture
+        self._outcomes = Outcomes()
         #: also gather the moments the dummy-loss replay standardizes with (a pass over the data)
         self.moments = moments
         # Check objects pickle by reference to their functions, so a worker imports the module
@@ -135,6 +144,7 @@ class PartitionWork:
     ) -> PartitionResult:
         plan = _Plan(self.checks)
         result = PartitionResult(partition_no)
+        self._outcomes = Outcomes()  # per partition: the memory it holds stays a partition's
         columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
         offset = start
@@ -145,17 +155,39 @@ class PartitionWork:
                 result.records += len(item)
                 self._check_batch(item, plan.batch, plan.dataset, columns, label_counts, result)
                 offset += len(item)
+            elif self.capture:
+                result.records += 1
+                self._capture_record(item, offset, plan, columns, result)
+                offset += 1
             else:
                 result.records += 1
                 self._check_record(item, offset, plan, columns, label_counts, result)
                 offset += 1
-        result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
-        for check in plan.dataset:
-            if check.column_dtype == "magnitude" and check.id in result.columns:
-                result.columns[check.id] = _rare_magnitudes(*result.columns[check.id])
+        finish_columns(result, columns, plan.dataset)
         if label_counts:
             result.stats["labels"].update(_merge_counts(label_counts))
         return result
+
+    def _capture_record(self, record: Record, offset: int, plan: "_Plan", columns, result: PartitionResult) -> None:
+        """`_check_record` into a result of its own, kept for the cache, then added to ``result``."""
+        own = PartitionResult(result.partition)
+        own_columns = {check_id: ([], []) for check_id in columns}
+        self._check_record(record, offset, plan, own_columns, [], own)
+        digest = record.meta.get("digest")
+        if digest is not None:  # a record read whole (not unsafe, not missing): its result can be reused
+            values = [found[0] if found else None for _, found in own_columns.values()]
+            result.captured.append((offset, digest, self._outcomes.get(own), values))
+        result.issues.extend(own.issues)
+        for name, counter in own.stats.items():
+            into = result.stats[name]
+            for value, count in counter.items():
+                into[value] += count
+        for group, stats in own.numeric.items():
+            result.numeric.setdefault(group, NumericStats()).merge(stats)
+        for check_id, (offsets, found) in own_columns.items():
+            if found:
+                columns[check_id][0].extend(offsets)
+                columns[check_id][1].extend(found)
 
     def _check_record(self, record: Record, offset: int, plan: "_Plan", columns, label_counts, result) -> None:
         """The per-record path: properties once, then every record check and collector."""
@@ -217,6 +249,39 @@ class PartitionWork:
         return PartitionResult(partition_no, records=1, issues=[decoder_failure(source, key, index, reason)])
 
 
+@dataclass(frozen=True)
+class Subset:
+    """Some records of a partition (the ones a cache could not answer for), and where they sit."""
+
+    partition_no: int
+    records: Sequence[Any]  # a partition of the reader's, of only these records
+    offsets: tuple[int, ...]  # their offsets in the original partition
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+class SubsetWork:
+    """Runs a `PartitionWork` on `Subset` s, giving results in the original partitions' terms
+    (the same partition number and offsets a full scan gives, so dataset checks judge alike)."""
+
+    def __init__(self, work: PartitionWork) -> None:
+        self.work = work
+
+    def __call__(self, number: int, subset: Subset, start: int = 0, stop: int | None = None,
+                 on_record: Callable[[int], None] | None = None) -> PartitionResult:
+        result = self.work(subset.partition_no, subset.records, start, stop, on_record)
+        mapping = np.asarray(subset.offsets, dtype=np.int64)
+        for name, column in result.columns.items():
+            offsets = np.asarray(column[0], dtype=np.int64)
+            result.columns[name] = (mapping[offsets] if len(offsets) else offsets, *column[1:])
+        result.captured = [(subset.offsets[offset], *rest) for offset, *rest in result.captured]
+        return result
+
+    def failure(self, number: int, subset: Subset, offset: int, reason: str) -> PartitionResult:
+        return self.work.failure(subset.partition_no, subset.records, offset, reason)
+
+
 class _Plan:
     """The selected checks, sorted by the path that runs them."""
 
@@ -228,6 +293,88 @@ class _Plan:
         # others (labels, empty-record) already ran on the record.
         self.numeric = [c for c in self.batch if c.func is None and c.needs != "label"]
         self.dataset = [c for c in checks if c.kind == "dataset"]
+
+
+def finish_columns(result: PartitionResult, columns: dict[str, tuple[list, list]], dataset_checks) -> None:
+    """Pack a partition's collected columns as the aggregate takes them."""
+    result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
+    for check in dataset_checks:
+        if check.column_dtype == "magnitude" and check.id in result.columns:
+            result.columns[check.id] = _rare_magnitudes(*result.columns[check.id])
+
+
+class Outcomes:
+    """What a record's checks found, without its identity or column values: the part of its
+    result the cache stores once for all the records that share it (most clean records do).
+    Encoded once per distinct outcome (a record's own statistics are a few counts of one)."""
+
+    def __init__(self) -> None:
+        self._encoded: dict[tuple, bytes] = {}
+
+    def get(self, own: PartitionResult) -> bytes:
+        signature = (
+            tuple(dumps(issue) for issue in own.issues),
+            tuple(sorted((name, tuple(counter.items())) for name, counter in own.stats.items() if counter)),
+            tuple((group, s.finite_values, s.nonfinite_values, s.total, s.low, s.high) for group, s in own.numeric.items()),
+        )
+        encoded = self._encoded.get(signature)
+        if encoded is None:
+            issues, stats, numeric = signature
+            encoded = self._encoded[signature] = msgpack.packb(
+                [list(issues), {name: [list(item) for item in items] for name, items in stats},
+                 {group: list(values) for group, *values in numeric}],
+                use_bin_type=True,
+            )
+        return encoded
+
+
+class Reuse:
+    """Partial results rebuilt from a cache's stored outcomes (driver side)."""
+
+    def __init__(self, reader: Reader, checks: Sequence[Check]) -> None:
+        self.reader = reader
+        self.dataset = [c for c in checks if c.kind == "dataset"]
+        self.ids = {c.id for c in checks}
+        self._decoded: dict[bytes, tuple] = {}
+
+    def result(self, partition_no: int, partition: Sequence[Any], reused: Iterable[tuple[int, bytes, list]]) -> PartitionResult:
+        result = PartitionResult(partition_no)
+        columns = {c.id: ([], []) for c in self.dataset}
+        names = list(columns)
+        counts: Counter[bytes] = Counter()
+        with_issues: list[tuple[int, list[str]]] = []
+        for offset, stored, values in reused:
+            result.records += 1
+            counts[stored] += 1
+            issues, _, numeric = self._decode(stored)
+            if issues:
+                with_issues.append((offset, issues))
+            for group, (finite, nonfinite, total, low, high) in numeric.items():
+                result.numeric.setdefault(group, NumericStats()).add(finite, nonfinite, total, low, high)
+            for name, value in zip(names, values):
+                if value is not None:
+                    columns[name][0].append(offset)
+                    columns[name][1].append(value)
+        for stored, count in counts.items():
+            for name, items in self._decode(stored)[1].items():
+                for value, n in items:
+                    result.stats[name][value] += n * count
+        identities = self.reader.locate(partition, [offset for offset, _ in with_issues])
+        for (source, key, index), (_, issues) in zip(identities, with_issues):
+            for line in issues:
+                issue = Issue.from_dict(json.loads(line) | {"source": source, "key": key, "index": index})
+                if issue.check in self.ids:
+                    result.issues.append(issue)
+        finish_columns(result, columns, self.dataset)
+        return result
+
+    def _decode(self, stored: bytes) -> tuple:
+        decoded = self._decoded.get(stored)
+        if decoded is None:
+            issues, stats, numeric = msgpack.unpackb(stored, raw=False, strict_map_key=False)
+            decoded = self._decoded[stored] = (issues, {name: [tuple(item) for item in items] for name, items in stats.items()},
+                                               numeric)
+        return decoded
 
 
 def row_digest(batch: Batch, row: int) -> str:

@@ -283,6 +283,8 @@ class Summary:
     notes: list[str] = field(default_factory=list)
     #: with ``--baseline``: its path and the counts new, persisting, reappeared, resolved
     baseline: dict[str, Any] | None = None
+    #: with ``--cache``: the cache file, and how many records were reused and scanned
+    cache: dict[str, Any] | None = None
 
     @property
     def issues(self) -> int:
@@ -312,6 +314,7 @@ class Summary:
             **({"datasets": self.datasets} if self.datasets else {}),
             **({"replay": self.replay} if self.replay is not None else {}),
             **({"baseline": self.baseline} if self.baseline is not None else {}),
+            **({"cache": self.cache} if self.cache is not None else {}),
             "notes": list(self.notes),
             "checks": self.checks,
             "options": self.options,

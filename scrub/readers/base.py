@@ -122,6 +122,16 @@ class Reader(ABC):
     def locate(self, partition: Sequence[Any], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         """The identity (source, key, index) of records of a partition, without reading them."""
 
+    def cache_entries(self, partition: Sequence[Any]) -> list[tuple[str, str, str] | None] | None:
+        """For the result cache (`scrub.cache`): per record, (key, file path, context) where the
+        record is one file whose verdict depends on its bytes and ``context`` only, or None for a
+        record never to reuse; None when this reader's records cannot be cached."""
+        return None
+
+    def subset(self, partition: Sequence[Any], offsets: Sequence[int]) -> Sequence[Any]:
+        """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
+        raise NotImplementedError
+
 
 #: format name -> "module:Class"; imports are deferred until a reader is used.
 REGISTRY: dict[str, str] = {

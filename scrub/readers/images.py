@@ -244,3 +244,24 @@ class ImageReader(Reader):
 
     def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]
+
+    def cache_entries(self, partition: Sequence[Entry]) -> list[tuple[str, str, str] | None]:
+        """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
+        label; an entry that would not be read (outside the root) is never reused."""
+        real_root = os.path.realpath(self.root)
+        prefix = os.path.join(self.root, "")  # the paths `members` gives, so the fingerprint can reuse their stats
+        entries: list[tuple[str, str, str] | None] = []
+        for entry in partition:
+            path = prefix + entry.key
+            if entry.unsafe is not None or (
+                entry.check_link and not os.path.realpath(path).startswith(real_root + os.sep)
+            ):
+                entries.append(None)
+                continue
+            name = entry.key.rpartition("/")[2]
+            extension = name[name.rfind("."):].lower() if name.rfind(".") > 0 else ""
+            entries.append((f"{entry.source}\0{entry.key}", path, f"{extension}|{entry.label!r}"))
+        return entries
+
+    def subset(self, partition: Sequence[Entry], offsets: Sequence[int]) -> tuple[Entry, ...]:
+        return tuple(partition[o] for o in offsets)
