@@ -363,11 +363,18 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         fix["manifest"] = groups["scan"]["manifest"]
     if scan.baseline is not None or scan.fail_on != "error":
         raise UsageError("--baseline and --fail-on: only `scrub scan` takes them (fix quarantines by --severity)")
+    if fix.get("manifest") is not None and scan.cache is not None and "cache" not in origins_from_files(where):
+        raise UsageError("--cache speeds up the scan, and --manifest reuses one instead of scanning: drop one of them")
     if fix.get("manifest") is not None and scan.replay is not None:
         raise UsageError("--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss")
     if fix.get("quarantine_dir") is not None:
         fix["quarantine"] = True
     return FixOptions(scan=scan, **fix)
+
+
+def origins_from_files(where: Mapping[str, str]) -> set[str]:
+    """The keys a config file set (a file's default may not fit every run: only flags conflict)."""
+    return {name for name, origin in where.items() if not origin.startswith("--")}
 
 
 def merged(options: ScanOptions, keywords: Mapping[str, Any]) -> ScanOptions:
