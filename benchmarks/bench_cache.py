@@ -142,6 +142,21 @@ for run in range(1 + {args.repeat}):
 print(json.dumps([times[0], min(times[1:])]))
 """], check=True, capture_output=True, text=True)
     api_first, api_rerun = json.loads(api.stdout)
+    # The encoded-JPEG Datum LMDB of bench_lmdb.py: values are looked up by their hash.
+    from bench_lmdb import build
+
+    database = args.workdir / "datum_lmdb"
+    build(source, database)
+    lmdb_scan = [args.scrub, "scan", str(database), "-q"]
+    lmdb_plain = min(timed(lmdb_scan + ["--manifest", str(work / "l0.jsonl")]) for _ in range(args.repeat))[0]
+
+    def lmdb_first() -> tuple[float, int]:
+        shutil.rmtree(work / "lmdb-cache", ignore_errors=True)
+        return timed(lmdb_scan + ["--cache", str(work / "lmdb-cache"), "--manifest", str(work / "l1.jsonl")])
+
+    lmdb_first_scan = min(lmdb_first() for _ in range(args.repeat))[0]
+    lmdb_rerun = min(timed(lmdb_scan + ["--cache", str(work / "lmdb-cache"), "--manifest", str(work / "l2.jsonl")])
+                     for _ in range(args.repeat))[0]
     cold = None
     if drop_caches():
         shutil.rmtree(work / "cache", ignore_errors=True)
@@ -164,6 +179,9 @@ print(json.dumps([times[0], min(times[1:])]))
     print(f"- rerun after {args.fraction:.0%} changed: {rerun:.2f} s, {rerun / floor:.2f}x the scan of only the "
           f"changed files ({floor:.2f} s); {rerun - unchanged:.2f} s more than an unchanged rerun")
     print(f"- its manifest equals a full scan's: {identical}")
+    print(f"- LMDB, the same JPEGs as {len(files):,} encoded Datums: scan {lmdb_plain:.2f} s, first scan with "
+          f"--cache {lmdb_first_scan:.2f} s, unchanged rerun {lmdb_rerun:.2f} s "
+          f"({lmdb_first_scan / lmdb_rerun:.1f}x)")
     if cold:
         print(f"- cold page cache: first scan {cold[0]:.2f} s, unchanged rerun {cold[1]:.2f} s "
               f"({cold[0] / cold[1]:.1f}x)")

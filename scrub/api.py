@@ -19,6 +19,7 @@ from typing import Any
 
 from scrub import pipeline
 from scrub.baseline import Baseline
+from scrub.cache import holds_results
 from scrub.checks.base import CheckOptions
 from scrub.errors import ExitCode, UsageError
 from scrub.fingerprint import fingerprint
@@ -129,7 +130,8 @@ def scan(
     options = _options(options, keywords)
     load_plugins(options.selection.plugins)
     # With a cache, most nights need no worker at all: start them only for what is left to scan.
-    dataset = open_dataset(path, options, before_open=None if options.cache else worker_starter(options.run))
+    early = not holds_results(options.cache)
+    dataset = open_dataset(path, options, before_open=worker_starter(options.run) if early else None)
     try:
         return scan_dataset(dataset, options, progress=progress, started=started)
     finally:
@@ -242,7 +244,7 @@ def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking, checks, 
     reader = dataset.reader
     if type(reader).cache_entries is Reader.cache_entries:
         aggregate.notes.append(
-            f"cache: {reader.format} records are not cached (only image folders and list files are): "
+            f"cache: {reader.format} records are not cached (image folders, list files and LMDB are): "
             "every record was scanned"
         )
         return None
@@ -279,9 +281,9 @@ def _scan_with_cache(dataset: OpenedDataset, options: ScanOptions, work: Partiti
     def add(result) -> None:
         identities = lookups[result.partition].identities
         for offset, digest, outcome, values in result.captured:
-            if offset in identities:
-                key, stat, context = identities[offset]
-                cache.store(key, stat, digest, context, outcome, values)
+            if offset in identities and (identities[offset][3] or digest) is not None:
+                key, stat, context, content = identities[offset]
+                cache.store(key, stat, content or digest, context, outcome, values)
         result.captured = []
         aggregate.add(result)
 

@@ -52,6 +52,7 @@ from scrub.outputs import new_file_mode
 MAGIC = b"scrub-cache 1\n"
 SUFFIX = ".scrubcache"
 MAX_FILES = 64
+NO_STAT = (-1, -1, -1)  # a record that is not a file of its own (an LMDB value)
 
 #: one record's reusable result, as stored: (key, size, mtime_ns, inode, content, context,
 #: profile number, column values aligned with the file's column ids)
@@ -72,8 +73,9 @@ class PartitionLookup:
 
     hits: list[Hit] = field(default_factory=list)
     misses: list[int] = field(default_factory=list)  # offsets to scan
-    #: offset -> (key, stat, context) of every cacheable record (for the next snapshot)
-    identities: dict[int, tuple[str, tuple[int, int, int], str]] = field(default_factory=dict)
+    #: offset -> (key, stat, context, content) of every cacheable record (for the next snapshot);
+    #: content is None where the worker's digest of the record's bytes is its content (files)
+    identities: dict[int, tuple[str, tuple[int, int, int], str, bytes | None]] = field(default_factory=dict)
 
 
 class Snapshot:
@@ -106,6 +108,12 @@ class Snapshot:
         except Exception as error:  # noqa: BLE001 - any parse failure means "damaged"
             raise ValueError(f"it does not parse ({type(error).__name__})") from None
         return cls(columns, profiles, rows)
+
+
+def holds_results(directory: Path | None) -> bool:
+    """Whether a cache folder holds any results (else a scan will read everything: start the
+    workers early, as without a cache)."""
+    return directory is not None and any(Path(directory).glob(f"*{SUFFIX}"))
 
 
 def write_file(path: Path, columns: list[str], profiles: list[bytes], rows: list[Row]) -> None:
@@ -167,16 +175,27 @@ class ResultCache:
                 continue  # another set of dataset checks: results are not comparable
             self.snapshot, self.source = snapshot, candidate
 
-    def lookup(self, entries: Sequence[tuple[str, str, str] | None], usable: bool = True) -> PartitionLookup:
-        """Split one partition's records: ``entries[offset]`` is (key, path, context), or None
-        for a record that is never cached. ``usable=False`` stores results without reusing any."""
+    def lookup(self, entries: Sequence[tuple[str, str | None, str, bytes | None] | None],
+               usable: bool = True) -> PartitionLookup:
+        """Split one partition's records: ``entries[offset]`` is (key, file path, context,
+        content hash), or None for a record that is never cached; a record with a content hash
+        (an LMDB value) is looked up by it, one with a path by its stat first.
+        ``usable=False`` stores results without reusing any."""
         found = PartitionLookup()
         snapshot = self.snapshot if usable else None
         for offset, entry in enumerate(entries):
             if entry is None:
                 found.misses.append(offset)
                 continue
-            key, path, context = entry
+            key, path, context, content = entry
+            if path is None:
+                found.identities[offset] = (key, NO_STAT, context, content)
+                row = snapshot.by_content(content, context) if snapshot is not None else None
+                if row is None:
+                    found.misses.append(offset)
+                else:
+                    found.hits.append(Hit(offset, row))
+                continue
             try:
                 status = os.stat(path)
             except OSError:
@@ -184,7 +203,7 @@ class ResultCache:
                 continue
             stat = (status.st_size, status.st_mtime_ns, status.st_ino)
             self.stats[path] = stat[:2]
-            found.identities[offset] = (key, stat, context)
+            found.identities[offset] = (key, stat, context, None)
             if snapshot is None:
                 found.misses.append(offset)
                 continue
@@ -217,7 +236,7 @@ class ResultCache:
         profiles = self.snapshot.profiles if self.snapshot is not None else []
         for hit in lookup.hits:
             stored = rows[hit.row]
-            key, stat, context = lookup.identities[hit.offset]
+            key, stat, context, _ = lookup.identities[hit.offset]
             self.store(key, stat, stored[4], context, profiles[stored[6]], stored[7])
             yield hit.offset, profiles[stored[6]], stored[7]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scrub.cache import holds_results
 from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
 from scrub.errors import ExitCode, ScrubError, UsageError
 from scrub.fingerprint import fingerprint
@@ -85,9 +86,8 @@ def fix(
     scan_options = options.scan
     manifest = options.manifest
     load_plugins(scan_options.selection.plugins)
-    dataset = open_dataset(
-        path, scan_options, before_open=None if manifest else worker_starter(scan_options.run),
-    )
+    early = manifest is None and not holds_results(scan_options.cache)  # see `scrub.api.scan`
+    dataset = open_dataset(path, scan_options, before_open=worker_starter(scan_options.run) if early else None)
     try:
         writer = writer_for(dataset)
         outputs = _Outputs(dataset, writer, options.out, options.quarantine, options.quarantine_dir, options.force)

@@ -184,7 +184,9 @@ def scan(
         options = _resolve("scan", path, ctx, config).options
         if options.manifest is None:
             options = replace(options, manifest=DEFAULT_MANIFEST)
-        if options.cache is None:  # with a cache, workers start only if records are left to scan
+        from scrub.cache import holds_results
+
+        if not holds_results(options.cache):  # else workers start only if records are left to scan
             start_worker_server(options.run.scheduler, options.run.workers)
         from scrub.api import scan as run_scan
 
@@ -252,7 +254,9 @@ def fix(
         from scrub.pipeline import start_worker_server
 
         options = _resolve("fix", path, ctx, config).options
-        if options.manifest is None and options.scan.cache is None:
+        from scrub.cache import holds_results
+
+        if options.manifest is None and not holds_results(options.scan.cache):
             start_worker_server(options.scan.run.scheduler, options.scan.run.workers)
         from scrub.cleaning import fix as run_fix
 

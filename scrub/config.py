@@ -67,11 +67,14 @@ class ConfigFile:
         """The line that sets ``key`` in ``table``, for messages; 0 when it cannot be told."""
         wanted = _normal(self.prefix + table if table else self.prefix.rstrip("."))
         assignment = re.compile(rf"""^\s*(?:"{re.escape(key)}"|'{re.escape(key)}'|{re.escape(key)})\s*=""")
+        table_header = _normal(f"{wanted}.{key}" if wanted else key)  # a key whose value is a table
         current = ""
         for number, line in enumerate(self.lines, start=1):
             stripped = line.strip()
             if stripped.startswith("["):
-                current = _normal(stripped.strip("[]"))
+                current = _normal(stripped.split("#", 1)[0].strip().strip("[]"))
+                if current == table_header:
+                    return number
             elif current == wanted and assignment.match(line):
                 return number
         return 0

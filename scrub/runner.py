@@ -173,10 +173,10 @@ class PartitionWork:
         own = PartitionResult(result.partition)
         own_columns = {check_id: ([], []) for check_id in columns}
         self._check_record(record, offset, plan, own_columns, [], own)
-        digest = record.meta.get("digest")
-        if digest is not None:  # a record read whole (not unsafe, not missing): its result can be reused
+        if not any(issue.check in NOT_REUSABLE for issue in own.issues):
+            # the digest of the bytes read (None for an array value: the driver hashed the value)
             values = [found[0] if found else None for _, found in own_columns.values()]
-            result.captured.append((offset, digest, self._outcomes.get(own), values))
+            result.captured.append((offset, record.meta.get("digest"), self._outcomes.get(own), values))
         result.issues.extend(own.issues)
         for name, counter in own.stats.items():
             into = result.stats[name]
@@ -301,6 +301,10 @@ def finish_columns(result: PartitionResult, columns: dict[str, tuple[list, list]
     for check in dataset_checks:
         if check.column_dtype == "magnitude" and check.id in result.columns:
             result.columns[check.id] = _rare_magnitudes(*result.columns[check.id])
+
+
+#: what a record's reading found that says nothing of its bytes: never stored in the cache
+NOT_REUSABLE = frozenset({"missing-file", "unsafe-path"})
 
 
 class Outcomes:

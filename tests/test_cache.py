@@ -171,3 +171,26 @@ def test_cli_prints_the_cache_line(tmp_path):
     result = CliRunner().invoke(app, args)
     assert "cache: 9 records reused, 0 scanned" in result.output, result.output
     shutil.rmtree(tmp_path / "c")
+
+
+def test_lmdb_values_are_looked_up_by_their_hash(tmp_path):
+    from test_lmdb import datum, npy, write_db
+
+    items = {f"{i:05d}".encode(): datum(channels=3, height=48, width=48, encoded=True, label=i % 4,
+                                         data=image_bytes(i)) for i in range(40)}
+    items[b"00007"] = datum(channels=3, height=48, width=48, encoded=True, label=2, data=image_bytes(7)[:200])
+    items[b"00009"] = datum(channels=3, height=48, width=48, encoded=True, label=9, data=image_bytes(9))
+    items[b"array"] = npy(np.array([1.0, np.nan], np.float32))
+    path = write_db(tmp_path / "db", items.items())
+    cache = tmp_path / "cache"
+    first = same_as_full_scan(path, cache, num_classes=4, partition_size=8)
+    assert (first["reused"], first["scanned"]) == (0, 41)
+    assert same_as_full_scan(path, cache, num_classes=4, partition_size=8)["reused"] == 41
+    items[b"00003"] = datum(channels=3, height=48, width=48, encoded=True, label=3, data=image_bytes(3)[:300])
+    items[b"00011"] = datum(channels=3, height=48, width=48, encoded=True, label=1, data=image_bytes(11))  # relabelled
+    del items[b"00020"]
+    items[b"00099"] = datum(channels=3, height=48, width=48, encoded=True, label=0, data=image_bytes(5))  # a duplicate
+    shutil.rmtree(path)
+    write_db(path, items.items())
+    summary = same_as_full_scan(path, cache, num_classes=4, partition_size=8, scheduler="processes", workers=2)
+    assert (summary["reused"], summary["scanned"]) == (38, 3)

@@ -114,7 +114,8 @@ def test_scrub_config_prints_values_and_their_origins(folder):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert any(line.startswith("num-classes = 2  # ") and "scrub.toml:1: num-classes" in line for line in lines)
-    assert any(line.startswith('check-severity = { "fp16-overflow" = "error" }') for line in lines), result.output
+    assert any(line.startswith('check-severity = { "fp16-overflow" = "error" }') and "scrub.toml:2: check-severity" in line
+               for line in lines), result.output
     assert any(line.startswith('precision = "float32"  # default') for line in lines)
     assert not any(line.startswith("out =") or line.startswith("# out =") for line in lines)  # fix's
     fix = run("config", folder, "--command", "fix").output

@@ -122,10 +122,11 @@ class Reader(ABC):
     def locate(self, partition: Sequence[Any], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         """The identity (source, key, index) of records of a partition, without reading them."""
 
-    def cache_entries(self, partition: Sequence[Any]) -> list[tuple[str, str, str] | None] | None:
-        """For the result cache (`scrub.cache`): per record, (key, file path, context) where the
-        record is one file whose verdict depends on its bytes and ``context`` only, or None for a
-        record never to reuse; None when this reader's records cannot be cached."""
+    def cache_entries(self, partition: Sequence[Any]) -> list[tuple[str, str | None, str, bytes | None] | None] | None:
+        """For the result cache (`scrub.cache`): per record whose verdict depends only on its
+        bytes and ``context``, (key, file path, context, content hash), with either the path of
+        the file that holds it (stat-ed, hashed only when changed) or the hash of its bytes; None
+        for a record never to reuse. None when this reader's records cannot be cached."""
         return None
 
     def subset(self, partition: Sequence[Any], offsets: Sequence[int]) -> Sequence[Any]:

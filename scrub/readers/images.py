@@ -17,6 +17,7 @@ only when they stay inside the dataset root; the rest are reported as `unsafe-pa
 from __future__ import annotations
 
 import os
+import posixpath
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -71,6 +72,11 @@ def split_list_line(line: str) -> tuple[str, str | None]:
     if not head or _has_image_extension(tail):
         return stripped, None
     return head.rstrip(), tail
+
+
+def extension_of(key: str) -> str:
+    """A key's extension, lower case, exactly as `format-mismatch` reads it."""
+    return posixpath.splitext(key)[1].lower()
 
 
 def _has_image_extension(name: str) -> bool:
@@ -245,7 +251,7 @@ class ImageReader(Reader):
     def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]
 
-    def cache_entries(self, partition: Sequence[Entry]) -> list[tuple[str, str, str] | None]:
+    def cache_entries(self, partition: Sequence[Entry]) -> list[tuple[str, str, str, None] | None]:
         """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
         label; an entry that would not be read (outside the root) is never reused."""
         real_root = os.path.realpath(self.root)
@@ -258,9 +264,7 @@ class ImageReader(Reader):
             ):
                 entries.append(None)
                 continue
-            name = entry.key.rpartition("/")[2]
-            extension = name[name.rfind("."):].lower() if name.rfind(".") > 0 else ""
-            entries.append((f"{entry.source}\0{entry.key}", path, f"{extension}|{entry.label!r}"))
+            entries.append((f"{entry.source}\0{entry.key}", path, f"{extension_of(entry.key)}|{entry.label!r}", None))
         return entries
 
     def subset(self, partition: Sequence[Entry], offsets: Sequence[int]) -> tuple[Entry, ...]:

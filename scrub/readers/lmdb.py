@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
@@ -70,6 +71,22 @@ class KeyRange:
 
     def __len__(self) -> int:
         return self.count
+
+
+@dataclass(frozen=True)
+class KeyList:
+    """A partition of chosen records (the ones a result cache could not answer for): their keys,
+    and their offsets in the `KeyRange` they come from."""
+
+    path: str
+    subdir: bool
+    source: str
+    keys: tuple[bytes, ...]
+    first_index: int  # the KeyRange's
+    offsets: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 def is_lmdb_file(path: Path) -> bool:
@@ -208,13 +225,18 @@ class LMDBReader(Reader):
                 return True
         return False
 
-    def _walk(self, partition: KeyRange, start: int, stop: int | None, values: bool):
+    def _walk(self, partition: KeyRange | KeyList, start: int, stop: int | None, values: bool):
         import lmdb
 
         environment = _environment(partition.path, partition.subdir)
-        stop = partition.count if stop is None else stop
+        stop = len(partition) if stop is None else stop
         try:
             with environment.begin() as transaction:
+                if isinstance(partition, KeyList):
+                    for offset in range(start, min(stop, len(partition))):
+                        key = partition.keys[offset]
+                        yield offset, key, transaction.get(key) if values else None
+                    return
                 cursor = transaction.cursor()
                 if not cursor.set_range(partition.first):
                     return
@@ -231,12 +253,32 @@ class LMDBReader(Reader):
         except lmdb.Error as error:
             raise UnusableDataset(f"{partition.source}: the LMDB environment is damaged ({first_line(error)})") from None
 
-    def read(self, partition: KeyRange, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+    def read(self, partition: KeyRange | KeyList, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         codec = self.options.lmdb_codec or "auto"
         for offset, key, value in self._walk(partition, start, stop, values=True):
-            record = Record(partition.source, encode_key(key), partition.first_index + offset, None)
-            decode_value(record, bytes(value), codec, self.options.allow_pickle)
+            record = Record(partition.source, encode_key(key), _index(partition, offset), None)
+            if value is None:  # deleted since the driver listed it
+                record.problems.append(problem(record, "missing-file", f"no such key: {record.key}"))
+            else:
+                decode_value(record, bytes(value), codec, self.options.allow_pickle)
             yield record
+
+    def cache_entries(self, partition: KeyRange) -> list[tuple[str, None, str, bytes]]:
+        """A value's verdict depends on its bytes and its key's extension (`format-mismatch`):
+        the driver hashes every value (a cursor pass, no decoding) and looks the hashes up."""
+        from scrub.readers.images import extension_of
+
+        entries = []
+        for _, key, value in self._walk(partition, 0, None, values=True):
+            name = encode_key(key)
+            entries.append((f"{partition.source}\0{name}", None, extension_of(name), xxhash.xxh3_128_digest(value)))
+        return entries
+
+    def subset(self, partition: KeyRange, offsets: Sequence[int]) -> KeyList:
+        wanted = set(offsets)
+        keys = [key for offset, key, _ in self._walk(partition, 0, None, values=False) if offset in wanted]
+        return KeyList(partition.path, partition.subdir, partition.source, tuple(keys), partition.first_index,
+                       tuple(offsets))
 
     def close(self) -> None:
         _forget(str(self.path.resolve()))  # else this process cannot open the environment again
@@ -244,14 +286,21 @@ class LMDBReader(Reader):
     def members(self, partitions: Sequence[KeyRange]) -> Iterator[str]:
         yield str(self.path / "data.mdb" if self.path.is_dir() else self.path)
 
-    def locate(self, partition: KeyRange, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+    def locate(self, partition: KeyRange | KeyList, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         wanted = set(offsets)
         found = {
-            offset: (partition.source, encode_key(key), partition.first_index + offset)
+            offset: (partition.source, encode_key(key), _index(partition, offset))
             for offset, key, _ in self._walk(partition, min(offsets, default=0), max(offsets, default=-1) + 1, values=False)
             if offset in wanted
         }
         return [found[offset] for offset in offsets]
+
+
+def _index(partition: KeyRange | KeyList, offset: int) -> int:
+    """A record's index in the dataset from its offset in a partition."""
+    if isinstance(partition, KeyList):
+        return partition.first_index + partition.offsets[offset]
+    return partition.first_index + offset
 
 
 def decode_value(record: Record, value: bytes, codec: str, allow_pickle: bool) -> None:
