@@ -24,12 +24,11 @@ from scrub.checks.base import CheckOptions
 from scrub.errors import ExitCode, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
-from scrub.options import DEFAULT_TIMEOUT, FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
+from scrub.options import FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.records import Batch, Issue, Severity
 from scrub.runner import PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
-
 
 
 @dataclass
@@ -176,6 +175,7 @@ def scan_dataset(
     run = options.run
     plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, len(partitions))
     baseline = Baseline.load(options.baseline) if options.baseline is not None else None
+    cache, cache_notes = _open_cache(dataset, options, checking, checks) if options.cache is not None else (None, [])
 
     manifest = manifest if manifest is not None else options.manifest
     keepalive = None
@@ -185,7 +185,7 @@ def scan_dataset(
     writer = ManifestWriter(Path(manifest))
     aggregate = ScanAggregate(checks, checking, writer, progress, total=info.records,
                               severities=options.selection.overrides, baseline=baseline)
-    cache = _open_cache(dataset, options, checking, checks, aggregate) if options.cache is not None else None
+    aggregate.notes += cache_notes
     work = PartitionWork(reader, checking, checks, moments=replay is not None, capture=cache is not None)
     scanned_with = plan
     try:
@@ -235,25 +235,23 @@ def scan_dataset(
     return ScanResult(summary, manifest_path, keepalive)
 
 
-def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking, checks, aggregate: ScanAggregate):
-    """The result cache for this dataset and these options, or None (said in a note) when the
-    reader's records cannot be cached."""
+def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions,
+                checks: Sequence) -> tuple[Any, list[str]]:
+    """The result cache for this dataset and these options, or None and a note saying why
+    (the reader's records cannot be cached)."""
     from scrub import __version__
     from scrub.cache import ResultCache, scope_digest
 
     reader = dataset.reader
     if type(reader).cache_entries is Reader.cache_entries:
-        aggregate.notes.append(
-            f"cache: {reader.format} records are not cached (image folders, list files and LMDB are): "
-            "every record was scanned"
-        )
-        return None
+        return None, [f"cache: {reader.format} records are not cached (image folders, list files and LMDB are): "
+                      "every record was scanned"]
     scope = scope_digest((__version__, dataset.reading, options.verdict_options(), checking.labelled,
                           dataset.info.label_width, [c.id for c in checks]))
     cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind == "dataset"])
     if options.replay is not None:
         cache.notes.append("cache: --dummy-loss reads every record for the replay, so no stored result was reused")
-    return cache
+    return cache, []
 
 
 def _scan_with_cache(dataset: OpenedDataset, options: ScanOptions, work: PartitionWork, cache, aggregate: ScanAggregate,

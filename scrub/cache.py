@@ -47,7 +47,7 @@ import msgpack
 import xxhash
 
 from scrub.errors import ScrubError
-from scrub.outputs import new_file_mode
+from scrub.outputs import new_file_mode, process_alive
 
 MAGIC = b"scrub-cache 1\n"
 SUFFIX = ".scrubcache"
@@ -276,15 +276,6 @@ def _remove_dead_temporaries(directory: Path) -> None:
             pid = int(temporary.name.split(SUFFIX + ".", 1)[1].split(".", 1)[0])
         except (IndexError, ValueError):
             continue
-        if pid == os.getpid() or not _alive(pid) or time.time() - _mtime(temporary) > 86400:
+        # this run has written none yet: one with its pid is a dead run's whose pid was reused
+        if pid == os.getpid() or not process_alive(pid) or time.time() - _mtime(temporary) > 86400:
             temporary.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -293,7 +293,7 @@ def show_config(
 
     def body() -> int:
         from scrub.config import resolve
-        from scrub.options import describe, given_values
+        from scrub.options import KEYS, SCAN_ONLY, describe, flatten
 
         if command not in ("scan", "fix"):
             raise ScrubError(f"--command {command!r}: choose scan or fix")
@@ -302,32 +302,27 @@ def show_config(
         out.print(f"# scrub {command} {path}", markup=False)
         out.print(f"# config file: {source or 'none found (scrub.toml here or in the dataset root, [tool.scrub] in ./pyproject.toml)'}",
                   markup=False, soft_wrap=True)
-        values = given_values(resolved.options)
-        from scrub.options import KEYS, _flatten
-
-        flat = _flatten(resolved.options)
+        flat = flatten(resolved.options)
         for name, key in KEYS.items():
-            if (command == "scan" and key.group == "fix") or name not in flat:
+            if (command == "scan" and key.group == "fix") or (command == "fix" and name in SCAN_ONLY) or name not in flat:
                 continue
-            value = describe(flat[name])
-            origin = resolved.origins.get(name, "default") if name in values or name in resolved.origins else "default"
-            text = _toml(value)
-            if text is None:
-                out.print(f"# {name} = (not set)  # {origin}", markup=False, soft_wrap=True)
-            else:
-                out.print(f"{name} = {text}  # {origin}", markup=False, soft_wrap=True)
+            origin = resolved.origins.get(name, "default")
+            text = _toml(describe(flat[name]))
+            line = f"# {name} = (not set)" if text is None else f"{name} = {text}"
+            out.print(f"{line}  # {origin}", markup=False, soft_wrap=True)
         return 0
 
     guarded(body)
 
 
 def _toml(value) -> str | None:
-    """A value as a TOML literal; None for "not set"."""
+    """A value as a TOML literal (JSON's strings, numbers, booleans and arrays are TOML's);
+    None for "not set"."""
     if value is None:
         return None
     if isinstance(value, dict):
         return "{ " + ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in value.items()) + " }"
-    return json.dumps(value).replace("true", "true").replace("false", "false")
+    return json.dumps(value)
 
 
 baseline_app = typer.Typer(help="Work with baselines (manifests of earlier scans).", no_args_is_help=True)

@@ -15,7 +15,7 @@ reader's own code (which also lists it in its ``options_used``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,8 +172,7 @@ class Key:
     minimum: float | None = None
     #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
     per_path: bool = False
-    #: a config file may set it (the dataset path itself, --config and --force may not)
-    help: str = ""
+    help: str = ""  # one line, for the README's table of config keys
 
     @property
     def attribute(self) -> str:
@@ -391,11 +390,11 @@ def fix_keywords(options: FixOptions) -> dict[str, Any]:
 def given_values(options: ScanOptions | FixOptions) -> dict[str, Any]:
     """The options that differ from the defaults, by key name (for display and comparison)."""
     default = type(options)()
-    flat, flat_default = _flatten(options), _flatten(default)
+    flat, flat_default = flatten(options), flatten(default)
     return {name: value for name, value in flat.items() if flat_default.get(name) != value}
 
 
-def _flatten(options: ScanOptions | FixOptions) -> dict[str, Any]:
+def flatten(options: ScanOptions | FixOptions) -> dict[str, Any]:
     """Every option by key name, as held in the model."""
     scan = options.scan if isinstance(options, FixOptions) else options
     values: dict[str, Any] = {}

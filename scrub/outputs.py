@@ -78,7 +78,7 @@ def remove_abandoned(destination: Path) -> list[Path]:
         if not sibling.name.startswith(prefix):
             continue
         pid_text = sibling.name[len(prefix) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
+        if pid_text.isdigit() and not process_alive(int(pid_text)):
             shutil.rmtree(sibling, ignore_errors=True)
             removed.append(sibling)
     return removed
@@ -92,7 +92,8 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (this one included): a dead run's temporary files may go."""
     if pid == os.getpid():
         return True
     try:

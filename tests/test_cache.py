@@ -9,7 +9,6 @@ import subprocess
 
 import h5py
 import numpy as np
-import pytest
 
 import scrub
 from conftest import image_bytes, write

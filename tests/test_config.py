@@ -82,7 +82,7 @@ def test_severity_table_and_per_path_settings_apply(folder, tmp_path):
     Path("scrub.toml").write_text(
         "num-classes = 1\n"  # label 1 is out of range everywhere ...
         '[check-severity]\nlabel-out-of-range = "warning"\n'
-        f'[paths."../data"]\nnum-classes = 2\n'  # ... but not in this dataset
+        '[paths."../data"]\nnum-classes = 2\n'  # ... but not in this dataset
     )
     result = run("scan", folder, "--manifest", tmp_path / "m.jsonl", "--json", tmp_path / "s.json")
     assert result.exit_code == 0, result.output
