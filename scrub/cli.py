@@ -114,7 +114,7 @@ ScaleOpt = Annotated[Optional[float], typer.Option(help="Replay: multiply every 
 ModelOpt = Annotated[str, typer.Option(help="Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch]).")]
 
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Read options from this TOML file (default: scrub.toml in the dataset's root or here, else [tool.scrub] in ./pyproject.toml).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with [tool.scrub], in the dataset's folder or above it, else here).")]
 CheckSeverityOpt = Annotated[Optional[list[str]], typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable).")]
 CacheOpt = Annotated[Optional[Path], typer.Option(help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans).")]
 DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
@@ -300,7 +300,8 @@ def show_config(
         resolved = resolve(command, path, {}, config)
         source = resolved.config.path if resolved.config else None
         out.print(f"# scrub {command} {path}", markup=False)
-        out.print(f"# config file: {source or 'none found (scrub.toml here or in the dataset root, [tool.scrub] in ./pyproject.toml)'}",
+        nothing = "none found (scrub.toml, or [tool.scrub] in pyproject.toml, in the dataset's folder, above it, or here)"
+        out.print(f"# config file: {source or nothing}",
                   markup=False, soft_wrap=True)
         flat = flatten(resolved.options)
         for name, key in KEYS.items():

@@ -1,9 +1,9 @@
 """Configuration files: ``scrub.toml`` or ``[tool.scrub]``, found as ruff finds its own.
 
-Which file: ``--config FILE`` when given; else the first of ``scrub.toml`` in the dataset's root
-(the dataset folder, or the folder of a dataset file), ``scrub.toml`` in the working directory,
-and ``pyproject.toml`` in the working directory when it has a ``[tool.scrub]`` table. One file
-is used, never a merge (the closest wins), and the command line overrides it.
+Which file: ``--config FILE`` when given; else the closest to the dataset, as ruff finds its
+own: in the dataset's root (the dataset folder, or the folder of a dataset file), then in each
+folder above it, ``scrub.toml``, or ``pyproject.toml`` when it has a ``[tool.scrub]`` table; then
+the working directory's. One file is used, never a merge, and the command line overrides it.
 
 What it holds: every option a flag sets, by the flag's name (``num-classes = 10``); a
 ``[check-severity]`` table (``fp16-overflow = "error"``, ``duplicate = "ignore"``); and
@@ -95,14 +95,18 @@ def find(dataset: Path, explicit: Path | None = None, cwd: Path | None = None) -
         if not explicit.is_file():
             raise UsageError(f"--config {explicit}: no such file")
         return ConfigFile.read(explicit)
-    cwd = cwd or Path.cwd()
+    cwd = (cwd or Path.cwd()).resolve()
     root = dataset if dataset.is_dir() else dataset.parent
-    for candidate in dict.fromkeys([root / CONFIG_NAME, cwd / CONFIG_NAME]):
-        if candidate.is_file():
-            return ConfigFile.read(candidate)
-    pyproject = cwd / "pyproject.toml"
-    if pyproject.is_file():
-        return ConfigFile.read(pyproject, required=False)
+    folders = [root.resolve(), *root.resolve().parents]
+    if cwd not in folders:
+        folders.append(cwd)
+    for folder in folders:  # the closest first, as ruff looks for its own
+        if (folder / CONFIG_NAME).is_file():
+            return ConfigFile.read(folder / CONFIG_NAME)
+        if (folder / "pyproject.toml").is_file():
+            found = ConfigFile.read(folder / "pyproject.toml", required=False)
+            if found is not None:
+                return found
     return None
 
 

@@ -49,6 +49,14 @@ def test_the_closest_file_wins_and_the_command_line_overrides_it(folder):
     assert resolve("scan", folder, {}, explicit).options.checks.num_classes == 9
 
 
+def test_a_config_above_the_dataset_is_found(folder, tmp_path):
+    (tmp_path / "scrub.toml").write_text("num-classes = 7\n")  # beside the data folder, not in it
+    resolved = resolve("scan", folder, {})
+    assert resolved.config.path == tmp_path / "scrub.toml" and resolved.options.checks.num_classes == 7
+    (tmp_path / "data" / "pyproject.toml").write_text('[project]\nname = "x"\n')  # no [tool.scrub]: passed over
+    assert resolve("scan", folder, {}).config.path == tmp_path / "scrub.toml"
+
+
 def test_a_pyproject_without_tool_scrub_is_not_a_config(folder):
     Path("pyproject.toml").write_text('[project]\nname = "x"\n')
     assert find(folder) is None
