@@ -116,6 +116,7 @@ ModelOpt = Annotated[str, typer.Option(help="Replay: linear (default), l2 (L2-no
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with [tool.scrub], in the dataset's folder or above it, else here).")]
 CheckSeverityOpt = Annotated[Optional[list[str]], typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable).")]
+ShowOpt = Annotated[int, typer.Option(help="After the table, name this many records with errors (0: none).")]
 CacheOpt = Annotated[Optional[Path], typer.Option(help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans).")]
 DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
 #: parameters that are not options of the model (the dataset, the config file itself)
@@ -167,6 +168,10 @@ def scan(
     baseline: Annotated[Optional[Path], typer.Option(help="An earlier manifest: class every issue new, persisting or reappeared, and count the baseline's issues no longer found as resolved.")] = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
+    show: ShowOpt = 10,
+    junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI pages.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Also write a self-contained HTML report (offline, under 5 MB).")] = None,
+    summary_md: Annotated[Optional[Path], typer.Option(help="Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it is set).")] = None,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
     lr: LrOpt = 0.01,
@@ -194,8 +199,11 @@ def scan(
             result = run_scan(path, options, progress=progress)
         code = result.exit_code(options.fail_on)
         _write_json(options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)})
+        from scrub.reports import write_reports
+
+        findings = write_reports(result, options, int(code))
         if not options.quiet:
-            _print_summary(result.summary)
+            _print_summary(result.summary, findings)
         return int(code)
 
     guarded(body)
@@ -238,6 +246,7 @@ def fix(
     partition_size: PartitionOpt = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
+    show: ShowOpt = 10,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
     lr: LrOpt = 0.01,
@@ -266,7 +275,10 @@ def fix(
         _write_json(options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
         if not options.scan.quiet:
             if result.scan is not None:
-                _print_summary(result.scan.summary)
+                from scrub.reports.findings import collect
+
+                summary = result.scan.summary
+                _print_summary(summary, collect(result.manifest, options.scan.show) if summary.issues else None)
             else:
                 out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
             _print_fix(result.report)
@@ -427,7 +439,7 @@ class _progress:
             self.bar.__exit__(*exc)
 
 
-def _print_summary(summary) -> None:
+def _print_summary(summary, findings=None) -> None:
     info = summary.dataset
     layout = info.layout + (f", {len(info.classes)} classes" if info.classes else "")
     out.print(f"[bold]{escape(summary.path)}[/bold]: {info.format} ({escape(layout)})", soft_wrap=True)
@@ -462,6 +474,14 @@ def _print_summary(summary) -> None:
             f"; {skipped:,} records not replayable (see the checks above)",
             markup=False,
         )
+    if findings is not None and findings.errors:
+        out.print("records with errors:", markup=False)
+        errors = Table("record", "check", "message", box=None, show_header=False)
+        for issue in findings.errors:
+            errors.add_row(escape(issue.key), issue.check, escape(issue.message[:200]))
+        out.print(errors)
+        if findings.more_errors:
+            out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)
     if summary.cache is not None:
         out.print(f"cache: {summary.cache['reused']:,} records reused, {summary.cache['scanned']:,} scanned "
                   f"({summary.cache['file']})", markup=False, soft_wrap=True)

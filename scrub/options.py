@@ -102,6 +102,10 @@ class ScanOptions:
     baseline: Path | None = None
     cache: Path | None = None
     quiet: bool = False
+    show: int = 10  # records with errors the console names
+    junit: Path | None = None
+    html: Path | None = None
+    summary_md: Path | None = None
     #: key name -> where its value came from ("--num-classes", "scrub.toml:3: num-classes")
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -219,6 +223,10 @@ KEYS: dict[str, Key] = {
         Key("baseline", "scan", "path", help="an earlier manifest: class issues new, persisting, reappeared"),
         Key("cache", "scan", "path", help="a folder of per-record results, for incremental rescans"),
         Key("quiet", "scan", "bool", help="no progress bar and no table"),
+        Key("show", "scan", "int", minimum=0, help="records with errors the console names (0: none)"),
+        Key("junit", "scan", "path", help="also write a JUnit XML report here"),
+        Key("html", "scan", "path", help="also write a self-contained HTML report here"),
+        Key("summary-md", "scan", "path", help="also write a Markdown summary here (default: $GITHUB_STEP_SUMMARY)"),
         Key("out", "fix", "path", help="where to write the cleaned copy"),
         Key("quarantine", "fix", "bool", help="also write the quarantined records"),
         Key("quarantine-dir", "fix", "path", help="the quarantine folder (implies quarantine)"),
@@ -229,7 +237,7 @@ KEYS: dict[str, Key] = {
 }
 
 #: Keys only one command uses; a config file may hold both (it serves both commands).
-SCAN_ONLY = frozenset({"fail-on", "baseline"})
+SCAN_ONLY = frozenset({"fail-on", "baseline", "junit", "html", "summary-md"})
 FIX_ONLY = frozenset(k.name for k in KEYS.values() if k.group == "fix")
 #: Keys that cannot come from a config file (they act on the outputs of one run).
 COMMAND_LINE_ONLY = frozenset({"force"})
@@ -360,8 +368,10 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
     fix = groups["fix"]
     if "manifest" in groups["scan"]:
         fix["manifest"] = groups["scan"]["manifest"]
-    if scan.baseline is not None or scan.fail_on != "error":
-        raise UsageError("--baseline and --fail-on: only `scrub scan` takes them (fix quarantines by --severity)")
+    for name in sorted(SCAN_ONLY):
+        if getattr(scan, name.replace("-", "_")) != getattr(ScanOptions(), name.replace("-", "_")):
+            raise UsageError(f"{where.get(name, KEYS[name].flag)}: only `scrub scan` takes it (fix quarantines by "
+                             "--severity and reports what it wrote; scan first for the reports)")
     if fix.get("manifest") is not None and scan.cache is not None and "cache" not in origins_from_files(where):
         raise UsageError("--cache speeds up the scan, and --manifest reuses one instead of scanning: drop one of them")
     if fix.get("manifest") is not None and scan.replay is not None:

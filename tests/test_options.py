@@ -12,7 +12,7 @@ import scrub
 from conftest import SAMPLES, image_bytes, manifest_lines, write
 from scrub.cli import app
 from scrub.errors import UsageError
-from scrub.options import KEYS, FixOptions, ReplayOptions, ScanOptions, given_values
+from scrub.options import KEYS, SCAN_ONLY, FixOptions, ReplayOptions, ScanOptions, given_values
 
 runner = CliRunner()
 
@@ -72,7 +72,7 @@ def test_every_key_lands_in_the_model():
         value = key.choices[-1] if key.choices else (name != "normalize") if key.kind == "bool" else samples[key.kind]
         extra = {"dummy_loss": True} if key.group == "replay" else {}
         extra |= {"baseline": "b"} if name == "fail-on" else {}
-        cls = ScanOptions if name in ("fail-on", "baseline") else FixOptions
+        cls = ScanOptions if name in SCAN_ONLY else FixOptions
         options = cls.build(**{name.replace("-", "_"): value, **extra})
 
         assert name in given_values(options), name

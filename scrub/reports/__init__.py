@@ -1,0 +1,62 @@
+"""Reports people and CI read, all made from a finished scan's summary and manifest.
+
+`findings.collect` reads the manifest once (streaming, keeping only what the reports show);
+the console table, `--summary-md`, `--junit` and `--html` are views of the summary and that.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrub.errors import ScrubError
+from scrub.reports.findings import Findings, collect
+
+if TYPE_CHECKING:
+    from scrub.api import ScanResult
+    from scrub.options import ScanOptions
+
+#: thumbnails of quarantined images in the HTML report, at most
+THUMBNAILS = 200
+
+
+def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) -> Findings:
+    """Write the reports ``options`` ask for (and the Markdown summary to
+    ``$GITHUB_STEP_SUMMARY`` when it is set); return what they named, for the console."""
+    summary = result.summary
+    wanted_images = THUMBNAILS if options.html is not None else 0
+    needed = options.show or options.junit or options.html or options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
+    found = collect(result.manifest, options.show, images=wanted_images) if needed and summary.issues else Findings()
+    if options.junit is not None:
+        from scrub.reports import junit
+
+        _write(options.junit, junit.render(summary, found, options.fail_on), "JUnit report")
+    markdown_to = options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
+    if markdown_to:
+        from scrub.reports import markdown
+
+        text = markdown.render(summary, found, options.fail_on, exit_code)
+        _write(Path(markdown_to), text, "Markdown summary", append=options.summary_md is None)
+    if options.html is not None:
+        from scrub.reports import html
+
+        _write(options.html, html.render(summary, found, options.fail_on, exit_code, result.manifest), "HTML report")
+    return found
+
+
+def _write(path: Path, text: str, what: str, append: bool = False) -> None:
+    """Write a report (atomically, unless appending to a CI's summary file)."""
+    try:
+        if append:
+            with open(path, "a", encoding="utf-8") as file:
+                file.write(text)
+            return
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except OSError as error:
+        raise ScrubError(f"{path}: cannot write the {what}: {error.strerror}") from None

@@ -1,0 +1,199 @@
+"""`--html`: one self-contained report that works offline and stays small.
+
+No script, no CDN, no web font: inline CSS and inline SVG only, so the file opens from a CI
+artifact, an e-mail or a laptop without network. Its size is capped (`MAX_BYTES`): thumbnails
+are added until the cap, then counted as "N more not shown".
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+from pathlib import Path
+
+from scrub.reports.findings import Findings
+from scrub.summary import Summary
+
+MAX_BYTES = 5 * 2**20
+THUMBNAIL = 96  # pixels, the longer side
+MAX_BARS = 100  # label histogram: bars drawn at most
+NO_PREVIEW = frozenset({"unsafe-path", "decompression-bomb"})  # never opened for a thumbnail
+ERROR, WARNING, GOOD = "#c0392b", "#d68910", "#1e8449"
+
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; color: #1c1c1c; }
+h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; }
+.verdict { display: inline-block; padding: 2px 10px; border-radius: 10px; color: #fff; font-weight: 600; }
+table { border-collapse: collapse; } td, th { padding: 3px 10px; text-align: left; border-bottom: 1px solid #ddd; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
+.muted { color: #777; } .grid { display: flex; flex-wrap: wrap; gap: 12px; }
+figure { margin: 0; width: 150px; } figure img, figure .none { width: 96px; height: 96px; object-fit: contain;
+  background: #f3f3f3; display: block; } figure .none { line-height: 96px; text-align: center; color: #999; }
+figcaption { font-size: 11px; word-break: break-all; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, manifest: Path) -> str:
+    from scrub.checks import REGISTRY
+
+    overrides = summary.options.get("check_severity") or {}
+    colour = GOOD if exit_code == 0 else ERROR
+    verdict = "passes" if exit_code == 0 else "fails"
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>scrub: {_e(summary.path)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>scrub: <code>{_e(summary.path)}</code></h1>",
+        f"<p><span class=verdict style='background:{colour}'>{verdict}</span> "
+        f"exit {exit_code} with <code>--fail-on {_e(fail_on)}</code> &middot; {summary.records:,} records "
+        f"({_e(summary.dataset.format)}, {_e(summary.dataset.layout)}) &middot; {summary.issues:,} issues &middot; "
+        f"<b>{summary.records_with_errors:,}</b> records to quarantine &middot; {summary.seconds:.2f} s</p>",
+    ]
+    if summary.baseline is not None:
+        counts = summary.baseline
+        parts.append(
+            f"<h2>Against the baseline</h2><p id=baseline><b>{counts['new']:,} new</b>, {counts['persisting']:,} "
+            f"persisting, {counts['reappeared']:,} reappeared, {counts['resolved']:,} resolved "
+            f"<span class=muted>({_e(counts['path'])})</span></p>"
+        )
+    parts.append(_checks(summary, findings, REGISTRY, overrides))
+    labels = summary.stats.get("labels") or {}
+    if labels:
+        parts.append(_histogram(labels))
+    if summary.datasets:
+        parts.append(_ranges(summary.datasets))
+    if findings.errors:
+        rows = "".join(f"<tr><td><code>{_e(i.key)}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
+                       for i in findings.errors)
+        more = f"<p class=muted>and {findings.more_errors:,} more errors in the manifest</p>" if findings.more_errors else ""
+        parts.append(f"<h2>First records with errors</h2><table id=errors><tr><th>record</th><th>check</th>"
+                     f"<th>message</th></tr>{rows}</table>{more}")
+    budget = MAX_BYTES - sum(len(part.encode()) for part in parts) - 4096  # the footer and "more" fit in 4 KiB
+    parts.append(_thumbnails(summary, findings, budget))
+    parts.append(f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub {_e(_version())}</p></body></html>")
+    return "\n".join(parts)
+
+
+def _version() -> str:
+    from scrub import __version__
+
+    return __version__
+
+
+def _checks(summary: Summary, findings: Findings, registry, overrides) -> str:
+    counts = sorted(summary.issues_by_check.items(), key=lambda item: (-item[1], item[0]))
+    top = max([n for _, n in counts] + [1])
+    rows = []
+    for check, count in counts:
+        severity = overrides.get(check, registry[check].severity.value)
+        width = 0 if count == 0 else max(2, round(200 * count / top))
+        fill = ERROR if severity == "error" else WARNING
+        bar = f"<svg width=200 height=12 role=img><rect width={width} height=12 fill='{fill}'/></svg>"
+        statuses = findings.statuses.get(check, {})
+        new = f" <span class=muted>({statuses.get('new', 0)} new)</span>" if summary.baseline is not None and count else ""
+        rows.append(f"<tr><td><code>{_e(check)}</code></td><td>{_e(severity)}</td><td class=n>{count:,}{new}</td>"
+                    f"<td>{bar}</td></tr>")
+    return ("<h2>Issues per check</h2><table id=checks><tr><th>check</th><th>severity</th><th class=n>issues</th>"
+            f"<th></th></tr>{''.join(rows)}</table>")
+
+
+def _histogram(labels: dict) -> str:
+    """The label histogram as SVG bars (the most frequent `MAX_BARS` labels, in label order)."""
+    items = sorted(labels.items(), key=lambda item: -item[1])
+    shown = sorted(items[:MAX_BARS], key=lambda item: (isinstance(item[0], str), item[0]))
+    top = max(n for _, n in shown)
+    width, height = 640, 160
+    step = width / len(shown)
+    bars = []
+    for i, (label, count) in enumerate(shown):
+        h = max(1.0, (height - 20) * count / top)
+        bars.append(f"<rect x='{i * step + 1:.1f}' y='{height - 20 - h:.1f}' width='{max(1.0, step - 2):.1f}' "
+                    f"height='{h:.1f}' fill='#2e86c1'><title>label {_e(label)}: {count:,}</title></rect>")
+        if len(shown) <= 30:
+            bars.append(f"<text x='{i * step + step / 2:.1f}' y='{height - 5}' font-size='10' "
+                        f"text-anchor='middle'>{_e(label)}</text>")
+    more = f"<p class=muted>{len(items) - len(shown):,} more labels not shown</p>" if len(items) > len(shown) else ""
+    return (f"<h2>Labels</h2><svg id=labels width={width} height={height} role=img>{''.join(bars)}</svg>{more}"
+            f"<p class=muted>{len(items):,} distinct labels, {sum(labels.values()):,} labelled records</p>")
+
+
+def _ranges(datasets: dict) -> str:
+    """Per dataset: min, mean, max of the finite values, and the magnitude of the largest on a
+    log scale (1 to 1e38), where a value far above the rest stands out."""
+    rows = []
+    for source, facts in datasets.items():
+        low, high, mean = facts.get("min"), facts.get("max"), facts.get("mean")
+        largest = max(abs(low or 0.0), abs(high or 0.0))
+        position = 0 if largest <= 1 else min(1.0, math.log10(largest) / 38)
+        fill = ERROR if largest >= 65504 else GOOD
+        bar = (f"<svg width=200 height=12 role=img><rect width=200 height=12 fill='#eee'/>"
+               f"<rect width={max(2, round(200 * position))} height=12 fill='{fill}'/></svg>")
+        nonfinite = facts.get("nonfinite_values", 0)
+        rows.append(f"<tr><td><code>{_e(source)}</code></td><td class=n>{_num(low)}</td><td class=n>{_num(mean)}</td>"
+                    f"<td class=n>{_num(high)}</td><td class=n>{nonfinite:,}</td><td>{bar}</td></tr>")
+    return ("<h2>Value ranges</h2><table id=ranges><tr><th>dataset</th><th class=n>min</th><th class=n>mean</th>"
+            "<th class=n>max</th><th class=n>non-finite</th><th>largest |value|, log scale to 1e38</th></tr>"
+            f"{''.join(rows)}</table>")
+
+
+def _num(value) -> str:
+    return "&ndash;" if value is None else f"{value:.4g}"
+
+
+def _thumbnails(summary: Summary, findings: Findings, budget: int) -> str:
+    """Thumbnails of the first quarantined images with their keys and reasons, within ``budget``
+    bytes; records that are not image files get a caption only."""
+    if not findings.quarantined:
+        return ""
+    files = summary.dataset.format == "images"
+    root = os.path.realpath(summary.dataset.root)
+    figures, used, left_out = [], 0, 0
+    seen: set[tuple[str, str]] = set()
+    for issue in findings.quarantined:
+        if (issue.source, issue.key) in seen:
+            continue
+        seen.add((issue.source, issue.key))
+        image = _thumbnail(root, issue.key) if files and issue.check not in NO_PREVIEW else None
+        picture = f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image}'>" if image else "<div class=none>no preview</div>"
+        figure = (f"<figure>{picture}<figcaption><code>{_e(issue.key)}</code><br>{_e(issue.check)}: "
+                  f"{_e(issue.message[:160])}</figcaption></figure>")
+        size = len(figure.encode())
+        if used + size > budget:
+            left_out += 1
+            continue
+        figures.append(figure)
+        used += size
+    more = f"<p class=muted>{left_out:,} more not shown (the report stays under {MAX_BYTES // 2**20} MB)</p>" if left_out else ""
+    return f"<h2>Quarantined records</h2><div id=thumbnails class=grid>{''.join(figures)}</div>{more}"
+
+
+def _thumbnail(root: str, key: str) -> str | None:
+    """A small JPEG of an image file inside the dataset root, base64; None when it does not
+    decode (the usual case for a quarantined image) or lies outside the root."""
+    path = os.path.realpath(os.path.join(root, key))
+    if not path.startswith(root + os.sep):
+        return None
+    try:
+        import warnings
+
+        from PIL import Image
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(path) as image:
+                image.draft("RGB", (THUMBNAIL, THUMBNAIL))
+                if image.width * image.height > 50_000_000:
+                    return None  # a decompression bomb is not decoded for a preview
+                image.thumbnail((THUMBNAIL, THUMBNAIL))
+                buffer = io.BytesIO()
+                image.convert("RGB").save(buffer, "JPEG", quality=70)
+    except Exception:  # noqa: BLE001 - an undecodable image has no preview, that is all
+        return None
+    return base64.b64encode(buffer.getvalue()).decode("ascii")

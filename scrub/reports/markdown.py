@@ -1,0 +1,43 @@
+"""`--summary-md`: a short Markdown summary for CI pages (GitHub's job summary, GitLab, PRs)."""
+
+from __future__ import annotations
+
+from scrub.reports.findings import Findings
+from scrub.summary import Summary
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -> str:
+    """The verdict, the counts per check with issues, the baseline's counts, the first errors."""
+    verdict = "no issue fails this run" if exit_code == 0 else "issues fail this run"
+    lines = [
+        f"### scrub: {_cell(summary.path)}: {verdict} (exit {exit_code}, `--fail-on {fail_on}`)",
+        "",
+        f"{summary.records:,} records ({summary.dataset.format}, {summary.dataset.layout}); "
+        f"{summary.issues:,} issues; {summary.records_with_errors:,} records to quarantine (errors).",
+        "",
+    ]
+    if summary.baseline is not None:
+        counts = summary.baseline
+        lines += [f"Against the baseline: **{counts['new']:,} new**, {counts['persisting']:,} persisting, "
+                  f"{counts['reappeared']:,} reappeared, {counts['resolved']:,} resolved.", ""]
+    found = {check: n for check, n in sorted(summary.issues_by_check.items()) if n}
+    if found:
+        overrides = summary.options.get("check_severity") or {}
+        from scrub.checks import REGISTRY
+
+        lines += ["| check | severity | issues |", "|---|---|---:|"]
+        lines += [f"| `{check}` | {overrides.get(check, REGISTRY[check].severity.value)} | {n:,} |"
+                  for check, n in found.items()]
+        lines.append("")
+    if findings.errors:
+        lines += ["| record | check | message |", "|---|---|---|"]
+        lines += [f"| `{_cell(issue.key)}` | `{issue.check}` | {_cell(issue.message)} |" for issue in findings.errors]
+        if findings.more_errors:
+            lines.append(f"\nand {findings.more_errors:,} more errors in the manifest")
+        lines.append("")
+    lines.append(f"Manifest: `{_cell(summary.manifest)}`")
+    return "\n".join(lines) + "\n"

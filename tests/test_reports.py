@@ -1,0 +1,159 @@
+"""Reports on real output: the console names records, the Markdown summary, JUnit XML, and the
+HTML report rendered in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from conftest import SAMPLES, image_bytes, write
+from scrub.cli import app
+
+runner = CliRunner()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def run(*args, env=None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+@pytest.fixture
+def broken(tmp_path):
+    """A class folder with 14 truncated images among good ones (more errors than --show shows)."""
+    root = tmp_path / "data"
+    for i in range(20):
+        write(root / ("cat" if i % 2 else "dog") / f"{i:02d}.jpg", image_bytes(i))
+    for i in range(14):
+        write(root / "dog" / f"bad{i:02d}.jpg", image_bytes(100 + i)[: 300 + 17 * i])
+    return root
+
+
+def test_the_console_names_the_first_records_with_errors(broken, tmp_path):
+    result = run("scan", broken, "--manifest", tmp_path / "m.jsonl", "--show", "3")
+    assert result.exit_code == 1
+    text = result.output
+    assert "records with errors:" in text and "and 11 more errors in the manifest" in text
+    named = re.findall(r"dog/bad\d\d\.jpg", text.split("records with errors:")[1])
+    assert named == ["dog/bad00.jpg", "dog/bad01.jpg", "dog/bad02.jpg"]  # the first, in dataset order
+    quiet = run("scan", broken, "--manifest", tmp_path / "m.jsonl", "--show", "0")
+    assert "records with errors" not in quiet.output
+
+
+def test_markdown_summary_and_github_step_summary(broken, tmp_path):
+    path = tmp_path / "summary.md"
+    assert run("scan", broken, "--manifest", tmp_path / "m.jsonl", "--summary-md", path).exit_code == 1
+    text = path.read_text()
+    assert text.startswith(f"### scrub: {broken}: issues fail this run (exit 1, `--fail-on error`)")
+    assert "| `corrupt-image` | error | 14 |" in text and "| `dog/bad00.jpg` | `corrupt-image` |" in text
+    assert "and 4 more errors in the manifest" in text
+    github = tmp_path / "step-summary.md"
+    github.write_text("earlier step\n")
+    run("scan", broken, "--manifest", tmp_path / "m.jsonl", env={"GITHUB_STEP_SUMMARY": str(github)})
+    assert github.read_text().startswith("earlier step\n### scrub: ")  # appended, as GitHub expects
+
+
+def test_junit_has_one_testcase_per_check_and_fails_what_fails_the_run(broken, tmp_path):
+    report = tmp_path / "junit.xml"
+    assert run("scan", broken, "--manifest", tmp_path / "old.jsonl", "--junit", report).exit_code == 1
+    suites = ElementTree.parse(report).getroot()
+    cases = suites.findall("testsuite/testcase")
+    summary = json.loads((tmp_path / "old.scan.json").read_text())
+    assert [c.get("name") for c in cases] == summary["checks"]  # one per check that ran, unique
+    assert {c.get("classname") for c in cases} == {"scrub.data"}
+    failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
+    assert set(failed) == {"corrupt-image"} and suites.get("failures") == "1"
+    assert "14 errors" in failed["corrupt-image"].get("message")
+    assert "dog/bad00.jpg" in failed["corrupt-image"].text and "... and 4 more in the manifest" in failed["corrupt-image"].text
+    # against a baseline with --fail-on new: only new errors fail
+    write(broken / "cat" / "newbad.jpg", image_bytes(999)[:333])
+    result = run("scan", broken, "--manifest", tmp_path / "new.jsonl", "--baseline", tmp_path / "old.jsonl",
+                 "--fail-on", "new", "--junit", report)
+    assert result.exit_code == 1
+    failure = ElementTree.parse(report).getroot().find("testsuite/testcase[@name='corrupt-image']/failure")
+    assert "(1 new, 0 reappeared, 14 persisting)" in failure.get("message")
+
+
+def test_html_is_self_contained_and_capped(broken, tmp_path, monkeypatch):
+    report = tmp_path / "report.html"
+    assert run("scan", broken, "--manifest", tmp_path / "m.jsonl", "--html", report).exit_code == 1
+    text = report.read_text()
+    assert "<script" not in text and "<link" not in text and not re.search(r"(src|href)=['\"]?https?:", text)
+    assert "@import" not in text and "url(" not in text
+    assert text.count("<figure>") == 14
+    from scrub.reports import html
+
+    figures = sum(len(f) for f in re.findall(r"<figure>.*?</figure>", text))
+    monkeypatch.setattr(html, "MAX_BYTES", len(text.encode()) - figures // 2)  # room for about half of them
+    from scrub.api import scan
+    from scrub.options import ScanOptions
+    from scrub.reports import write_reports
+
+    result = scan(broken, manifest=tmp_path / "m2.jsonl")
+    write_reports(result, ScanOptions.build(html=tmp_path / "small.html"), 1)
+    small = (tmp_path / "small.html").read_text()
+    assert len(small.encode()) <= html.MAX_BYTES
+    assert re.search(r"\d+ more not shown \(the report stays under", small)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
+def test_html_renders_in_headless_chromium(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(SAMPLES / "images", data, symlinks=True)
+    baseline = tmp_path / "old.jsonl"
+    run("scan", data, "--manifest", baseline, "--num-classes", "3")
+    (data / "cat" / "truncated.jpg").unlink()  # one resolved
+    report = tmp_path / "report.html"
+    result = run("scan", data, "--manifest", tmp_path / "new.jsonl", "--num-classes", "3", "--baseline", baseline,
+                 "--html", report)
+    assert result.exit_code == 1, result.output
+    browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1600"]
+    dom = subprocess.run(browser + ["--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=60).stdout
+    assert "Issues per check" in dom and "<code>corrupt-image</code>" in dom
+    assert re.search(r"<p id=\"baseline\"><b>0 new</b>, 10 persisting, 0 reappeared, 1 resolved", dom), dom[:2000]
+    assert len(re.findall(r"<figure>", dom)) == 6  # the quarantined records, once each
+    assert len(re.findall(r"src=\"data:image/jpeg;base64,", dom)) >= 1  # one of them decodes: a preview
+    screenshot = tmp_path / "report.png"
+    subprocess.run(browser + [f"--screenshot={screenshot}", report.as_uri()], capture_output=True, timeout=60, check=True)
+    with Image.open(screenshot) as image:
+        pixels = image.convert("RGB")
+        colours = pixels.getcolors(1 << 20)
+    counts = {colour: n for n, colour in colours}
+    assert counts.get((0xC0, 0x39, 0x2B), 0) > 500  # the red error bars and the "fails" badge rendered
+    assert counts.get((0x2E, 0x86, 0xC1), 0) > 5000  # the label histogram's bars
+    assert len(colours) > 50  # text and a thumbnail, not a blank page
+
+
+def schema():
+    from importlib.resources import files
+
+    return json.loads(files("scrub").joinpath("schemas/summary.schema.json").read_text())
+
+
+def test_json_summaries_follow_the_shipped_schema(broken, tmp_path):
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    documents = []
+    out = tmp_path / "s.json"
+    run("scan", broken, "--manifest", tmp_path / "old.jsonl", "--json", out, "--num-classes", "2")
+    documents.append(json.loads(out.read_text()))
+    run("scan", broken, "--manifest", tmp_path / "new.jsonl", "--json", out, "--baseline", tmp_path / "old.jsonl",
+        "--cache", tmp_path / "cache", "--check-severity", "duplicate=ignore", "--fail-on", "new")
+    documents.append(json.loads(out.read_text()))
+    run("scan", SAMPLES / "hdf5" / "train.h5", "--manifest", tmp_path / "h.jsonl", "--json", out, "--dummy-loss")
+    documents.append(json.loads(out.read_text()))
+    run("fix", broken, "--out", tmp_path / "clean", "--json", out)
+    documents.append(json.loads(out.read_text()))
+    documents.append(json.loads((tmp_path / "old.scan.json").read_text()))  # the scan record too
+    for document in documents:
+        validator.validate(document)
+    assert {"baseline", "cache"} <= set(documents[1]) and "replay" in documents[2] and "fix" in documents[3]
+    broken_document = dict(documents[0], records=-1)
+    assert not validator.is_valid(broken_document)  # the schema is not vacuous
