@@ -99,6 +99,8 @@ def open_dataset(
     """
     options = _options(options, keywords)
     path = Path(path)
+    if path.name in ("", ".", ".."):  # `scrub fix .` inside a dataset: outputs are named after it
+        path = path.resolve()
     reader = open_reader(path, options.read, options.origin)
     if before_open is not None:
         before_open(reader)

@@ -24,7 +24,7 @@ from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, sca
 from scrub.errors import ExitCode, ScrubError, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
-    DEFAULT_MANIFEST,
+    default_manifest,
     read_manifest,
     read_scan_record,
     scan_record_path,
@@ -98,7 +98,7 @@ def fix(
         try:
             outputs.stage()
             if manifest is None:
-                manifest = outputs.manifest_target or DEFAULT_MANIFEST
+                manifest = outputs.manifest_target or default_manifest(dataset.path)
                 scan_result = scan_dataset(dataset, scan_options, progress=progress, started=started, manifest=manifest)
                 scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()

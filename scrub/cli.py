@@ -118,7 +118,6 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Read option
 CheckSeverityOpt = Annotated[Optional[list[str]], typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable).")]
 ShowOpt = Annotated[int, typer.Option(help="After the table, name this many records with errors (0: none).")]
 CacheOpt = Annotated[Optional[Path], typer.Option(help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans).")]
-DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
 #: parameters that are not options of the model (the dataset, the config file itself)
 NOT_OPTIONS = frozenset({"path", "config"})
 
@@ -151,7 +150,7 @@ def scan(
     label_key: LabelKeyOpt = None,
     lmdb_codec: CodecOpt = None,
     allow_pickle: PickleOpt = False,
-    manifest: Annotated[Path, typer.Option(help="Where to write the JSON Lines manifest (its scan record NAME.scan.json goes beside it).")] = DEFAULT_MANIFEST,
+    manifest: Annotated[Optional[Path], typer.Option(help="Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the dataset's; its scan record goes beside it).")] = None,
     json_path: JsonOpt = None,
     num_classes: ClassesOpt = None,
     label_range: RangeOpt = None,
@@ -188,7 +187,9 @@ def scan(
 
         options = _resolve("scan", path, ctx, config).options
         if options.manifest is None:
-            options = replace(options, manifest=DEFAULT_MANIFEST)
+            from scrub.manifest import default_manifest
+
+            options = replace(options, manifest=default_manifest(path))
         from scrub.cache import holds_results
 
         if not holds_results(options.cache):  # else workers start only if records are left to scan
@@ -476,10 +477,10 @@ def _print_summary(summary, findings=None) -> None:
         )
     if findings is not None and findings.errors:
         out.print("records with errors:", markup=False)
-        errors = Table("record", "check", "message", box=None, show_header=False)
-        for issue in findings.errors:
-            errors.add_row(escape(issue.key), issue.check, escape(issue.message[:200]))
-        out.print(errors)
+        width = min(40, max(len(issue.key) for issue in findings.errors))
+        checks = max(len(issue.check) for issue in findings.errors)
+        for issue in findings.errors:  # one line each, never wrapped: logs and greps read them
+            out.print(f" {issue.key:<{width}}  {issue.check:<{checks}}  {issue.message}", markup=False, soft_wrap=True)
         if findings.more_errors:
             out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)
     if summary.cache is not None:

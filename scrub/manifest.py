@@ -18,7 +18,21 @@ from scrub.errors import ScrubError, first_line
 from scrub.outputs import new_file_mode
 from scrub.records import Issue
 
-DEFAULT_MANIFEST = Path("scrub-manifest.jsonl")
+MANIFEST_SUFFIX = ".scrub.jsonl"
+
+
+def default_manifest(dataset: str | Path) -> Path:
+    """Where a scan's manifest goes when none is named: ``NAME.scrub.jsonl`` in the working
+    directory, NAME the dataset's file or folder name, so that scans of different datasets
+    from one folder do not overwrite each other's; beside the dataset when the working
+    directory is inside it (scrub never writes into a dataset)."""
+    dataset = Path(dataset)
+    resolved = dataset.resolve()
+    name = (resolved if dataset.name in ("", ".", "..") else dataset).name or "dataset"
+    cwd = Path.cwd().resolve()
+    if resolved.is_dir() and (cwd == resolved or resolved in cwd.parents):
+        return resolved.parent / (name + MANIFEST_SUFFIX)
+    return Path(name + MANIFEST_SUFFIX)
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
 #: fields a line carries only when they apply: ``content`` (rows keyed by position), ``status``
 #: (a scan with a baseline)

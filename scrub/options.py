@@ -96,7 +96,7 @@ class ScanOptions:
     selection: Selection = field(default_factory=Selection)
     run: RunOptions = field(default_factory=RunOptions)
     replay: ReplayOptions | None = None  # None: no dummy-loss replay
-    manifest: Path | None = None  # None: a temporary manifest (the CLI's default is scrub-manifest.jsonl)
+    manifest: Path | None = None  # None: a temporary manifest (the CLI's default is NAME.scrub.jsonl)
     json: Path | None = None
     fail_on: str = "error"
     baseline: Path | None = None

@@ -378,7 +378,7 @@ def test_cli_fix_prints_the_split_and_writes_json(tmp_path):
 def test_cli_fix_errors_are_one_line_exit_2(tmp_path):
     source = copy_sample(tmp_path, "images")
     assert run_cli("fix", source, "-q", cwd=tmp_path).returncode == 0
-    assert (tmp_path / "scrub-manifest.jsonl").is_file()  # without --quarantine, as `scan` writes it
+    assert (tmp_path / "images.scrub.jsonl").is_file()  # without --quarantine, as `scan` writes it
     for args, message in [
         (("fix", source), "already exists (use --force to replace it)"),
         (("fix", tmp_path / "nope"), "no such file or directory"),
@@ -388,3 +388,20 @@ def test_cli_fix_errors_are_one_line_exit_2(tmp_path):
         done = run_cli(*args, cwd=tmp_path)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_default_outputs_are_named_after_the_dataset_and_fix_dot_works(tmp_path):
+    images, h5 = copy_sample(tmp_path, "images"), copy_sample(tmp_path, "hdf5")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert run_cli("scan", images, "-q", cwd=work).returncode == 1
+    assert run_cli("scan", h5 / "train.h5", "-q", cwd=work).returncode == 1
+    assert sorted(p.name for p in work.iterdir()) == [
+        "images.scrub.jsonl", "images.scrub.scan.json", "train.h5.scrub.jsonl", "train.h5.scrub.scan.json"]
+    done = run_cli("fix", ".", "-q", cwd=images)  # from inside the dataset: outputs beside it
+    assert done.returncode == 0, done.stderr
+    assert (images.parent / "images.clean").is_dir() and (images.parent / "images.scrub.jsonl").is_file()
+    assert not list(images.rglob("*.scrub*"))  # nothing written into the dataset
+    assert (images.parent / "images.clean" / "cat" / "cat_001.jpg").is_file()
+    scanned = run_cli("scan", ".", "-q", "--json", tmp_path / "s.json", cwd=images)
+    assert json.loads((tmp_path / "s.json").read_text())["path"] == str(images)
