@@ -21,7 +21,7 @@ from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.cache import holds_results
 from scrub.checks.base import CheckOptions
-from scrub.errors import ExitCode, UsageError
+from scrub.errors import ExitCode, IncompleteScan, ScrubError, UsageError, first_line
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.options import FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
@@ -50,6 +50,8 @@ class ScanResult:
         counts only the errors a baseline did not hold: new and reappeared ones)."""
         if fail_on not in FAIL_ON:
             raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
+        if not self.summary.complete:
+            return ExitCode.INCOMPLETE  # a scan that did not cover every record never looks clean
         if fail_on == "never":
             return ExitCode.CLEAN
         if fail_on == "new":
@@ -192,14 +194,27 @@ def scan_dataset(
     scanned_with = plan
     try:
         aggregate.add_dataset_issues(info.issues)
-        if cache is None:
-            pipeline.run(work, partitions, plan, aggregate.add, work.failure)
-        else:
-            scanned_with = _scan_with_cache(dataset, options, work, cache, aggregate, checks, replay is None)
+        try:
+            if cache is None:
+                pipeline.run(work, partitions, plan, aggregate.add, work.failure)
+            else:
+                scanned_with = _scan_with_cache(dataset, options, work, cache, aggregate, checks, replay is None)
+        except (ScrubError, OSError) as error:
+            if isinstance(error, UsageError) or aggregate.records == 0:
+                raise  # nothing was scanned: it could not start (exit 2), it did not stop halfway
+            raise IncompleteScan(
+                f"{dataset.path}: the scan stopped after {aggregate.records:,} of {info.records:,} records "
+                f"({first_line(error)}); no manifest was written"
+            ) from error
         aggregate.finish_dataset_checks(_locator(reader, partitions),
                                         _contents(reader, partitions) if reader.positional_keys else None)
         replayed = _replay(dataset, checking, replay, plan, aggregate, checks) if replay else None
         compared = aggregate.finish_baseline(options.baseline)
+        if aggregate.records != info.records:
+            aggregate.notes.append(
+                f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the dataset "
+                "changed during the scan?): the scan exits 3, whatever it found"
+            )
     except BaseException:
         writer.discard()
         raise

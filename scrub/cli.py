@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from scrub import __version__
-from scrub.errors import ExitCode, ScrubError
+from scrub.errors import ExitCode, IncompleteScan, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
 from scrub.pipeline import DEFAULT_TIMEOUT
 
@@ -47,15 +47,17 @@ class FailOn(str, Enum):
     never = "never"
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: ExitCode = ExitCode.ERROR) -> None:
     err.print(f"scrub: error: {message}", markup=False, soft_wrap=True)
-    raise typer.Exit(ExitCode.ERROR)
+    raise typer.Exit(code)
 
 
 def guarded(command: Callable[[], int]) -> None:
     """Run a command body, turning every failure into one line and exit code 2."""
     try:
         code = command()
+    except IncompleteScan as error:
+        _fail(str(error), ExitCode.INCOMPLETE)
     except ScrubError as error:
         _fail(str(error))
     except KeyboardInterrupt:  # see scrub.interrupt: the temporary outputs are gone, the pool stopped

@@ -11,6 +11,7 @@ class ExitCode(IntEnum):
     CLEAN = 0  # no issue at or above --fail-on
     ISSUES = 1  # issues at or above --fail-on were found
     ERROR = 2  # unusable input, bad options, or an internal error
+    INCOMPLETE = 3  # the scan started but did not cover every record: never to be read as clean
 
 
 class ScrubError(Exception):
@@ -23,6 +24,12 @@ class UnusableDataset(ScrubError):
 
 class UsageError(ScrubError):
     """Options that contradict each other or make no sense."""
+
+
+class IncompleteScan(ScrubError):
+    """A scan that started and stopped before covering every record (the dataset broke or
+    vanished under it, the cluster went away, the disk filled): exit code 3, not 2, so that a
+    job can tell "could not check" from "could not start"."""
 
 
 def first_line(error: BaseException) -> str:

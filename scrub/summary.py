@@ -287,6 +287,11 @@ class Summary:
     cache: dict[str, Any] | None = None
 
     @property
+    def complete(self) -> bool:
+        """Whether every record the reader listed was read (else the scan exits 3)."""
+        return self.records == self.dataset.records
+
+    @property
     def issues(self) -> int:
         return sum(self.issues_by_severity.values())
 
@@ -303,6 +308,7 @@ class Summary:
             "path": self.path,
             "dataset": self.dataset.to_dict(),
             "records": self.records,
+            "complete": self.complete,
             "records_with_issues": {"error": self.records_with_errors, "warning": self.records_with_warnings},
             "quarantine": self.records_with_errors,
             "issues": {

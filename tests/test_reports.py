@@ -157,3 +157,52 @@ def test_json_summaries_follow_the_shipped_schema(broken, tmp_path):
     assert {"baseline", "cache"} <= set(documents[1]) and "replay" in documents[2] and "fix" in documents[3]
     broken_document = dict(documents[0], records=-1)
     assert not validator.is_valid(broken_document)  # the schema is not vacuous
+
+
+def test_a_scan_that_stops_halfway_exits_3_never_clean(tmp_path):
+    """A dataset that breaks under a running scan: exit 3 (not 2, not 0), no manifest."""
+    import h5py
+    import numpy as np
+
+    import scrub
+    from scrub.errors import ExitCode, IncompleteScan
+
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=np.ones((4000, 8), np.float32), chunks=(100, 8))
+
+    def break_it(progress):
+        if progress.records:
+            with open(path, "r+b") as file:
+                file.truncate(4096)
+
+    manifest = tmp_path / "m.jsonl"
+    with pytest.raises(IncompleteScan, match=r"the scan stopped after [\d,]+ of 4,000 records"):
+        scrub.scan(path, manifest=manifest, scheduler="sync", partition_size=500, progress=break_it)
+    assert not manifest.exists() and not list(tmp_path.glob(".m.jsonl*"))
+    from scrub.cli import guarded
+
+    with pytest.raises(BaseException) as stopped:
+        guarded(lambda: (_ for _ in ()).throw(IncompleteScan("x")))
+    assert getattr(stopped.value, "exit_code", None) == ExitCode.INCOMPLETE == 3
+
+
+def test_fewer_records_than_listed_exit_3(tmp_path):
+    import sys
+
+    import scrub.api
+    from test_lmdb import write_db
+
+    path = write_db(tmp_path / "db", [(f"{i:03d}".encode(), image_bytes(i)) for i in range(30)])
+    options = scrub.api.ScanOptions.build(scheduler="sync")
+    dataset = scrub.api.open_dataset(path, options)
+    deleter = (f"import lmdb\nenvironment = lmdb.open({str(path)!r}, map_size=64 << 20)\n"
+               "with environment.begin(write=True) as transaction:\n"
+               "    for i in range(20, 30):\n"
+               "        transaction.delete(f'{i:03d}'.encode())\n")
+    subprocess.run([sys.executable, "-c", deleter], check=True)  # another process deletes records meanwhile
+    result = scrub.api.scan_dataset(dataset, options)
+    dataset.reader.close()
+    assert result.summary.records == 20 and not result.summary.complete
+    assert result.exit_code("error") == 3 and result.exit_code("never") == 3
+    assert any(note.startswith("incomplete: 20 of the 30 records listed were read") for note in result.summary.notes)
