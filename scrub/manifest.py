@@ -1,7 +1,7 @@
 """The quarantine manifest: JSON Lines, one issue per line.
 
 Fields: ``source``, ``key``, ``index``, ``check``, ``severity``, ``message``, ``details``
-(see the README). The file is written to a temporary sibling and renamed into place when the
+(see docs/outputs.md). The file is written to a temporary sibling and renamed into place when the
 scan completes, so a manifest on disk is always a whole one.
 """
 

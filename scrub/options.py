@@ -176,7 +176,7 @@ class Key:
     minimum: float | None = None
     #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
     per_path: bool = False
-    help: str = ""  # one line, for the README's table of config keys
+    help: str = ""  # one line, for the table of config keys in docs/configuration.md
 
     @property
     def attribute(self) -> str:

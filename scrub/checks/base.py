@@ -27,7 +27,7 @@ import numpy as np
 from scrub.records import Issue, Record, Severity
 
 #: The fixed sections of every check's docstring, in order (feeds `scrub checks --explain`,
-#: the README table and a test that fails when one is missing).
+#: docs/checks.md and a test that fails when one is missing).
 DOC_SECTIONS = ("What it finds", "Why it breaks training", "Example", "What fix does")
 
 CheckKind = Literal["reader", "record", "dataset"]

@@ -321,7 +321,7 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
         MSE loss (measured: Inf in PyTorch 2.13 on CPU), a BatchNorm variance accumulated in
         float32 (PyTorch's CPU kernel accumulates in float64 and survives it). In a plain linear
         layer, one SGD step on a row of ~1e30 leaves weights near 1e26, and a later batch
-        overflows (measured, see the README's "Does the cleaned copy train?").
+        overflows (measured, see "Does the cleaned copy train?" in docs/replay.md).
     Example:
         A sentinel of 1e30 written into a row of `features.h5`.
     What fix does:

@@ -72,7 +72,7 @@ class Reader(ABC):
 
     #: The name used by ``--format``.
     format: ClassVar[str]
-    #: The local scheduler that runs this reader's partitions fastest (measured, see README).
+    #: The local scheduler that runs this reader's partitions fastest (measured, see docs/benchmarks.md).
     preferred_scheduler: ClassVar[str] = "processes"
     #: Records per task: enough work (>= ~0.2 s) to amortize Dask's ~2 ms per task.
     records_per_task: ClassVar[int] = 1000

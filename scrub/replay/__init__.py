@@ -11,7 +11,7 @@ would throw the weights far away.
   rules);
 * `stage`: the pipeline stage that feeds the replayer in record order.
 
-The README's section "The dummy-loss replay" documents all of it for users.
+docs/replay.md documents all of it for users.
 """
 
 import importlib
