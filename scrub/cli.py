@@ -479,10 +479,13 @@ def _print_summary(summary, findings=None) -> None:
         )
     if findings is not None and findings.errors:
         out.print("records with errors:", markup=False)
-        width = min(40, max(len(issue.key) for issue in findings.errors))
+        from scrub.reports.findings import record_name
+
+        names = [record_name(issue) for issue in findings.errors]
+        width = min(40, max(map(len, names)))
         checks = max(len(issue.check) for issue in findings.errors)
-        for issue in findings.errors:  # one line each, never wrapped: logs and greps read them
-            out.print(f" {issue.key:<{width}}  {issue.check:<{checks}}  {issue.message}", markup=False, soft_wrap=True)
+        for name, issue in zip(names, findings.errors):  # one line each, never wrapped: logs and greps read them
+            out.print(f" {name:<{width}}  {issue.check:<{checks}}  {issue.message}", markup=False, soft_wrap=True)
         if findings.more_errors:
             out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)
     if summary.cache is not None:

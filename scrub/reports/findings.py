@@ -31,6 +31,12 @@ class Findings:
         return self.error_count - len(self.errors)
 
 
+def record_name(issue: Issue) -> str:
+    """How reports name a record: its key, after its source file where that is another name
+    (``train.h5:3`` for row 3 of one of several HDF5 files)."""
+    return issue.key if issue.source == issue.key else f"{issue.source}:{issue.key}"
+
+
 def _order(issue: Issue) -> tuple:
     return (issue.index if issue.index is not None else -1, issue.source, issue.key, issue.check)
 
@@ -55,7 +61,7 @@ def collect(manifest: Path, show: int = 10, per_check: int = KEYS_PER_CHECK, ima
     ranked = [item[2] for item in sorted(errors, key=lambda item: _order(item[2]))]
     found.errors = ranked[:show]
     found.quarantined = ranked[:images]
-    found.keys = {check: [item[2].key for item in sorted(heap, key=lambda item: _order(item[2]))]
+    found.keys = {check: [record_name(item[2]) for item in sorted(heap, key=lambda item: _order(item[2]))]
                   for check, heap in sorted(keys.items())}
     return found
 

@@ -14,7 +14,7 @@ import math
 import os
 from pathlib import Path
 
-from scrub.reports.findings import Findings
+from scrub.reports.findings import Findings, record_name
 from scrub.summary import Summary
 
 MAX_BYTES = 5 * 2**20
@@ -70,7 +70,7 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
     if summary.datasets:
         parts.append(_ranges(summary.datasets))
     if findings.errors:
-        rows = "".join(f"<tr><td><code>{_e(i.key)}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
+        rows = "".join(f"<tr><td><code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
                        for i in findings.errors)
         more = f"<p class=muted>and {findings.more_errors:,} more errors in the manifest</p>" if findings.more_errors else ""
         parts.append(f"<h2>First records with errors</h2><table id=errors><tr><th>record</th><th>check</th>"
@@ -162,7 +162,7 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int) -> str:
         seen.add((issue.source, issue.key))
         image = _thumbnail(root, issue.key) if files and issue.check not in NO_PREVIEW else None
         picture = f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image}'>" if image else "<div class=none>no preview</div>"
-        figure = (f"<figure>{picture}<figcaption><code>{_e(issue.key)}</code><br>{_e(issue.check)}: "
+        figure = (f"<figure>{picture}<figcaption><code>{_e(record_name(issue))}</code><br>{_e(issue.check)}: "
                   f"{_e(issue.message[:160])}</figcaption></figure>")
         size = len(figure.encode())
         if used + size > budget:

@@ -40,7 +40,7 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         case = ElementTree.SubElement(suite, "testcase", classname=f"scrub.{name}", name=check, time="0")
         count = summary.issues_by_check.get(check, 0)
         statuses = findings.statuses.get(check, {})
-        keys = findings.keys.get(check, [])
+        keys = findings.keys.get(check, [])  # "source:key" where the source is another name
         described = f"{count:,} {severity}{'s' if count != 1 else ''}"
         if summary.baseline is not None:
             described += " (" + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting")) + ")"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrub.reports.findings import Findings
+from scrub.reports.findings import Findings, record_name
 from scrub.summary import Summary
 
 
@@ -35,7 +35,7 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
         lines.append("")
     if findings.errors:
         lines += ["| record | check | message |", "|---|---|---|"]
-        lines += [f"| `{_cell(issue.key)}` | `{issue.check}` | {_cell(issue.message)} |" for issue in findings.errors]
+        lines += [f"| `{_cell(record_name(issue))}` | `{issue.check}` | {_cell(issue.message)} |" for issue in findings.errors]
         if findings.more_errors:
             lines.append(f"\nand {findings.more_errors:,} more errors in the manifest")
         lines.append("")
