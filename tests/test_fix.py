@@ -403,5 +403,5 @@ def test_default_outputs_are_named_after_the_dataset_and_fix_dot_works(tmp_path)
     assert (images.parent / "images.clean").is_dir() and (images.parent / "images.scrub.jsonl").is_file()
     assert not list(images.rglob("*.scrub*"))  # nothing written into the dataset
     assert (images.parent / "images.clean" / "cat" / "cat_001.jpg").is_file()
-    scanned = run_cli("scan", ".", "-q", "--json", tmp_path / "s.json", cwd=images)
+    assert run_cli("scan", ".", "-q", "--json", tmp_path / "s.json", cwd=images).returncode == 1
     assert json.loads((tmp_path / "s.json").read_text())["path"] == str(images)

@@ -206,3 +206,23 @@ def test_fewer_records_than_listed_exit_3(tmp_path):
     assert result.summary.records == 20 and not result.summary.complete
     assert result.exit_code("error") == 3 and result.exit_code("never") == 3
     assert any(note.startswith("incomplete: 20 of the 30 records listed were read") for note in result.summary.notes)
+
+
+def test_junit_judges_each_issue_by_its_own_severity(tmp_path):
+    """fp16-overflow is a warning check, but an error under --precision float16: it must fail."""
+    import h5py
+    import numpy as np
+
+    data = np.ones((10, 3), np.float32)
+    data[4, 0] = 7e4
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=data)
+    report = tmp_path / "junit.xml"
+    result = run("scan", path, "--manifest", tmp_path / "m.jsonl", "--precision", "float16", "--junit", report)
+    assert result.exit_code == 1
+    failed = [c.get("name") for c in ElementTree.parse(report).getroot().iter("testcase") if c.find("failure") is not None]
+    assert "fp16-overflow" in failed
+    run("scan", path, "--manifest", tmp_path / "m.jsonl", "--junit", report)  # float32: a warning, passes
+    case = ElementTree.parse(report).getroot().find("testsuite/testcase[@name='fp16-overflow']")
+    assert case.find("failure") is None and "1 warning" in case.find("system-out").text

@@ -20,9 +20,11 @@ class Findings:
 
     errors: list[Issue] = field(default_factory=list)  # the first ``show`` errors, by record index
     error_count: int = 0  # every error of tonight's scan (resolved baseline lines are not)
-    #: check -> the first keys it flagged (dataset order), and how many issues it has by status
+    #: check -> the first records it flagged (dataset order); its issues counted by status
+    #: (new, persisting, reappeared; "found" without a baseline) and by (status, severity)
     keys: dict[str, list[str]] = field(default_factory=dict)
     statuses: dict[str, Counter] = field(default_factory=dict)
+    severities: dict[str, Counter] = field(default_factory=dict)
     #: issues a thumbnail can show: (source, key, index, check, message) of errors on images
     quarantined: list[Issue] = field(default_factory=list)
 
@@ -53,7 +55,9 @@ def collect(manifest: Path, show: int = 10, per_check: int = KEYS_PER_CHECK, ima
             continue
         counter += 1
         order = _order(issue)
-        found.statuses.setdefault(issue.check, Counter())[issue.status or "found"] += 1
+        status = issue.status or "found"
+        found.statuses.setdefault(issue.check, Counter())[status] += 1
+        found.severities.setdefault(issue.check, Counter())[(status, issue.severity.value)] += 1
         _keep(keys.setdefault(issue.check, []), order, counter, issue, per_check)
         if issue.severity is Severity.ERROR:
             found.error_count += 1

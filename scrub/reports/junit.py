@@ -1,8 +1,8 @@
 """`--junit`: JUnit XML, which GitLab, Jenkins and most CI pages display as a test report.
 
 One testcase per check that ran (unique names: the check id; classname ``scrub.<dataset>``).
-A check fails when it has issues that fail the run under ``--fail-on``: its failure lists the
-counts and the first keys. Checks with issues that do not fail the run pass, with the counts
+A check fails when it has issues that fail the run under ``--fail-on`` (judged per issue, by
+its own severity and baseline status): its failure lists the counts and the first keys. Checks with issues that do not fail the run pass, with the counts
 in their ``system-out``.
 """
 
@@ -15,16 +15,16 @@ from scrub.reports.findings import Findings
 from scrub.summary import Summary
 
 
-def failing(summary: Summary, check: str, severity: str, statuses, fail_on: str) -> int:
-    """How many of ``check``'s issues fail the run."""
-    total = summary.issues_by_check.get(check, 0)
-    if fail_on == "never" or total == 0:
+def failing(counts, fail_on: str) -> int:
+    """How many of a check's issues fail the run, from its (status, severity) counts (a
+    finding's severity may differ from its check's: `fp16-overflow` under `--precision float16`)."""
+    if fail_on == "never":
         return 0
-    if fail_on == "new":
-        return (statuses.get("new", 0) + statuses.get("reappeared", 0)) if severity == "error" else 0
     if fail_on == "warning":
-        return total
-    return total if severity == "error" else 0
+        return sum(counts.values())
+    statuses = ("new", "reappeared") if fail_on == "new" else None
+    return sum(n for (status, severity), n in counts.items()
+               if severity == "error" and (statuses is None or status in statuses))
 
 
 def render(summary: Summary, findings: Findings, fail_on: str) -> str:
@@ -41,11 +41,14 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         count = summary.issues_by_check.get(check, 0)
         statuses = findings.statuses.get(check, {})
         keys = findings.keys.get(check, [])  # "source:key" where the source is another name
-        described = f"{count:,} {severity}{'s' if count != 1 else ''}"
+        by_severity = {level: sum(n for (_, s), n in findings.severities.get(check, {}).items() if s == level)
+                       for level in ("error", "warning")}
+        described = ", ".join(f"{n:,} {level}{'s' if n != 1 else ''}" for level, n in by_severity.items() if n) \
+            or f"0 {severity}s"
         if summary.baseline is not None:
             described += " (" + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting")) + ")"
         shown = "\n".join(keys) + (f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else "")
-        if failing(summary, check, severity, statuses, fail_on):
+        if failing(findings.severities.get(check, {}), fail_on):
             failures += 1
             failure = ElementTree.SubElement(case, "failure", message=f"{check}: {described}", type=severity)
             failure.text = f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: {summary.manifest}"
