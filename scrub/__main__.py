@@ -4,7 +4,7 @@
 def main() -> None:
     import signal
 
-    from scrub.interrupt import EXIT_CODE, install, interrupted, requested
+    from scrub.interrupt import install, leave_interrupted, requested
 
     install()
     try:
@@ -12,12 +12,10 @@ def main() -> None:
 
         app(prog_name="scrub")
     except KeyboardInterrupt:  # during start-up
-        interrupted()
-        raise SystemExit(EXIT_CODE) from None
+        leave_interrupted()
     except SystemExit:
         if requested():  # typer turns a KeyboardInterrupt outside a command's body into exit 130
-            interrupted()
-            raise SystemExit(EXIT_CODE) from None
+            leave_interrupted()
         raise
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: let the exit finish

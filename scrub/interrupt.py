@@ -89,6 +89,23 @@ def interrupted() -> None:
                 pass
 
 
+def leave_interrupted() -> NoReturn:
+    """The end of an interrupted command: the line, the exit handlers (the worker server's
+    shutdown), then exit 130 at once. Not through the interpreter's own exit: CPython 3.11 ends a
+    run that a KeyboardInterrupt went through by killing itself with SIGINT (exit -2, measured: 5
+    of 30 Ctrl-Cs during start-up), whatever exit code the program chose."""
+    import atexit
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupted()
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001, S110 - a closed pipe must not stop the exit
+        pass
+    os._exit(EXIT_CODE)
+
+
 def exit_now() -> NoReturn:
     """Print the line and leave at once, without joining any thread."""
     interrupted()
