@@ -30,7 +30,7 @@ from scrub.manifest import (
     scan_record_path,
     write_scan_record,
 )
-from scrub.options import FixOptions, ScanOptions, fix_keywords
+from scrub.options import FixOptions, ScanOptions, merged
 from scrub.outputs import StagedOutput, overlaps
 from scrub.records import Severity
 from scrub.summary import Progress
@@ -81,8 +81,7 @@ def fix(
     """
     started = time.perf_counter()
     if options is None or keywords:
-        base = options if options is not None else FixOptions()
-        options = FixOptions.build(**(fix_keywords(base) | keywords))
+        options = merged(options if options is not None else FixOptions(), keywords)
     scan_options = options.scan
     manifest = options.manifest
     load_plugins(scan_options.selection.plugins)
@@ -246,10 +245,9 @@ def _reusable_scan(manifest: Path, dataset: OpenedDataset, options: ScanOptions)
     """The scan record of ``manifest``, if it describes this dataset as it is now and was
     judged with the checking options given now (an option not given takes the scan's value)."""
     record = read_scan_record(manifest)
-    recorded = {**ScanOptions().verdict_options(), **(record.get("options") or {})}
-    wanted = options.verdict_options()
     defaults = ScanOptions().verdict_options()
-    for name, value in wanted.items():
+    recorded = {**defaults, **(record.get("options") or {})}
+    for name, value in options.verdict_options().items():
         if value != defaults[name] and value != recorded[name]:
             flag = options.origin(name.replace("_", "-") if name != "plugins" else "plugin")
             raise UsageError(

@@ -386,15 +386,12 @@ def origins_from_files(where: Mapping[str, str]) -> set[str]:
     return {name for name, origin in where.items() if not origin.startswith("--")}
 
 
-def merged(options: ScanOptions, keywords: Mapping[str, Any]) -> ScanOptions:
+def merged(options: ScanOptions | FixOptions, keywords: Mapping[str, Any]) -> ScanOptions | FixOptions:
     """``options`` with API ``keywords`` laid over them, validated as one."""
-    values = {name: value for name, value in given_values(options).items()} | _keyword_values(keywords)
-    return build(ScanOptions, values, {k: v for k, v in options.origins.items() if k not in keywords})
-
-
-def fix_keywords(options: FixOptions) -> dict[str, Any]:
-    """``options`` as API keywords (the ones that differ from the defaults)."""
-    return {("plugins" if k == "plugin" else k.replace("-", "_")): v for k, v in given_values(options).items()}
+    values = given_values(options) | _keyword_values(keywords)
+    origins = (options.scan if isinstance(options, FixOptions) else options).origins
+    laid_over = set(_keyword_values(keywords))
+    return build(type(options), values, {k: v for k, v in origins.items() if k not in laid_over})
 
 
 def given_values(options: ScanOptions | FixOptions) -> dict[str, Any]:

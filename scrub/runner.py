@@ -127,7 +127,6 @@ class PartitionWork:
         self.options = options
         #: also return each record's own result, for the cache (`scrub.cache`)
         self.capture = capture
-        self._outcomes = Outcomes()
         #: also gather the moments the dummy-loss replay standardizes with (a pass over the data)
         self.moments = moments
         # Check objects pickle by reference to their functions, so a worker imports the module
@@ -144,7 +143,7 @@ class PartitionWork:
     ) -> PartitionResult:
         plan = _Plan(self.checks)
         result = PartitionResult(partition_no)
-        self._outcomes = Outcomes()  # per partition: the memory it holds stays a partition's
+        outcomes = Outcomes()  # per call (threads share this object): its memory stays a partition's
         columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
         offset = start
@@ -157,7 +156,7 @@ class PartitionWork:
                 offset += len(item)
             elif self.capture:
                 result.records += 1
-                self._capture_record(item, offset, plan, columns, result)
+                self._capture_record(item, offset, plan, columns, result, outcomes)
                 offset += 1
             else:
                 result.records += 1
@@ -168,7 +167,8 @@ class PartitionWork:
             result.stats["labels"].update(_merge_counts(label_counts))
         return result
 
-    def _capture_record(self, record: Record, offset: int, plan: "_Plan", columns, result: PartitionResult) -> None:
+    def _capture_record(self, record: Record, offset: int, plan: "_Plan", columns, result: PartitionResult,
+                        outcomes: "Outcomes") -> None:
         """`_check_record` into a result of its own, kept for the cache, then added to ``result``."""
         own = PartitionResult(result.partition)
         own_columns = {check_id: ([], []) for check_id in columns}
@@ -176,7 +176,7 @@ class PartitionWork:
         if not any(issue.check in NOT_REUSABLE for issue in own.issues):
             # the digest of the bytes read (None for an array value: the driver hashed the value)
             values = [found[0] if found else None for _, found in own_columns.values()]
-            result.captured.append((offset, record.meta.get("digest"), self._outcomes.get(own), values))
+            result.captured.append((offset, record.meta.get("digest"), outcomes.get(own), values))
         result.issues.extend(own.issues)
         for name, counter in own.stats.items():
             into = result.stats[name]
