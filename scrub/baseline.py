@@ -23,7 +23,6 @@ the same check in the same file (counting per file, as ESLint's suppressions do,
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from scrub.errors import ScrubError
 from scrub.manifest import dumps, read_manifest
-from scrub.outputs import new_file_mode
+from scrub.outputs import new_file_mode, temporary_file
 from scrub.records import Issue, Severity
 
 STATUSES = ("new", "persisting", "reappeared", "resolved")
@@ -99,7 +98,7 @@ def prune(manifest: str | Path, out: str | Path | None = None) -> tuple[int, int
         raise ScrubError(f"{manifest}: no such manifest")
     target = Path(out) if out is not None else manifest
     kept = dropped = 0
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    handle, temporary = temporary_file(target)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             for issue in read_manifest(manifest):

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from scrub.errors import ScrubError, first_line
-from scrub.outputs import new_file_mode
+from scrub.outputs import new_file_mode, temporary_file
 from scrub.records import Issue
 
 MANIFEST_SUFFIX = ".scrub.jsonl"
@@ -83,7 +82,7 @@ class ManifestWriter:
         directory = self.path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+            handle, temporary = temporary_file(self.path)
         except OSError as error:
             raise ScrubError(f"{self.path}: cannot write the manifest: {error.strerror}") from None
         self._temporary = Path(temporary)
@@ -114,7 +113,7 @@ def scan_record_path(manifest: Path) -> Path:
 def write_scan_record(manifest: Path, summary: dict[str, Any]) -> Path:
     """Write the scan's summary (with the dataset fingerprint) beside its manifest, atomically."""
     path = scan_record_path(manifest)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    handle, temporary = temporary_file(path)
     with os.fdopen(handle, "w", encoding="utf-8") as file:
         json.dump(summary, file, indent=2)
         file.write("\n")

@@ -79,9 +79,21 @@ def remove_abandoned(destination: Path) -> list[Path]:
             continue
         pid_text = sibling.name[len(prefix) :].split("-", 1)[0]
         if pid_text.isdigit() and not process_alive(int(pid_text)):
-            shutil.rmtree(sibling, ignore_errors=True)
+            if sibling.is_dir() and not sibling.is_symlink():
+                shutil.rmtree(sibling, ignore_errors=True)
+            else:
+                sibling.unlink(missing_ok=True)
             removed.append(sibling)
     return removed
+
+
+def temporary_file(destination: Path) -> tuple[int, str]:
+    """A temporary sibling file to write ``destination`` in, then rename (``mkstemp``'s handle
+    and path). Named after this process, so that the next run removes it if this one is killed
+    (`remove_abandoned` runs first)."""
+    remove_abandoned(destination)
+    return tempfile.mkstemp(prefix=f".{destination.name}{PREFIX_MARK}{os.getpid()}-", suffix=".tmp",
+                            dir=destination.parent or ".")
 
 
 @functools.cache

@@ -58,3 +58,22 @@ def test_ctrl_c_prints_one_line_and_leaves_nothing(images, tmp_path, where, args
     assert alive == []  # workers, the worker server, isolation children: all gone
     left = sorted(p.name for p in [*tmp_path.iterdir(), *out.iterdir()])
     assert left == ["out"], left  # no manifest, no temporary sibling, no partial output
+
+
+def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_path):
+    """kill -9 (an OOM killer, a CI timeout) leaves the manifest's temporary sibling; the next
+    scan writing that manifest removes it (its process is gone)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    process = subprocess.Popen([sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".m.jsonl.scrub-*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    left = list(tmp_path.glob(".m.jsonl.scrub-*.tmp"))
+    assert len(left) == 1 and str(process.pid) in left[0].name
+    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(images / "c0"), "--manifest", "m.jsonl", "-q"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode in (0, 1), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl", "m.scan.json"]

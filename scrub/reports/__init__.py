@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrub.errors import ScrubError
+from scrub.outputs import new_file_mode, temporary_file
 from scrub.reports.findings import Findings, collect
 
 if TYPE_CHECKING:
@@ -52,11 +53,13 @@ def _write(path: Path, text: str, what: str, append: bool = False) -> None:
             with open(path, "a", encoding="utf-8") as file:
                 file.write(text)
             return
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        handle, temporary = temporary_file(path)
         try:
-            temporary.write_text(text, encoding="utf-8")
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(text)
+            os.chmod(temporary, new_file_mode())
             os.replace(temporary, path)
         finally:
-            temporary.unlink(missing_ok=True)
+            Path(temporary).unlink(missing_ok=True)
     except OSError as error:
         raise ScrubError(f"{path}: cannot write the {what}: {error.strerror}") from None
