@@ -400,10 +400,9 @@ def checks(
 def _write_json(path: Path | None, document: dict) -> None:
     if path is None:
         return
-    try:
-        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    except OSError as error:
-        raise ScrubError(f"{path}: cannot write the JSON summary: {error.strerror}") from None
+    from scrub.reports import write_report
+
+    write_report(path, json.dumps(document, indent=2) + "\n", "JSON summary")
 
 
 class _progress:

@@ -32,21 +32,21 @@ def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) 
     if options.junit is not None:
         from scrub.reports import junit
 
-        _write(options.junit, junit.render(summary, found, options.fail_on), "JUnit report")
+        write_report(options.junit, junit.render(summary, found, options.fail_on), "JUnit report")
     markdown_to = options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
     if markdown_to:
         from scrub.reports import markdown
 
         text = markdown.render(summary, found, options.fail_on, exit_code)
-        _write(Path(markdown_to), text, "Markdown summary", append=options.summary_md is None)
+        write_report(Path(markdown_to), text, "Markdown summary", append=options.summary_md is None)
     if options.html is not None:
         from scrub.reports import html
 
-        _write(options.html, html.render(summary, found, options.fail_on, exit_code, result.manifest), "HTML report")
+        write_report(options.html, html.render(summary, found, options.fail_on, exit_code, result.manifest), "HTML report")
     return found
 
 
-def _write(path: Path, text: str, what: str, append: bool = False) -> None:
+def write_report(path: Path, text: str, what: str, append: bool = False) -> None:
     """Write a report (atomically, unless appending to a CI's summary file)."""
     try:
         if append:
