@@ -36,7 +36,6 @@ died are removed by the next one; DIR keeps the `MAX_FILES` most recently used f
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ import msgpack
 import xxhash
 
 from scrub.errors import ScrubError
-from scrub.outputs import new_file_mode, process_alive
+from scrub.outputs import PREFIX_MARK, process_alive, write_atomically
 
 MAGIC = b"scrub-cache 1\n"
 SUFFIX = ".scrubcache"
@@ -119,15 +118,7 @@ def holds_results(directory: Path | None) -> bool:
 def write_file(path: Path, columns: list[str], profiles: list[bytes], rows: list[Row]) -> None:
     """Write a cache file atomically (a temporary sibling named after this process, renamed)."""
     payload = msgpack.packb({"columns": columns, "profiles": profiles, "rows": rows}, use_bin_type=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(MAGIC + xxhash.xxh3_128_digest(payload) + payload)
-        os.chmod(temporary, new_file_mode())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, MAGIC + xxhash.xxh3_128_digest(payload) + payload)
 
 
 def scope_digest(parts: Any) -> str:
@@ -270,10 +261,11 @@ def _mtime(path: Path) -> float:
 
 
 def _remove_dead_temporaries(directory: Path) -> None:
-    """Temporary files (``.NAME.PID.XXXX.tmp``) of runs that are no longer running."""
-    for temporary in directory.glob(f".*{SUFFIX}.*.tmp"):
+    """Temporary files (`temporary_file`'s ``.NAME.scrub-PID-XXXX.tmp``) of any cache file of
+    DIR whose run is no longer running (`temporary_file` sweeps only its own file's)."""
+    for temporary in directory.glob(f".*{SUFFIX}{PREFIX_MARK}*.tmp"):
         try:
-            pid = int(temporary.name.split(SUFFIX + ".", 1)[1].split(".", 1)[0])
+            pid = int(temporary.name.split(SUFFIX + PREFIX_MARK, 1)[1].split("-", 1)[0])
         except (IndexError, ValueError):
             continue
         # this run has written none yet: one with its pid is a dead run's whose pid was reused

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import ScrubError, first_line
-from scrub.outputs import new_file_mode, temporary_file
+from scrub.outputs import new_file_mode, temporary_file, write_atomically
 from scrub.records import Issue
 
 MANIFEST_SUFFIX = ".scrub.jsonl"
@@ -113,12 +113,7 @@ def scan_record_path(manifest: Path) -> Path:
 def write_scan_record(manifest: Path, summary: dict[str, Any]) -> Path:
     """Write the scan's summary (with the dataset fingerprint) beside its manifest, atomically."""
     path = scan_record_path(manifest)
-    handle, temporary = temporary_file(path)
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        json.dump(summary, file, indent=2)
-        file.write("\n")
-    os.chmod(temporary, new_file_mode())
-    os.replace(temporary, path)
+    write_atomically(path, (json.dumps(summary, indent=2) + "\n").encode("utf-8"))
     return path
 
 

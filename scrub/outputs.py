@@ -87,6 +87,20 @@ def remove_abandoned(destination: Path) -> list[Path]:
     return removed
 
 
+def write_atomically(destination: Path, data: bytes) -> None:
+    """Write ``data`` to a `temporary_file` and rename it over ``destination``: a reader never
+    sees half a file, and a failure leaves nothing behind."""
+    handle, temporary = temporary_file(destination)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, new_file_mode())
+        os.replace(temporary, destination)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def temporary_file(destination: Path) -> tuple[int, str]:
     """A temporary sibling file to write ``destination`` in, then rename (``mkstemp``'s handle
     and path). Named after this process, so that the next run removes it if this one is killed

@@ -133,9 +133,9 @@ def test_dead_runs_temporaries_are_removed(tmp_path):
     cache.mkdir()
     process = subprocess.Popen(["true"])
     process.wait()
-    stale = cache / f".x{SUFFIX}.{process.pid}.abcd.tmp"
+    stale = cache / f".x{SUFFIX}.scrub-{process.pid}-abcd.tmp"
     stale.write_bytes(b"partial")
-    live = cache / f".x{SUFFIX}.{os.getppid()}.abcd.tmp"
+    live = cache / f".x{SUFFIX}.scrub-{os.getppid()}-abcd.tmp"
     live.write_bytes(b"another run's")
     scrub.scan(root, cache=cache)
     assert not stale.exists() and live.exists()

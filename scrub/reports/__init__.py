@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrub.errors import ScrubError
-from scrub.outputs import new_file_mode, temporary_file
+from scrub.outputs import write_atomically
 from scrub.reports.findings import Findings, collect
 
 if TYPE_CHECKING:
@@ -53,13 +53,6 @@ def write_report(path: Path, text: str, what: str, append: bool = False) -> None
             with open(path, "a", encoding="utf-8") as file:
                 file.write(text)
             return
-        handle, temporary = temporary_file(path)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(text)
-            os.chmod(temporary, new_file_mode())
-            os.replace(temporary, path)
-        finally:
-            Path(temporary).unlink(missing_ok=True)
+        write_atomically(path, text.encode("utf-8"))
     except OSError as error:
         raise ScrubError(f"{path}: cannot write the {what}: {error.strerror}") from None
