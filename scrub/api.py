@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,11 +22,11 @@ from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.cache import holds_results
 from scrub.checks.base import CheckOptions
-from scrub.errors import ExitCode, IncompleteScan, ScrubError, UsageError, first_line
+from scrub.errors import ExitCode, IncompleteScan, ScrubError, UnusableDataset, UsageError, first_line
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.options import FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
-from scrub.readers.base import DatasetInfo, Reader, open_reader
+from scrub.readers.base import DatasetInfo, Reader, expand_datasets, open_reader
 from scrub.records import Batch, Issue, Severity
 from scrub.runner import PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
@@ -113,13 +114,13 @@ def open_dataset(
 
 
 def scan(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     options: ScanOptions | None = None,
     *,
     progress: Callable[[Progress], None] | None = None,
     **keywords: Any,
 ) -> ScanResult:
-    """Run every check on every record of the dataset at ``path``.
+    """Run every check on every record of the dataset at ``path`` (or of several datasets).
 
     Options come as a `ScanOptions` (what the command line and config files build) or as
     keywords named as the flags are (``num_classes=10``, ``precision="float16"``,
@@ -128,17 +129,60 @@ def scan(
     beside it the scan record (``NAME.scan.json``: the summary, with the dataset's fingerprint)
     that lets `fix` reuse it. Raises `ScrubError` subclasses with a one-line message when the
     dataset or the options are unusable.
+
+    ``path`` may also be a list of paths, glob patterns and folders of datasets (see
+    `scrub.readers.base.expand_datasets`): they are scanned together, their partitions sharing
+    one pool of workers, into one manifest whose lines name their ``dataset``; the summary
+    holds the totals and a section per dataset (``Summary.parts``).
     """
     started = time.perf_counter()
     options = _options(options, keywords)
-    load_plugins(options.selection.plugins)
-    # With a cache, most nights need no worker at all: start them only for what is left to scan.
-    early = not holds_results(options.cache)
-    dataset = open_dataset(path, options, before_open=worker_starter(options.run) if early else None)
+    if isinstance(path, (str, Path)):
+        load_plugins(options.selection.plugins)
+        # With a cache, most nights need no worker at all: start them only for what is left to scan.
+        early = not holds_results(options.cache)
+        dataset = open_dataset(path, options, before_open=worker_starter(options.run) if early else None)
+        try:
+            return scan_dataset(dataset, options, progress=progress, started=started)
+        finally:
+            dataset.reader.close()
+    found = expand_datasets(path, options.read)
+    return scan_many([(p, options) for p in found.paths], options, progress=progress, started=started,
+                     notes=[found.note()] if found.note() else [])
+
+
+def scan_many(
+    datasets: Sequence[tuple[str | Path, ScanOptions]],
+    options: ScanOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    started: float | None = None,
+    notes: Sequence[str] = (),
+) -> ScanResult:
+    """Scan several datasets as one run, each with its own options (a config file's
+    ``[paths."GLOB"]`` sections may differ per dataset); ``options`` gives what belongs to the
+    run as a whole: the scheduler and workers, the manifest, the baseline and the reports."""
+    started = time.perf_counter() if started is None else started
+    if not datasets:
+        raise UnusableDataset("no dataset to scan: the paths given name none")
+    plugins = [module for _, own in datasets for module in own.selection.plugins]
+    load_plugins(dict.fromkeys(plugins))
+    opened: list[OpenedDataset] = []
     try:
-        return scan_dataset(dataset, options, progress=progress, started=started)
+        for path, own in datasets:
+            opened.append(open_dataset(path, own))
+        own = [replace(dataset_options, **_run_wide(options)) for _, dataset_options in datasets]
+        return _scan_opened(opened, own, options, progress, started, list(notes), several=True)
     finally:
-        dataset.reader.close()
+        for dataset in opened:
+            dataset.reader.close()
+
+
+def _run_wide(options: ScanOptions) -> dict[str, Any]:
+    """The options that belong to a run, not to one of its datasets (a dataset's own are
+    replaced by them: its summary says what the run used)."""
+    return {name: getattr(options, name) for name in ("run", "manifest", "baseline", "json", "fail_on", "quiet",
+                                                       "show", "junit", "html", "summary_md")}
 
 
 def _options(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:
@@ -158,6 +202,140 @@ def worker_starter(run: RunOptions) -> Callable[[Reader], None]:
     return start
 
 
+@dataclass
+class Tasks:
+    """What is left to run of one dataset's scan: ``work`` over ``items``, results to ``add``."""
+
+    work: pipeline.Work
+    items: list
+    add: Callable[[Any], None]
+    failure: Callable[..., Any]
+
+
+class DatasetScan:
+    """One dataset's share of a scan: its checks, its aggregate, its tasks and its summary.
+    Several share one pool of workers and one manifest when several datasets are scanned."""
+
+    def __init__(self, dataset: OpenedDataset, options: ScanOptions, writer: ManifestWriter,
+                 baseline: Baseline | None, progress: Callable[[Progress], None] | None,
+                 label: str | None = None) -> None:
+        self.dataset, self.options = dataset, options
+        info, reader = dataset.info, dataset.reader
+        self.replay = options.replay
+        self.checking = replace(options.checks, labelled=info.labelled)
+        _check_label_options(dataset, options, self.replay is not None)
+        if self.replay is not None:
+            self.replay.config(self.checking.precision)  # bad replay options fail before the scan, not after it
+        provides = (reader.provides | ({"replay"} if self.replay else set())
+                    | ({"label-vectors"} if info.label_width else set()))
+        self.checks = select_checks(options.selection, self.checking, provides, options.origin, str(dataset.path))
+        self.cache, cache_notes = (_open_cache(dataset, options, self.checking, self.checks)
+                                   if options.cache is not None else (None, []))
+        self.aggregate = ScanAggregate(self.checks, self.checking, writer, progress, total=info.records,
+                                       severities=options.selection.overrides, baseline=baseline, dataset=label)
+        self.aggregate.notes += cache_notes
+        self.work = PartitionWork(reader, self.checking, self.checks, moments=self.replay is not None,
+                                  capture=self.cache is not None)
+        self.replayed: dict[str, Any] | None = None
+
+    def tasks(self) -> Tasks:
+        """The dataset-wide issues the reader found, the results the cache holds, and the tasks
+        for the rest."""
+        self.aggregate.add_dataset_issues(self.dataset.info.issues)
+        if self.cache is None:
+            return Tasks(self.work, list(self.dataset.partitions), self.aggregate.add, self.work.failure)
+        return self._cached_tasks()
+
+    def _cached_tasks(self) -> Tasks:
+        """Reuse the cache's results for unchanged records; return the tasks for the others, whose
+        results are stored for the next scan."""
+        from scrub.runner import Reuse, Subset, SubsetWork
+
+        dataset, cache, aggregate = self.dataset, self.cache, self.aggregate
+        reader = dataset.reader
+        reuse = Reuse(reader, self.checks)
+        lookups, subsets = {}, []
+        reuse_results = self.replay is None
+        for number, partition in enumerate(dataset.partitions):
+            found = lookups[number] = cache.lookup(reader.cache_entries(partition), usable=reuse_results)
+            if found.hits:
+                aggregate.add(reuse.result(number, partition, cache.reused(found)))
+            if found.misses:
+                subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
+        size = self.options.run.partition_size or reader.records_per_task
+        # the cache's subsets are partitions' leftovers: regroup them into tasks of a partition's size
+        subset_work = SubsetWork(self.work)
+
+        def add(result) -> None:
+            identities = lookups[result.partition].identities
+            for offset, digest, outcome, values in result.captured:
+                if offset in identities and (identities[offset][3] or digest) is not None:
+                    key, stat, context, content = identities[offset]
+                    cache.store(key, stat, content or digest, context, outcome, values)
+            result.captured = []
+            aggregate.add(result)
+
+        # the stats the lookups took are the fingerprint's: a second stat of every file is not needed
+        dataset.fingerprint = fingerprint(reader, dataset.partitions, dataset.info.root, cache.stats)
+        self.left = sum(len(s) for s in subsets)
+        self.task_count = math.ceil(self.left / size)
+        return Tasks(subset_work, subsets, add, subset_work.failure)
+
+    def finish(self, plan: pipeline.Plan) -> None:
+        """After every result is in: the dataset checks, then the replay."""
+        dataset, aggregate = self.dataset, self.aggregate
+        reader, partitions, info = dataset.reader, dataset.partitions, dataset.info
+        aggregate.finish_dataset_checks(_locator(reader, partitions),
+                                        _contents(reader, partitions) if reader.positional_keys else None)
+        if self.replay is not None:
+            self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
+        if aggregate.records != info.records:
+            aggregate.notes.append(
+                f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the dataset "
+                "changed during the scan?): the scan exits 3, whatever it found"
+            )
+
+    def summary(self, plan: pipeline.Plan, seconds: float, manifest: Path, compared: dict[str, Any] | None) -> Summary:
+        dataset, aggregate, info = self.dataset, self.aggregate, self.dataset.info
+        if self.cache is not None:
+            self.cache.save()
+            aggregate.notes += self.cache.notes
+        return Summary(
+            dataset=info,
+            path=str(dataset.path),
+            records=aggregate.records,
+            issues_by_check=dict(aggregate.by_check),
+            issues_by_severity=dict(aggregate.by_severity),
+            records_with_errors=aggregate.records_with(Severity.ERROR),
+            records_with_warnings=aggregate.records_with(Severity.WARNING),
+            stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
+            checks=[c.id for c in self.checks],
+            options=self.options.verdict_options(),
+            scheduler=plan.scheduler,
+            workers=plan.workers,
+            seconds=seconds,
+            manifest=str(manifest),
+            datasets={
+                source: {**info.files.get(source, {}), **stats.to_dict()}
+                for source, stats in sorted(aggregate.numeric.items())
+            },
+            reading=dataset.reading,
+            fingerprint=dataset.fingerprint,
+            replay=self.replayed,
+            notes=info.notes + aggregate.notes,
+            baseline=compared,
+            cache=self.cache.describe() if self.cache is not None else None,
+        )
+
+
+def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions) -> pipeline.Plan:
+    """One plan for every dataset's tasks: the schedulers the readers prefer, the tasks' count."""
+    preferred = [scan.dataset.reader.preferred_scheduler for scan in scans]
+    count = sum(getattr(scan, "task_count", len(task.items)) for scan, task in zip(scans, tasks))
+    scheduler = "processes" if "processes" in preferred else preferred[0]
+    return pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, scheduler, count)
+
+
 def scan_dataset(
     dataset: OpenedDataset,
     options: ScanOptions,
@@ -167,89 +345,121 @@ def scan_dataset(
     manifest: str | Path | None = None,
 ) -> ScanResult:
     """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options'."""
-    started = time.perf_counter() if started is None else started
-    info, partitions, reader = dataset.info, dataset.partitions, dataset.reader
-    replay = options.replay
-    checking = replace(options.checks, labelled=info.labelled)
-    _check_label_options(dataset, options, replay is not None)
-    if replay is not None:
-        replay.config(checking.precision)  # bad replay options fail before the scan, not after it
-    provides = reader.provides | ({"replay"} if replay else set()) | ({"label-vectors"} if info.label_width else set())
-    checks = select_checks(options.selection, checking, provides, options.origin, str(dataset.path))
-    run = options.run
-    plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, len(partitions))
-    baseline = Baseline.load(options.baseline) if options.baseline is not None else None
-    cache, cache_notes = _open_cache(dataset, options, checking, checks) if options.cache is not None else (None, [])
+    return _scan_opened([dataset], [options], options, progress, time.perf_counter() if started is None else started,
+                        [], manifest, several=False)
 
+
+def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], options: ScanOptions,
+                 progress: Callable[[Progress], None] | None, started: float, notes: list[str],
+                 manifest: str | Path | None = None, *, several: bool) -> ScanResult:
+    """Scan opened datasets in one run: their tasks share one pool, their issues one manifest.
+    ``several``: the run named its datasets as several (paths, a pattern, a folder of datasets),
+    so every issue names its dataset and the summary has a part per dataset, even if one."""
+    baseline = Baseline.load(options.baseline) if options.baseline is not None else None
     manifest = manifest if manifest is not None else options.manifest
     keepalive = None
     if manifest is None:
         keepalive = tempfile.TemporaryDirectory(prefix="scrub-")
         manifest = Path(keepalive.name) / "manifest.jsonl"
+    combined = _CombinedProgress(progress, len(datasets)) if several and progress is not None else None
+    scans: list[DatasetScan] = []
     writer = ManifestWriter(Path(manifest))
-    aggregate = ScanAggregate(checks, checking, writer, progress, total=info.records,
-                              severities=options.selection.overrides, baseline=baseline)
-    aggregate.notes += cache_notes
-    work = PartitionWork(reader, checking, checks, moments=replay is not None, capture=cache is not None)
-    scanned_with = plan
     try:
-        aggregate.add_dataset_issues(info.issues)
+        for number, (dataset, dataset_options) in enumerate(zip(datasets, own)):
+            scans.append(DatasetScan(dataset, dataset_options, writer, baseline,
+                                     combined.of(number) if combined else progress,
+                                     str(dataset.path) if several else None))
+        tasks = [scan.tasks() for scan in scans]
+        plan = _plan(scans, tasks, options.run)
         try:
-            if cache is None:
-                pipeline.run(work, partitions, plan, aggregate.add, work.failure)
-            else:
-                scanned_with = _scan_with_cache(dataset, options, work, cache, aggregate, checks, replay is None)
+            _run(scans, tasks, plan)
         except (ScrubError, OSError) as error:
-            if isinstance(error, UsageError) or aggregate.records == 0:
+            records = sum(scan.aggregate.records for scan in scans)
+            if isinstance(error, UsageError) or records == 0:
                 raise  # nothing was scanned: it could not start (exit 2), it did not stop halfway
+            listed = sum(scan.dataset.info.records for scan in scans)
+            where = scans[0].dataset.path if not several else f"{len(scans)} datasets"
             raise IncompleteScan(
-                f"{dataset.path}: the scan stopped after {aggregate.records:,} of {info.records:,} records "
+                f"{where}: the scan stopped after {records:,} of {listed:,} records "
                 f"({first_line(error)}); no manifest was written"
             ) from error
-        aggregate.finish_dataset_checks(_locator(reader, partitions),
-                                        _contents(reader, partitions) if reader.positional_keys else None)
-        replayed = _replay(dataset, checking, replay, plan, aggregate, checks) if replay else None
-        compared = aggregate.finish_baseline(options.baseline)
-        if aggregate.records != info.records:
-            aggregate.notes.append(
-                f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the dataset "
-                "changed during the scan?): the scan exits 3, whatever it found"
-            )
+        for scan in scans:
+            scan.finish(plan)
+        compared = scans[0].aggregate.finish_baseline(options.baseline)
     except BaseException:
         writer.discard()
         raise
     manifest_path = writer.commit()
-    if cache is not None:
-        cache.save()
-        aggregate.notes += cache.notes
-    summary = Summary(
-        dataset=info,
-        path=str(dataset.path),
-        records=aggregate.records,
-        issues_by_check=dict(aggregate.by_check),
-        issues_by_severity=dict(aggregate.by_severity),
-        records_with_errors=aggregate.records_with(Severity.ERROR),
-        records_with_warnings=aggregate.records_with(Severity.WARNING),
-        stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
-        checks=[c.id for c in checks],
-        options=options.verdict_options(),
-        scheduler=scanned_with.scheduler,
-        workers=scanned_with.workers,
-        seconds=time.perf_counter() - started,
-        manifest=str(manifest_path),
-        datasets={
-            source: {**info.files.get(source, {}), **stats.to_dict()}
-            for source, stats in sorted(aggregate.numeric.items())
-        },
-        reading=dataset.reading,
-        fingerprint=dataset.fingerprint,
-        replay=replayed,
-        notes=info.notes + aggregate.notes,
-        baseline=compared,
-        cache=cache.describe() if cache is not None else None,
-    )
+    seconds = time.perf_counter() - started
+    parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
+    summary = parts[0] if not several else Summary.combine(parts, options.verdict_options(), seconds,
+                                                           str(manifest_path), compared, notes)
     write_scan_record(manifest_path, summary.to_dict())
     return ScanResult(summary, manifest_path, keepalive)
+
+
+def _run(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], plan: pipeline.Plan) -> None:
+    """Every dataset's tasks on one pool (one task list: many small shards use every core)."""
+    if not any(task.items for task in tasks):
+        return
+    imports = dict.fromkeys(name for scan in scans for name in scan.dataset.reader.worker_imports)
+    pipeline.prepare(plan, list(imports))
+    if len(tasks) == 1:
+        task = tasks[0]
+        pipeline.run(task.work, task.items, plan, task.add, task.failure)
+        return
+    work = ManyWork([task.work for task in tasks], [task.failure for task in tasks])
+
+    def add(tagged: tuple[int, Any]) -> None:
+        number, result = tagged
+        tasks[number].add(result)
+
+    items = [Part(number, local, item) for number, task in enumerate(tasks) for local, item in enumerate(task.items)]
+    pipeline.run(work, items, plan, add, work.failure)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A task's item in a run of several datasets: which dataset, and its own item."""
+
+    dataset: int
+    number: int
+    item: Any
+
+    def __len__(self) -> int:
+        return len(self.item)
+
+
+class ManyWork:
+    """The `pipeline.Work` of several datasets: each `Part` goes to its dataset's work; results
+    come back tagged with the dataset's number."""
+
+    def __init__(self, works: Sequence[pipeline.Work], failures: Sequence[Callable[..., Any]]) -> None:
+        self.works = list(works)
+        self.failures = list(failures)
+
+    def __call__(self, number: int, part: Part, start: int = 0, stop: int | None = None,
+                 on_record: pipeline.OnRecord | None = None) -> tuple[int, Any]:
+        return part.dataset, self.works[part.dataset](part.number, part.item, start, stop, on_record)
+
+    def failure(self, number: int, part: Part, offset: int, reason: str) -> tuple[int, Any]:
+        return part.dataset, self.failures[part.dataset](part.number, part.item, offset, reason)
+
+
+class _CombinedProgress:
+    """One progress display for several datasets' aggregates: their latest snapshots summed."""
+
+    def __init__(self, progress: Callable[[Progress], None], count: int) -> None:
+        self.progress = progress
+        self.latest = [Progress(0, 0, 0, 0.0) for _ in range(count)]
+
+    def of(self, number: int) -> Callable[[Progress], None]:
+        def update(snapshot: Progress) -> None:
+            self.latest[number] = snapshot
+            self.progress(Progress(sum(p.records for p in self.latest), sum(p.total for p in self.latest),
+                                   sum(p.issues for p in self.latest), max(p.seconds for p in self.latest)))
+
+        return update
 
 
 def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions,
@@ -269,45 +479,6 @@ def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking: CheckOpt
     if options.replay is not None:
         cache.notes.append("cache: --dummy-loss reads every record for the replay, so no stored result was reused")
     return cache, []
-
-
-def _scan_with_cache(dataset: OpenedDataset, options: ScanOptions, work: PartitionWork, cache, aggregate: ScanAggregate,
-                     checks: Sequence, reuse_results: bool) -> pipeline.Plan:
-    """Reuse the cache's results for unchanged records; scan the others (in this process when
-    they are few); store every record's result for the next scan. Returns how the rest ran."""
-    import math
-
-    from scrub.runner import Reuse, Subset, SubsetWork
-
-    reader, run = dataset.reader, options.run
-    reuse = Reuse(reader, checks)
-    lookups, subsets = {}, []
-    for number, partition in enumerate(dataset.partitions):
-        found = lookups[number] = cache.lookup(reader.cache_entries(partition), usable=reuse_results)
-        if found.hits:
-            aggregate.add(reuse.result(number, partition, cache.reused(found)))
-        if found.misses:
-            subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
-    left = sum(len(s) for s in subsets)
-    tasks = math.ceil(left / (run.partition_size or reader.records_per_task))
-    plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, tasks)
-    subset_work = SubsetWork(work)
-
-    def add(result) -> None:
-        identities = lookups[result.partition].identities
-        for offset, digest, outcome, values in result.captured:
-            if offset in identities and (identities[offset][3] or digest) is not None:
-                key, stat, context, content = identities[offset]
-                cache.store(key, stat, content or digest, context, outcome, values)
-        result.captured = []
-        aggregate.add(result)
-
-    # the stats the lookups took are the fingerprint's: a second stat of every file is not needed
-    dataset.fingerprint = fingerprint(reader, dataset.partitions, dataset.info.root, cache.stats)
-    if subsets:
-        pipeline.prepare(plan, reader.worker_imports)
-        pipeline.run(subset_work, subsets, plan, add, subset_work.failure)
-    return plan
 
 
 def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:

@@ -38,7 +38,8 @@ STATUSES = ("new", "persisting", "reappeared", "resolved")
 
 def identity(issue: Issue) -> tuple[str, str, str]:
     """What makes two issues the same across scans (see the module's docstring)."""
-    return (issue.source, issue.content or f"key:{issue.key}", issue.check)
+    source = issue.source if issue.dataset is None else f"{issue.dataset}:{issue.source}"
+    return (source, issue.content or f"key:{issue.key}", issue.check)
 
 
 class Baseline:

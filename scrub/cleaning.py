@@ -14,8 +14,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ def fix(
     options: FixOptions | None = None,
     *,
     progress: Callable[[Progress], None] | None = None,
+    out_folder: Path | None = None,
+    quarantine_folder: Path | None = None,
     **keywords: Any,
 ) -> FixResult:
     """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
@@ -78,6 +80,9 @@ def fix(
     ``NAME.clean`` (``STEM.clean.EXT`` for a single file) and ``NAME.quarantine`` beside the
     source. Raises `ScrubError` with a one-line message when the dataset, the options or the
     outputs are unusable, or when verification fails (then nothing is written).
+
+    ``out_folder`` and ``quarantine_folder`` put the default-named outputs in those folders
+    instead of beside the source (`fix_many` under ``--out DIR``).
     """
     started = time.perf_counter()
     if options is None or keywords:
@@ -89,7 +94,10 @@ def fix(
     dataset = open_dataset(path, scan_options, before_open=worker_starter(scan_options.run) if early else None)
     try:
         writer = writer_for(dataset)
-        outputs = _Outputs(dataset, writer, options.out, options.quarantine, options.quarantine_dir, options.force)
+        outputs = _Outputs(dataset, writer, options.out or _inside_folder(out_folder, writer.clean_name()),
+                           options.quarantine,
+                           options.quarantine_dir or _inside_folder(quarantine_folder, f"{writer.base_name()}.quarantine"),
+                           options.force)
         scan_result = None
         if manifest is not None:
             manifest = Path(manifest)
@@ -146,6 +154,46 @@ def fix(
         scan_summary=scan_summary,
         scan=scan_result,
     )
+
+
+def fix_many(
+    datasets: Sequence[tuple[str | Path, FixOptions]],
+    options: FixOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    on_fixed: Callable[[FixResult], None] | None = None,
+) -> list[FixResult]:
+    """`fix` each of several datasets (each with its own options), one after the other; each
+    one's cleaned copy and quarantine go beside it, or into ``options.out`` and
+    ``options.quarantine_dir`` (folders, then) under their default names. ``on_fixed`` gets
+    each result as soon as it is committed. Every dataset is checked for a clash of outputs
+    before the first is written; a dataset that fails stops the run (those before it stay
+    written, each whole and verified)."""
+    if options.manifest is not None:
+        raise UsageError(
+            f"{options.scan.origin('manifest')}: reuses the scan of one dataset; with several datasets, let fix "
+            "scan them (or run fix once per dataset with its own manifest)"
+        )
+    names: dict[str, Path] = {}
+    for path, _ in datasets:
+        name = Path(path).resolve().name
+        if (options.out or options.quarantine_dir) and name in names:
+            raise UsageError(f"--out: {names[name]} and {path} would write outputs of the same name into one folder")
+        names[name] = Path(path)
+    results = []
+    for path, own in datasets:
+        own = replace(own, out=None, quarantine_dir=None, quarantine=own.quarantine or options.quarantine_dir is not None)
+        result = fix(path, own, progress=progress,
+                     out_folder=Path(options.out) if options.out else None,
+                     quarantine_folder=Path(options.quarantine_dir) if options.quarantine_dir else None)
+        results.append(result)
+        if on_fixed is not None:
+            on_fixed(result)
+    return results
+
+
+def _inside_folder(folder: Path | None, name: str) -> Path | None:
+    return folder / name if folder is not None else None
 
 
 class _Outputs:

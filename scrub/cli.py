@@ -88,6 +88,7 @@ def main(
 
 # Options shared by `scan` and `fix`.
 PathArg = Annotated[Path, typer.Argument(help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment.")]
+PathsArg = Annotated[list[Path], typer.Argument(help="Datasets: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment; several, glob patterns ('shards/*.h5') and folders of datasets (a folder of LMDB environments) are scanned together.")]
 FormatOpt = Annotated[str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")]
 RootOpt = Annotated[Optional[Path], typer.Option(help="Folder that list-file paths are relative to (default: the list's folder).")]
 DataKeyOpt = Annotated[Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")]
@@ -144,7 +145,7 @@ def given_options(ctx: typer.Context) -> dict[str, object]:
 @app.command()
 def scan(
     ctx: typer.Context,
-    path: PathArg,
+    path: PathsArg,
     config: ConfigOpt = None,
     format: FormatOpt = "auto",
     root: RootOpt = None,
@@ -187,19 +188,24 @@ def scan(
     def body() -> int:
         from scrub.pipeline import start_worker_server
 
-        options = _resolve("scan", path, ctx, config).options
+        options, datasets, notes = _resolve_many("scan", path, ctx, config)
         if options.manifest is None:
             from scrub.manifest import default_manifest
 
-            options = replace(options, manifest=default_manifest(path))
+            named = path[0] if len(path) == 1 and path[0].exists() else Path("datasets")
+            options = replace(options, manifest=default_manifest(named))
         from scrub.cache import holds_results
 
         if not holds_results(options.cache):  # else workers start only if records are left to scan
             start_worker_server(options.run.scheduler, options.run.workers)
         from scrub.api import scan as run_scan
+        from scrub.api import scan_many
 
         with _progress(options.quiet) as progress:
-            result = run_scan(path, options, progress=progress)
+            if datasets is None:
+                result = run_scan(path[0], options, progress=progress)
+            else:
+                result = scan_many(datasets, options, progress=progress, notes=notes)
         code = result.exit_code(options.fail_on)
         _write_json(options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)})
         from scrub.reports import write_reports
@@ -220,7 +226,7 @@ class SeverityChoice(str, Enum):
 @app.command()
 def fix(
     ctx: typer.Context,
-    path: PathArg,
+    path: PathsArg,
     config: ConfigOpt = None,
     out_path: Annotated[Optional[Path], typer.Option("--out", help="Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for a single file).")] = None,
     quarantine: Annotated[bool, typer.Option("--quarantine", help="Also write the quarantined records, in the same format, with the manifest, to the quarantine folder.")] = False,
@@ -265,29 +271,66 @@ def fix(
     def body() -> int:
         from scrub.pipeline import start_worker_server
 
-        options = _resolve("fix", path, ctx, config).options
+        options, datasets, notes = _resolve_many("fix", path, ctx, config)
         from scrub.cache import holds_results
 
         if options.manifest is None and not holds_results(options.scan.cache):
             start_worker_server(options.scan.run.scheduler, options.scan.run.workers)
         from scrub.cleaning import fix as run_fix
+        from scrub.cleaning import fix_many
+
+        if datasets is None:
+            with _progress(options.scan.quiet) as progress:
+                result = run_fix(path[0], options, progress=progress)
+            code = result.exit_code()
+            _write_json(options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
+            if not options.scan.quiet:
+                _print_fixed(result, options.scan.show)
+            return int(code)
+        for note in notes:
+            if not options.scan.quiet:
+                out.print(f"note: {note}", markup=False, soft_wrap=True)
+        results = []
+
+        def done(result) -> None:  # each dataset's outcome as soon as it is committed
+            results.append(result)
+            if not options.scan.quiet:
+                _print_fixed(result, options.scan.show)
 
         with _progress(options.scan.quiet) as progress:
-            result = run_fix(path, options, progress=progress)
-        code = result.exit_code()
-        _write_json(options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
-        if not options.scan.quiet:
-            if result.scan is not None:
-                from scrub.reports.findings import collect
-
-                summary = result.scan.summary
-                _print_summary(summary, collect(result.manifest, options.scan.show) if summary.issues else None)
-            else:
-                out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
-            _print_fix(result.report)
-        return int(code)
+            fix_many(datasets, options, progress=progress, on_fixed=done)
+        code = max((int(result.exit_code()) for result in results), default=0)
+        _write_json(options.scan.json, {"fixes": [r.scan_summary | {"fix": r.report} for r in results],
+                                        "exit_code": code})
+        return code
 
     guarded(body)
+
+
+def _print_fixed(result, show: int) -> None:
+    if result.scan is not None:
+        from scrub.reports.findings import collect
+
+        summary = result.scan.summary
+        _print_summary(summary, collect(result.manifest, show) if summary.issues else None)
+    else:
+        out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
+    _print_fix(result.report)
+
+
+def _resolve_many(command: str, paths: list[Path], ctx: typer.Context, config: Path | None):
+    """The run's options and, when the paths name more than one dataset (several paths, a glob
+    pattern, a folder of datasets), each dataset's own options (a config file's sections may
+    differ per dataset) and the notes of what was passed over; else None and []."""
+    from scrub.readers.base import expand_datasets
+
+    options = _resolve(command, paths[0], ctx, config).options
+    read = options.read if command == "scan" else options.scan.read
+    found = expand_datasets(paths, read)
+    if len(paths) == 1 and found.paths == paths and not found.skipped:
+        return options, None, []
+    datasets = [(dataset, _resolve(command, dataset, ctx, config).options) for dataset in found.paths]
+    return options, datasets, [found.note()] if found.note() else []
 
 
 def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | None):
@@ -448,6 +491,12 @@ def _print_summary(summary, findings=None) -> None:
     if info.skipped:
         skipped = ", ".join(f"{n} {what}" for what, n in sorted(info.skipped.items()))
         out.print(f"skipped: {skipped}", markup=False)
+    if summary.parts:
+        parts = Table("dataset", "format", "records", "errors", "warnings", box=None)
+        for part in summary.parts:
+            parts.add_row(escape(part.path), part.dataset.format, f"{part.records:,}",
+                          f"{part.records_with_errors:,}", f"{part.records_with_warnings:,}")
+        out.print(parts)
     table = Table("check", "severity", "issues", box=None)
     from scrub.checks import REGISTRY
 

@@ -34,8 +34,8 @@ def default_manifest(dataset: str | Path) -> Path:
     return Path(name + MANIFEST_SUFFIX)
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
 #: fields a line carries only when they apply: ``content`` (rows keyed by position), ``status``
-#: (a scan with a baseline)
-OPTIONAL_FIELDS = ("content", "status")
+#: (a scan with a baseline), ``dataset`` (a scan of several datasets)
+OPTIONAL_FIELDS = ("content", "status", "dataset")
 
 
 def encode_key(key: str | bytes) -> str:

@@ -47,9 +47,13 @@ class Issue:
     content: str | None = None
     #: against a baseline: new, persisting, reappeared or resolved (see `scrub.baseline`)
     status: str | None = None
+    #: in a scan of several datasets: the dataset (as its path) the record belongs to; ``source``
+    #: is then the file or table within it
+    dataset: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        line = {
+        line = {} if self.dataset is None else {"dataset": self.dataset}
+        line |= {
             "source": self.source,
             "key": self.key,
             "index": self.index,
@@ -76,11 +80,13 @@ class Issue:
             details=dict(data.get("details") or {}),
             content=data.get("content"),
             status=data.get("status"),
+            dataset=data.get("dataset"),
         )
 
     def identity(self) -> tuple[str, str, str]:
         """What makes two issues 'the same' across scans (used by baselines and tests)."""
-        return (self.source, self.key, self.check)
+        return (self.source, self.key, self.check) if self.dataset is None else (
+            f"{self.dataset}:{self.source}", self.key, self.check)
 
 
 @dataclass(slots=True)

@@ -148,8 +148,11 @@ class ScanAggregate:
         total: int = 0,
         severities: dict[str, str] | None = None,
         baseline: Baseline | None = None,
+        dataset: str | None = None,
     ) -> None:
         self.checks = list(checks)
+        #: in a scan of several datasets, the one this aggregate is of (every issue names it)
+        self.dataset = dataset
         #: check id -> the severity the user set for it (``--check-severity``, a config file)
         self.severities = {c: Severity(level) for c, level in (severities or {}).items() if level != "ignore"}
         self.baseline = baseline
@@ -202,6 +205,8 @@ class ScanAggregate:
         """Stream one issue to the manifest and count it (classed against the baseline)."""
         if issue.check in self.severities:
             issue.severity = self.severities[issue.check]
+        if self.dataset is not None:
+            issue.dataset = self.dataset
         if self.baseline is not None:
             self.baseline.classify(issue)
         if issue.check in LABEL_CHECKS:
@@ -285,10 +290,58 @@ class Summary:
     baseline: dict[str, Any] | None = None
     #: with ``--cache``: the cache file, and how many records were reused and scanned
     cache: dict[str, Any] | None = None
+    #: a scan of several datasets: each one's own summary (this one holds the totals)
+    parts: list["Summary"] = field(default_factory=list)
+
+    @classmethod
+    def combine(cls, parts: Sequence["Summary"], options: dict[str, Any], seconds: float, manifest: str,
+                baseline: dict[str, Any] | None, notes: Sequence[str] = ()) -> "Summary":
+        """The totals of several datasets' summaries, with each one kept as a part."""
+        def total(name: str) -> dict[str, int]:
+            counts: Counter[str] = Counter()
+            for part in parts:
+                counts.update(getattr(part, name))
+            return dict(counts)
+
+        stats: dict[str, Counter] = defaultdict(Counter)
+        for part in parts:
+            for name, counter in part.stats.items():
+                stats[name].update(counter)
+        formats = sorted({part.dataset.format for part in parts})
+        info = DatasetInfo(
+            format="+".join(formats),
+            layout=f"{len(parts)} datasets",
+            root=_common_folder([part.path for part in parts]),
+            labelled=any(part.dataset.labelled for part in parts),
+            records=sum(part.dataset.records for part in parts),
+        )
+        return cls(
+            dataset=info,
+            path=info.root,
+            records=sum(part.records for part in parts),
+            issues_by_check=total("issues_by_check"),
+            issues_by_severity=total("issues_by_severity"),
+            records_with_errors=sum(part.records_with_errors for part in parts),
+            records_with_warnings=sum(part.records_with_warnings for part in parts),
+            stats={name: dict(sorted(counter.items())) for name, counter in sorted(stats.items())},
+            checks=list(dict.fromkeys(check for part in parts for check in part.checks)),
+            options=options,
+            scheduler=parts[0].scheduler,
+            workers=parts[0].workers,
+            seconds=seconds,
+            manifest=manifest,
+            datasets={f"{part.path}:{source}": facts for part in parts for source, facts in part.datasets.items()},
+            fingerprint={"datasets": {part.path: part.fingerprint for part in parts}},
+            notes=list(notes) + [f"{part.path}: {note}" for part in parts for note in part.notes],
+            baseline=baseline,
+            parts=list(parts),
+        )
 
     @property
     def complete(self) -> bool:
         """Whether every record the reader listed was read (else the scan exits 3)."""
+        if self.parts:
+            return all(part.complete for part in self.parts)
         return self.records == self.dataset.records
 
     @property
@@ -331,4 +384,19 @@ class Summary:
             "seconds": round(self.seconds, 3),
             "records_per_second": round(self.records_per_second, 1),
             "manifest": self.manifest,
+            **({"parts": [_part(part.to_dict()) for part in self.parts]} if self.parts else {}),
         }
+
+
+def _part(document: dict[str, Any]) -> dict[str, Any]:
+    """A dataset's section of a several-dataset summary: what the whole already says is left out."""
+    for name in ("schema", "scrub_version", "manifest", "scheduler", "workers", "seconds", "records_per_second"):
+        document.pop(name, None)
+    return document
+
+
+def _common_folder(paths: Sequence[str]) -> str:
+    import os
+
+    return os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else "."
+

@@ -7,6 +7,7 @@ are the only place that knows a format; the pipeline only moves partitions and r
 
 from __future__ import annotations
 
+import glob
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from scrub.errors import UnusableDataset, UsageError
+from scrub.outputs import is_output_name
 from scrub.records import Issue, Record
 
 
@@ -170,6 +172,94 @@ def open_reader(path: Path, options: ReadOptions, origin: Callable[[str], str] =
         f"{path}: not a dataset scrub can read (expected {', '.join(sorted(REGISTRY))}; "
         "use --format to force one)"
     )
+
+
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+@dataclass
+class Datasets:
+    """What command-line arguments name: the datasets, and what was passed over (said out loud)."""
+
+    paths: list[Path]
+    #: entries of a folder of datasets, or glob matches, that are not datasets
+    skipped: list[Path] = field(default_factory=list)
+    #: entries of a folder of datasets that are scrub's own outputs (``NAME.clean``, ...)
+    outputs: list[Path] = field(default_factory=list)
+
+    def note(self) -> str | None:
+        said = []
+        for what, paths in (("not datasets", self.skipped), ("scrub's own outputs (cleaned copies, quarantines)", self.outputs)):
+            if paths:
+                names = ", ".join(str(p) for p in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+                said.append(f"{len(paths)} entr{'y is' if len(paths) == 1 else 'ies are'} {what} ({names})")
+        return "not scanned: " + "; ".join(said) if said else None
+
+
+def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Datasets:
+    """The datasets that command-line arguments name, in order, each once.
+
+    An argument is a dataset, a glob pattern (``'shards/train-*.h5'``, for shells that do not
+    expand it; ``**`` recurses), or a folder whose children are datasets: a folder that holds
+    LMDB environments is scanned as each of its children that is a dataset (LMDB environments
+    and data files, HDF5 files, list files, folders of images). A folder that no reader takes
+    as a whole and that holds no such child stays one argument: opening it says what is wrong.
+    A folder of class sub-folders is one image dataset (ImageFolder's layout), and a folder of
+    HDF5 files is one HDF5 dataset, as when it is named alone.
+    """
+    found = Datasets([])
+    for argument in arguments:
+        text = str(argument)
+        path = Path(text)
+        if not path.exists() and GLOB_CHARACTERS & set(text):
+            matches = [Path(match) for match in sorted(glob.glob(text, recursive=True))]
+            if not matches:
+                raise UnusableDataset(f"{text}: no file or folder matches this pattern")
+            for match in matches:
+                if options.format not in (None, "auto") or _is_dataset(match) or _collection(match):
+                    _datasets_in(match, options, found)
+                else:
+                    found.skipped.append(match)
+        else:
+            _datasets_in(path, options, found)
+    unique: dict[Path, Path] = {}
+    for path in found.paths:
+        unique.setdefault(path.resolve(), path)
+    found.paths = list(unique.values())
+    return found
+
+
+def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
+    """Add ``path``, or its children when it is a folder of datasets (see `expand_datasets`)."""
+    children = _collection(path) if options.format in (None, "auto") else None
+    if children is None:
+        found.paths.append(path)
+        return
+    for child in children:
+        if is_output_name(child.name):
+            found.outputs.append(child)
+        else:
+            (found.paths if _is_dataset(child) else found.skipped).append(child)
+
+
+def _collection(path: Path) -> list[Path] | None:
+    """The children of a folder of datasets (one that holds LMDB environments), else None."""
+    lmdb = reader_class("lmdb")
+    if not path.is_dir() or lmdb.sniff(path):
+        return None
+    children = sorted(child for child in path.iterdir() if not child.name.startswith("."))
+    return children if any(child.is_dir() and lmdb.sniff(child) for child in children) else None
+
+
+def _is_dataset(path: Path) -> bool:
+    """Whether a child of a folder of datasets is one (an image folder needs an image in it)."""
+    for name in REGISTRY:
+        cls = reader_class(name)
+        if name == "images" and path.is_dir():
+            return cls.holds_images(path)
+        if cls.sniff(path):
+            return True
+    return False
 
 
 def _applicable(cls: type[Reader], path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:

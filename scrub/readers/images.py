@@ -87,6 +87,19 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
+    """What a folder with no image in it holds, for the error: a person sees at once that it is
+    the wrong folder, or a folder of datasets none of which scrub recognized."""
+    if not top:
+        return " (the folder is empty)"
+    folders = [e.name + "/" for e in top if e.is_dir()]
+    files = [e.name for e in top if not e.is_dir()]
+    shown = (folders + files)[:6]
+    more = len(top) - len(shown)
+    return (f"; it holds {len(folders)} folder(s) and {len(files)} file(s): {', '.join(shown)}"
+            + (f" and {more} more" if more else "") + "; none is a dataset scrub can read")
+
+
 class ImageReader(Reader):
     format = "images"
     preferred_scheduler = "processes"
@@ -99,6 +112,15 @@ class ImageReader(Reader):
         if path.is_dir():
             return True
         return path.is_file() and cls._looks_like_list(path)
+
+    @staticmethod
+    def holds_images(folder: Path) -> bool:
+        """Whether an image lies anywhere below ``folder`` (stops at the first one)."""
+        for directory, folders, files in os.walk(folder):
+            folders[:] = [name for name in folders if not _is_hidden(name)]
+            if any(_has_image_extension(name) for name in files):
+                return True
+        return False
 
     @staticmethod
     def _looks_like_list(path: Path) -> bool:
@@ -170,8 +192,7 @@ class ImageReader(Reader):
 
         walk(str(root), "", None)
         if not entries:
-            skipped_count = sum(skipped.values())
-            raise UnusableDataset(f"{root}: no images found" + (f" ({skipped_count} other entries skipped)" if skipped_count else ""))
+            raise UnusableDataset(f"{root}: no images found" + _what_it_holds(top))
         info = DatasetInfo(
             format=self.format,
             layout="class-folders" if labelled else "flat",

@@ -36,7 +36,12 @@ class Findings:
 def record_name(issue: Issue) -> str:
     """How reports name a record: its key, after its source file where that is another name
     (``train.h5:3`` for row 3 of one of several HDF5 files)."""
-    return issue.key if issue.source == issue.key else f"{issue.source}:{issue.key}"
+    name = issue.key if issue.source == issue.key else f"{issue.source}:{issue.key}"
+    if issue.dataset is None:
+        return name
+    if issue.source == issue.dataset.rstrip("/").rsplit("/", 1)[-1]:  # an LMDB's source is its own name
+        return f"{issue.dataset}:{issue.key}"
+    return f"{issue.dataset}:{name}"
 
 
 def _order(issue: Issue) -> tuple:
