@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +24,7 @@ from scrub.checks.base import CheckOptions
 from scrub.errors import ExitCode, IncompleteScan, ScrubError, UnusableDataset, UsageError, first_line
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
+from scrub.outputs import scratch_directory
 from scrub.options import FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, expand_datasets, open_reader
 from scrub.records import Batch, Issue, Severity
@@ -359,7 +359,7 @@ def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], 
     manifest = manifest if manifest is not None else options.manifest
     keepalive = None
     if manifest is None:
-        keepalive = tempfile.TemporaryDirectory(prefix="scrub-")
+        keepalive = scratch_directory("manifest")
         manifest = Path(keepalive.name) / "manifest.jsonl"
     combined = _CombinedProgress(progress, len(datasets)) if several and progress is not None else None
     scans: list[DatasetScan] = []

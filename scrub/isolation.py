@@ -23,7 +23,7 @@ STARTUP_TIMEOUT = 120.0
 
 
 def _child(work, partition_no: int, partition: Any, start: int, stop: int, connection) -> None:
-    ignore_in_worker()  # Ctrl-C is the parent's to handle
+    ignore_in_worker()  # Ctrl-C is the parent's to handle; dies with the worker server, as workers do
     try:
         result = work(partition_no, partition, start, stop, lambda offset: connection.send(("at", offset)))
         connection.send(("done", result))

@@ -141,3 +141,39 @@ def is_output_name(name: str) -> bool:
     """Whether a file or folder name is one `fix` gives its outputs by default (``NAME.clean``,
     ``STEM.clean.EXT``, ``NAME.quarantine``): a folder of datasets is not scanned into them."""
     return name.endswith((".clean", ".quarantine")) or ".clean." in name
+
+
+#: folders a run keeps in the system's temporary directory: ``scrub-run-PID-PURPOSE-XXXX``
+SCRATCH_PREFIX = "scrub-run-"
+
+
+def scratch_folder(purpose: str) -> str:
+    """A new folder in the system's temporary directory, named after this process: the caller
+    removes it when done, and the next run removes it if this one was killed first."""
+    remove_abandoned_scratch()
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{purpose}-")
+
+
+def scratch_directory(purpose: str) -> tempfile.TemporaryDirectory:
+    """`scratch_folder` as a `tempfile.TemporaryDirectory`: removed when it is collected."""
+    remove_abandoned_scratch()
+    return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{purpose}-")
+
+
+def remove_abandoned_scratch() -> list[Path]:
+    """Delete the scratch folders of runs that no longer run (this user's only)."""
+    removed = []
+    try:
+        entries = list(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid_text = entry.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            owned = entry.lstat().st_uid == os.getuid() and entry.is_dir() and not entry.is_symlink()
+        except OSError:
+            continue
+        if owned and pid_text.isdigit() and not process_alive(int(pid_text)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed

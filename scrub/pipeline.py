@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from scrub.errors import UsageError
 from scrub.interrupt import ignore_in_worker, ignored_by_children
+from scrub.lifeline import hand_down
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Seconds one record may take before its decoder is deemed hung (``--timeout``).
@@ -222,8 +223,27 @@ def _start_worker_server() -> None:
     `scrub.interrupt`)."""
     from multiprocessing import forkserver
 
+    hand_down()  # the server dies with this process (see `scrub.lifeline`)
+    _own_scratch_folder()
     with ignored_by_children():
         forkserver.ensure_running()
+
+
+def _own_scratch_folder() -> None:
+    """multiprocessing keeps the worker server's socket in a ``pymp-XXXX`` folder that only a
+    normal exit removes; a killed scan left one behind in /tmp for good. Named after this process
+    instead (`scrub.outputs.scratch_folder`), the next run removes it. (``_config`` is private:
+    without it, multiprocessing's own folder is used.)"""
+    import shutil
+    from multiprocessing import process, util
+
+    from scrub.outputs import scratch_folder
+
+    config = getattr(process.current_process(), "_config", None)
+    if isinstance(config, dict) and config.get("tempdir") is None:
+        folder = scratch_folder("workers")
+        util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
+        config["tempdir"] = folder
 
 
 def worker_context(imports: Sequence[str] = ()):
@@ -233,7 +253,7 @@ def worker_context(imports: Sequence[str] = ()):
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["scrub.runner", *imports])
+    context.set_forkserver_preload(["scrub.workerserver", "scrub.runner", *imports])
     return context
 
 
