@@ -21,7 +21,7 @@ from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.cache import holds_results
 from scrub.checks.base import CheckOptions
-from scrub.errors import ExitCode, IncompleteScan, ScrubError, UnusableDataset, UsageError, first_line
+from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError, UnusableDataset, UsageError, first_line
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.outputs import scratch_directory
@@ -375,7 +375,7 @@ def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], 
             _run(scans, tasks, plan)
         except (ScrubError, OSError) as error:
             records = sum(scan.aggregate.records for scan in scans)
-            if isinstance(error, UsageError) or records == 0:
+            if isinstance(error, (UsageError, OutputError)) or records == 0:
                 raise  # nothing was scanned: it could not start (exit 2), it did not stop halfway
             listed = sum(scan.dataset.info.records for scan in scans)
             where = scans[0].dataset.path if not several else f"{len(scans)} datasets"

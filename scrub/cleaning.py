@@ -21,7 +21,7 @@ from typing import Any
 
 from scrub.cache import holds_results
 from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
-from scrub.errors import ExitCode, ScrubError, UsageError
+from scrub.errors import ExitCode, OutputError, ScrubError, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
     default_manifest,
@@ -31,7 +31,7 @@ from scrub.manifest import (
     write_scan_record,
 )
 from scrub.options import FixOptions, ScanOptions, merged
-from scrub.outputs import StagedOutput, overlaps
+from scrub.outputs import StagedOutput, free_bytes, overlaps, write_failure
 from scrub.records import Severity
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
@@ -106,13 +106,22 @@ def fix(
             outputs.stage()
             if manifest is None:
                 manifest = outputs.manifest_target or default_manifest(dataset.path)
-                scan_result = scan_dataset(dataset, scan_options, progress=progress, started=started, manifest=manifest)
+                try:
+                    scan_result = scan_dataset(dataset, scan_options, progress=progress, started=started,
+                                               manifest=manifest)
+                except OutputError as error:  # name the manifest where it would have been, not its staging
+                    final = outputs.final_manifest
+                    if final is None:
+                        raise
+                    raise OutputError(str(error).replace(str(manifest), str(final)),
+                                      exit_at_once=error.exit_at_once) from None
                 scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()
                 write_scan_record(manifest, scan_summary)
             else:
                 outputs.keep_manifest(manifest)
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
+            _check_space(dataset, outputs, options.link)
             tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
             if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
                 raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
@@ -140,8 +149,13 @@ def fix(
             if not verification["verified"]:
                 raise ScrubError(f"verification failed ({verification['reason']}); nothing was written; please report this")
             outputs.commit(report)
-        except BaseException:
+        except BaseException as error:
             outputs.discard()
+            if isinstance(error, Exception) and not isinstance(error, ScrubError):
+                failed = write_failure(error, outputs.clean.destination, "cleaned copy",
+                                       exit_at_once=writer.unsafe_after_write_failure)
+                if failed is not None:
+                    raise failed from None
             raise
     finally:
         dataset.reader.close()
@@ -190,6 +204,24 @@ def fix_many(
         if on_fixed is not None:
             on_fixed(result)
     return results
+
+
+def _check_space(dataset: OpenedDataset, outputs: "_Outputs", link: bool) -> None:
+    """Refuse before writing when the destination cannot hold the outputs: together they hold
+    each source record once, so they need about the source's size (a hard-linked image needs
+    none). Failing half-way costs more (HDF5 cannot even close a file on a full disk)."""
+    facts = dataset.fingerprint or {}
+    needed = 0 if link and dataset.reader.format == "images" else int(facts.get("bytes") or 0)
+    free = free_bytes(outputs.clean.destination)
+    if free is not None and needed > free:
+        raise OutputError(
+            f"no space left on device writing the cleaned copy {outputs.clean.destination}: the outputs need up to "
+            f"{_mib(needed)} and {_mib(free)} are free there; nothing was written (--out elsewhere)"
+        )
+
+
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):,.1f} MiB"
 
 
 def _inside_folder(folder: Path | None, name: str) -> Path | None:

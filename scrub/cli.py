@@ -7,6 +7,7 @@ exit with 1, which would read as "issues found").
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from scrub import __version__
-from scrub.errors import ExitCode, IncompleteScan, ScrubError
+from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
 from scrub.pipeline import DEFAULT_TIMEOUT
 
@@ -58,6 +59,13 @@ def guarded(command: Callable[[], int]) -> None:
         code = command()
     except IncompleteScan as error:
         _fail(str(error), ExitCode.INCOMPLETE)
+    except OutputError as error:
+        if error.exit_at_once:  # a library cannot shut down cleanly (see OutputError): say it, then go
+            err.print(f"scrub: error: {error}", markup=False, soft_wrap=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(ExitCode.ERROR)
+        _fail(str(error))
     except ScrubError as error:
         _fail(str(error))
     except KeyboardInterrupt:  # see scrub.interrupt: the temporary outputs are gone, the pool stopped

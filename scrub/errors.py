@@ -35,3 +35,17 @@ class IncompleteScan(ScrubError):
 def first_line(error: BaseException) -> str:
     """An exception's message, first line only (library errors can run to many lines)."""
     return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+class OutputError(ScrubError):
+    """An output (the manifest, a report, the cleaned copy, the quarantine) could not be
+    written: a full disk, a read-only or forbidden destination. Exit 2 with nothing left
+    half-written; never read as an incomplete scan (the dataset was fine).
+
+    ``exit_at_once``: a library's state is broken beyond a clean shutdown (HDF5 segfaults when
+    it closes a file whose writes failed, at the latest when the interpreter exits): the command
+    line exits right after printing the line, without running exit handlers."""
+
+    def __init__(self, message: str, *, exit_at_once: bool = False) -> None:
+        super().__init__(message)
+        self.exit_at_once = exit_at_once

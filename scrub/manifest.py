@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import ScrubError, first_line
-from scrub.outputs import new_file_mode, temporary_file, write_atomically
+from scrub.outputs import new_file_mode, temporary_file, write_atomically, write_failure
 from scrub.records import Issue
 
 MANIFEST_SUFFIX = ".scrub.jsonl"
@@ -84,23 +84,37 @@ class ManifestWriter:
             directory.mkdir(parents=True, exist_ok=True)
             handle, temporary = temporary_file(self.path)
         except OSError as error:
-            raise ScrubError(f"{self.path}: cannot write the manifest: {error.strerror}") from None
+            raise write_failure(error, self.path, "manifest") or ScrubError(
+                f"{self.path}: cannot write the manifest: {error.strerror}") from None
         self._temporary = Path(temporary)
         self._file = os.fdopen(handle, "w", encoding="utf-8")
         self.count = 0
 
     def write(self, issue: Issue) -> None:
-        self._file.write(dumps(issue) + "\n")
+        try:
+            self._file.write(dumps(issue) + "\n")
+        except OSError as error:
+            raise self._failed(error) from None
         self.count += 1
 
     def commit(self) -> Path:
-        self._file.close()
-        os.chmod(self._temporary, new_file_mode())
-        os.replace(self._temporary, self.path)
+        try:
+            self._file.close()
+            os.chmod(self._temporary, new_file_mode())
+            os.replace(self._temporary, self.path)
+        except OSError as error:
+            raise self._failed(error) from None
         return self.path
 
+    def _failed(self, error: OSError) -> ScrubError:
+        return write_failure(error, self.path, "manifest") or ScrubError(
+            f"{self.path}: cannot write the manifest: {first_line(error)}")
+
     def discard(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass  # a full disk fails the last flush too: the file goes anyway
         self._temporary.unlink(missing_ok=True)
 
 

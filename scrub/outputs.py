@@ -9,13 +9,14 @@ process is gone) are removed by the next run.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from scrub.errors import ScrubError, UsageError
+from scrub.errors import OutputError, ScrubError, UsageError, first_line
 
 PREFIX_MARK = ".scrub-"
 
@@ -36,7 +37,8 @@ class StagedOutput:
         try:
             self.destination.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise ScrubError(f"{self.destination.parent}: cannot create the folder: {error.strerror}") from None
+            raise write_failure(error, self.destination, self.what) or ScrubError(
+                f"{self.destination.parent}: cannot create the folder: {error.strerror}") from None
 
     def stage(self) -> Path:
         """The path to write the output at (inside a fresh temporary sibling)."""
@@ -46,7 +48,8 @@ class StagedOutput:
                 prefix=f".{self.destination.name}{PREFIX_MARK}{os.getpid()}-", dir=self.destination.parent or "."
             )
         except OSError as error:
-            raise ScrubError(f"{self.destination.parent}: cannot write the {self.what}: {error.strerror}") from None
+            raise write_failure(error, self.destination, self.what) or ScrubError(
+                f"{self.destination.parent}: cannot write the {self.what}: {error.strerror}") from None
         self.staging = Path(staging)
         return self.staging / self.destination.name
 
@@ -87,17 +90,23 @@ def remove_abandoned(destination: Path) -> list[Path]:
     return removed
 
 
-def write_atomically(destination: Path, data: bytes) -> None:
+def write_atomically(destination: Path, data: bytes, what: str = "file") -> None:
     """Write ``data`` to a `temporary_file` and rename it over ``destination``: a reader never
-    sees half a file, and a failure leaves nothing behind."""
-    handle, temporary = temporary_file(destination)
+    sees half a file, and a failure leaves nothing behind (a full or read-only destination is
+    an `OutputError` naming it)."""
+    try:
+        handle, temporary = temporary_file(destination)
+    except OSError as error:
+        raise write_failure(error, destination, what) or error from None
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
         os.chmod(temporary, new_file_mode())
         os.replace(temporary, destination)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise write_failure(error, destination, what) or error from None
         raise
 
 
@@ -177,3 +186,58 @@ def remove_abandoned_scratch() -> list[Path]:
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
+
+
+#: what a write failure's errno means, as the one line says it
+_CAUSES = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+           errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+           errno.EFBIG: "file too large for the file system"}
+#: less free space than this after a failed write: the disk filled (libraries that hide the
+#: errno, LMDB's "Input/output error" among them)
+_NEARLY_FULL = 1 << 20
+
+
+def write_failure(error: BaseException, destination: Path, what: str, *, exit_at_once: bool = False) -> OutputError | None:
+    """The one line for an output that could not be written, with its cause and its path; None
+    when nothing says the destination is at fault (the error is then scrub's or the source's)."""
+    cause = failure_cause(error, destination)
+    if cause is None and isinstance(error, OSError) and error.filename is not None \
+            and os.path.realpath(error.filename).startswith(os.path.realpath(Path(destination).parent)):
+        cause = first_line(error)  # an OSError about a file of the output
+    if cause is None:
+        return None
+    return OutputError(f"{cause} writing the {what} {destination}; nothing was written", exit_at_once=exit_at_once)
+
+
+def failure_cause(error: BaseException, destination: Path) -> str | None:
+    """Why a write failed, when the destination is to blame: from the errno, else from the
+    destination's file system (a library may report a full disk as an I/O error); else None."""
+    number = getattr(error, "errno", None)
+    if number in _CAUSES:
+        return _CAUSES[number]
+    existing = Path(destination)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        space = os.statvfs(existing)
+        if space.f_bavail * space.f_frsize < _NEARLY_FULL:
+            return "no space left on device"
+        if space.f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    if not os.access(existing, os.W_OK):
+        return "permission denied"
+    return None
+
+
+def free_bytes(destination: Path) -> int | None:
+    """The bytes an unprivileged writer may still use on ``destination``'s file system."""
+    existing = Path(destination)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        space = os.statvfs(existing)
+    except OSError:
+        return None
+    return space.f_bavail * space.f_frsize

@@ -43,6 +43,7 @@ WHOLE_FILE_CHECKS = frozenset({"unsafe-path", "missing-file", "row-count-mismatc
 
 class HDF5Writer(Writer):
     format = "hdf5"
+    unsafe_after_write_failure = True  # HDF5 segfaults closing a file whose writes failed (measured)
 
     def __init__(self, dataset: Any) -> None:
         super().__init__(dataset)
