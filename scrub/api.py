@@ -28,7 +28,9 @@ from scrub.outputs import scratch_directory
 from scrub.options import FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, expand_datasets, open_reader
 from scrub.records import Batch, Issue, Severity
-from scrub.runner import PartitionWork, select_checks
+from scrub.reports import THUMBNAILS
+from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
+from scrub.runner import Encoding, PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
 
 
@@ -39,6 +41,8 @@ class ScanResult:
     summary: Summary
     manifest: Path
     _keepalive: object = field(default=None, repr=False)  # a temporary manifest's directory
+    #: what the reports name (the first errors, keys per check), gathered during the scan
+    findings: Findings | None = field(default=None, repr=False)
 
     def issues(self) -> Iterator[Issue]:
         """Every manifest line, in order (with a baseline, ``status`` says new, persisting,
@@ -231,11 +235,17 @@ class DatasetScan:
         self.checks = select_checks(options.selection, self.checking, provides, options.origin, str(dataset.path))
         self.cache, cache_notes = (_open_cache(dataset, options, self.checking, self.checks)
                                    if options.cache is not None else (None, []))
+        limits = {"show": options.show, "per_check": KEYS_PER_CHECK,
+                  "images": THUMBNAILS if options.html is not None else 0}
         self.aggregate = ScanAggregate(self.checks, self.checking, writer, progress, total=info.records,
-                                       severities=options.selection.overrides, baseline=baseline, dataset=label)
+                                       severities=options.selection.overrides, baseline=baseline, dataset=label,
+                                       collector=Collector(**limits))
         self.aggregate.notes += cache_notes
+        # issues leave the workers as manifest lines, unless the driver needs each one
+        compact = baseline is None and self.replay is None and self.cache is None
+        encoding = Encoding(self.aggregate.severities, label, **limits) if compact else None
         self.work = PartitionWork(reader, self.checking, self.checks, moments=self.replay is not None,
-                                  capture=self.cache is not None)
+                                  capture=self.cache is not None, encoding=encoding)
         self.replayed: dict[str, Any] | None = None
 
     def tasks(self) -> Tasks:
@@ -297,6 +307,7 @@ class DatasetScan:
 
     def summary(self, plan: pipeline.Plan, seconds: float, manifest: Path, compared: dict[str, Any] | None) -> Summary:
         dataset, aggregate, info = self.dataset, self.aggregate, self.dataset.info
+        locate = tuple_locator(dataset.reader, dataset.partitions)
         if self.cache is not None:
             self.cache.save()
             aggregate.notes += self.cache.notes
@@ -306,8 +317,8 @@ class DatasetScan:
             records=aggregate.records,
             issues_by_check=dict(aggregate.by_check),
             issues_by_severity=dict(aggregate.by_severity),
-            records_with_errors=aggregate.records_with(Severity.ERROR),
-            records_with_warnings=aggregate.records_with(Severity.WARNING),
+            records_with_errors=aggregate.records_with(Severity.ERROR, locate),
+            records_with_warnings=aggregate.records_with(Severity.WARNING, locate),
             stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
             checks=[c.id for c in self.checks],
             options=self.options.verdict_options(),
@@ -395,7 +406,10 @@ def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], 
     summary = parts[0] if not several else Summary.combine(parts, options.verdict_options(), seconds,
                                                            str(manifest_path), compared, notes)
     write_scan_record(manifest_path, summary.to_dict())
-    return ScanResult(summary, manifest_path, keepalive)
+    collector = scans[0].aggregate.collector
+    for scan in scans[1:]:
+        collector.merge(scan.aggregate.collector)
+    return ScanResult(summary, manifest_path, keepalive, collector.finish())
 
 
 def _run(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], plan: pipeline.Plan) -> None:
@@ -553,6 +567,12 @@ def _contents(reader: Reader, partitions: Sequence) -> Callable:
         return found
 
     return contents
+
+
+def tuple_locator(reader, partitions: Sequence) -> Callable:
+    """`_locator` giving (source, key, index) tuples (the aggregate's identities)."""
+    locate = _locator(reader, partitions)
+    return lambda positions: [tuple(identity) for identity in locate(positions)]
 
 
 def _locator(reader, partitions: Sequence) -> Callable:

@@ -320,7 +320,8 @@ def _print_fixed(result, show: int) -> None:
         from scrub.reports.findings import collect
 
         summary = result.scan.summary
-        _print_summary(summary, collect(result.manifest, show) if summary.issues else None)
+        found = result.scan.findings or (collect(result.manifest, show) if summary.issues else None)
+        _print_summary(summary, found if summary.issues else None)
     else:
         out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
     _print_fix(result.report)

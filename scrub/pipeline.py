@@ -183,6 +183,8 @@ def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_r
 #: SIGINT) before they are killed: a worker killed while it sends a result leaves the pool's
 #: manager thread waiting for the rest of it, and the process unable to exit.
 DRAIN_SECONDS = 5.0
+#: How long the pool's manager thread gets to end once its workers are stopped.
+MANAGER_EXIT_SECONDS = 5.0
 
 
 def _stop(pool: ProcessPoolExecutor, drain: float = 0.0) -> None:
@@ -198,6 +200,12 @@ def _stop(pool: ProcessPoolExecutor, drain: float = 0.0) -> None:
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
         process.terminate()
+    # The pool's manager thread closes its wake-up pipe as it ends; one still ending at exit
+    # races the interpreter's own exit hook, which writes to that pipe ("Bad file descriptor",
+    # a 15-line traceback after the scan's error line: seen when a result's handler raised).
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(MANAGER_EXIT_SECONDS)
 
 
 def start_worker_server(scheduler: str | None, workers: int | None) -> None:

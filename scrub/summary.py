@@ -21,6 +21,7 @@ from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
+from scrub.reports.findings import Collector
 from scrub.replay.standardize import Moments
 from scrub.runner import NumericStats, PartitionResult
 
@@ -149,6 +150,7 @@ class ScanAggregate:
         severities: dict[str, str] | None = None,
         baseline: Baseline | None = None,
         dataset: str | None = None,
+        collector: Collector | None = None,
     ) -> None:
         self.checks = list(checks)
         #: in a scan of several datasets, the one this aggregate is of (every issue names it)
@@ -164,7 +166,13 @@ class ScanAggregate:
         self.records = 0
         self.by_check: Counter[str] = Counter({c.id: 0 for c in self.checks})
         self.by_severity: Counter[str] = Counter({s.value: 0 for s in Severity})
-        self.flagged: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
+        #: severity -> partition -> which of its records have an issue of it (a byte a record, for
+        #: the partitions that have any: flat in the number of findings)
+        self.marks: dict[str, dict[int, np.ndarray]] = {s.value: {} for s in Severity}
+        #: issues without a position (the dataset's own, key ``*``; the replay's): their records' identities
+        self.unplaced: dict[str, set[tuple[str, str, int | None]]] = {s.value: set() for s in Severity}
+        #: what the reports name, gathered as the issues stream by
+        self.collector = collector if collector is not None else Collector()
         #: records with a label issue: the dummy-loss replay does not repeat them
         self.label_flagged: set[tuple[str, str]] = set()
         self.stats: dict[str, Counter] = defaultdict(Counter)
@@ -177,8 +185,18 @@ class ScanAggregate:
 
     def add(self, result: PartitionResult) -> None:
         self.records += result.records
-        for issue in result.issues:
-            self.add_issue(issue)
+        if result.findings is not None:  # encoded in the worker (see `scrub.runner.Encoding`)
+            self.manifest.write_lines(result.lines, result.line_count)
+            for (check, _, severity), count in result.findings.counts.items():
+                self.by_check[check] += count
+                self.by_severity[severity] += count
+            self.collector.merge(result.findings)
+            for severity, offsets in result.flagged.items():
+                self._mark(severity, result.partition, offsets)
+            result.lines, result.findings, result.flagged = b"", None, {}
+        offsets = result.offsets if len(result.offsets) == len(result.issues) else [None] * len(result.issues)
+        for issue, offset in zip(result.issues, offsets):
+            self.add_issue(issue, None if offset is None else (result.partition, offset))
         for name, counter in result.stats.items():
             self.stats[name].update(counter)
         for source, stats in result.numeric.items():
@@ -188,7 +206,7 @@ class ScanAggregate:
         for check_id, column in result.columns.items():
             self.columns[check_id].add(result.partition, *column)
         # The local scheduler keeps each result until the end: drop what was copied out.
-        result.issues, result.columns, result.moments = [], {}, {}
+        result.issues, result.offsets, result.columns, result.moments = [], [], {}, {}
         self._report_progress()
 
     def _report_progress(self) -> None:
@@ -201,8 +219,9 @@ class ScanAggregate:
             if issue.check in self.by_check:
                 self.add_issue(issue)
 
-    def add_issue(self, issue: Issue) -> None:
-        """Stream one issue to the manifest and count it (classed against the baseline)."""
+    def add_issue(self, issue: Issue, position: tuple[int, int] | None = None) -> None:
+        """Stream one issue to the manifest and count it (classed against the baseline);
+        ``position``: its record's (partition, offset), when it has one."""
         if issue.check in self.severities:
             issue.severity = self.severities[issue.check]
         if self.dataset is not None:
@@ -212,9 +231,26 @@ class ScanAggregate:
         if issue.check in LABEL_CHECKS:
             self.label_flagged.add((issue.source, issue.key))
         self.manifest.write(issue)
+        self.collector.add(issue)
         self.by_check[issue.check] += 1
         self.by_severity[issue.severity.value] += 1
-        self.flagged[issue.severity.value].add((issue.source, issue.key, issue.index))
+        if position is not None:
+            self._mark(issue.severity.value, position[0], np.asarray([position[1]]))
+        else:
+            self.unplaced[issue.severity.value].add((issue.source, issue.key, issue.index))
+
+    def _mark(self, severity: str, partition: int, offsets: np.ndarray) -> None:
+        if not len(offsets):
+            return
+        marks = self.marks[severity]
+        mask = marks.get(partition)
+        needed = int(offsets.max()) + 1
+        if mask is None or len(mask) < needed:
+            grown = np.zeros(max(needed, 0 if mask is None else len(mask)), dtype=bool)
+            if mask is not None:
+                grown[: len(mask)] = mask
+            mask = marks[partition] = grown
+        mask[offsets] = True
 
     def finish_dataset_checks(self, locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]],
                               contents: Callable[[Sequence[tuple[int, int]]], list[str | None]] | None = None) -> None:
@@ -229,10 +265,10 @@ class ScanAggregate:
             positions = [position for position, _ in judgement]
             identities = locate(positions)
             hashes = contents(positions) if contents is not None else [None] * len(positions)
-            for (source, key, index), content, (_, finding) in zip(identities, hashes, judgement):
+            for (source, key, index), content, (position, finding) in zip(identities, hashes, judgement):
                 issue = make_issue(check.id, source, key, index, finding)
                 issue.content = content
-                self.add_issue(issue)
+                self.add_issue(issue, (int(position[0]), int(position[1])))
             self.columns[check.id] = _store(check.column_dtype)  # free the memory
 
     def finish_baseline(self, path) -> dict[str, Any] | None:
@@ -248,13 +284,23 @@ class ScanAggregate:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def records_with(self, severity: Severity) -> int:
-        """Distinct records with an issue at or above ``severity``."""
-        union: set = set()
-        for name, identities in self.flagged.items():
-            if Severity(name).at_least(severity):
-                union |= identities
-        return len(union)
+    def records_with(self, severity: Severity,
+                     locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]] | None = None) -> int:
+        """Distinct records with an issue at or above ``severity``. Issues found without a
+        position (the replay's) are told apart from the others by identity, through ``locate``."""
+        levels = [name for name in self.marks if Severity(name).at_least(severity)]
+        unplaced: set = set().union(*(self.unplaced[name] for name in levels))
+        unions = {}
+        for partition in set().union(*(self.marks[name] for name in levels)):
+            masks = [self.marks[name][partition] for name in levels if partition in self.marks[name]]
+            union = unions[partition] = np.zeros(max(map(len, masks)), dtype=bool)
+            for mask in masks:
+                union[: len(mask)] |= mask
+        if locate is not None and any(key != "*" for _, key, _ in unplaced):
+            for partition, union in unions.items():
+                unplaced.update(locate([(partition, int(offset)) for offset in np.flatnonzero(union)]))
+            return len(unplaced)
+        return len(unplaced) + sum(int(union.sum()) for union in unions.values())
 
 
 @dataclass

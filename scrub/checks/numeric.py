@@ -227,15 +227,22 @@ def nonfinite_data(batch: Batch, options: CheckOptions) -> list[tuple[int, Findi
         Moves the row to the quarantine.
     """
     found = profile(batch)
+    rows = np.asarray(found.nonfinite_rows)
+    if not len(rows):
+        return []
+    values = found.rows[rows]  # counted for every flagged row at once: a broken shard flags them all
+    nan, posinf, neginf = np.isnan(values), values == np.inf, values == -np.inf
+    firsts = np.argmax(nan | posinf | neginf, axis=1).tolist()
+    counted = zip(rows.tolist(), nan.sum(axis=1).tolist(), posinf.sum(axis=1).tolist(), neginf.sum(axis=1).tolist(), firsts)
     findings = []
-    for row in found.nonfinite_rows:
-        values = found.rows[row]
-        nan, posinf, neginf = np.isnan(values), np.isposinf(values), np.isneginf(values)
-        first = int(np.flatnonzero(nan | posinf | neginf)[0])
-        counts = {"nan": int(nan.sum()), "posinf": int(posinf.sum()), "neginf": int(neginf.sum())}
-        names = {"nan": "NaN", "posinf": "+Inf", "neginf": "-Inf"}
-        summary = ", ".join(f"{n} {names[name]}" for name, n in counts.items() if n)
-        findings.append((int(row), Finding(f"{summary} (first at position {first})", counts | {"first_position": first})))
+    messages: dict[tuple[int, int, int, int], str] = {}  # rows of a broken block often read alike
+    for row, nans, posinfs, neginfs, first in counted:
+        message = messages.get((nans, posinfs, neginfs, first))
+        if message is None:
+            summary = ", ".join(f"{n} {name}" for n, name in ((nans, "NaN"), (posinfs, "+Inf"), (neginfs, "-Inf")) if n)
+            message = messages[(nans, posinfs, neginfs, first)] = f"{summary} (first at position {first})"
+        details = {"nan": nans, "posinf": posinfs, "neginf": neginfs, "first_position": first}
+        findings.append((row, Finding(message, details)))
     return findings
 
 

@@ -28,7 +28,13 @@ def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) 
     summary = result.summary
     wanted_images = THUMBNAILS if options.html is not None else 0
     needed = options.show or options.junit or options.html or options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
-    found = collect(result.manifest, options.show, images=wanted_images) if needed and summary.issues else Findings()
+    if not (needed and summary.issues):
+        found = Findings()
+    elif result.findings is not None and result.findings.show >= options.show and result.findings.images >= wanted_images:
+        # gathered during the scan: no second pass over the manifest
+        found = result.findings
+    else:
+        found = collect(result.manifest, options.show, images=wanted_images)
     if options.junit is not None:
         from scrub.reports import junit
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scrub.manifest import read_manifest
-from scrub.records import Issue, Severity
+from scrub.records import Issue
 
 #: keys a report names per check (JUnit failures, the HTML report)
 KEYS_PER_CHECK = 10
@@ -27,6 +27,9 @@ class Findings:
     severities: dict[str, Counter] = field(default_factory=dict)
     #: issues a thumbnail can show: (source, key, index, check, message) of errors on images
     quarantined: list[Issue] = field(default_factory=list)
+    #: how many errors and thumbnails were looked for (a report that wants more collects again)
+    show: int = 0
+    images: int = 0
 
     @property
     def more_errors(self) -> int:
@@ -45,34 +48,84 @@ def record_name(issue: Issue) -> str:
 
 
 def _order(issue: Issue) -> tuple:
-    return (issue.index if issue.index is not None else -1, issue.source, issue.key, issue.check)
+    return (issue.dataset or "", issue.index if issue.index is not None else -1, issue.source, issue.key, issue.check)
 
 
 def collect(manifest: Path, show: int = 10, per_check: int = KEYS_PER_CHECK, images: int = 0) -> Findings:
     """One pass over ``manifest``: the first ``show`` errors, ``per_check`` keys per check, and
     the first ``images`` errors (for thumbnails), each in dataset order; memory stays flat."""
-    found = Findings()
-    errors: list[tuple] = []  # a max-heap (negated order) of the smallest ``show``
-    keys: dict[str, list[tuple]] = {}
-    counter = 0
+    collector = Collector(show, per_check, images)
     for issue in read_manifest(manifest):
-        if issue.status == "resolved":
-            continue
-        counter += 1
-        order = _order(issue)
+        collector.add(issue)
+    return collector.finish()
+
+
+class Collector:
+    """`collect`, one issue at a time: a scan feeds it as it writes the manifest (workers feed
+    one per partition, merged in the driver), so that its reports need no second pass over a
+    manifest of millions of lines. Memory: the kept issues and a few counts per check."""
+
+    def __init__(self, show: int = 10, per_check: int = KEYS_PER_CHECK, images: int = 0) -> None:
+        self.show, self.per_check, self.images = show, per_check, images
+        self.errors: list[tuple] = []  # a max-heap (negated order) of the smallest ``max(show, images)``
+        self.keys: dict[str, list[tuple]] = {}
+        self.counter = 0
+        #: (check, status, severity) -> issues: one count per issue, the rest derived at the end
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+
+    def add(self, issue: Issue) -> None:
+        """Count an issue, and keep it if it is among the first so far (the fast path rejects
+        most issues of a dense partition before building anything)."""
         status = issue.status or "found"
-        found.statuses.setdefault(issue.check, Counter())[status] += 1
-        found.severities.setdefault(issue.check, Counter())[(status, issue.severity.value)] += 1
-        _keep(keys.setdefault(issue.check, []), order, counter, issue, per_check)
-        if issue.severity is Severity.ERROR:
-            found.error_count += 1
-            _keep(errors, order, counter, issue, max(show, images))
-    ranked = [item[2] for item in sorted(errors, key=lambda item: _order(item[2]))]
-    found.errors = ranked[:show]
-    found.quarantined = ranked[:images]
-    found.keys = {check: [record_name(item[2]) for item in sorted(heap, key=lambda item: _order(item[2]))]
-                  for check, heap in sorted(keys.items())}
-    return found
+        if status == "resolved":
+            return
+        severity = issue.severity.value
+        self.counts[(issue.check, status, severity)] += 1
+        order = _order(issue)
+        heap = self.keys.get(issue.check)
+        if heap is None:
+            heap = self.keys[issue.check] = []
+        if len(heap) < self.per_check or order < heap[0][0].order:
+            self.counter += 1
+            _keep(heap, order, self.counter, issue, self.per_check)
+        if severity == "error":
+            wanted = max(self.show, self.images)
+            if len(self.errors) < wanted or order < self.errors[0][0].order:
+                self.counter += 1
+                _keep(self.errors, order, self.counter, issue, wanted)
+
+    @property
+    def severities(self) -> dict[str, Counter]:
+        """check -> issues by (status, severity)."""
+        found: dict[str, Counter] = {}
+        for (check, status, severity), count in self.counts.items():
+            found.setdefault(check, Counter())[(status, severity)] += count
+        return found
+
+    def merge(self, other: "Collector") -> None:
+        """Add what another collector (of other records) saw: its counts, and its kept issues."""
+        self.counts.update(other.counts)
+        for check, heap in other.keys.items():
+            for _, _, issue in heap:
+                self.counter += 1
+                _keep(self.keys.setdefault(check, []), _order(issue), self.counter, issue, self.per_check)
+        for _, _, issue in other.errors:
+            self.counter += 1
+            _keep(self.errors, _order(issue), self.counter, issue, max(self.show, self.images))
+
+    def finish(self) -> Findings:
+        found = Findings(show=self.show, images=self.images)
+        for (check, status, severity), count in self.counts.items():
+            found.statuses.setdefault(check, Counter())[status] += count
+            found.severities.setdefault(check, Counter())[(status, severity)] += count
+            if severity == "error":
+                found.error_count += count
+        ranked = [item[2] for item in sorted(self.errors, key=lambda item: _order(item[2]))]
+        found.errors = ranked[: self.show]
+        found.quarantined = ranked[: self.images]
+        found.keys = {check: [record_name(item[2]) for item in sorted(heap, key=lambda item: _order(item[2]))]
+                      for check, heap in sorted(self.keys.items())}
+        return found
 
 
 def _keep(heap: list, order: tuple, counter: int, issue: Issue, limit: int) -> None:
