@@ -31,7 +31,8 @@ from scrub.manifest import (
     write_scan_record,
 )
 from scrub.options import FixOptions, ScanOptions, merged
-from scrub.outputs import StagedOutput, free_bytes, overlaps, write_failure
+from scrub.outputs import StagedOutput, free_bytes, write_failure
+from scrub.paths import is_within, overlaps
 from scrub.records import Severity
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
@@ -357,19 +358,16 @@ def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | Non
     outputs = [("--out", clean)] + ([("--quarantine-dir", quarantine)] if quarantine is not None else [])
     for option, output in outputs:
         target = os.path.realpath(output)
-        if target == source or _inside(source, target) or (dataset.path.is_dir() and _inside(target, source)):
+        if is_within(source, target) or (dataset.path.is_dir() and is_within(target, source)):
             raise UsageError(f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path")
         if os.path.lexists(output) and overlaps(output, dataset.info.root) and any(
-            _inside(os.path.abspath(member), os.path.abspath(output)) or _inside(os.path.realpath(member), target)
+            is_within(os.path.abspath(member), os.path.abspath(output), itself=False)
+            or is_within(os.path.realpath(member), target, itself=False)
             for member in dataset.reader.members(dataset.partitions)
         ):
             raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
     if quarantine is not None and overlaps(clean, quarantine):
         raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset) -> bool:

@@ -140,12 +140,6 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def overlaps(first: Path, second: Path) -> bool:
-    """Whether one path is the other or lies inside it (after resolving symlinks)."""
-    a, b = os.path.realpath(first), os.path.realpath(second)
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
-
-
 def is_output_name(name: str) -> bool:
     """Whether a file or folder name is one `fix` gives its outputs by default (``NAME.clean``,
     ``STEM.clean.EXT``, ``NAME.quarantine``): a folder of datasets is not scanned into them."""

@@ -91,6 +91,14 @@ class Reader(ABC):
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
 
+    # What `open` sets and writers (`scrub.writers`) may read; nothing else of a reader is theirs.
+    #: The folder the records' paths are relative to (an image folder, a list file's root, an
+    #: HDF5 file's folder); "" where records are not files (LMDB).
+    root: str = ""
+    #: Where a list names the dataset's files (HDF5 folders and source lists): (source, path) of
+    #: each, in order; empty otherwise.
+    listed: Sequence[tuple[str, str]] = ()
+
     def __init__(self, path: Path, options: ReadOptions) -> None:
         self.path = path
         self.options = options
@@ -142,6 +150,12 @@ REGISTRY: dict[str, str] = {
     "hdf5": "scrub.readers.hdf5:HDF5Reader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
+
+
+def all_worker_imports() -> list[str]:
+    """What every registered reader's workers import (for a worker server started before the
+    dataset's format is known)."""
+    return list(dict.fromkeys(module for name in REGISTRY for module in reader_class(name).worker_imports))
 
 
 def reader_class(format_name: str) -> type[Reader]:

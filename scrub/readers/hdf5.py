@@ -33,6 +33,7 @@ import numpy as np
 from scrub.checks.base import Finding, make_issue
 from scrub.errors import UnusableDataset, first_line
 from scrub.readers.base import DatasetInfo, Reader
+from scrub.paths import is_within
 from scrub.records import Batch, Issue
 
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
@@ -64,7 +65,7 @@ class RowRange:
         return self.stop - self.start
 
 
-def _is_hdf5_file(path: Path) -> bool:
+def is_hdf5_file(path: Path) -> bool:
     try:
         with open(path, "rb") as file:
             head = file.read(8)
@@ -88,7 +89,7 @@ class HDF5Reader(Reader):
             return any(p.suffix.lower() in HDF5_EXTENSIONS and p.is_file() for p in path.iterdir())
         if not path.is_file():
             return False
-        if _is_hdf5_file(path):
+        if is_hdf5_file(path):
             return True
         return bool(cls._list_lines(path))
 
@@ -111,9 +112,9 @@ class HDF5Reader(Reader):
         data_key = self.options.data_key or "data"
         if self.path.is_dir():
             root, layout = self.path, "folder"
-            files = sorted(p for p in self.path.iterdir() if p.is_file() and _is_hdf5_file(p))
+            files = sorted(p for p in self.path.iterdir() if p.is_file() and is_hdf5_file(p))
             listed = [(p.name, p) for p in files]
-        elif _is_hdf5_file(self.path):
+        elif is_hdf5_file(self.path):
             root, layout = self.path.parent, "file"
             listed = [(self.path.name, self.path)]
         else:
@@ -130,7 +131,7 @@ class HDF5Reader(Reader):
         labels_seen: dict[str, list[str]] = {}  # label key -> the files it was read from
         for source, path in listed:
             target = os.path.realpath(path)
-            if not _inside(target, real_root):
+            if not is_within(target, real_root):
                 info.issues.append(_dataset_issue("unsafe-path", source, f"not read: {source} resolves outside the dataset root"))
                 continue
             if not os.path.isfile(target):
@@ -208,9 +209,9 @@ class HDF5Reader(Reader):
             }
             row_bytes = max(1, int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize)
             chunk_rows = data.chunks[0] if data.chunks else 1
-            block_rows = _round_up(max(1, min(BLOCK_BYTES // row_bytes, PARTITION_ROWS)), chunk_rows)
-            by_bytes = _round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
-            partition_rows = partition_size or min(by_bytes, _round_up(PARTITION_ROWS, block_rows))
+            block_rows = round_up(max(1, min(BLOCK_BYTES // row_bytes, PARTITION_ROWS)), chunk_rows)
+            by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
+            partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
             ranges = [
                 RowRange(path, source, start, min(start + partition_rows, rows), min(block_rows, partition_rows),
                          label_key if has_labels else None, label_width)
@@ -276,12 +277,8 @@ def _files(sources: list[str]) -> str:
     return sources[0] if len(sources) == 1 else f"{len(sources)} files"
 
 
-def _round_up(value: int, multiple: int) -> int:
+def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
-
-
-def _inside(path: str, real_root: str) -> bool:
-    return path == real_root or path.startswith(real_root + os.sep)
 
 
 
@@ -320,7 +317,7 @@ def _unsafe_links(file, keys: Sequence[str], directory: str, real_root: str) -> 
         link = file.get(key, getlink=True)
         if isinstance(link, h5py.ExternalLink):
             target = os.path.realpath(os.path.join(directory, link.filename))
-            if not _inside(target, real_root):
+            if not is_within(target, real_root):
                 problems.append(f"{key!r} is an external link to {link.filename}, outside the dataset root")
                 continue
         try:
@@ -337,6 +334,6 @@ def _unsafe_links(file, keys: Sequence[str], directory: str, real_root: str) -> 
                 if source.file_name == ".":
                     continue
                 target = os.path.realpath(os.path.join(directory, source.file_name))
-                if not _inside(target, real_root):
+                if not is_within(target, real_root):
                     problems.append(f"{key!r} is a virtual dataset reading {source.file_name}, outside the dataset root")
     return problems

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
+from scrub.paths import is_within
 from scrub.errors import UnusableDataset
 from scrub.errors import UsageError
 from scrub.readers.base import DatasetInfo, Reader
@@ -171,8 +172,7 @@ class ImageReader(Reader):
                 name = f"{relative}/{item.name}" if relative else item.name
                 if item.is_symlink():
                     target = os.path.realpath(item.path)
-                    inside = target == real_root or target.startswith(real_root + os.sep)
-                    if not inside:
+                    if not is_within(target, real_root):
                         add(name, label, False, f"symlink to {target}, outside the dataset root")
                     elif os.path.isdir(target):
                         skipped["symlinked folder (not followed)"] += 1
@@ -220,8 +220,7 @@ class ImageReader(Reader):
                     while key.startswith("./"):
                         key = key[2:]
                     joined = os.path.normpath(os.path.join(real_root, key))
-                    inside = joined.startswith(real_root + os.sep)
-                    unsafe = None if inside else f"{path_text} resolves outside the dataset root"
+                    unsafe = None if is_within(joined, real_root, itself=False) else f"{path_text} resolves outside the dataset root"
                     entries.append(
                         Entry(len(entries), key, list_path.name, parse_label(label_text), True, unsafe)
                     )
@@ -246,7 +245,7 @@ class ImageReader(Reader):
             path = os.path.join(self.root, entry.key)
             if unsafe is None and entry.check_link:
                 target = os.path.realpath(path)
-                if not target.startswith(real_root + os.sep):
+                if not is_within(target, real_root, itself=False):
                     unsafe = f"resolves to {target}, outside the dataset root"
             if unsafe is not None:
                 record.problems.append(problem(record, "unsafe-path", f"not read: {unsafe}", path=entry.key))
@@ -281,7 +280,7 @@ class ImageReader(Reader):
         for entry in partition:
             path = prefix + entry.key
             if entry.unsafe is not None or (
-                entry.check_link and not os.path.realpath(path).startswith(real_root + os.sep)
+                entry.check_link and not is_within(os.path.realpath(path), real_root, itself=False)
             ):
                 entries.append(None)
                 continue

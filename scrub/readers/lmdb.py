@@ -129,7 +129,7 @@ def check_not_truncated(data_file: Path) -> None:
 _ENVIRONMENTS: dict[str, Any] = {}
 
 
-def _environment(path: str, subdir: bool):
+def open_environment(path: str, subdir: bool):
     """This process's one environment for ``path`` (py-lmdb allows only one per process)."""
     import lmdb
 
@@ -180,7 +180,7 @@ class LMDBReader(Reader):
         path = str(self.path.resolve())
         source = self.path.resolve().name
         _forget(path)  # a stale environment from an earlier scan in this process
-        environment = _environment(path, subdir)
+        environment = open_environment(path, subdir)
         partitions: list[KeyRange] = []
         skipped = 0
         count = 0
@@ -228,7 +228,7 @@ class LMDBReader(Reader):
     def _walk(self, partition: KeyRange | KeyList, start: int, stop: int | None, values: bool):
         import lmdb
 
-        environment = _environment(partition.path, partition.subdir)
+        environment = open_environment(partition.path, partition.subdir)
         stop = len(partition) if stop is None else stop
         try:
             with environment.begin() as transaction:

@@ -14,6 +14,7 @@ import math
 import os
 from pathlib import Path
 
+from scrub.paths import is_within
 from scrub.reports.findings import Findings, record_name
 from scrub.summary import Summary
 
@@ -178,7 +179,7 @@ def _thumbnail(root: str, key: str) -> str | None:
     """A small JPEG of an image file inside the dataset root, base64; None when it does not
     decode (the usual case for a quarantined image) or lies outside the root."""
     path = os.path.realpath(os.path.join(root, key))
-    if not path.startswith(root + os.sep):
+    if not is_within(path, root, itself=False):
         return None
     try:
         import warnings

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
-from scrub.readers.hdf5 import BLOCK_BYTES, _inside, _is_hdf5_file, _round_up
+from scrub.paths import is_within
+from scrub.readers.hdf5 import BLOCK_BYTES, is_hdf5_file, round_up
 from scrub.writers.base import Tally, Verdicts, Writer
 
 SOURCE_ROW = "scrub_source_row"
@@ -120,7 +121,7 @@ class HDF5Writer(Writer):
         """How a file set aside whole is named in the outputs, and whether it lies inside the
         root. One outside it (a list line ``../x.h5``) is never read or copied: its line is
         kept verbatim."""
-        inside = _inside(os.path.realpath(path), os.path.realpath(self.reader.root))
+        inside = is_within(os.path.realpath(path), os.path.realpath(self.reader.root))
         return (self._relative(source) if inside else source), inside
 
     def _output_file(self, target: Path, relative: str) -> Path:
@@ -176,7 +177,7 @@ class HDF5Writer(Writer):
         for relative, path in self._output_files(target):
             if (side == "quarantine" and relative in whole_names) or relative not in self._aligned:
                 # (unexpected files fail the comparison)
-                _tally_file(ledger, relative, path, _inside(os.path.realpath(path), real_target))
+                _tally_file(ledger, relative, path, is_within(os.path.realpath(path), real_target))
                 continue
             with h5py.File(path, "r") as file:
                 data = file[self.data_key]
@@ -205,7 +206,7 @@ class HDF5Writer(Writer):
                         yield line.strip(), str(target / line.strip())
         elif self.output_is_folder:
             for path in sorted(target.iterdir()):
-                if path.is_file() and _is_hdf5_file(path):
+                if path.is_file() and is_hdf5_file(path):
                     yield path.name, str(path)
         else:
             yield self.source.name, str(target)
@@ -355,7 +356,7 @@ def _blocks(aligned: list, rows: int) -> Iterator[tuple[int, list[np.ndarray]]]:
     into buffers reused from block to block (fresh arrays cost a page fault per 4 KiB)."""
     data = aligned[0]
     chunk_rows = data.chunks[0] if data.chunks else 1
-    block_rows = max(1, min(rows, _round_up(max(1, BLOCK_BYTES // max(1, _row_size(data))), chunk_rows)))
+    block_rows = max(1, min(rows, round_up(max(1, BLOCK_BYTES // max(1, _row_size(data))), chunk_rows)))
     buffers = [np.empty((block_rows, *d.shape[1:]), dtype=d.dtype) for d in aligned]
     for begin in range(0, rows, block_rows):
         count = min(block_rows, rows - begin)

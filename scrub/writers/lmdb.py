@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.manifest import encode_key
-from scrub.readers.lmdb import METADATA_KEYS, _environment
+from scrub.readers.lmdb import METADATA_KEYS, open_environment
 from scrub.writers.base import Tally, Verdicts, Writer
 
 COMMIT_BYTES = 64 << 20
@@ -41,7 +41,7 @@ class LMDBWriter(Writer):
         if quarantine is not None:
             outputs[True] = _Appender(quarantine, self._subdir, self._map_size())
         metadata: list[bytes] = []
-        environment = _environment(str(self.source.resolve()), self._subdir)  # the reader's own
+        environment = open_environment(str(self.source.resolve()), self._subdir)  # the reader's own
         try:
             with environment.begin(buffers=True) as transaction:
                 index = 0
