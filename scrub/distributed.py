@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scrub.errors import ScrubError
+from scrub.errors import IncompleteScan, ScrubError
 
 WORKER_DIED = "decoder crashed or timed out (its worker process died)"
+
+
+class ClusterLost(IncompleteScan):
+    """The dask scheduler went away mid-scan: the scan cannot cover every record (exit 3)."""
 
 
 def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, on_failure: Callable) -> None:
@@ -24,38 +28,80 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     a dead worker can only mean that range; it is bisected down to the single record, which is
     reported through ``on_failure``.
     """
-    from distributed import Client, as_completed
-    from distributed.scheduler import KilledWorker
+    import logging
 
+    from concurrent.futures import CancelledError
+
+    import dask
+    from distributed import Client
+
+    from scrub.pipeline import GuardedWork
+
+    # A hung decoder on a worker: the watchdog ends the worker process, its nanny starts another,
+    # the task ends as KilledWorker and is bisected down to the record like a crash.
+    work = GuardedWork(work, plan.timeout)
     try:
-        client = Client(plan.scheduler, timeout="10s")
+        with dask.config.set({"distributed.comm.timeouts.connect": "10s"}):
+            client = Client(plan.scheduler, timeout="10s")
     except (OSError, TimeoutError, ValueError) as error:
         raise ScrubError(f"cannot reach the dask scheduler at {plan.scheduler}: {error}") from None
-    with client:
-        suspects: list[tuple[int, Any, int, int]] = []
-        futures = {
-            client.submit(work, number, partition, 0, len(partition), pure=False): (number, partition)
-            for number, partition in enumerate(partitions)
-        }
-        for future in as_completed(futures):
-            number, partition = futures.pop(future)
-            if future.status == "finished":
-                on_result(future.result())
-            elif isinstance(future.exception(), KilledWorker):
-                suspects.append((number, partition, 0, len(partition)))
+    # A scheduler that goes away makes the client log reconnection tracebacks: the scan says it
+    # in one line instead (`ClusterLost`).
+    for name in ("distributed.client", "distributed.comm", "distributed.core", "distributed.batched"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        _run(client, work, partitions, on_result, on_failure)
+    except Exception as error:
+        if client.status == "running" and not isinstance(error, (Cancelled, CancelledError)):
+            raise  # the scan's own error, or a task's
+        raise ClusterLost(f"the dask scheduler at {plan.scheduler} went away mid-scan ({_reason(error)})") from None
+    finally:
+        try:
+            client.close(timeout=2)
+        except Exception:  # noqa: BLE001, S110 - closing a client whose scheduler is gone
+            pass
+
+
+class Cancelled(Exception):
+    """A task's future ended without a result or an error: its scheduler is gone."""
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:200]
+
+
+def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failure: Callable) -> None:
+    """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`)."""
+    from distributed import as_completed
+    from distributed.scheduler import KilledWorker
+
+    suspects: list[tuple[int, Any, int, int]] = []
+    futures = {
+        client.submit(work, number, partition, 0, len(partition), pure=False): (number, partition)
+        for number, partition in enumerate(partitions)
+    }
+    for future in as_completed(futures):
+        number, partition = futures.pop(future)
+        if future.status == "finished":
+            on_result(future.result())
+        elif future.status == "error" and isinstance(future.exception(), KilledWorker):
+            suspects.append((number, partition, 0, len(partition)))
+        elif future.status == "error":
+            raise future.exception()
+        else:  # "cancelled", "lost": no result will come
+            raise Cancelled(f"task of partition {number} {future.status}")
+        future.release()
+    while suspects:
+        number, partition, start, stop = suspects.pop()
+        future = client.submit(work, number, partition, start, stop, pure=False)
+        try:
+            on_result(future.result())
+        except KilledWorker:
+            if stop - start == 1:
+                on_result(on_failure(number, partition, start, WORKER_DIED))
             else:
-                raise future.exception()
+                middle = (start + stop) // 2
+                suspects += [(number, partition, middle, stop), (number, partition, start, middle)]
+        finally:
             future.release()
-        while suspects:
-            number, partition, start, stop = suspects.pop()
-            future = client.submit(work, number, partition, start, stop, pure=False)
-            try:
-                on_result(future.result())
-            except KilledWorker:
-                if stop - start == 1:
-                    on_result(on_failure(number, partition, start, WORKER_DIED))
-                else:
-                    middle = (start + stop) // 2
-                    suspects += [(number, partition, middle, stop), (number, partition, start, middle)]
-            finally:
-                future.release()

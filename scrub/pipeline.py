@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -279,11 +280,15 @@ def _is_dead_worker(error: BaseException) -> bool:
 class GuardedWork:
     """Runs ``work`` in a worker process with a watchdog that ends the process on a hang.
 
-    A hung decoder cannot be interrupted from Python, but it can be killed: the C watchdog
-    thread of `faulthandler` calls ``_exit`` when it is not re-armed in time, the pool sees a
-    dead worker, and the unfinished partitions are re-run under supervision. Arming costs ~30 us
-    (it starts a thread), so it is re-armed with ``2 * timeout`` at most once per ``timeout``:
-    a record runs at least ``timeout`` and at most ``2 * timeout`` seconds before the kill.
+    A hung decoder cannot be interrupted from Python (it may hold the GIL), but it can be
+    killed: the C watchdog thread of `faulthandler` calls ``_exit`` when it is not re-armed in
+    time, the pool (or the cluster's nanny) sees a dead worker, and the unfinished partitions
+    are re-run under supervision (or bisected on the cluster). Arming costs ~30 us (it starts a
+    thread), so it is re-armed at most once per ``timeout``, for ``2 * timeout`` after the
+    earliest progress of every guarded task of the process: a record runs at least ``timeout``
+    and at most ``2 * timeout`` seconds before the kill. The watchdog is one per process, so a
+    cluster worker running tasks on several threads shares it: a task that makes progress must
+    not keep re-arming it for one that hangs, and one that ends must not cancel it for another.
     """
 
     def __init__(self, work: Work, timeout: float) -> None:
@@ -291,19 +296,50 @@ class GuardedWork:
         self.timeout = timeout
 
     def __call__(self, partition_no: int, partition: Any, start: int = 0, stop: int | None = None, on_record=None):
-        armed_at = -float("inf")
-        with open(os.devnull, "w") as sink:
+        task = object()
+        _Watchdog.progress(task, self.timeout, force=True)
 
-            def arm(offset: int) -> None:
-                nonlocal armed_at
-                now = time.monotonic()
-                if now - armed_at > self.timeout:
-                    faulthandler.dump_traceback_later(2 * self.timeout, exit=True, file=sink)
-                    armed_at = now
-                if on_record is not None:
-                    on_record(offset)
+        def arm(offset: int) -> None:
+            _Watchdog.progress(task, self.timeout)
+            if on_record is not None:
+                on_record(offset)
 
-            try:
-                return self.work(partition_no, partition, start, stop, arm)
-            finally:
+        try:
+            return self.work(partition_no, partition, start, stop, arm)
+        finally:
+            _Watchdog.done(task, self.timeout)
+
+
+class _Watchdog:
+    """The process's `faulthandler` watchdog, shared by the guarded tasks of its threads."""
+
+    lock = threading.Lock()
+    last: dict[object, float] = {}  # task -> when it last made progress
+    armed_at = -float("inf")
+    sink = None
+
+    @classmethod
+    def progress(cls, task: object, timeout: float, force: bool = False) -> None:
+        now = time.monotonic()
+        with cls.lock:
+            cls.last[task] = now
+            if force or now - cls.armed_at > timeout:
+                cls._arm(now, timeout)
+
+    @classmethod
+    def done(cls, task: object, timeout: float) -> None:
+        with cls.lock:
+            cls.last.pop(task, None)
+            if cls.last:
+                cls._arm(time.monotonic(), timeout)
+            else:
                 faulthandler.cancel_dump_traceback_later()
+                cls.armed_at = -float("inf")
+
+    @classmethod
+    def _arm(cls, now: float, timeout: float) -> None:
+        if cls.sink is None:
+            cls.sink = open(os.devnull, "w")  # noqa: SIM115 - the watchdog writes to it until exit
+        earliest = min(cls.last.values())
+        faulthandler.dump_traceback_later(max(0.001, earliest + 2 * timeout - now), exit=True, file=cls.sink)
+        cls.armed_at = now

@@ -444,5 +444,9 @@ def _part(document: dict[str, Any]) -> dict[str, Any]:
 def _common_folder(paths: Sequence[str]) -> str:
     import os
 
-    return os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else "."
+    if not paths:
+        return "."
+    if len({os.path.isabs(p) for p in paths}) == 1:  # as they were given: relative stays relative
+        return os.path.commonpath(paths) or "."
+    return os.path.commonpath([os.path.abspath(p) for p in paths])
 

@@ -1,0 +1,98 @@
+"""Scans on a real dask.distributed cluster to the end: a hung decoder on a worker, several
+datasets in one run, and a scheduler that goes away mid-scan (`dask scheduler` and `dask worker`
+run as the README shows them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dask
+import pytest
+from PIL import Image
+
+import scrub
+from conftest import SAMPLES, image_bytes, write
+
+distributed = pytest.importorskip("distributed")
+TESTS = Path(__file__).parent
+
+
+def test_a_hung_decoder_on_a_cluster_worker_is_reported(tmp_path):
+    import plugins.crashing  # noqa: F401 - registers the check here and in the workers
+
+    root = tmp_path / "data"
+    for number in range(7):
+        write(root / "a" / f"{number}.jpg", image_bytes(number))
+    write(root / "a" / "hang.jpg", image_bytes(30))
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        # two threads a worker: a task that ends or makes progress must not disarm the watchdog
+        # of the one that hangs beside it
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                                      dashboard_address=None) as cluster:
+            result = scrub.scan(root, scheduler=cluster.scheduler_address, partition_size=2, timeout=1,
+                                select=["test-crash-or-hang"])
+    assert [(i.key, i.check) for i in result.issues()] == [("a/hang.jpg", "corrupt-image")]
+    assert result.summary.records == 8
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """`dask scheduler` and `dask worker` as separate processes, as on a real deployment."""
+    address_file = tmp_path / "scheduler.json"
+    environment = {**os.environ, "PYTHONPATH": str(TESTS)}
+    dask_command = [sys.executable, "-m", "dask"]
+    scheduler = subprocess.Popen([*dask_command, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                  "--scheduler-file", str(address_file)], env=environment, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+    worker = subprocess.Popen([*dask_command, "worker", "--scheduler-file", str(address_file), "--nworkers", "2",
+                               "--nthreads", "1", "--no-dashboard"], env=environment, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not address_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(address_file.read_text())["address"]
+        with distributed.Client(address, timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address, scheduler
+    finally:
+        for process in (worker, scheduler):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cluster):
+    address, scheduler = cluster
+    lmdb = tmp_path / "lmdb"
+    shutil.copytree(SAMPLES / "lmdb", lmdb)
+    result = scrub.scan([lmdb], scheduler=address, partition_size=4)
+    local = scrub.scan([lmdb], scheduler="sync")
+    assert result.summary.scheduler == address
+    assert sorted(i.identity() for i in result.issues()) == sorted(i.identity() for i in local.issues())
+
+    images = tmp_path / "slow"
+    images.mkdir()
+    for number in range(600):  # 600 x 20 ms on 2 workers: ~6 s
+        Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(images / f"{number}.png")
+    command = [sys.executable, "-m", "scrub", "scan", str(images), "--scheduler", address, "--plugin", "plugins.slow",
+               "--partition-size", "20", "--manifest", str(tmp_path / "m.jsonl")]
+    scan = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(TESTS)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # the scan is under way
+    assert scan.poll() is None
+    os.killpg(scheduler.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    _, stderr = scan.communicate(timeout=60)
+    assert time.monotonic() - killed < 30
+    assert scan.returncode == 3, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "went away mid-scan" in lines[0] and address in lines[0], stderr
+    assert not (tmp_path / "m.jsonl").exists()
