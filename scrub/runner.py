@@ -73,22 +73,54 @@ class Encoding:
     per_check: int
     images: int
 
+    def start(self) -> "Encoder":
+        return Encoder(self)
+
     def apply(self, result: "PartitionResult") -> None:
-        collector = Collector(self.show, self.per_check, self.images)
-        lines = []
+        """Encode all of a result's issues at once (a result made whole, like a failure's)."""
+        self.start().finish(result)
+
+
+#: Issues a worker holds as objects before it encodes them (`Encoder.flush`): a block of a
+#: broken shard flags every row, and an issue object costs ~1.5 KB where its line costs ~250 bytes.
+FLUSH_ISSUES = 4096
+
+
+class Encoder:
+    """One partition's issues encoded as they come (see `Encoding`), in pieces."""
+
+    def __init__(self, encoding: Encoding) -> None:
+        self.encoding = encoding
+        self.collector = Collector(encoding.show, encoding.per_check, encoding.images)
+        self.lines: list[bytes] = []
+        self.count = 0
+        self.flagged: dict[str, list[np.ndarray]] = {}
+
+    def flush(self, result: "PartitionResult") -> None:
+        """Encode the issues ``result`` holds, and drop them."""
+        encoding, collector = self.encoding, self.collector
+        pieces = []
         flagged: dict[str, list[int]] = {}
         for issue, offset in zip(result.issues, result.offsets):
-            if issue.check in self.severities:
-                issue.severity = self.severities[issue.check]
-            if self.dataset is not None:
-                issue.dataset = self.dataset
-            lines.append(encode_line(issue))
+            if issue.check in encoding.severities:
+                issue.severity = encoding.severities[issue.check]
+            if encoding.dataset is not None:
+                issue.dataset = encoding.dataset
+            pieces.append(encode_line(issue))
             collector.add(issue)
             flagged.setdefault(issue.severity.value, []).append(offset)
-        result.lines, result.line_count = b"".join(lines), len(lines)
-        result.flagged = {severity: np.unique(np.asarray(found, np.int64)) for severity, found in flagged.items()}
-        result.findings = collector
+        if pieces:
+            self.lines.append(b"".join(pieces))
+            self.count += len(pieces)
+        for severity, offsets in flagged.items():
+            self.flagged.setdefault(severity, []).append(np.asarray(offsets, np.int64))
         result.issues, result.offsets = [], []
+
+    def finish(self, result: "PartitionResult") -> None:
+        self.flush(result)
+        result.lines, result.line_count = b"".join(self.lines), self.count
+        result.flagged = {severity: np.unique(np.concatenate(found)) for severity, found in self.flagged.items()}
+        result.findings = self.collector
 
 
 @dataclass
@@ -192,6 +224,7 @@ class PartitionWork:
         outcomes = Outcomes()  # per call (threads share this object): its memory stays a partition's
         columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
+        encoder = self.encoding.start() if self.encoding is not None else None
         offset = start
         for item in self.reader.read(partition, start, stop):
             if on_record is not None:
@@ -208,11 +241,13 @@ class PartitionWork:
                 result.records += 1
                 self._check_record(item, offset, plan, columns, label_counts, result)
                 offset += 1
+            if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
+                encoder.flush(result)
         finish_columns(result, columns, plan.dataset)
         if label_counts:
             result.stats["labels"].update(_merge_counts(label_counts))
-        if self.encoding is not None:
-            self.encoding.apply(result)
+        if encoder is not None:
+            encoder.finish(result)
         return result
 
     def _capture_record(self, record: Record, offset: int, plan: "_Plan", columns, result: PartitionResult,
