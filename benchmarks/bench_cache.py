@@ -68,8 +68,11 @@ def change(files: list[Path], count: int, rng: random.Random, generation: int) -
 
 
 def manifest_lines(path: Path) -> list[str]:
-    return sorted(json.dumps({k: v for k, v in json.loads(line).items() if k != "status"}, sort_keys=True)
-                  for line in path.read_text().splitlines() if line.strip())
+    return sorted(
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "status"}, sort_keys=True)
+        for line in path.read_text().splitlines()
+        if line.strip()
+    )
 
 
 def main() -> None:
@@ -106,8 +109,10 @@ def main() -> None:
         return timed(scrub + ["--cache", str(work / "cache"), "--manifest", str(work / "first.jsonl")])
 
     first_scan = best("first scan with --cache", first)
-    unchanged = best("rerun, nothing changed",
-                     lambda: timed(scrub + ["--cache", str(work / "cache"), "--manifest", str(work / "same.jsonl")]))
+    unchanged = best(
+        "rerun, nothing changed",
+        lambda: timed(scrub + ["--cache", str(work / "cache"), "--manifest", str(work / "same.jsonl")]),
+    )
     generation = [0]
     changed_sets: list[list[Path]] = []
 
@@ -128,10 +133,16 @@ def main() -> None:
         target = only / path.relative_to(data)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
-    floor = best(f"scan of only those {count:,} files", lambda: timed([args.scrub, "scan", str(only), "-q",
-                                                                      "--manifest", str(work / "only.jsonl")]))
+    floor = best(
+        f"scan of only those {count:,} files",
+        lambda: timed([args.scrub, "scan", str(only), "-q", "--manifest", str(work / "only.jsonl")]),
+    )
     # In one process, imports excluded: what the cache saves of the scan itself.
-    api = subprocess.run([sys.executable, "-c", f"""
+    api = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import json, shutil, time, scrub
 shutil.rmtree({str(work / "api-cache")!r}, ignore_errors=True)
 times = []
@@ -140,7 +151,12 @@ for run in range(1 + {args.repeat}):
     scrub.scan({str(data)!r}, cache={str(work / "api-cache")!r})
     times.append(time.perf_counter() - started)
 print(json.dumps([times[0], min(times[1:])]))
-"""], check=True, capture_output=True, text=True)
+""",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     api_first, api_rerun = json.loads(api.stdout)
     # The encoded-JPEG Datum LMDB of bench_lmdb.py: values are looked up by their hash.
     from bench_lmdb import build
@@ -155,8 +171,10 @@ print(json.dumps([times[0], min(times[1:])]))
         return timed(lmdb_scan + ["--cache", str(work / "lmdb-cache"), "--manifest", str(work / "l1.jsonl")])
 
     lmdb_first_scan = min(lmdb_first() for _ in range(args.repeat))[0]
-    lmdb_rerun = min(timed(lmdb_scan + ["--cache", str(work / "lmdb-cache"), "--manifest", str(work / "l2.jsonl")])
-                     for _ in range(args.repeat))[0]
+    lmdb_rerun = min(
+        timed(lmdb_scan + ["--cache", str(work / "lmdb-cache"), "--manifest", str(work / "l2.jsonl")])
+        for _ in range(args.repeat)
+    )[0]
     cold = None
     if drop_caches():
         shutil.rmtree(work / "cache", ignore_errors=True)
@@ -166,25 +184,37 @@ print(json.dumps([times[0], min(times[1:])]))
         cold_rerun = timed(scrub + ["--cache", str(work / "cache"), "--manifest", str(work / "c2.jsonl")])[0]
         cold = (cold_first, cold_rerun)
 
-    print(f"## Incremental rescans, {dt.date.today()} ({platform.machine()}, {os.cpu_count()} cores, "
-          f"{len(files):,} JPEGs 256x256, warm page cache, whole process, best of {args.repeat})\n")
+    print(
+        f"## Incremental rescans, {dt.date.today()} ({platform.machine()}, {os.cpu_count()} cores, "
+        f"{len(files):,} JPEGs 256x256, warm page cache, whole process, best of {args.repeat})\n"
+    )
     print("| run | seconds | peak RSS (MiB) |\n|---|---|---|")
     for name, seconds, peak in rows:
         print(f"| {name} | {seconds:.2f} | {peak} |")
     print()
-    print(f"- unchanged rerun: {first_scan / unchanged:.1f}x faster than the first scan with --cache, "
-          f"{plain / unchanged:.1f}x faster than a scan without one")
-    print(f"- in one process (`scrub.scan`, imports excluded): first scan with a cache {api_first:.2f} s, "
-          f"unchanged rerun {api_rerun:.3f} s ({api_first / api_rerun:.1f}x)")
-    print(f"- rerun after {args.fraction:.0%} changed: {rerun:.2f} s, {rerun / floor:.2f}x the scan of only the "
-          f"changed files ({floor:.2f} s); {rerun - unchanged:.2f} s more than an unchanged rerun")
+    print(
+        f"- unchanged rerun: {first_scan / unchanged:.1f}x faster than the first scan with --cache, "
+        f"{plain / unchanged:.1f}x faster than a scan without one"
+    )
+    print(
+        f"- in one process (`scrub.scan`, imports excluded): first scan with a cache {api_first:.2f} s, "
+        f"unchanged rerun {api_rerun:.3f} s ({api_first / api_rerun:.1f}x)"
+    )
+    print(
+        f"- rerun after {args.fraction:.0%} changed: {rerun:.2f} s, {rerun / floor:.2f}x the scan of only the "
+        f"changed files ({floor:.2f} s); {rerun - unchanged:.2f} s more than an unchanged rerun"
+    )
     print(f"- its manifest equals a full scan's: {identical}")
-    print(f"- LMDB, the same JPEGs as {len(files):,} encoded Datums: scan {lmdb_plain:.2f} s, first scan with "
-          f"--cache {lmdb_first_scan:.2f} s, unchanged rerun {lmdb_rerun:.2f} s "
-          f"({lmdb_first_scan / lmdb_rerun:.1f}x)")
+    print(
+        f"- LMDB, the same JPEGs as {len(files):,} encoded Datums: scan {lmdb_plain:.2f} s, first scan with "
+        f"--cache {lmdb_first_scan:.2f} s, unchanged rerun {lmdb_rerun:.2f} s "
+        f"({lmdb_first_scan / lmdb_rerun:.1f}x)"
+    )
     if cold:
-        print(f"- cold page cache: first scan {cold[0]:.2f} s, unchanged rerun {cold[1]:.2f} s "
-              f"({cold[0] / cold[1]:.1f}x)")
+        print(
+            f"- cold page cache: first scan {cold[0]:.2f} s, unchanged rerun {cold[1]:.2f} s "
+            f"({cold[0] / cold[1]:.1f}x)"
+        )
     else:
         print("- cold page cache: not measured (needs root for /proc/sys/vm/drop_caches)")
     shutil.rmtree(work, ignore_errors=True)

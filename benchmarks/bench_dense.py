@@ -97,7 +97,7 @@ def dense_file(workdir: Path, rows: int) -> Path:
         with h5py.File(path, "w") as file:
             data = file.create_dataset("data", shape=(rows, 4), dtype="f4", chunks=(65536, 4))
             for start in range(0, rows, 1 << 20):
-                data[start:start + (1 << 20)] = np.nan
+                data[start : start + (1 << 20)] = np.nan
     return path
 
 
@@ -108,13 +108,17 @@ def big_row_file(workdir: Path, side: int) -> Path:
             data = file.create_dataset("data", shape=(3, side, side), dtype="f4", chunks=(1, 1024, 1024))
             for row in range(3):
                 for top in range(0, side, 1024):
-                    data[row, top:top + 1024] = np.random.default_rng(row).random((min(1024, side - top), side), "f4")
+                    data[row, top : top + 1024] = np.random.default_rng(row).random(
+                        (min(1024, side - top), side), "f4"
+                    )
             data[1, side - 1, side - 1] = np.nan
     return path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dense", type=int, nargs="*", default=[1_000_000, 4_000_000])
     parser.add_argument("--sides", type=int, nargs="*", default=[4096, 8192])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench/dense"))
@@ -123,28 +127,40 @@ def main() -> int:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     mib = 1 << 20
-    lines = [f"# scrub: dense findings and big rows ({datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} cores)", "",
-             "| case | scrub s | scrub findings/s | scrub peak PSS | naive s | naive peak PSS |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# scrub: dense findings and big rows ({datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} cores)",
+        "",
+        "| case | scrub s | scrub findings/s | scrub peak PSS | naive s | naive peak PSS |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for rows in args.dense:
         path = dense_file(args.workdir, rows)
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
-        ours, our_peak = timed([args.python, "-m", "scrub", "scan", str(path), "-q",
-                                "--manifest", str(args.workdir / "m.jsonl")])
-        theirs, their_peak = timed([args.python, "-c", NAIVE_DENSE, str(path), str(args.workdir / "naive.jsonl")])
-        lines.append(f"| dense, {rows:,} findings | {ours:.1f} | {rows / ours:,.0f} | {our_peak / mib:,.0f} MiB "
-                     f"| {theirs:.1f} | {their_peak / mib:,.0f} MiB |")
+        ours, our_peak = timed(
+            [args.python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(args.workdir / "m.jsonl")]
+        )
+        theirs, their_peak = timed(
+            [args.python, "-c", NAIVE_DENSE, str(path), str(args.workdir / "naive.jsonl")]
+        )
+        lines.append(
+            f"| dense, {rows:,} findings | {ours:.1f} | {rows / ours:,.0f} | {our_peak / mib:,.0f} MiB "
+            f"| {theirs:.1f} | {their_peak / mib:,.0f} MiB |"
+        )
         print(lines[-1], flush=True)
         for name in ("m.jsonl", "naive.jsonl", "m.scan.json"):
             (args.workdir / name).unlink(missing_ok=True)
     for side in args.sides:
         path = big_row_file(args.workdir, side)
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
-        ours, our_peak = timed([args.python, "-m", "scrub", "scan", str(path), "-q",
-                                "--manifest", str(args.workdir / "m.jsonl")])
+        ours, our_peak = timed(
+            [args.python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(args.workdir / "m.jsonl")]
+        )
         theirs, their_peak = timed([args.python, "-c", NAIVE_ROWS, str(path)])
         row_mib = side * side * 4 / mib
-        lines.append(f"| 3 rows of {row_mib:,.0f} MiB | {ours:.1f} | - | {our_peak / mib:,.0f} MiB "
-                     f"| {theirs:.1f} | {their_peak / mib:,.0f} MiB |")
+        lines.append(
+            f"| 3 rows of {row_mib:,.0f} MiB | {ours:.1f} | - | {our_peak / mib:,.0f} MiB "
+            f"| {theirs:.1f} | {their_peak / mib:,.0f} MiB |"
+        )
         print(lines[-1], flush=True)
     report = "\n".join(lines) + "\n"
     print(report)

@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import benchdata  # noqa: E402 - beside this script
+
 H5_COPY = r"""
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as source, h5py.File(sys.argv[2], "w") as target:
@@ -71,7 +72,9 @@ def warm(path: Path) -> None:
                 pass
 
 
-def bench(name: str, source: Path, work: Path, python: str, repeat: int, copies: dict[str, list[str]]) -> dict:
+def bench(
+    name: str, source: Path, work: Path, python: str, repeat: int, copies: dict[str, list[str]]
+) -> dict:
     scrub = [python, "-m", "scrub"]
     work.mkdir(parents=True, exist_ok=True)
     clean, held, manifest = work / f"clean{source.suffix or '.d'}", work / "held", work / "scan.jsonl"
@@ -96,10 +99,15 @@ def bench(name: str, source: Path, work: Path, python: str, repeat: int, copies:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"), help="where the data is")
-    parser.add_argument("--outdir", type=Path, default=Path("/dev/shm/scrub-bench-fix") if Path("/dev/shm").is_dir()
-                        else Path("/tmp/scrub-bench/fix"),
-                        help="where copies and outputs go (default: tmpfs, so that the disk's writeback does not "
-                             "dominate: on the reference VM, cp -r of the image tree took 1.6-13 s to disk)")
+    parser.add_argument(
+        "--outdir",
+        type=Path,
+        default=Path("/dev/shm/scrub-bench-fix")
+        if Path("/dev/shm").is_dir()
+        else Path("/tmp/scrub-bench/fix"),
+        help="where copies and outputs go (default: tmpfs, so that the disk's writeback does not "
+        "dominate: on the reference VM, cp -r of the image tree took 1.6-13 s to disk)",
+    )
     parser.add_argument("--hdf5-gib", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", default=sys.executable)
@@ -111,24 +119,54 @@ def main() -> int:
     images = benchdata.images(args.workdir, args.python) if only & {"images", "lmdb"} else None
     rows = []
     if "images" in only:
-        rows.append(bench("images (20,000 JPEGs)", images, work / "images", args.python, args.repeat,
-                          {"copy (cp -r)": ["cp", "-r", str(images), str(work / "images" / "copy")]}))
+        rows.append(
+            bench(
+                "images (20,000 JPEGs)",
+                images,
+                work / "images",
+                args.python,
+                args.repeat,
+                {"copy (cp -r)": ["cp", "-r", str(images), str(work / "images" / "copy")]},
+            )
+        )
     if "lmdb" in only:
         from bench_lmdb import build
 
         db = args.workdir / "datum_lmdb"
         build(images, db)
-        rows.append(bench("LMDB (20,000 Datums)", db, work / "lmdb", args.python, args.repeat,
-                          {"copy (cp -r)": ["cp", "-r", str(db), str(work / "lmdb" / "copy")]}))
+        rows.append(
+            bench(
+                "LMDB (20,000 Datums)",
+                db,
+                work / "lmdb",
+                args.python,
+                args.repeat,
+                {"copy (cp -r)": ["cp", "-r", str(db), str(work / "lmdb" / "copy")]},
+            )
+        )
     if "hdf5" in only:
         path = benchdata.plain_hdf5(args.workdir, args.hdf5_gib)
         h5work = work / "hdf5"
         h5work.mkdir(parents=True, exist_ok=True)
         (h5work / "h5copy.py").write_text(H5_COPY)
-        rows.append(bench(f"HDF5 ({args.hdf5_gib:g} GiB float32)", path, h5work, args.python, args.repeat, {
-            "copy (cp)": ["cp", str(path), str(h5work / "copy.h5")],
-            "copy (h5py)": [args.python, str(h5work / "h5copy.py"), str(path), str(h5work / "copy-h5py.h5")],
-        }))
+        rows.append(
+            bench(
+                f"HDF5 ({args.hdf5_gib:g} GiB float32)",
+                path,
+                h5work,
+                args.python,
+                args.repeat,
+                {
+                    "copy (cp)": ["cp", str(path), str(h5work / "copy.h5")],
+                    "copy (h5py)": [
+                        args.python,
+                        str(h5work / "h5copy.py"),
+                        str(path),
+                        str(h5work / "copy-h5py.h5"),
+                    ],
+                },
+            )
+        )
     report = markdown(rows, args)
     print(report)
     if args.markdown_out:

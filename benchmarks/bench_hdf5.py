@@ -99,8 +99,13 @@ def timed(command: list[str], shell: bool = False) -> tuple[float, int, str]:
     """Wall seconds, peak RSS of the process tree (sampled every 20 ms), stdout."""
     peak = 0
     start = time.perf_counter()
-    process = subprocess.Popen(command if not shell else " ".join(command), shell=shell,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command if not shell else " ".join(command),
+        shell=shell,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     done = threading.Event()
 
     def sample() -> None:
@@ -130,8 +135,23 @@ def bench_file(path: Path, repeat: int, python: str, scrub_args: list[str]) -> d
         results["cat"].append(timed(["cat", str(path), ">", "/dev/null"], shell=True))
         results["naive"].append(timed([python, "-c", NAIVE, str(path)]))
         results["scrub"].append(
-            timed([python, "-m", "scrub", "scan", str(path), "--quiet", "--fail-on", "never",
-                   "--json", str(summary_path), "--manifest", str(manifest), *scrub_args])
+            timed(
+                [
+                    python,
+                    "-m",
+                    "scrub",
+                    "scan",
+                    str(path),
+                    "--quiet",
+                    "--fail-on",
+                    "never",
+                    "--json",
+                    str(summary_path),
+                    "--manifest",
+                    str(manifest),
+                    *scrub_args,
+                ]
+            )
         )
     best = {name: min(runs, key=lambda r: r[0]) for name, runs in results.items()}
     summary = json.loads(summary_path.read_text())
@@ -151,9 +171,12 @@ def bench_file(path: Path, repeat: int, python: str, scrub_args: list[str]) -> d
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [f"## scrub HDF5 benchmark ({meta['date']})", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items() if k != "date"]
-    lines += ["", "| file | size | cat s | naive s | scrub s | scrub GB/s | vs naive (target ≥ 1.6x) | "
-              "vs cat (target ≥ 0.8) | peak RSS MiB (target < 400) | NaN rows found (scrub / naive) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| file | size | cat s | naive s | scrub s | scrub GB/s | vs naive (target ≥ 1.6x) | "
+        "vs cat (target ≥ 0.8) | peak RSS MiB (target < 400) | NaN rows found (scrub / naive) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         s = row["seconds"]
         lines.append(
@@ -167,7 +190,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench/hdf5"))
-    parser.add_argument("--gib", type=float, default=2.0, help="size of the plain file (the doubled one is 2x)")
+    parser.add_argument(
+        "--gib", type=float, default=2.0, help="size of the plain file (the doubled one is 2x)"
+    )
     parser.add_argument("--gzip-gib", type=float, default=1.0, help="uncompressed size of the gzip file")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", default=sys.executable)
@@ -180,11 +205,16 @@ def main() -> int:
     files = [(args.workdir / f"plain-{args.gib:g}gib.h5", rows, None)]
     if not args.skip_double:
         files.append((args.workdir / f"plain-{2 * args.gib:g}gib.h5", 2 * rows, None))
-    files.append((args.workdir / f"gzip-{args.gzip_gib:g}gib.h5", int(args.gzip_gib * 2**30 / (ROW * 4)), "gzip"))
+    files.append(
+        (args.workdir / f"gzip-{args.gzip_gib:g}gib.h5", int(args.gzip_gib * 2**30 / (ROW * 4)), "gzip")
+    )
     for path, count, compression in files:
         started = time.perf_counter()
         generate(path, count, compression)
-        print(f"{path.name}: {path.stat().st_size / 2**30:.2f} GiB ready ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(
+            f"{path.name}: {path.stat().st_size / 2**30:.2f} GiB ready ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
     results = []
     for path, _, _ in files:
         result = bench_file(path, args.repeat, args.python, args.scrub_args.split())

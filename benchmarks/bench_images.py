@@ -34,11 +34,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -139,15 +140,16 @@ def image_key(index: int, num_classes: int = NUM_CLASSES) -> str:
     return f"class_{index % num_classes:02d}/img_{index:06d}.jpg"
 
 
-def random_view(rng: np.random.Generator, sources: Sequence[Image.Image], weights: np.ndarray,
-                size: int) -> Image.Image:
+def random_view(
+    rng: np.random.Generator, sources: Sequence[Image.Image], weights: np.ndarray, size: int
+) -> Image.Image:
     """Cut a random crop (offset, scale, mild aspect jitter) and flip it."""
     src = sources[rng.choice(len(sources), p=weights)]
     w, h = src.size
     side = min(w, h) * rng.uniform(0.3, 1.0)
     aspect = rng.uniform(0.8, 1.25)
-    cw = min(w, max(64.0, side * aspect ** 0.5))
-    ch = min(h, max(64.0, side / aspect ** 0.5))
+    cw = min(w, max(64.0, side * aspect**0.5))
+    ch = min(h, max(64.0, side / aspect**0.5))
     x0 = rng.uniform(0, w - cw)
     y0 = rng.uniform(0, h - ch)
     img = src.resize((size, size), Image.Resampling.BILINEAR, box=(x0, y0, x0 + cw, y0 + ch))
@@ -194,7 +196,7 @@ def entropy_span(data: bytes) -> tuple[int, int]:
         if marker in STANDALONE_MARKERS:
             pos += 2
             continue
-        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
         if marker == SOS:
             start = pos + 2 + length
             end = data.rfind(b"\xff\xd9")
@@ -209,9 +211,14 @@ def plant_truncation(data: bytes, rng: np.random.Generator) -> tuple[bytes, dict
     """Cut the file at a uniformly random point inside the entropy-coded data."""
     start, end = entropy_span(data)
     cut = int(rng.integers(start + 1, end))
-    info = {"kind": "truncated", "original_size": len(data), "cut_at": cut,
-            "entropy_start": start, "entropy_end": end,
-            "cut_fraction": round((cut - start) / (end - start), 4)}
+    info = {
+        "kind": "truncated",
+        "original_size": len(data),
+        "cut_at": cut,
+        "entropy_start": start,
+        "entropy_end": end,
+        "cut_fraction": round((cut - start) / (end - start), 4),
+    }
     return data[:cut], info
 
 
@@ -238,8 +245,12 @@ def plant_bitflips(data: bytes, rng: np.random.Generator) -> tuple[bytes, dict[s
             continue
         buf[off] = new
         flips.append({"offset": off, "bit": bit})
-    info = {"kind": "bitflip", "flips": sorted(flips, key=lambda f: f["offset"]),
-            "entropy_start": start, "entropy_end": end}
+    info = {
+        "kind": "bitflip",
+        "flips": sorted(flips, key=lambda f: f["offset"]),
+        "entropy_start": start,
+        "entropy_end": end,
+    }
     return bytes(buf), info
 
 
@@ -269,7 +280,7 @@ def fault_plan(config: GenConfig) -> dict[int, str]:
     n_trunc = round(config.count * config.truncate_frac)
     n_flip = round(config.count * config.bitflip_frac)
     plan = {int(i): "truncated" for i in order[:n_trunc]}
-    plan.update({int(i): "bitflip" for i in order[n_trunc:n_trunc + n_flip]})
+    plan.update({int(i): "bitflip" for i in order[n_trunc : n_trunc + n_flip]})
     return plan
 
 
@@ -310,8 +321,7 @@ def count_jpegs(data_dir: Path) -> int:
     """Cheap sanity check that the cached dataset is complete."""
     if not data_dir.is_dir():
         return 0
-    return sum(1 for d in data_dir.iterdir() if d.is_dir()
-               for f in os.scandir(d) if f.name.endswith(".jpg"))
+    return sum(1 for d in data_dir.iterdir() if d.is_dir() for f in os.scandir(d) if f.name.endswith(".jpg"))
 
 
 def cache_is_valid(workdir: Path, config: GenConfig) -> tuple[bool, str]:
@@ -332,8 +342,9 @@ def clear_workdir(workdir: Path) -> None:
     data_dir = workdir / "data"
     if data_dir.exists():
         if not (workdir / OWNER_MARKER).exists():
-            raise SystemExit(f"refusing to delete {data_dir}: no {OWNER_MARKER} marker "
-                             "(not created by this script?)")
+            raise SystemExit(
+                f"refusing to delete {data_dir}: no {OWNER_MARKER} marker (not created by this script?)"
+            )
         shutil.rmtree(data_dir)
     (workdir / "planted.json").unlink(missing_ok=True)
 
@@ -359,7 +370,8 @@ def generate_dataset(workdir: Path, config: GenConfig, jobs: int) -> dict[str, A
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(config,)) as pool:
         for done, (_key, size, info) in enumerate(
-                pool.imap_unordered(generate_one, work, chunksize=64), start=1):
+            pool.imap_unordered(generate_one, work, chunksize=64), start=1
+        ):
             total_bytes += size
             if info is not None:
                 faults.append(info)
@@ -392,11 +404,12 @@ def ensure_dataset(workdir: Path, config: GenConfig, jobs: int, regenerate: bool
         assert planted is not None
         return planted
     why = "--regenerate" if regenerate else reason
-    print(f"Generating {config.count} images in {workdir} ({why}) with {jobs} processes...",
-          file=sys.stderr)
+    print(f"Generating {config.count} images in {workdir} ({why}) with {jobs} processes...", file=sys.stderr)
     planted = generate_dataset(workdir, config, jobs)
-    print(f"  done in {planted['generation_seconds']:.1f}s, "
-          f"{planted['total_bytes'] / 1e6:.1f} MB", file=sys.stderr)
+    print(
+        f"  done in {planted['generation_seconds']:.1f}s, {planted['total_bytes'] / 1e6:.1f} MB",
+        file=sys.stderr,
+    )
     return planted
 
 
@@ -453,17 +466,20 @@ class Tool:
         return min(self.results, key=lambda r: r.seconds)
 
 
-def timed(cmd: Sequence[str] | str, *, shell: bool = False, cwd: Path | None = None,
-          ok_codes: Iterable[int] = (0,)) -> tuple[float, subprocess.CompletedProcess[str]]:
+def timed(
+    cmd: Sequence[str] | str, *, shell: bool = False, cwd: Path | None = None, ok_codes: Iterable[int] = (0,)
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     """Run a command, timing the whole process (start-up included)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, shell=shell, cwd=cwd, capture_output=True, text=True,
-                          executable="/bin/bash" if shell else None)
+    proc = subprocess.run(
+        cmd, shell=shell, cwd=cwd, capture_output=True, text=True, executable="/bin/bash" if shell else None
+    )
     elapsed = time.perf_counter() - t0
     if proc.returncode not in set(ok_codes):
         shown = cmd if isinstance(cmd, str) else shlex.join(cmd)
-        raise RuntimeError(f"command failed (exit {proc.returncode}): {shown}\n"
-                           f"stderr:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"command failed (exit {proc.returncode}): {shown}\nstderr:\n{proc.stderr[-4000:]}"
+        )
     return elapsed, proc
 
 
@@ -475,8 +491,7 @@ def make_naive_tool(python: str, data_dir: Path, n_files: int) -> Tool:
         seconds, proc = timed(cmd)
         out = json.loads(proc.stdout)
         note = "" if out["checked"] == n_files else f"checked {out['checked']}/{n_files} files"
-        return RunResult(seconds, {k: why for k, why in out["bad"]}, checked=out["checked"],
-                         note=note)
+        return RunResult(seconds, {k: why for k, why in out["bad"]}, checked=out["checked"], note=note)
 
     return Tool("naive Pillow loop", f"{python} -c '<Image.open(p).load() loop>' DATA", run)
 
@@ -490,7 +505,8 @@ def make_naive_tool(python: str, data_dir: Path, n_files: int) -> Tool:
 JPEGINFO_RECORD = re.compile(
     r"^(?P<path>.+?\.jpe?g)\s+\d+ x\s+\d+\s+\d+bit [NP]\s+(?:\S+\s+)?"
     r"(?P<size>\d+) (?P<verdict>OK|WARNING|ERROR)\b\s*(?P<msg>.*)$",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: Another record's "<name>.jpg  256 x" inside a message means two lines were spliced.
 EMBEDDED_RECORD = re.compile(r"\.jpe?g\s+\d+ x\s", re.IGNORECASE)
 
@@ -528,9 +544,13 @@ def parse_jpeginfo(output: str, data_dir: Path, sizes: dict[str, int]) -> Jpegin
         if not line:
             continue
         m = JPEGINFO_RECORD.match(line)
-        key = m.group("path")[len(prefix):] if m and m.group("path").startswith(prefix) else None
-        if (m is None or key not in sizes or int(m.group("size")) != sizes[key]
-                or EMBEDDED_RECORD.search(m.group("msg"))):
+        key = m.group("path")[len(prefix) :] if m and m.group("path").startswith(prefix) else None
+        if (
+            m is None
+            or key not in sizes
+            or int(m.group("size")) != sizes[key]
+            or EMBEDDED_RECORD.search(m.group("msg"))
+        ):
             mangled += 1
             continue
         verdict = m.group("verdict").upper()
@@ -543,15 +563,16 @@ def parse_jpeginfo(output: str, data_dir: Path, sizes: dict[str, int]) -> Jpegin
     return JpeginfoParse(verdicts, mangled + len(conflicting))
 
 
-def jpeginfo_clean_pass(files: Sequence[Path], data_dir: Path, sizes: dict[str, int],
-                        jobs: int, batch: int) -> dict[str, str]:
+def jpeginfo_clean_pass(
+    files: Sequence[Path], data_dir: Path, sizes: dict[str, int], jobs: int, batch: int
+) -> dict[str, str]:
     """Untimed reference verdicts: same batches and parallelism, but each
     jpeginfo process gets its own pipe, so no output is interleaved.
 
     Files jpeginfo said nothing parseable about are flagged too (with its
     stderr), because a checker that cannot vouch for a file has not passed it.
     """
-    batches = [files[i:i + batch] for i in range(0, len(files), batch)]
+    batches = [files[i : i + batch] for i in range(0, len(files), batch)]
 
     def check(chunk: Sequence[Path]) -> tuple[JpeginfoParse, str]:
         proc = subprocess.run(["jpeginfo", "-c", *map(str, chunk)], capture_output=True, text=True)
@@ -563,20 +584,23 @@ def jpeginfo_clean_pass(files: Sequence[Path], data_dir: Path, sizes: dict[str, 
             for p in chunk:
                 key = p.relative_to(data_dir).as_posix()
                 verdicts[key] = parsed.verdicts.get(
-                    key, f"ERROR no parseable jpeginfo record ({stderr[:200]})")
+                    key, f"ERROR no parseable jpeginfo record ({stderr[:200]})"
+                )
     return verdicts
 
 
-def make_jpeginfo_tool(files: Sequence[Path], data_dir: Path, sizes: dict[str, int],
-                       jobs: int, batch: int) -> Tool:
+def make_jpeginfo_tool(
+    files: Sequence[Path], data_dir: Path, sizes: dict[str, int], jobs: int, batch: int
+) -> Tool:
     """``jpeginfo -c`` fanned out with xargs -P: the C reference point.
 
     The timed command is exactly what a user would type. Its output is parsed
     too (to report how much of it survived interleaving), but the verdicts
     used for comparison come from jpeginfo_clean_pass, run once, untimed.
     """
-    cmd = (f"find {shlex.quote(str(data_dir))} -name '*.jpg' -print0 "
-           f"| xargs -0 -P {jobs} -n {batch} jpeginfo -c")
+    cmd = (
+        f"find {shlex.quote(str(data_dir))} -name '*.jpg' -print0 | xargs -0 -P {jobs} -n {batch} jpeginfo -c"
+    )
     reference: dict[str, str] = {}
 
     def run() -> RunResult:
@@ -586,11 +610,16 @@ def make_jpeginfo_tool(files: Sequence[Path], data_dir: Path, sizes: dict[str, i
         if not reference:
             reference.update(jpeginfo_clean_pass(files, data_dir, sizes, jobs, batch))
         parsed = parse_jpeginfo(proc.stdout, data_dir, sizes)
-        disagree = sum(1 for k, v in parsed.verdicts.items()
-                       if reference.get(k, "").split(" ", 1)[0] != v.split(" ", 1)[0])
-        note = (f"timed output: {len(parsed.verdicts)}/{len(sizes)} records intact, "
-                f"{parsed.mangled_lines} spliced lines"
-                + (f", {disagree} intact verdicts disagree with clean pass" if disagree else ""))
+        disagree = sum(
+            1
+            for k, v in parsed.verdicts.items()
+            if reference.get(k, "").split(" ", 1)[0] != v.split(" ", 1)[0]
+        )
+        note = (
+            f"timed output: {len(parsed.verdicts)}/{len(sizes)} records intact, "
+            f"{parsed.mangled_lines} spliced lines"
+            + (f", {disagree} intact verdicts disagree with clean pass" if disagree else "")
+        )
         flagged = {k: v for k, v in reference.items() if v != "OK"}
         return RunResult(seconds, flagged, checked=len(reference), note=note)
 
@@ -602,8 +631,21 @@ def make_scrub_tool(python: str, data_dir: Path, out_dir: Path, extra: list[str]
     == "corrupt-image" (contract in the scrub docs / this script's README)."""
     summary = out_dir / "summary.json"
     manifest = out_dir / "manifest.jsonl"
-    cmd = [python, "-m", "scrub", "scan", str(data_dir), "--quiet", "--json", str(summary),
-           "--manifest", str(manifest), "--fail-on", "never", *extra]
+    cmd = [
+        python,
+        "-m",
+        "scrub",
+        "scan",
+        str(data_dir),
+        "--quiet",
+        "--json",
+        str(summary),
+        "--manifest",
+        str(manifest),
+        "--fail-on",
+        "never",
+        *extra,
+    ]
 
     def run() -> RunResult:
         manifest.unlink(missing_ok=True)
@@ -613,14 +655,30 @@ def make_scrub_tool(python: str, data_dir: Path, out_dir: Path, extra: list[str]
         # manifest (stale ones were deleted above) is the real success signal.
         seconds, proc = timed(cmd, cwd=REPO_ROOT, ok_codes=(0, 1))
         if not manifest.exists():
-            raise RuntimeError(f"scrub exited {proc.returncode} without writing {manifest}\n"
-                               f"stderr:\n{proc.stderr[-4000:]}")
+            raise RuntimeError(
+                f"scrub exited {proc.returncode} without writing {manifest}\nstderr:\n{proc.stderr[-4000:]}"
+            )
         flagged, other = read_manifest(manifest)
         note = ", ".join(f"{n} {c}" for c, n in sorted(other.items()))
         return RunResult(seconds, flagged, note=f"other issues: {note}" if note else "")
 
-    display = shlex.join(["python", "-m", "scrub", "scan", "DATA", "--quiet", "--json", "S",
-                          "--manifest", "M", "--fail-on", "never", *extra])
+    display = shlex.join(
+        [
+            "python",
+            "-m",
+            "scrub",
+            "scan",
+            "DATA",
+            "--quiet",
+            "--json",
+            "S",
+            "--manifest",
+            "M",
+            "--fail-on",
+            "never",
+            *extra,
+        ]
+    )
     name = "scrub scan" + (f" {' '.join(extra)}" if extra else "")
     return Tool(name, display, run)
 
@@ -671,8 +729,10 @@ def run_benchmarks(tools: list[Tool], repeat: int) -> None:
                 continue
             tool.results.append(res)
             extra = f" ({res.note})" if res.note else ""
-            print(f"  run {r}/{repeat} {tool.name}: {res.seconds:.2f}s, "
-                  f"{len(res.flagged)} flagged{extra}", file=sys.stderr)
+            print(
+                f"  run {r}/{repeat} {tool.name}: {res.seconds:.2f}s, {len(res.flagged)} flagged{extra}",
+                file=sys.stderr,
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -715,25 +775,30 @@ def compare_verdicts(tools: list[Tool], planted: dict[str, Any]) -> list[str]:
     trunc = truth.get("planted truncated", set())
     flip = truth.get("planted bitflip", set())
     detectable = truth["planted detectable"]
-    lines.append("| set | files | truncated caught | bit-flip caught | detectable caught "
-                 "| not planted (false positives?) |")
+    lines.append(
+        "| set | files | truncated caught | bit-flip caught | detectable caught "
+        "| not planted (false positives?) |"
+    )
     lines.append("|---|---:|---:|---:|---:|---:|")
-    lines.append(f"| planted | {len(all_planted)} | {len(trunc)} | {len(flip)} "
-                 f"| {len(detectable)} | - |")
+    lines.append(f"| planted | {len(all_planted)} | {len(trunc)} | {len(flip)} | {len(detectable)} | - |")
     for name, keys in flagged.items():
-        lines.append(f"| {name} | {len(keys)} | {len(keys & trunc)}/{len(trunc)} "
-                     f"| {len(keys & flip)}/{len(flip)} | {len(keys & detectable)}/{len(detectable)} "
-                     f"| {len(keys - all_planted)} |")
+        lines.append(
+            f"| {name} | {len(keys)} | {len(keys & trunc)}/{len(trunc)} "
+            f"| {len(keys & flip)}/{len(flip)} | {len(keys & detectable)}/{len(detectable)} "
+            f"| {len(keys - all_planted)} |"
+        )
     lines.append("")
-    lines.append("\"detectable\" = planted faults a strict libjpeg-turbo decode (simplejpeg, "
-                 "strict=True) rejects; other bit flips leave a valid stream.")
+    lines.append(
+        '"detectable" = planted faults a strict libjpeg-turbo decode (simplejpeg, '
+        "strict=True) rejects; other bit flips leave a valid stream."
+    )
 
     lines.append("")
     named = dict(flagged)
     named["planted"] = all_planted
     names = list(named)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             only_a, only_b = named[a] - named[b], named[b] - named[a]
             if only_a:
                 lines.append(f"- in {a} but not {b}: {len(only_a)}: {_sample(only_a)}")
@@ -762,8 +827,9 @@ def environment() -> dict[str, str]:
         pass
     try:
         import simplejpeg
+
         sj = simplejpeg.__version__
-    except Exception:  # noqa: BLE001 - optional, report whatever happened
+    except Exception:
         sj = "not installed"
     try:
         usable = len(os.sched_getaffinity(0))
@@ -791,8 +857,14 @@ def ratio_line(label: str, ratio: float | None, target: float) -> str:
     return f"| {label} | {ratio:.2f}x | >= {target:.1f}x | {ok} |"
 
 
-def render_markdown(tools: list[Tool], n_images: int, data_bytes: int, repeat: int,
-                    env: dict[str, str], verdict_lines: list[str]) -> str:
+def render_markdown(
+    tools: list[Tool],
+    n_images: int,
+    data_bytes: int,
+    repeat: int,
+    env: dict[str, str],
+    verdict_lines: list[str],
+) -> str:
     """The report: environment, timing table, ratios vs targets, verdicts."""
     out = [f"## scrub image benchmark ({n_images} JPEGs, {data_bytes / 1e6:.1f} MB)", ""]
     out += [f"- {k}: {v}" for k, v in env.items()]
@@ -801,8 +873,9 @@ def render_markdown(tools: list[Tool], n_images: int, data_bytes: int, repeat: i
     for t in tools:
         b = t.best
         runs = ", ".join(f"{r.seconds:.2f}" for r in t.results)
-        out.append(f"| {t.name} | {b.seconds:.2f} | {n_images / b.seconds:,.0f} | {runs} "
-                   f"| {len(b.flagged)} |")
+        out.append(
+            f"| {t.name} | {b.seconds:.2f} | {n_images / b.seconds:,.0f} | {runs} | {len(b.flagged)} |"
+        )
     out += ["", "Commands:", ""] + [f"- {t.name}: `{t.display}`" for t in tools]
 
     naive = next((t for t in tools if t.name.startswith("naive")), None)
@@ -814,12 +887,18 @@ def render_markdown(tools: list[Tool], n_images: int, data_bytes: int, repeat: i
             vs_naive = naive.best.seconds / s.best.seconds if naive else None
             vs_ji = jpeginfo.best.seconds / s.best.seconds if jpeginfo else None
             out.append(ratio_line(f"{s.name} speed-up vs naive", vs_naive, TARGET_VS_NAIVE))
-            out.append(ratio_line(f"{s.name} vs {jpeginfo.name if jpeginfo else 'jpeginfo'}",
-                                  vs_ji, TARGET_VS_JPEGINFO))
+            out.append(
+                ratio_line(
+                    f"{s.name} vs {jpeginfo.name if jpeginfo else 'jpeginfo'}", vs_ji, TARGET_VS_JPEGINFO
+                )
+            )
     elif naive and jpeginfo:
-        out += ["", f"(no scrub result; jpeginfo is {naive.best.seconds / jpeginfo.best.seconds:.2f}x "
-                f"faster than the naive loop; targets: scrub >= {TARGET_VS_NAIVE:.0f}x naive and "
-                f">= {TARGET_VS_JPEGINFO:.1f}x jpeginfo)"]
+        out += [
+            "",
+            f"(no scrub result; jpeginfo is {naive.best.seconds / jpeginfo.best.seconds:.2f}x "
+            f"faster than the naive loop; targets: scrub >= {TARGET_VS_NAIVE:.0f}x naive and "
+            f">= {TARGET_VS_JPEGINFO:.1f}x jpeginfo)",
+        ]
     out += ["", "### Verdicts (last run of each tool)", ""] + verdict_lines
     return "\n".join(out) + "\n"
 
@@ -830,29 +909,40 @@ def render_markdown(tools: list[Tool], n_images: int, data_bytes: int, repeat: i
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR,
-                   help="where the dataset (data/) and planted.json are cached")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help="where the dataset (data/) and planted.json are cached",
+    )
     p.add_argument("--count", type=int, default=20_000, help="number of images")
     p.add_argument("--seed", type=int, default=1234, help="dataset RNG seed")
-    p.add_argument("--truncate-frac", type=float, default=0.01,
-                   help="fraction of files truncated inside the entropy-coded data")
-    p.add_argument("--bitflip-frac", type=float, default=0.01,
-                   help="fraction of files with 1-3 bit flips in the entropy-coded data")
+    p.add_argument(
+        "--truncate-frac",
+        type=float,
+        default=0.01,
+        help="fraction of files truncated inside the entropy-coded data",
+    )
+    p.add_argument(
+        "--bitflip-frac",
+        type=float,
+        default=0.01,
+        help="fraction of files with 1-3 bit flips in the entropy-coded data",
+    )
     p.add_argument("--regenerate", action="store_true", help="regenerate even if cached")
     p.add_argument("--gen-jobs", type=int, default=2, help="processes used for generation")
     p.add_argument("--generate-only", action="store_true", help="stop after generation")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per tool; best is kept")
     p.add_argument("--jpeginfo-jobs", type=int, default=2, help="xargs -P for jpeginfo")
     p.add_argument("--jpeginfo-batch", type=int, default=250, help="xargs -n for jpeginfo")
-    p.add_argument("--python", default=sys.executable,
-                   help="interpreter for the naive loop and `-m scrub`")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the naive loop and `-m scrub`")
     p.add_argument("--skip-naive", action="store_true")
     p.add_argument("--skip-jpeginfo", action="store_true")
     p.add_argument("--skip-scrub", action="store_true")
-    p.add_argument("--scrub-args", default="",
-                   help='extra args for scrub scan, e.g. "--scheduler processes"')
+    p.add_argument("--scrub-args", default="", help='extra args for scrub scan, e.g. "--scheduler processes"')
     p.add_argument("--markdown-out", type=Path, help="also write the Markdown report here")
     args = p.parse_args(argv)
     if args.count < 1 or args.repeat < 1:
@@ -874,22 +964,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = sorted(data_dir.glob("class_*/*.jpg"))
     sizes = {p.relative_to(data_dir).as_posix(): p.stat().st_size for p in files}
     data_bytes = sum(sizes.values())
-    print(f"Warming page cache ({len(files)} files, {data_bytes / 1e6:.1f} MB)... "
-          f"{warm_page_cache(files):.2f}s", file=sys.stderr)
+    print(
+        f"Warming page cache ({len(files)} files, {data_bytes / 1e6:.1f} MB)... "
+        f"{warm_page_cache(files):.2f}s",
+        file=sys.stderr,
+    )
 
     tools: list[Tool] = []
     if not args.skip_naive:
         tools.append(make_naive_tool(args.python, data_dir, len(files)))
     if not args.skip_jpeginfo:
         if shutil.which("jpeginfo") is None:
-            raise SystemExit("jpeginfo not found on PATH (apt-get install jpeginfo) "
-                             "or pass --skip-jpeginfo")
-        tools.append(make_jpeginfo_tool(files, data_dir, sizes, args.jpeginfo_jobs,
-                                        args.jpeginfo_batch))
+            raise SystemExit("jpeginfo not found on PATH (apt-get install jpeginfo) or pass --skip-jpeginfo")
+        tools.append(make_jpeginfo_tool(files, data_dir, sizes, args.jpeginfo_jobs, args.jpeginfo_batch))
     with tempfile.TemporaryDirectory(prefix="scrub-bench-") as tmp:
         if not args.skip_scrub:
-            tools.append(make_scrub_tool(args.python, data_dir, Path(tmp),
-                                         shlex.split(args.scrub_args)))
+            tools.append(make_scrub_tool(args.python, data_dir, Path(tmp), shlex.split(args.scrub_args)))
         if not tools:
             raise SystemExit("nothing to benchmark (all tools skipped)")
         print(f"Timing {len(tools)} tools, {args.repeat} runs each...", file=sys.stderr)
@@ -897,11 +987,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     failed = [t for t in tools if t.error]
     tools = [t for t in tools if not t.error]
-    report = render_markdown(tools, len(files), data_bytes, args.repeat, environment(),
-                             compare_verdicts(tools, planted))
+    report = render_markdown(
+        tools, len(files), data_bytes, args.repeat, environment(), compare_verdicts(tools, planted)
+    )
     if failed:
         report += "\n### Failed\n\n" + "".join(
-            f"- {t.name}: `{t.display}`\n\n```\n{t.error.strip()[-2000:]}\n```\n" for t in failed)
+            f"- {t.name}: `{t.display}`\n\n```\n{t.error.strip()[-2000:]}\n```\n" for t in failed
+        )
     print(report)
     if args.markdown_out:
         args.markdown_out.parent.mkdir(parents=True, exist_ok=True)

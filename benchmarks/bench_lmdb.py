@@ -95,28 +95,47 @@ def main() -> int:
     for _ in range(args.repeat):
         seconds, naive_out = timed([args.python, "-c", NAIVE, str(db)])
         runs["naive"].append(seconds)
-        seconds, _ = timed([args.python, "-m", "scrub", "scan", str(db), "--quiet", "--fail-on", "never",
-                            "--manifest", str(out / "m.jsonl"), "--json", str(out / "s.json")])
+        seconds, _ = timed(
+            [
+                args.python,
+                "-m",
+                "scrub",
+                "scan",
+                str(db),
+                "--quiet",
+                "--fail-on",
+                "never",
+                "--manifest",
+                str(out / "m.jsonl"),
+                "--json",
+                str(out / "s.json"),
+            ]
+        )
         runs["scrub"].append(seconds)
     naive_bad = set(filter(None, naive_out.splitlines()))
-    scrub_bad = {json.loads(line)["key"] for line in (out / "m.jsonl").read_text().splitlines()
-                 if json.loads(line)["check"] == "corrupt-image"}
+    scrub_bad = {
+        json.loads(line)["key"]
+        for line in (out / "m.jsonl").read_text().splitlines()
+        if json.loads(line)["check"] == "corrupt-image"
+    }
     best = {name: min(values) for name, values in runs.items()}
-    report = "\n".join([
-        f"## scrub LMDB benchmark ({datetime.now(timezone.utc):%Y-%m-%d}): {count} encoded-JPEG Datums, "
-        f"{(db / 'data.mdb').stat().st_size / 2**20:.0f} MiB",
-        "",
-        "| tool | best s | records/s | all runs (s) | flagged |",
-        "|---|---:|---:|---|---:|",
-        f"| naive loop (cursor, protobuf, Pillow load) | {best['naive']:.2f} | {count / best['naive']:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in runs['naive'])} | {len(naive_bad)} |",
-        f"| scrub scan | {best['scrub']:.2f} | {count / best['scrub']:,.0f} | "
-        f"{', '.join(f'{s:.2f}' for s in runs['scrub'])} | {len(scrub_bad)} |",
-        "",
-        f"scrub vs naive: **{best['naive'] / best['scrub']:.2f}x** (target >= 3x). "
-        f"Flagged by both: {len(naive_bad & scrub_bad)}; only by scrub: {len(scrub_bad - naive_bad)} "
-        f"(bit flips that Pillow decodes without a word); only by the naive loop: {len(naive_bad - scrub_bad)}.",
-    ])
+    report = "\n".join(
+        [
+            f"## scrub LMDB benchmark ({datetime.now(timezone.utc):%Y-%m-%d}): {count} encoded-JPEG Datums, "
+            f"{(db / 'data.mdb').stat().st_size / 2**20:.0f} MiB",
+            "",
+            "| tool | best s | records/s | all runs (s) | flagged |",
+            "|---|---:|---:|---|---:|",
+            f"| naive loop (cursor, protobuf, Pillow load) | {best['naive']:.2f} | {count / best['naive']:,.0f} | "
+            f"{', '.join(f'{s:.2f}' for s in runs['naive'])} | {len(naive_bad)} |",
+            f"| scrub scan | {best['scrub']:.2f} | {count / best['scrub']:,.0f} | "
+            f"{', '.join(f'{s:.2f}' for s in runs['scrub'])} | {len(scrub_bad)} |",
+            "",
+            f"scrub vs naive: **{best['naive'] / best['scrub']:.2f}x** (target >= 3x). "
+            f"Flagged by both: {len(naive_bad & scrub_bad)}; only by scrub: {len(scrub_bad - naive_bad)} "
+            f"(bit flips that Pillow decodes without a word); only by the naive loop: {len(naive_bad - scrub_bad)}.",
+        ]
+    )
     print(report)
     if args.markdown_out:
         args.markdown_out.write_text(report + "\n")

@@ -44,7 +44,12 @@ def bench(name: str, path: Path, python: str, repeat: int, work: Path) -> dict:
     scan = [python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(work / "m.jsonl")]
     subprocess.run([*scan, "--dummy-loss", "--json", str(summary)], capture_output=True)  # warm, and facts
     replay = json.loads(summary.read_text())["replay"]
-    row = {"name": name, "records": replay["records"], "features": replay["features"], "classes": replay["classes"]}
+    row = {
+        "name": name,
+        "records": replay["records"],
+        "features": replay["features"],
+        "classes": replay["classes"],
+    }
     row["scan"] = best(repeat, scan)
     for variant, flags in VARIANTS.items():
         took = best(repeat, [*scan, "--dummy-loss", *flags])
@@ -86,8 +91,10 @@ def main() -> int:
     for r in rows:
         for variant in VARIANTS:
             took, overhead, rate = r[variant]
-            lines.append(f"| {r['name']} | {r['records']:,} | {r['features']} x {r['classes']} | {r['scan']:.2f} s "
-                         f"| {variant} | {took:.2f} s | {overhead:+.0%} | {rate:,.0f} |")
+            lines.append(
+                f"| {r['name']} | {r['records']:,} | {r['features']} x {r['classes']} | {r['scan']:.2f} s "
+                f"| {variant} | {took:.2f} s | {overhead:+.0%} | {rate:,.0f} |"
+            )
     report = "\n".join(lines) + "\n"
     print(report)
     if args.markdown_out:

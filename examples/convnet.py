@@ -23,9 +23,15 @@ def make(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     channels = input_shape[0] if len(input_shape) == 3 else 1
     layers: list[nn.Module] = [] if len(input_shape) == 3 else [Unflatten(input_shape)]
     layers += [
-        nn.Conv2d(channels, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes),
+        nn.Conv2d(channels, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, num_classes),
     ]
     return nn.Sequential(*layers)
 

@@ -30,4 +30,6 @@ def tiny_image(record: Record, options: CheckOptions) -> Finding | None:
         return None
     if min(facts.width, facts.height) >= MIN_SIDE:
         return None
-    return Finding(f"only {facts.width}x{facts.height} pixels", {"width": facts.width, "height": facts.height})
+    return Finding(
+        f"only {facts.width}x{facts.height} pixels", {"width": facts.width, "height": facts.height}
+    )

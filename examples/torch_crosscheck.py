@@ -76,8 +76,14 @@ def make_net(name: str) -> nn.Module:
     if name == "linear":
         return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(SHAPE)), CLASSES))
     if name == "conv+bn":
-        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, CLASSES))
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, CLASSES),
+        )
     return L2Head()
 
 
@@ -109,7 +115,9 @@ def train(data: np.ndarray, labels: np.ndarray, net_name: str, precision: str) -
             logits = net(x)
         loss = F.cross_entropy(logits.float(), y)
         loss.backward()
-        finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p.grad).all()) for p in net.parameters())
+        finite = bool(torch.isfinite(loss)) and all(
+            bool(torch.isfinite(p.grad).all()) for p in net.parameters()
+        )
         if finite:
             optimizer.step()
         else:
@@ -135,22 +143,30 @@ def main() -> int:
         source = make_planted(Path(folder) / "planted.h5")
         data, labels, _ = load(source)
         print(f"{ROWS} rows, planted: " + "; ".join(f"{row}: {what}" for row, what in PLANTS.items()))
-        print(f"{'network':9} {'precision':9} {'source: batches non-finite':32} {'batches with a scrub error':28} "
-              f"{'cleaned copy: non-finite'}")
+        print(
+            f"{'network':9} {'precision':9} {'source: batches non-finite':32} {'batches with a scrub error':28} "
+            f"{'cleaned copy: non-finite'}"
+        )
         failures = 0
         for precision in ("float32", "float16"):
             for net_name in NETS:
                 options = scrub_options(net_name, precision)
-                errors = {i.index for i in scrub.scan(source, **options).issues() if i.severity.value == "error"}
+                errors = {
+                    i.index for i in scrub.scan(source, **options).issues() if i.severity.value == "error"
+                }
                 broken = train(data, labels, net_name, precision)
                 explained = [b for b in broken if errors & set(range(b * BATCH, (b + 1) * BATCH))]
-                fixed = scrub.fix(source, out=Path(folder) / f"{net_name}-{precision}.h5", force=True, **options)
+                fixed = scrub.fix(
+                    source, out=Path(folder) / f"{net_name}-{precision}.h5", force=True, **options
+                )
                 clean_data, clean_labels, _ = load(fixed.clean)
                 after = train(clean_data, clean_labels, net_name, precision)
                 failures += len(broken) - len(explained) + len(after)
-                print(f"{net_name:9} {precision:9} {len(broken):>3} of {-(-ROWS // BATCH)} {str(broken):22} "
-                      f"{len(explained):>3} of {len(broken):<24} {len(after)} of {-(-len(clean_data) // BATCH)} "
-                      f"({fixed.report['quarantined']} rows quarantined)")
+                print(
+                    f"{net_name:9} {precision:9} {len(broken):>3} of {-(-ROWS // BATCH)} {str(broken):22} "
+                    f"{len(explained):>3} of {len(broken):<24} {len(after)} of {-(-len(clean_data) // BATCH)} "
+                    f"({fixed.report['quarantined']} rows quarantined)"
+                )
         return 1 if failures else 0
 
 

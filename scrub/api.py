@@ -21,11 +21,19 @@ from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.cache import holds_results
 from scrub.checks.base import CheckOptions
-from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError, UnusableDataset, UsageError, first_line
+from scrub.errors import (
+    ExitCode,
+    IncompleteScan,
+    OutputError,
+    ScrubError,
+    UnusableDataset,
+    UsageError,
+    first_line,
+)
 from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
-from scrub.outputs import scratch_directory
 from scrub.options import FAIL_ON, ReplayOptions, RunOptions, ScanOptions, merged
+from scrub.outputs import scratch_directory
 from scrub.readers.base import DatasetInfo, Reader, expand_datasets, open_reader
 from scrub.records import Batch, Issue, Severity
 from scrub.reports import THUMBNAILS
@@ -151,8 +159,13 @@ def scan(
         finally:
             dataset.reader.close()
     found = expand_datasets(path, options.read)
-    return scan_many([(p, options) for p in found.paths], options, progress=progress, started=started,
-                     notes=[found.note()] if found.note() else [])
+    return scan_many(
+        [(p, options) for p in found.paths],
+        options,
+        progress=progress,
+        started=started,
+        notes=[found.note()] if found.note() else [],
+    )
 
 
 def scan_many(
@@ -185,8 +198,21 @@ def scan_many(
 def _run_wide(options: ScanOptions) -> dict[str, Any]:
     """The options that belong to a run, not to one of its datasets (a dataset's own are
     replaced by them: its summary says what the run used)."""
-    return {name: getattr(options, name) for name in ("run", "manifest", "baseline", "json", "fail_on", "quiet",
-                                                       "show", "junit", "html", "summary_md")}
+    return {
+        name: getattr(options, name)
+        for name in (
+            "run",
+            "manifest",
+            "baseline",
+            "json",
+            "fail_on",
+            "quiet",
+            "show",
+            "junit",
+            "html",
+            "summary_md",
+        )
+    }
 
 
 def _options(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:
@@ -220,32 +246,65 @@ class DatasetScan:
     """One dataset's share of a scan: its checks, its aggregate, its tasks and its summary.
     Several share one pool of workers and one manifest when several datasets are scanned."""
 
-    def __init__(self, dataset: OpenedDataset, options: ScanOptions, writer: ManifestWriter,
-                 baseline: Baseline | None, progress: Callable[[Progress], None] | None,
-                 label: str | None = None) -> None:
+    def __init__(
+        self,
+        dataset: OpenedDataset,
+        options: ScanOptions,
+        writer: ManifestWriter,
+        baseline: Baseline | None,
+        progress: Callable[[Progress], None] | None,
+        label: str | None = None,
+    ) -> None:
         self.dataset, self.options = dataset, options
         info, reader = dataset.info, dataset.reader
         self.replay = options.replay
         self.checking = replace(options.checks, labelled=info.labelled)
         _check_label_options(dataset, options, self.replay is not None)
         if self.replay is not None:
-            self.replay.config(self.checking.precision)  # bad replay options fail before the scan, not after it
-        provides = (reader.provides | ({"replay"} if self.replay else set())
-                    | ({"label-vectors"} if info.label_width else set()))
-        self.checks = select_checks(options.selection, self.checking, provides, options.origin, str(dataset.path))
-        self.cache, cache_notes = (_open_cache(dataset, options, self.checking, self.checks)
-                                   if options.cache is not None else (None, []))
-        limits = {"show": options.show, "per_check": KEYS_PER_CHECK,
-                  "images": THUMBNAILS if options.html is not None else 0}
-        self.aggregate = ScanAggregate(self.checks, self.checking, writer, progress, total=info.records,
-                                       severities=options.selection.overrides, baseline=baseline, dataset=label,
-                                       collector=Collector(**limits))
+            self.replay.config(
+                self.checking.precision
+            )  # bad replay options fail before the scan, not after it
+        provides = (
+            reader.provides
+            | ({"replay"} if self.replay else set())
+            | ({"label-vectors"} if info.label_width else set())
+        )
+        self.checks = select_checks(
+            options.selection, self.checking, provides, options.origin, str(dataset.path)
+        )
+        self.cache, cache_notes = (
+            _open_cache(dataset, options, self.checking, self.checks)
+            if options.cache is not None
+            else (None, [])
+        )
+        limits = {
+            "show": options.show,
+            "per_check": KEYS_PER_CHECK,
+            "images": THUMBNAILS if options.html is not None else 0,
+        }
+        self.aggregate = ScanAggregate(
+            self.checks,
+            self.checking,
+            writer,
+            progress,
+            total=info.records,
+            severities=options.selection.overrides,
+            baseline=baseline,
+            dataset=label,
+            collector=Collector(**limits),
+        )
         self.aggregate.notes += cache_notes
         # issues leave the workers as manifest lines, unless the driver needs each one
         compact = baseline is None and self.replay is None and self.cache is None
         encoding = Encoding(self.aggregate.severities, label, **limits) if compact else None
-        self.work = PartitionWork(reader, self.checking, self.checks, moments=self.replay is not None,
-                                  capture=self.cache is not None, encoding=encoding)
+        self.work = PartitionWork(
+            reader,
+            self.checking,
+            self.checks,
+            moments=self.replay is not None,
+            capture=self.cache is not None,
+            encoding=encoding,
+        )
         self.replayed: dict[str, Any] | None = None
 
     def tasks(self) -> Tasks:
@@ -295,8 +354,9 @@ class DatasetScan:
         """After every result is in: the dataset checks, then the replay."""
         dataset, aggregate = self.dataset, self.aggregate
         reader, partitions, info = dataset.reader, dataset.partitions, dataset.info
-        aggregate.finish_dataset_checks(_locator(reader, partitions),
-                                        _contents(reader, partitions) if reader.positional_keys else None)
+        aggregate.finish_dataset_checks(
+            _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
+        )
         if self.replay is not None:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
         if aggregate.records != info.records:
@@ -305,7 +365,9 @@ class DatasetScan:
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
 
-    def summary(self, plan: pipeline.Plan, seconds: float, manifest: Path, compared: dict[str, Any] | None) -> Summary:
+    def summary(
+        self, plan: pipeline.Plan, seconds: float, manifest: Path, compared: dict[str, Any] | None
+    ) -> Summary:
         dataset, aggregate, info = self.dataset, self.aggregate, self.dataset.info
         locate = tuple_locator(dataset.reader, dataset.partitions)
         if self.cache is not None:
@@ -356,13 +418,29 @@ def scan_dataset(
     manifest: str | Path | None = None,
 ) -> ScanResult:
     """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options'."""
-    return _scan_opened([dataset], [options], options, progress, time.perf_counter() if started is None else started,
-                        [], manifest, several=False)
+    return _scan_opened(
+        [dataset],
+        [options],
+        options,
+        progress,
+        time.perf_counter() if started is None else started,
+        [],
+        manifest,
+        several=False,
+    )
 
 
-def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], options: ScanOptions,
-                 progress: Callable[[Progress], None] | None, started: float, notes: list[str],
-                 manifest: str | Path | None = None, *, several: bool) -> ScanResult:
+def _scan_opened(
+    datasets: Sequence[OpenedDataset],
+    own: Sequence[ScanOptions],
+    options: ScanOptions,
+    progress: Callable[[Progress], None] | None,
+    started: float,
+    notes: list[str],
+    manifest: str | Path | None = None,
+    *,
+    several: bool,
+) -> ScanResult:
     """Scan opened datasets in one run: their tasks share one pool, their issues one manifest.
     ``several``: the run named its datasets as several (paths, a pattern, a folder of datasets),
     so every issue names its dataset and the summary has a part per dataset, even if one."""
@@ -377,9 +455,16 @@ def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], 
     writer = ManifestWriter(Path(manifest))
     try:
         for number, (dataset, dataset_options) in enumerate(zip(datasets, own)):
-            scans.append(DatasetScan(dataset, dataset_options, writer, baseline,
-                                     combined.of(number) if combined else progress,
-                                     str(dataset.path) if several else None))
+            scans.append(
+                DatasetScan(
+                    dataset,
+                    dataset_options,
+                    writer,
+                    baseline,
+                    combined.of(number) if combined else progress,
+                    str(dataset.path) if several else None,
+                )
+            )
         tasks = [scan.tasks() for scan in scans]
         plan = _plan(scans, tasks, options.run)
         try:
@@ -403,8 +488,11 @@ def _scan_opened(datasets: Sequence[OpenedDataset], own: Sequence[ScanOptions], 
     manifest_path = writer.commit()
     seconds = time.perf_counter() - started
     parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
-    summary = parts[0] if not several else Summary.combine(parts, options.verdict_options(), seconds,
-                                                           str(manifest_path), compared, notes)
+    summary = (
+        parts[0]
+        if not several
+        else Summary.combine(parts, options.verdict_options(), seconds, str(manifest_path), compared, notes)
+    )
     write_scan_record(manifest_path, summary.to_dict())
     collector = scans[0].aggregate.collector
     for scan in scans[1:]:
@@ -428,7 +516,11 @@ def _run(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], plan: pipeline.Pl
         number, result = tagged
         tasks[number].add(result)
 
-    items = [Part(number, local, item) for number, task in enumerate(tasks) for local, item in enumerate(task.items)]
+    items = [
+        Part(number, local, item)
+        for number, task in enumerate(tasks)
+        for local, item in enumerate(task.items)
+    ]
     pipeline.run(work, items, plan, add, work.failure)
 
 
@@ -452,8 +544,14 @@ class ManyWork:
         self.works = list(works)
         self.failures = list(failures)
 
-    def __call__(self, number: int, part: Part, start: int = 0, stop: int | None = None,
-                 on_record: pipeline.OnRecord | None = None) -> tuple[int, Any]:
+    def __call__(
+        self,
+        number: int,
+        part: Part,
+        start: int = 0,
+        stop: int | None = None,
+        on_record: pipeline.OnRecord | None = None,
+    ) -> tuple[int, Any]:
         return part.dataset, self.works[part.dataset](part.number, part.item, start, stop, on_record)
 
     def failure(self, number: int, part: Part, offset: int, reason: str) -> tuple[int, Any]:
@@ -470,14 +568,21 @@ class _CombinedProgress:
     def of(self, number: int) -> Callable[[Progress], None]:
         def update(snapshot: Progress) -> None:
             self.latest[number] = snapshot
-            self.progress(Progress(sum(p.records for p in self.latest), sum(p.total for p in self.latest),
-                                   sum(p.issues for p in self.latest), max(p.seconds for p in self.latest)))
+            self.progress(
+                Progress(
+                    sum(p.records for p in self.latest),
+                    sum(p.total for p in self.latest),
+                    sum(p.issues for p in self.latest),
+                    max(p.seconds for p in self.latest),
+                )
+            )
 
         return update
 
 
-def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions,
-                checks: Sequence) -> tuple[Any, list[str]]:
+def _open_cache(
+    dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions, checks: Sequence
+) -> tuple[Any, list[str]]:
     """The result cache for this dataset and these options, or None and a note saying why
     (the reader's records cannot be cached)."""
     from scrub import __version__
@@ -485,20 +590,34 @@ def _open_cache(dataset: OpenedDataset, options: ScanOptions, checking: CheckOpt
 
     reader = dataset.reader
     if type(reader).cache_entries is Reader.cache_entries:
-        return None, [f"cache: {reader.format} records are not cached (image folders, list files and LMDB are): "
-                      "every record was scanned"]
-    scope = scope_digest((__version__, dataset.reading, options.verdict_options(), checking.labelled,
-                          dataset.info.label_width, [c.id for c in checks]))
+        return None, [
+            f"cache: {reader.format} records are not cached (image folders, list files and LMDB are): "
+            "every record was scanned"
+        ]
+    scope = scope_digest(
+        (
+            __version__,
+            dataset.reading,
+            options.verdict_options(),
+            checking.labelled,
+            dataset.info.label_width,
+            [c.id for c in checks],
+        )
+    )
     cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind == "dataset"])
     if options.replay is not None:
-        cache.notes.append("cache: --dummy-loss reads every record for the replay, so no stored result was reused")
+        cache.notes.append(
+            "cache: --dummy-loss reads every record for the replay, so no stored result was reused"
+        )
     return cache, []
 
 
 def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:
     """A label option that cannot apply is an error, never a silent no-op."""
     options = scan_options.checks
-    name = "num-classes" if options.num_classes is not None else "label-range" if options.label_range else None
+    name = (
+        "num-classes" if options.num_classes is not None else "label-range" if options.label_range else None
+    )
     if name is None:
         return
     given = scan_options.origin(name)
@@ -517,16 +636,27 @@ def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, repl
         )
 
 
-def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions, plan: pipeline.Plan,
-            aggregate: ScanAggregate, checks: Sequence) -> dict[str, Any]:
+def _replay(
+    dataset: OpenedDataset,
+    options: CheckOptions,
+    replay: ReplayOptions,
+    plan: pipeline.Plan,
+    aggregate: ScanAggregate,
+    checks: Sequence,
+) -> dict[str, Any]:
     """The dummy-loss replay: a second pass, featurized in parallel, replayed in record order."""
     from scrub.replay.replayer import Replayer
     from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec, standardizer
 
     config = replay.config(options.precision)
     spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
-    classes = class_count(options.num_classes, options.label_range, dataset.info.classes,
-                          aggregate.stats.get("labels"), dataset.info.label_width)
+    classes = class_count(
+        options.num_classes,
+        options.label_range,
+        dataset.info.classes,
+        aggregate.stats.get("labels"),
+        dataset.info.label_width,
+    )
     standardize = standardizer(spec, aggregate.stats, aggregate.moments) if config.normalize else None
     selected = {c.id for c in checks}
 
@@ -539,10 +669,17 @@ def _replay(dataset: OpenedDataset, options: CheckOptions, replay: ReplayOptions
     work = ReplayWork(dataset.reader, spec)
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
     if config.normalize and standardize is None:
-        aggregate.notes.append("dummy-loss replay: no typical rows to standardize with: the raw values were replayed")
+        aggregate.notes.append(
+            "dummy-loss replay: no typical rows to standardize with: the raw values were replayed"
+        )
     used = standardize if replayer.standardizes else None
-    return {"classes": classes, "features": spec.dim, "options": asdict(replay) | {"precision": options.precision},
-            "standardization": used.describe() if used is not None else None, **stage.finish()}
+    return {
+        "classes": classes,
+        "features": spec.dim,
+        "options": asdict(replay) | {"precision": options.precision},
+        "standardization": used.describe() if used is not None else None,
+        **stage.finish(),
+    }
 
 
 def load_plugins(modules: Iterable[str]) -> None:

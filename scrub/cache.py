@@ -104,7 +104,7 @@ class Snapshot:
         try:
             document = msgpack.unpackb(payload, raw=False, strict_map_key=False)
             columns, profiles, rows = document["columns"], document["profiles"], document["rows"]
-        except Exception as error:  # noqa: BLE001 - any parse failure means "damaged"
+        except Exception as error:
             raise ValueError(f"it does not parse ({type(error).__name__})") from None
         return cls(columns, profiles, rows)
 
@@ -159,15 +159,18 @@ class ResultCache:
             try:
                 snapshot = Snapshot.read(candidate)
             except (OSError, ValueError) as error:
-                self.notes.append(f"cache: {candidate} is damaged ({error}): ignored, every record was scanned, "
-                                  "and it is rewritten")
+                self.notes.append(
+                    f"cache: {candidate} is damaged ({error}): ignored, every record was scanned, "
+                    "and it is rewritten"
+                )
                 continue
             if snapshot.columns != self.columns:
                 continue  # another set of dataset checks: results are not comparable
             self.snapshot, self.source = snapshot, candidate
 
-    def lookup(self, entries: Sequence[tuple[str, str | None, str, bytes | None] | None],
-               usable: bool = True) -> PartitionLookup:
+    def lookup(
+        self, entries: Sequence[tuple[str, str | None, str, bytes | None] | None], usable: bool = True
+    ) -> PartitionLookup:
         """Split one partition's records: ``entries[offset]`` is (key, file path, context,
         content hash), or None for a record that is never cached; a record with a content hash
         (an LMDB value) is looked up by it, one with a path by its stat first.
@@ -231,8 +234,9 @@ class ResultCache:
             self.store(key, stat, stored[4], context, profiles[stored[6]], stored[7])
             yield hit.offset, profiles[stored[6]], stored[7]
 
-    def store(self, key: str, stat: tuple[int, int, int], content: bytes, context: str, profile: bytes,
-              values: list) -> None:
+    def store(
+        self, key: str, stat: tuple[int, int, int], content: bytes, context: str, profile: bytes, values: list
+    ) -> None:
         number = self._profiles.setdefault(profile, len(self._profiles))
         self._rows.append([key, *stat, content, context, number, values])
 
@@ -242,15 +246,22 @@ class ResultCache:
         try:
             write_file(self.path, self.columns, profiles, self._rows)
         except OSError as error:
-            self.notes.append(f"cache: cannot write {self.path}: {error.strerror}; the next scan will not reuse this one")
+            self.notes.append(
+                f"cache: cannot write {self.path}: {error.strerror}; the next scan will not reuse this one"
+            )
             return
         files = sorted(self.directory.glob(f"*{SUFFIX}"), key=_mtime, reverse=True)
         for stale in files[MAX_FILES:]:
             stale.unlink(missing_ok=True)
 
     def describe(self) -> dict[str, Any]:
-        return {"dir": str(self.directory), "file": str(self.path), "reused": self.hits, "scanned": self.misses,
-                "from": str(self.source) if self.source is not None else None}
+        return {
+            "dir": str(self.directory),
+            "file": str(self.path),
+            "reused": self.hits,
+            "scanned": self.misses,
+            "from": str(self.source) if self.source is not None else None,
+        }
 
 
 def _mtime(path: Path) -> float:

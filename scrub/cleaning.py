@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scrub.cache import holds_results
 from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
+from scrub.cache import holds_results
 from scrub.errors import ExitCode, OutputError, ScrubError, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
@@ -92,13 +92,19 @@ def fix(
     manifest = options.manifest
     load_plugins(scan_options.selection.plugins)
     early = manifest is None and not holds_results(scan_options.cache)  # see `scrub.api.scan`
-    dataset = open_dataset(path, scan_options, before_open=worker_starter(scan_options.run) if early else None)
+    dataset = open_dataset(
+        path, scan_options, before_open=worker_starter(scan_options.run) if early else None
+    )
     try:
         writer = writer_for(dataset)
-        outputs = _Outputs(dataset, writer, options.out or _inside_folder(out_folder, writer.clean_name()),
-                           options.quarantine,
-                           options.quarantine_dir or _inside_folder(quarantine_folder, f"{writer.base_name()}.quarantine"),
-                           options.force)
+        outputs = _Outputs(
+            dataset,
+            writer,
+            options.out or _inside_folder(out_folder, writer.clean_name()),
+            options.quarantine,
+            options.quarantine_dir or _inside_folder(quarantine_folder, f"{writer.base_name()}.quarantine"),
+            options.force,
+        )
         scan_result = None
         if manifest is not None:
             manifest = Path(manifest)
@@ -108,14 +114,16 @@ def fix(
             if manifest is None:
                 manifest = outputs.manifest_target or default_manifest(dataset.path)
                 try:
-                    scan_result = scan_dataset(dataset, scan_options, progress=progress, started=started,
-                                               manifest=manifest)
+                    scan_result = scan_dataset(
+                        dataset, scan_options, progress=progress, started=started, manifest=manifest
+                    )
                 except OutputError as error:  # name the manifest where it would have been, not its staging
                     final = outputs.final_manifest
                     if final is None:
                         raise
-                    raise OutputError(str(error).replace(str(manifest), str(final)),
-                                      exit_at_once=error.exit_at_once) from None
+                    raise OutputError(
+                        str(error).replace(str(manifest), str(final)), exit_at_once=error.exit_at_once
+                    ) from None
                 scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()
                 write_scan_record(manifest, scan_summary)
@@ -126,8 +134,14 @@ def fix(
             tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
             if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
                 raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
-            verification = _verify(writer, verdicts, tally, outputs.clean_target, outputs.quarantine_target,
-                                   scan_summary["records"])
+            verification = _verify(
+                writer,
+                verdicts,
+                tally,
+                outputs.clean_target,
+                outputs.quarantine_target,
+                scan_summary["records"],
+            )
             report = {
                 "schema": 1,
                 "source": str(dataset.path),
@@ -148,13 +162,19 @@ def fix(
                 "seconds": round(time.perf_counter() - started, 3),
             }
             if not verification["verified"]:
-                raise ScrubError(f"verification failed ({verification['reason']}); nothing was written; please report this")
+                raise ScrubError(
+                    f"verification failed ({verification['reason']}); nothing was written; please report this"
+                )
             outputs.commit(report)
         except BaseException as error:
             outputs.discard()
             if isinstance(error, Exception) and not isinstance(error, ScrubError):
-                failed = write_failure(error, outputs.clean.destination, "cleaned copy",
-                                       exit_at_once=writer.unsafe_after_write_failure)
+                failed = write_failure(
+                    error,
+                    outputs.clean.destination,
+                    "cleaned copy",
+                    exit_at_once=writer.unsafe_after_write_failure,
+                )
                 if failed is not None:
                     raise failed from None
             raise
@@ -193,14 +213,25 @@ def fix_many(
     for path, _ in datasets:
         name = Path(path).resolve().name
         if (options.out or options.quarantine_dir) and name in names:
-            raise UsageError(f"--out: {names[name]} and {path} would write outputs of the same name into one folder")
+            raise UsageError(
+                f"--out: {names[name]} and {path} would write outputs of the same name into one folder"
+            )
         names[name] = Path(path)
     results = []
     for path, own in datasets:
-        own = replace(own, out=None, quarantine_dir=None, quarantine=own.quarantine or options.quarantine_dir is not None)
-        result = fix(path, own, progress=progress,
-                     out_folder=Path(options.out) if options.out else None,
-                     quarantine_folder=Path(options.quarantine_dir) if options.quarantine_dir else None)
+        own = replace(
+            own,
+            out=None,
+            quarantine_dir=None,
+            quarantine=own.quarantine or options.quarantine_dir is not None,
+        )
+        result = fix(
+            path,
+            own,
+            progress=progress,
+            out_folder=Path(options.out) if options.out else None,
+            quarantine_folder=Path(options.quarantine_dir) if options.quarantine_dir else None,
+        )
         results.append(result)
         if on_fixed is not None:
             on_fixed(result)
@@ -232,14 +263,23 @@ def _inside_folder(folder: Path | None, name: str) -> Path | None:
 class _Outputs:
     """The cleaned copy and the quarantine folder: where they go, staged until committed."""
 
-    def __init__(self, dataset: OpenedDataset, writer: Writer, out: str | Path | None, quarantine: bool,
-                 quarantine_dir: str | Path | None, force: bool) -> None:
+    def __init__(
+        self,
+        dataset: OpenedDataset,
+        writer: Writer,
+        out: str | Path | None,
+        quarantine: bool,
+        quarantine_dir: str | Path | None,
+        force: bool,
+    ) -> None:
         self.writer = writer
         clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
         quarantine_path = None
         if quarantine:
             quarantine_path = (
-                Path(quarantine_dir) if quarantine_dir else clean_path.parent / f"{writer.base_name()}.quarantine"
+                Path(quarantine_dir)
+                if quarantine_dir
+                else clean_path.parent / f"{writer.base_name()}.quarantine"
             )
         _refuse_overlaps(dataset, clean_path, quarantine_path)
         self.clean = StagedOutput(clean_path, force=force, what="cleaned copy")
@@ -300,14 +340,17 @@ class _Outputs:
                 output.discard()
 
 
-def _verify(writer: Writer, verdicts: Verdicts, tally: Tally, clean: Path, quarantine: Path | None,
-            records: int) -> dict[str, Any]:
+def _verify(
+    writer: Writer, verdicts: Verdicts, tally: Tally, clean: Path, quarantine: Path | None, records: int
+) -> dict[str, Any]:
     """Read the outputs back and compare their checksums with the source's, side by side."""
     clean_ledger = writer.tally_output(verdicts, clean, "clean")
     quarantine_ledger = writer.tally_output(verdicts, quarantine, "quarantine") if quarantine else None
     reasons = []
     if tally.records_kept + tally.records_quarantined != records:
-        reasons.append(f"{tally.records_kept} kept + {tally.records_quarantined} quarantined != {records} scanned")
+        reasons.append(
+            f"{tally.records_kept} kept + {tally.records_quarantined} quarantined != {records} scanned"
+        )
     if clean_ledger != tally.kept:
         reasons.append("the cleaned copy does not match the kept source records")
     if quarantine_ledger is not None and quarantine_ledger != tally.quarantined:
@@ -359,11 +402,17 @@ def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | Non
     for option, output in outputs:
         target = os.path.realpath(output)
         if is_within(source, target) or (dataset.path.is_dir() and is_within(target, source)):
-            raise UsageError(f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path")
-        if os.path.lexists(output) and overlaps(output, dataset.info.root) and any(
-            is_within(os.path.abspath(member), os.path.abspath(output), itself=False)
-            or is_within(os.path.realpath(member), target, itself=False)
-            for member in dataset.reader.members(dataset.partitions)
+            raise UsageError(
+                f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path"
+            )
+        if (
+            os.path.lexists(output)
+            and overlaps(output, dataset.info.root)
+            and any(
+                is_within(os.path.abspath(member), os.path.abspath(output), itself=False)
+                or is_within(os.path.realpath(member), target, itself=False)
+                for member in dataset.reader.members(dataset.partitions)
+            )
         ):
             raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
     if quarantine is not None and overlaps(clean, quarantine):

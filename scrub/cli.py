@@ -73,7 +73,7 @@ def guarded(command: Callable[[], int]) -> None:
         raise typer.Exit(EXIT_CODE) from None
     except typer.Exit:
         raise
-    except Exception as error:  # noqa: BLE001 - scrub's own bug: still one line, still exit 2
+    except Exception as error:
         _fail(f"internal error: {type(error).__name__}: {error} (please report this)")
     else:
         raise typer.Exit(code)
@@ -95,40 +95,123 @@ def main(
 
 
 # Options shared by `scan` and `fix`.
-PathArg = Annotated[Path, typer.Argument(help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment.")]
-PathsArg = Annotated[list[Path], typer.Argument(help="Datasets: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment; several, glob patterns ('shards/*.h5') and folders of datasets (a folder of LMDB environments) are scanned together.")]
-FormatOpt = Annotated[str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")]
-RootOpt = Annotated[Optional[Path], typer.Option(help="Folder that list-file paths are relative to (default: the list's folder).")]
-DataKeyOpt = Annotated[Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")]
+PathArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment."
+    ),
+]
+PathsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Datasets: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment; several, glob patterns ('shards/*.h5') and folders of datasets (a folder of LMDB environments) are scanned together."
+    ),
+]
+FormatOpt = Annotated[
+    str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")
+]
+RootOpt = Annotated[
+    Optional[Path],
+    typer.Option(help="Folder that list-file paths are relative to (default: the list's folder)."),
+]
+DataKeyOpt = Annotated[
+    Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")
+]
 LabelKeyOpt = Annotated[Optional[str], typer.Option(help="HDF5: the labels dataset (default: label).")]
-CodecOpt = Annotated[Optional[str], typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record).")]
-PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.")]
-JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the summary as JSON to this path.")]
+CodecOpt = Annotated[
+    Optional[str],
+    typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record)."),
+]
+PickleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-pickle",
+        help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
+    ),
+]
+JsonOpt = Annotated[
+    Optional[Path], typer.Option("--json", help="Also write the summary as JSON to this path.")
+]
 ClassesOpt = Annotated[Optional[int], typer.Option(help="Number of classes: labels must lie in [0, N).")]
-RangeOpt = Annotated[Optional[str], typer.Option(help="Valid labels LO:HI (HI exclusive), instead of --num-classes.")]
-PixelsOpt = Annotated[Optional[int], typer.Option(help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).")]
+RangeOpt = Annotated[
+    Optional[str], typer.Option(help="Valid labels LO:HI (HI exclusive), instead of --num-classes.")
+]
+PixelsOpt = Annotated[
+    Optional[int], typer.Option(help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).")
+]
 SelectOpt = Annotated[Optional[str], typer.Option(help="Run only these checks (comma-separated ids).")]
 IgnoreOpt = Annotated[Optional[str], typer.Option(help="Skip these checks (comma-separated ids).")]
-SchedulerOpt = Annotated[Optional[str], typer.Option(help="threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best for the format; sync for tiny jobs).")]
+SchedulerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best for the format; sync for tiny jobs)."
+    ),
+]
 WorkersOpt = Annotated[Optional[int], typer.Option(help="Local workers (default: all cores).")]
-TimeoutOpt = Annotated[float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")]
-PluginOpt = Annotated[Optional[list[str]], typer.Option(help="Import this module first, to run the checks it registers (repeatable).")]
-PartitionOpt = Annotated[Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")]
+TimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")
+]
+PluginOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(help="Import this module first, to run the checks it registers (repeatable)."),
+]
+PartitionOpt = Annotated[
+    Optional[int], typer.Option(help="Records per Dask task (default: per format, ~0.2 s of work).")
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")]
-DummyLossOpt = Annotated[bool, typer.Option("--dummy-loss", help="Train a seeded dummy model (--model) on the data in record order after the checks, with plain SGD; report records whose loss or gradient goes non-finite or whose step is absurd.")]
+DummyLossOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dummy-loss",
+        help="Train a seeded dummy model (--model) on the data in record order after the checks, with plain SGD; report records whose loss or gradient goes non-finite or whose step is absurd.",
+    ),
+]
 BatchSizeOpt = Annotated[int, typer.Option(help="Replay: records per SGD step.")]
 LrOpt = Annotated[float, typer.Option(help="Replay: the SGD learning rate.")]
 SeedOpt = Annotated[int, typer.Option(help="Replay: seed of the initial weights.")]
-NormalizeOpt = Annotated[bool, typer.Option("--normalize/--no-normalize", help="Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit images, the scan's per-feature statistics for arrays), or replay the raw values.")]
-PrecisionOpt = Annotated[Precision, typer.Option(help="The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range).")]
-ScaleOpt = Annotated[Optional[float], typer.Option(help="Replay: multiply every input value by this (nothing else is done to the data).")]
-ModelOpt = Annotated[str, typer.Option(help="Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch]).")]
+NormalizeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--normalize/--no-normalize",
+        help="Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit images, the scan's per-feature statistics for arrays), or replay the raw values.",
+    ),
+]
+PrecisionOpt = Annotated[
+    Precision,
+    typer.Option(
+        help="The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range)."
+    ),
+]
+ScaleOpt = Annotated[
+    Optional[float],
+    typer.Option(help="Replay: multiply every input value by this (nothing else is done to the data)."),
+]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        help="Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch])."
+    ),
+]
 
 
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with [tool.scrub], in the dataset's folder or above it, else here).")]
-CheckSeverityOpt = Annotated[Optional[list[str]], typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable).")]
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--config",
+        help="Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with [tool.scrub], in the dataset's folder or above it, else here).",
+    ),
+]
+CheckSeverityOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable)."),
+]
 ShowOpt = Annotated[int, typer.Option(help="After the table, name this many records with errors (0: none).")]
-CacheOpt = Annotated[Optional[Path], typer.Option(help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans).")]
+CacheOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans)."
+    ),
+]
 #: parameters that are not options of the model (the dataset, the config file itself)
 NOT_OPTIONS = frozenset({"path", "config"})
 
@@ -161,7 +244,12 @@ def scan(
     label_key: LabelKeyOpt = None,
     lmdb_codec: CodecOpt = None,
     allow_pickle: PickleOpt = False,
-    manifest: Annotated[Optional[Path], typer.Option(help="Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the dataset's; its scan record goes beside it).")] = None,
+    manifest: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the dataset's; its scan record goes beside it)."
+        ),
+    ] = None,
     json_path: JsonOpt = None,
     num_classes: ClassesOpt = None,
     label_range: RangeOpt = None,
@@ -174,14 +262,36 @@ def scan(
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
-    fail_on: Annotated[FailOn, typer.Option(help="Exit 1 when an issue at or above this severity is found; new: only errors the baseline does not hold (new and reappeared).")] = FailOn.error,
-    baseline: Annotated[Optional[Path], typer.Option(help="An earlier manifest: class every issue new, persisting or reappeared, and count the baseline's issues no longer found as resolved.")] = None,
+    fail_on: Annotated[
+        FailOn,
+        typer.Option(
+            help="Exit 1 when an issue at or above this severity is found; new: only errors the baseline does not hold (new and reappeared)."
+        ),
+    ] = FailOn.error,
+    baseline: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="An earlier manifest: class every issue new, persisting or reappeared, and count the baseline's issues no longer found as resolved."
+        ),
+    ] = None,
     cache: CacheOpt = None,
     quiet: QuietOpt = False,
     show: ShowOpt = 10,
-    junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI pages.")] = None,
-    html: Annotated[Optional[Path], typer.Option(help="Also write a self-contained HTML report (offline, under 5 MB).")] = None,
-    summary_md: Annotated[Optional[Path], typer.Option(help="Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it is set).")] = None,
+    junit: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI pages."
+        ),
+    ] = None,
+    html: Annotated[
+        Optional[Path], typer.Option(help="Also write a self-contained HTML report (offline, under 5 MB).")
+    ] = None,
+    summary_md: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it is set)."
+        ),
+    ] = None,
     dummy_loss: DummyLossOpt = False,
     batch_size: BatchSizeOpt = 64,
     lr: LrOpt = 0.01,
@@ -216,7 +326,9 @@ def scan(
             else:
                 result = scan_many(datasets, options, progress=progress, notes=notes)
         code = result.exit_code(options.fail_on)
-        _write_json(options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)})
+        _write_json(
+            options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)}
+        )
         from scrub.reports import write_reports
 
         findings = write_reports(result, options, int(code))
@@ -237,13 +349,43 @@ def fix(
     ctx: typer.Context,
     path: PathsArg,
     config: ConfigOpt = None,
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for a single file).")] = None,
-    quarantine: Annotated[bool, typer.Option("--quarantine", help="Also write the quarantined records, in the same format, with the manifest, to the quarantine folder.")] = False,
-    quarantine_dir: Annotated[Optional[Path], typer.Option(help="The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies --quarantine.")] = None,
-    manifest: Annotated[Optional[Path], typer.Option(help="Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the dataset changed since, or if a checking option given differs from the scan's).")] = None,
-    severity: Annotated[SeverityChoice, typer.Option(help="Quarantine records with an issue at or above this severity.")] = SeverityChoice.error,
+    out_path: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            help="Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for a single file).",
+        ),
+    ] = None,
+    quarantine: Annotated[
+        bool,
+        typer.Option(
+            "--quarantine",
+            help="Also write the quarantined records, in the same format, with the manifest, to the quarantine folder.",
+        ),
+    ] = False,
+    quarantine_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies --quarantine."
+        ),
+    ] = None,
+    manifest: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the dataset changed since, or if a checking option given differs from the scan's)."
+        ),
+    ] = None,
+    severity: Annotated[
+        SeverityChoice, typer.Option(help="Quarantine records with an issue at or above this severity.")
+    ] = SeverityChoice.error,
     force: Annotated[bool, typer.Option("--force", help="Replace existing outputs.")] = False,
-    link: Annotated[bool, typer.Option("--link", help="Images: hard-link kept files instead of copying them, where the file system allows.")] = False,
+    link: Annotated[
+        bool,
+        typer.Option(
+            "--link",
+            help="Images: hard-link kept files instead of copying them, where the file system allows.",
+        ),
+    ] = False,
     format: FormatOpt = "auto",
     root: RootOpt = None,
     data_key: DataKeyOpt = None,
@@ -293,7 +435,9 @@ def fix(
             with _progress(options.scan.quiet) as progress:
                 result = run_fix(path[0], options, progress=progress)
             code = result.exit_code()
-            _write_json(options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)})
+            _write_json(
+                options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)}
+            )
             if not options.scan.quiet:
                 _print_fixed(result, options.scan.show)
             return int(code)
@@ -310,8 +454,10 @@ def fix(
         with _progress(options.scan.quiet) as progress:
             fix_many(datasets, options, progress=progress, on_fixed=done)
         code = max((int(result.exit_code()) for result in results), default=0)
-        _write_json(options.scan.json, {"fixes": [r.scan_summary | {"fix": r.report} for r in results],
-                                        "exit_code": code})
+        _write_json(
+            options.scan.json,
+            {"fixes": [r.scan_summary | {"fix": r.report} for r in results], "exit_code": code},
+        )
         return code
 
     guarded(body)
@@ -354,9 +500,13 @@ def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | None):
 @app.command("config")
 def show_config(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="The dataset the configuration is for (default: the working directory).")] = Path("."),
+    path: Annotated[
+        Path, typer.Argument(help="The dataset the configuration is for (default: the working directory).")
+    ] = Path("."),
     config: ConfigOpt = None,
-    command: Annotated[str, typer.Option("--command", help="Show the options of this command: scan or fix.")] = "scan",
+    command: Annotated[
+        str, typer.Option("--command", help="Show the options of this command: scan or fix.")
+    ] = "scan",
 ) -> None:
     """Print the effective configuration for PATH, and where each value came from."""
 
@@ -370,11 +520,14 @@ def show_config(
         source = resolved.config.path if resolved.config else None
         out.print(f"# scrub {command} {path}", markup=False)
         nothing = "none found (scrub.toml, or [tool.scrub] in pyproject.toml, in the dataset's folder, above it, or here)"
-        out.print(f"# config file: {source or nothing}",
-                  markup=False, soft_wrap=True)
+        out.print(f"# config file: {source or nothing}", markup=False, soft_wrap=True)
         flat = flatten(resolved.options)
         for name, key in KEYS.items():
-            if (command == "scan" and key.group == "fix") or (command == "fix" and name in SCAN_ONLY) or name not in flat:
+            if (
+                (command == "scan" and key.group == "fix")
+                or (command == "fix" and name in SCAN_ONLY)
+                or name not in flat
+            ):
                 continue
             origin = resolved.origins.get(name, "default")
             text = _toml(describe(flat[name]))
@@ -402,7 +555,9 @@ app.add_typer(baseline_app, name="baseline")
 @baseline_app.command("prune")
 def baseline_prune(
     manifest: Annotated[Path, typer.Argument(help="A manifest written with --baseline.")],
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="Write the pruned manifest here instead of in place.")] = None,
+    out_path: Annotated[
+        Optional[Path], typer.Option("--out", help="Write the pruned manifest here instead of in place.")
+    ] = None,
 ) -> None:
     """Drop the resolved lines of a manifest (issues a baseline held that are gone), so that it
     forgets them: one that comes back is then new, not reappeared."""
@@ -411,8 +566,11 @@ def baseline_prune(
         from scrub.baseline import prune
 
         kept, dropped = prune(manifest, out_path)
-        out.print(f"{out_path or manifest}: kept {kept:,} issues, dropped {dropped:,} resolved", markup=False,
-                  soft_wrap=True)
+        out.print(
+            f"{out_path or manifest}: kept {kept:,} issues, dropped {dropped:,} resolved",
+            markup=False,
+            soft_wrap=True,
+        )
         return 0
 
     guarded(body)
@@ -421,7 +579,10 @@ def baseline_prune(
 @app.command()
 def checks(
     check_id: Annotated[Optional[str], typer.Argument(help="Explain this check in full.")] = None,
-    plugin: Annotated[Optional[list[str]], typer.Option(help="Import this module first, to list its checks too (repeatable).")] = None,
+    plugin: Annotated[
+        Optional[list[str]],
+        typer.Option(help="Import this module first, to list its checks too (repeatable)."),
+    ] = None,
 ) -> None:
     """List the checks (id, severity, what it finds), or explain one."""
 
@@ -486,7 +647,13 @@ class _progress:
 
         def update(snapshot) -> None:
             rate = snapshot.records / snapshot.seconds if snapshot.seconds > 0 else 0.0
-            self.bar.update(task, completed=snapshot.records, total=snapshot.total or None, rate=rate, issues=snapshot.issues)
+            self.bar.update(
+                task,
+                completed=snapshot.records,
+                total=snapshot.total or None,
+                rate=rate,
+                issues=snapshot.issues,
+            )
 
         return update
 
@@ -505,8 +672,13 @@ def _print_summary(summary, findings=None) -> None:
     if summary.parts:
         parts = Table("dataset", "format", "records", "errors", "warnings", box=None)
         for part in summary.parts:
-            parts.add_row(escape(part.path), part.dataset.format, f"{part.records:,}",
-                          f"{part.records_with_errors:,}", f"{part.records_with_warnings:,}")
+            parts.add_row(
+                escape(part.path),
+                part.dataset.format,
+                f"{part.records:,}",
+                f"{part.records_with_errors:,}",
+                f"{part.records_with_warnings:,}",
+            )
         out.print(parts)
     table = Table("check", "severity", "issues", box=None)
     from scrub.checks import REGISTRY
@@ -514,7 +686,9 @@ def _print_summary(summary, findings=None) -> None:
     overrides = summary.options.get("check_severity") or {}
     for check_id, count in sorted(summary.issues_by_check.items()):
         style = "" if count else "dim"
-        table.add_row(check_id, overrides.get(check_id, REGISTRY[check_id].severity.value), str(count), style=style)
+        table.add_row(
+            check_id, overrides.get(check_id, REGISTRY[check_id].severity.value), str(count), style=style
+        )
     out.print(table)
     out.print(
         f"{summary.records:,} records scanned in {summary.seconds:.2f} s "
@@ -543,20 +717,29 @@ def _print_summary(summary, findings=None) -> None:
         names = [record_name(issue) for issue in findings.errors]
         width = min(40, max(map(len, names)))
         checks = max(len(issue.check) for issue in findings.errors)
-        for name, issue in zip(names, findings.errors):  # one line each, never wrapped: logs and greps read them
-            out.print(f" {name:<{width}}  {issue.check:<{checks}}  {issue.message}", markup=False, soft_wrap=True)
+        for name, issue in zip(
+            names, findings.errors
+        ):  # one line each, never wrapped: logs and greps read them
+            out.print(
+                f" {name:<{width}}  {issue.check:<{checks}}  {issue.message}", markup=False, soft_wrap=True
+            )
         if findings.more_errors:
             out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)
     if summary.cache is not None:
-        out.print(f"cache: {summary.cache['reused']:,} records reused, {summary.cache['scanned']:,} scanned "
-                  f"({summary.cache['file']})", markup=False, soft_wrap=True)
+        out.print(
+            f"cache: {summary.cache['reused']:,} records reused, {summary.cache['scanned']:,} scanned "
+            f"({summary.cache['file']})",
+            markup=False,
+            soft_wrap=True,
+        )
     if summary.baseline is not None:
         compared = summary.baseline
         out.print(
             f"against the baseline {compared['path']}: {compared['new']:,} new, {compared['persisting']:,} persisting, "
             f"{compared['reappeared']:,} reappeared, {compared['resolved']:,} resolved "
             f"({compared['new_errors']:,} new or reappeared errors)",
-            markup=False, soft_wrap=True,
+            markup=False,
+            soft_wrap=True,
         )
     for note in summary.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)

@@ -127,8 +127,14 @@ def values(config: ConfigFile, dataset: Path, command: str) -> tuple[dict[str, A
             label = config.where(name, table_name)
             key = KEYS.get(name)
             if key is None or name in COMMAND_LINE_ONLY or (per_path and not key.per_path):
-                allowed = sorted(k for k, v in KEYS.items() if (v.per_path or not per_path) and k not in COMMAND_LINE_ONLY)
-                what = "a dataset option a [paths] table may set" if per_path and key is not None else "a scrub option"
+                allowed = sorted(
+                    k for k, v in KEYS.items() if (v.per_path or not per_path) and k not in COMMAND_LINE_ONLY
+                )
+                what = (
+                    "a dataset option a [paths] table may set"
+                    if per_path and key is not None
+                    else "a scrub option"
+                )
                 raise UsageError(f"{label}: not {what} (known: {', '.join(allowed)})")
             if isinstance(value, dict):  # [check-severity]: point at the entry, not the table
                 inner = f"{table_name}.{name}" if table_name else name
@@ -148,7 +154,7 @@ def values(config: ConfigFile, dataset: Path, command: str) -> tuple[dict[str, A
     take(config.table, "", False)
     paths = config.table.get(PATHS_TABLE, {})
     if not isinstance(paths, dict):
-        raise UsageError(f"{config.where(PATHS_TABLE)}: expected tables [paths.\"GLOB\"]")
+        raise UsageError(f'{config.where(PATHS_TABLE)}: expected tables [paths."GLOB"]')
     relative = _relative(dataset, base)
     for pattern, table in paths.items():
         if not isinstance(table, dict):

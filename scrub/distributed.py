@@ -29,7 +29,6 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     reported through ``on_failure``.
     """
     import logging
-
     from concurrent.futures import CancelledError
 
     import dask
@@ -54,11 +53,13 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     except Exception as error:
         if client.status == "running" and not isinstance(error, (Cancelled, CancelledError)):
             raise  # the scan's own error, or a task's
-        raise ClusterLost(f"the dask scheduler at {plan.scheduler} went away mid-scan ({_reason(error)})") from None
+        raise ClusterLost(
+            f"the dask scheduler at {plan.scheduler} went away mid-scan ({_reason(error)})"
+        ) from None
     finally:
         try:
             client.close(timeout=2)
-        except Exception:  # noqa: BLE001, S110 - closing a client whose scheduler is gone
+        except Exception:
             pass
 
 

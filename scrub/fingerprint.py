@@ -19,8 +19,9 @@ import xxhash
 from scrub.readers.base import Reader
 
 
-def fingerprint(reader: Reader, partitions: list, root: str | Path,
-                known: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+def fingerprint(
+    reader: Reader, partitions: list, root: str | Path, known: dict[str, tuple[int, int]] | None = None
+) -> dict[str, Any]:
     """``{"digest", "files", "bytes"}`` of the dataset ``reader`` opened; ``known`` holds the
     (size, mtime_ns) of paths already stat-ed (by the result cache's lookups)."""
     known = known or {}
@@ -49,4 +50,3 @@ def fingerprint(reader: Reader, partitions: list, root: str | Path,
             lines.clear()
     digest.update(os.fsencode("".join(lines)))
     return {"digest": digest.hexdigest(), "files": files, "bytes": total}
-

@@ -58,7 +58,9 @@ class ignored_by_children:
     discards a blocked signal) and reaches this process's handler when the block ends."""
 
     def __enter__(self) -> None:
-        self.active = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+        self.active = (
+            hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+        )
         if self.active:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             self.previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -89,7 +91,7 @@ def interrupted() -> None:
                 sys.stdout.flush()
                 sys.stderr.write("scrub: interrupted\n")
                 sys.stderr.flush()
-            except Exception:  # noqa: BLE001, S110 - a closed pipe must not stop the exit
+            except Exception:
                 pass
 
 
@@ -105,7 +107,7 @@ def leave_interrupted() -> NoReturn:
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
-    except Exception:  # noqa: BLE001, S110 - a closed pipe must not stop the exit
+    except Exception:
         pass
     os._exit(EXIT_CODE)
 

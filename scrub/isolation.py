@@ -10,7 +10,8 @@ children. Everything else in the partition is checked as usual.
 from __future__ import annotations
 
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from scrub.errors import ScrubError
 from scrub.interrupt import ignore_in_worker
@@ -27,7 +28,7 @@ def _child(work, partition_no: int, partition: Any, start: int, stop: int, conne
     try:
         result = work(partition_no, partition, start, stop, lambda offset: connection.send(("at", offset)))
         connection.send(("done", result))
-    except BaseException:  # noqa: BLE001 - a bug in scrub, reported to the parent to re-raise
+    except BaseException:
         connection.send(("error", traceback.format_exc()))
     finally:
         connection.close()

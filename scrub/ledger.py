@@ -52,7 +52,9 @@ def _mix(values: np.ndarray) -> np.ndarray:
 
 @cache
 def _keys(words: int) -> np.ndarray:
-    return np.random.default_rng(0x5C2B).integers(0, 2**63, size=words, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    return np.random.default_rng(0x5C2B).integers(0, 2**63, size=words, dtype=np.uint64) * np.uint64(
+        2
+    ) + np.uint64(1)
 
 
 def row_digests(block: np.ndarray) -> np.ndarray:

@@ -34,6 +34,8 @@ def default_manifest(dataset: str | Path) -> Path:
     if resolved.is_dir() and (cwd == resolved or resolved in cwd.parents):
         return resolved.parent / (name + MANIFEST_SUFFIX)
     return Path(name + MANIFEST_SUFFIX)
+
+
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")
 #: fields a line carries only when they apply: ``content`` (rows keyed by position), ``status``
 #: (a scan with a baseline), ``dataset`` (a scan of several datasets)
@@ -104,7 +106,8 @@ class ManifestWriter:
             handle, temporary = temporary_file(self.path)
         except OSError as error:
             raise write_failure(error, self.path, "manifest") or ScrubError(
-                f"{self.path}: cannot write the manifest: {error.strerror}") from None
+                f"{self.path}: cannot write the manifest: {error.strerror}"
+            ) from None
         self._temporary = Path(temporary)
         self._file = os.fdopen(handle, "wb", buffering=1 << 20)
         self.count = 0
@@ -135,7 +138,8 @@ class ManifestWriter:
 
     def _failed(self, error: OSError) -> ScrubError:
         return write_failure(error, self.path, "manifest") or ScrubError(
-            f"{self.path}: cannot write the manifest: {first_line(error)}")
+            f"{self.path}: cannot write the manifest: {first_line(error)}"
+        )
 
     def discard(self) -> None:
         try:

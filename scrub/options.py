@@ -48,7 +48,9 @@ class Selection:
     @property
     def ignored(self) -> tuple[str, ...]:
         """``--ignore`` plus the checks whose severity was set to ``ignore``."""
-        return tuple(dict.fromkeys([*self.ignore, *(c for c, level in self.check_severity if level == "ignore")]))
+        return tuple(
+            dict.fromkeys([*self.ignore, *(c for c, level in self.check_severity if level == "ignore")])
+        )
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,9 @@ class FixOptions:
 
 def _keyword_values(keywords: Mapping[str, Any]) -> dict[str, Any]:
     """API keywords as key names; a `ReplayOptions` given as ``dummy_loss`` spreads into its keys."""
-    values = {("plugin" if name == "plugins" else name.replace("_", "-")): value for name, value in keywords.items()}
+    values = {
+        ("plugin" if name == "plugins" else name.replace("_", "-")): value for name, value in keywords.items()
+    }
     replay = values.get("dummy-loss")
     if isinstance(replay, ReplayOptions):
         values["dummy-loss"] = True
@@ -191,11 +195,19 @@ KEYS: dict[str, Key] = {
     key.name: key
     for key in [
         Key("format", "read", "str", per_path=True, help="images, hdf5 or lmdb (default: auto-detect)"),
-        Key("root", "read", "path", per_path=True, help="images list files: the folder paths are relative to"),
+        Key(
+            "root", "read", "path", per_path=True, help="images list files: the folder paths are relative to"
+        ),
         Key("data-key", "read", "str", per_path=True, help="HDF5: the dataset whose rows are records"),
         Key("label-key", "read", "str", per_path=True, help="HDF5: the labels dataset"),
-        Key("lmdb-codec", "read", "str", choices=("datum", "image", "npy", "pickle"), per_path=True,
-            help="LMDB: force the value codec"),
+        Key(
+            "lmdb-codec",
+            "read",
+            "str",
+            choices=("datum", "image", "npy", "pickle"),
+            per_path=True,
+            help="LMDB: force the value codec",
+        ),
         Key("allow-pickle", "read", "bool", per_path=True, help="LMDB: unpickle pickled values (runs code)"),
         Key("num-classes", "checks", "int", minimum=1, per_path=True, help="labels must lie in [0, N)"),
         Key("label-range", "checks", "range", per_path=True, help="valid labels LO:HI (HI exclusive)"),
@@ -203,8 +215,13 @@ KEYS: dict[str, Key] = {
         Key("precision", "checks", "str", choices=PRECISIONS, per_path=True, help="the training precision"),
         Key("select", "selection", "ids", per_path=True, help="run only these checks"),
         Key("ignore", "selection", "ids", per_path=True, help="skip these checks"),
-        Key("check-severity", "selection", "severities", per_path=True,
-            help="per-check severity: error, warning or ignore"),
+        Key(
+            "check-severity",
+            "selection",
+            "severities",
+            per_path=True,
+            help="per-check severity: error, warning or ignore",
+        ),
         Key("plugin", "selection", "paths", help="modules to import first, for their checks"),
         Key("scheduler", "run", "str", help="threads, processes, sync, or tcp://host:port"),
         Key("workers", "run", "int", minimum=1, help="local workers"),
@@ -217,16 +234,32 @@ KEYS: dict[str, Key] = {
         Key("scale", "replay", "float", help="replay: multiply every input by this"),
         Key("model", "replay", "str", help="replay: linear, l2, batchnorm or module:function"),
         Key("normalize", "replay", "bool", help="replay: standardize the inputs"),
-        Key("manifest", "scan", "path", help="scan: where to write the manifest; fix: an earlier scan to reuse"),
+        Key(
+            "manifest",
+            "scan",
+            "path",
+            help="scan: where to write the manifest; fix: an earlier scan to reuse",
+        ),
         Key("json", "scan", "path", help="also write the summary as JSON here"),
-        Key("fail-on", "scan", "str", choices=FAIL_ON, help="exit 1 on issues at or above this (new: new errors)"),
+        Key(
+            "fail-on",
+            "scan",
+            "str",
+            choices=FAIL_ON,
+            help="exit 1 on issues at or above this (new: new errors)",
+        ),
         Key("baseline", "scan", "path", help="an earlier manifest: class issues new, persisting, reappeared"),
         Key("cache", "scan", "path", help="a folder of per-record results, for incremental rescans"),
         Key("quiet", "scan", "bool", help="no progress bar and no table"),
         Key("show", "scan", "int", minimum=0, help="records with errors the console names (0: none)"),
         Key("junit", "scan", "path", help="also write a JUnit XML report here"),
         Key("html", "scan", "path", help="also write a self-contained HTML report here"),
-        Key("summary-md", "scan", "path", help="also write a Markdown summary here (default: $GITHUB_STEP_SUMMARY)"),
+        Key(
+            "summary-md",
+            "scan",
+            "path",
+            help="also write a Markdown summary here (default: $GITHUB_STEP_SUMMARY)",
+        ),
         Key("out", "fix", "path", help="where to write the cleaned copy"),
         Key("quarantine", "fix", "bool", help="also write the quarantined records"),
         Key("quarantine-dir", "fix", "path", help="the quarantine folder (implies quarantine)"),
@@ -270,7 +303,9 @@ def coerce(key: Key, value: Any, where: str) -> Any:
             return Path(value)
     elif key.kind in ("ids", "paths"):
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()] if key.kind == "ids" else [value]
+            value = (
+                [part.strip() for part in value.split(",") if part.strip()] if key.kind == "ids" else [value]
+            )
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
             raise fail("a list of names")
         return tuple(value)
@@ -335,7 +370,9 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         stray = [n for n in values if n not in allowed and n != "manifest"]
         if stray:
             raise UsageError(f"{where.get(stray[0], KEYS[stray[0]].flag)}: only `scrub fix` takes it")
-    groups: dict[str, dict[str, Any]] = {g: {} for g in ("read", "checks", "selection", "run", "replay", "scan", "fix")}
+    groups: dict[str, dict[str, Any]] = {
+        g: {} for g in ("read", "checks", "selection", "run", "replay", "scan", "fix")
+    }
     for name, value in values.items():
         key = KEYS[name]
         if value is None:  # the API's "not given"
@@ -362,7 +399,9 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         **{k: v for k, v in groups["scan"].items() if not (cls is FixOptions and k == "manifest")},
     )
     if scan.fail_on == "new" and scan.baseline is None:
-        raise UsageError(f"{where.get('fail-on', '--fail-on')} new: needs a baseline (--baseline OLD_MANIFEST)")
+        raise UsageError(
+            f"{where.get('fail-on', '--fail-on')} new: needs a baseline (--baseline OLD_MANIFEST)"
+        )
     if cls is ScanOptions:
         return scan
     fix = groups["fix"]
@@ -370,12 +409,22 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         fix["manifest"] = groups["scan"]["manifest"]
     for name in sorted(SCAN_ONLY):
         if getattr(scan, name.replace("-", "_")) != getattr(ScanOptions(), name.replace("-", "_")):
-            raise UsageError(f"{where.get(name, KEYS[name].flag)}: only `scrub scan` takes it (fix quarantines by "
-                             "--severity and reports what it wrote; scan first for the reports)")
-    if fix.get("manifest") is not None and scan.cache is not None and "cache" not in origins_from_files(where):
-        raise UsageError("--cache speeds up the scan, and --manifest reuses one instead of scanning: drop one of them")
+            raise UsageError(
+                f"{where.get(name, KEYS[name].flag)}: only `scrub scan` takes it (fix quarantines by "
+                "--severity and reports what it wrote; scan first for the reports)"
+            )
+    if (
+        fix.get("manifest") is not None
+        and scan.cache is not None
+        and "cache" not in origins_from_files(where)
+    ):
+        raise UsageError(
+            "--cache speeds up the scan, and --manifest reuses one instead of scanning: drop one of them"
+        )
     if fix.get("manifest") is not None and scan.replay is not None:
-        raise UsageError("--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss")
+        raise UsageError(
+            "--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss"
+        )
     if fix.get("quarantine_dir") is not None:
         fix["quarantine"] = True
     return FixOptions(scan=scan, **fix)
@@ -405,8 +454,14 @@ def flatten(options: ScanOptions | FixOptions) -> dict[str, Any]:
     """Every option by key name, as held in the model."""
     scan = options.scan if isinstance(options, FixOptions) else options
     values: dict[str, Any] = {}
-    for group, holder in (("read", scan.read), ("checks", scan.checks), ("selection", scan.selection),
-                          ("run", scan.run), ("replay", scan.replay or ReplayOptions()), ("scan", scan)):
+    for group, holder in (
+        ("read", scan.read),
+        ("checks", scan.checks),
+        ("selection", scan.selection),
+        ("run", scan.run),
+        ("replay", scan.replay or ReplayOptions()),
+        ("scan", scan),
+    ):
         for item in dataclasses.fields(holder):
             name = "plugin" if item.name == "plugins" else item.name.replace("_", "-")
             if name in KEYS and KEYS[name].group == group:
@@ -427,6 +482,9 @@ def describe(value: Any) -> Any:
     if isinstance(value, tuple) and value and isinstance(value[0], tuple):
         return {k: v for k, v in value}
     if isinstance(value, tuple):
-        return [describe(v) for v in value] if not (len(value) == 2 and all(isinstance(v, int) for v in value)) \
+        return (
+            [describe(v) for v in value]
+            if not (len(value) == 2 and all(isinstance(v, int) for v in value))
             else f"{value[0]}:{value[1]}"
+        )
     return value

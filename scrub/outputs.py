@@ -33,23 +33,28 @@ class StagedOutput:
     def check(self) -> None:
         """Refuse an existing destination unless forced; make its parent folder."""
         if os.path.lexists(self.destination) and not self.force:
-            raise UsageError(f"{self.destination}: the {self.what} already exists (use --force to replace it)")
+            raise UsageError(
+                f"{self.destination}: the {self.what} already exists (use --force to replace it)"
+            )
         try:
             self.destination.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise write_failure(error, self.destination, self.what) or ScrubError(
-                f"{self.destination.parent}: cannot create the folder: {error.strerror}") from None
+                f"{self.destination.parent}: cannot create the folder: {error.strerror}"
+            ) from None
 
     def stage(self) -> Path:
         """The path to write the output at (inside a fresh temporary sibling)."""
         remove_abandoned(self.destination)
         try:
             staging = tempfile.mkdtemp(
-                prefix=f".{self.destination.name}{PREFIX_MARK}{os.getpid()}-", dir=self.destination.parent or "."
+                prefix=f".{self.destination.name}{PREFIX_MARK}{os.getpid()}-",
+                dir=self.destination.parent or ".",
             )
         except OSError as error:
             raise write_failure(error, self.destination, self.what) or ScrubError(
-                f"{self.destination.parent}: cannot write the {self.what}: {error.strerror}") from None
+                f"{self.destination.parent}: cannot write the {self.what}: {error.strerror}"
+            ) from None
         self.staging = Path(staging)
         return self.staging / self.destination.name
 
@@ -115,8 +120,9 @@ def temporary_file(destination: Path) -> tuple[int, str]:
     and path). Named after this process, so that the next run removes it if this one is killed
     (`remove_abandoned` runs first)."""
     remove_abandoned(destination)
-    return tempfile.mkstemp(prefix=f".{destination.name}{PREFIX_MARK}{os.getpid()}-", suffix=".tmp",
-                            dir=destination.parent or ".")
+    return tempfile.mkstemp(
+        prefix=f".{destination.name}{PREFIX_MARK}{os.getpid()}-", suffix=".tmp", dir=destination.parent or "."
+    )
 
 
 @functools.cache
@@ -171,7 +177,7 @@ def remove_abandoned_scratch() -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        pid_text = entry.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        pid_text = entry.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         try:
             owned = entry.lstat().st_uid == os.getuid() and entry.is_dir() and not entry.is_symlink()
         except OSError:
@@ -183,24 +189,37 @@ def remove_abandoned_scratch() -> list[Path]:
 
 
 #: what a write failure's errno means, as the one line says it
-_CAUSES = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-           errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-           errno.EFBIG: "file too large for the file system"}
+_CAUSES = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EFBIG: "file too large for the file system",
+}
 #: less free space than this after a failed write: the disk filled (libraries that hide the
 #: errno, LMDB's "Input/output error" among them)
 _NEARLY_FULL = 1 << 20
 
 
-def write_failure(error: BaseException, destination: Path, what: str, *, exit_at_once: bool = False) -> OutputError | None:
+def write_failure(
+    error: BaseException, destination: Path, what: str, *, exit_at_once: bool = False
+) -> OutputError | None:
     """The one line for an output that could not be written, with its cause and its path; None
     when nothing says the destination is at fault (the error is then scrub's or the source's)."""
     cause = failure_cause(error, destination)
-    if cause is None and isinstance(error, OSError) and error.filename is not None \
-            and os.path.realpath(error.filename).startswith(os.path.realpath(Path(destination).parent)):
+    if (
+        cause is None
+        and isinstance(error, OSError)
+        and error.filename is not None
+        and os.path.realpath(error.filename).startswith(os.path.realpath(Path(destination).parent))
+    ):
         cause = first_line(error)  # an OSError about a file of the output
     if cause is None:
         return None
-    return OutputError(f"{cause} writing the {what} {destination}; nothing was written", exit_at_once=exit_at_once)
+    return OutputError(
+        f"{cause} writing the {what} {destination}; nothing was written", exit_at_once=exit_at_once
+    )
 
 
 def failure_cause(error: BaseException, destination: Path) -> str | None:

@@ -62,7 +62,14 @@ class Plan:
     timeout: float
 
     @classmethod
-    def choose(cls, scheduler: str | None, workers: int | None, timeout: float, preferred: str, partitions: int | None) -> "Plan":
+    def choose(
+        cls,
+        scheduler: str | None,
+        workers: int | None,
+        timeout: float,
+        preferred: str,
+        partitions: int | None,
+    ) -> "Plan":
         """Resolve the defaults: all cores, the reader's preferred scheduler, in-process when tiny."""
         if workers is not None and workers < 1:
             raise UsageError("--workers must be at least 1")
@@ -117,7 +124,7 @@ def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_
         try:
             _compute_local(work, remaining, plan, on_result, started, done)
             return
-        except Exception as error:  # noqa: BLE001 - a dead worker process breaks the whole pool
+        except Exception as error:
             if plan.scheduler != "processes" or not _is_dead_worker(error):
                 raise
         from scrub.isolation import run_isolated
@@ -129,7 +136,9 @@ def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_
         remaining = [(number, partition) for number, partition in remaining if number not in started]
 
 
-def _compute_local(work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_result, started: set, done: set) -> None:
+def _compute_local(
+    work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_result, started: set, done: set
+) -> None:
     import dask
     import dask.multiprocessing
     import dask.threaded
@@ -295,7 +304,9 @@ class GuardedWork:
         self.work = work
         self.timeout = timeout
 
-    def __call__(self, partition_no: int, partition: Any, start: int = 0, stop: int | None = None, on_record=None):
+    def __call__(
+        self, partition_no: int, partition: Any, start: int = 0, stop: int | None = None, on_record=None
+    ):
         task = object()
         _Watchdog.progress(task, self.timeout, force=True)
 

@@ -85,8 +85,11 @@ class Issue:
 
     def identity(self) -> tuple[str, str, str]:
         """What makes two issues 'the same' across scans (used by baselines and tests)."""
-        return (self.source, self.key, self.check) if self.dataset is None else (
-            f"{self.dataset}:{self.source}", self.key, self.check)
+        return (
+            (self.source, self.key, self.check)
+            if self.dataset is None
+            else (f"{self.dataset}:{self.source}", self.key, self.check)
+        )
 
 
 @dataclass(slots=True)

@@ -19,14 +19,14 @@ import xxhash
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
 from scrub.checks.base import REGISTRY, Check, CheckOptions, make_issue
 from scrub.checks.images import decoder_failure
+from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
 from scrub.checks.properties import annotate, tally
 from scrub.errors import ScrubError, UsageError
 from scrub.manifest import dumps, encode_line
 from scrub.options import Selection
 from scrub.readers.base import Reader
-from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
-from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.records import Batch, Issue, Record, Severity
+from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.reports.findings import Collector
 
 
@@ -119,7 +119,9 @@ class Encoder:
     def finish(self, result: "PartitionResult") -> None:
         self.flush(result)
         result.lines, result.line_count = b"".join(self.lines), self.count
-        result.flagged = {severity: np.unique(np.concatenate(found)) for severity, found in self.flagged.items()}
+        result.flagged = {
+            severity: np.unique(np.concatenate(found)) for severity, found in self.flagged.items()
+        }
         result.findings = self.collector
 
 
@@ -165,8 +167,11 @@ def select_checks(
     """The checks to run: those that apply to what the reader provides, narrowed by
     ``--select`` and ``--ignore``. A check named that does not exist, or selected where it
     cannot run (``--select nonfinite-data`` on JPEGs), is an error naming what does apply."""
-    for name, ids in (("select", selection.select or ()), ("ignore", selection.ignore),
-                      ("check-severity", [c for c, _ in selection.check_severity])):
+    for name, ids in (
+        ("select", selection.select or ()),
+        ("ignore", selection.ignore),
+        ("check-severity", [c for c, _ in selection.check_severity]),
+    ):
         unknown = [c for c in ids if c not in REGISTRY]
         if unknown:
             raise UsageError(f"{origin(name)}: unknown check id: {', '.join(unknown)} (see `scrub checks`)")
@@ -189,16 +194,30 @@ def select_checks(
 
 
 def _need(needs: str) -> str:
-    return {"label": "labels", "array": "numeric values", "image": "images", "bytes": "encoded files",
-            "rows": "array rows", "values": "key-value records", "replay": "--dummy-loss replay",
-            "label-vectors": "label vectors"}.get(needs, needs)
+    return {
+        "label": "labels",
+        "array": "numeric values",
+        "image": "images",
+        "bytes": "encoded files",
+        "rows": "array rows",
+        "values": "key-value records",
+        "replay": "--dummy-loss replay",
+        "label-vectors": "label vectors",
+    }.get(needs, needs)
 
 
 class PartitionWork:
     """Runs every selected check on every record of a partition."""
 
-    def __init__(self, reader: Reader, options: CheckOptions, checks: Sequence[Check], moments: bool = False,
-                 capture: bool = False, encoding: Encoding | None = None) -> None:
+    def __init__(
+        self,
+        reader: Reader,
+        options: CheckOptions,
+        checks: Sequence[Check],
+        moments: bool = False,
+        capture: bool = False,
+        encoding: Encoding | None = None,
+    ) -> None:
         self.reader = reader
         self.options = options
         #: hand issues back compactly (see `Encoding`)
@@ -250,8 +269,15 @@ class PartitionWork:
             encoder.finish(result)
         return result
 
-    def _capture_record(self, record: Record, offset: int, plan: "_Plan", columns, result: PartitionResult,
-                        outcomes: "Outcomes") -> None:
+    def _capture_record(
+        self,
+        record: Record,
+        offset: int,
+        plan: "_Plan",
+        columns,
+        result: PartitionResult,
+        outcomes: "Outcomes",
+    ) -> None:
         """`_check_record` into a result of its own, kept for the cache, then added to ``result``."""
         own = PartitionResult(result.partition)
         own_columns = {check_id: ([], []) for check_id in columns}
@@ -273,7 +299,9 @@ class PartitionWork:
                 columns[check_id][0].extend(offsets)
                 columns[check_id][1].extend(found)
 
-    def _check_record(self, record: Record, offset: int, plan: "_Plan", columns, label_counts, result) -> None:
+    def _check_record(
+        self, record: Record, offset: int, plan: "_Plan", columns, label_counts, result
+    ) -> None:
         """The per-record path: properties once, then every record check and collector."""
         for found in record.problems:
             if found.check in plan.ids:
@@ -299,8 +327,16 @@ class PartitionWork:
                 offsets.append(offset)
                 values.append(value)
 
-    def _check_batch(self, batch: Batch, batch_checks, dataset_checks, columns, label_counts, result,
-                     group: str | None = None) -> None:
+    def _check_batch(
+        self,
+        batch: Batch,
+        batch_checks,
+        dataset_checks,
+        columns,
+        label_counts,
+        result,
+        group: str | None = None,
+    ) -> None:
         """The vectorized path: a whole block of rows at once, details only for flagged rows.
         ``group`` names the statistics the values go to (default: the batch's source)."""
         for check in batch_checks:
@@ -332,11 +368,14 @@ class PartitionWork:
         if batch.labels is not None and self.options.labelled:
             label_counts.append(label_stats(batch.labels))
 
-    def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> PartitionResult:
+    def failure(
+        self, partition_no: int, partition: Sequence[Any], offset: int, reason: str
+    ) -> PartitionResult:
         """The partial result for a record that crashed or hung its worker."""
         source, key, index = self.reader.locate(partition, [offset])[0]
-        result = PartitionResult(partition_no, records=1, issues=[decoder_failure(source, key, index, reason)],
-                                 offsets=[offset])
+        result = PartitionResult(
+            partition_no, records=1, issues=[decoder_failure(source, key, index, reason)], offsets=[offset]
+        )
         if self.encoding is not None:
             self.encoding.apply(result)
         return result
@@ -361,8 +400,14 @@ class SubsetWork:
     def __init__(self, work: PartitionWork) -> None:
         self.work = work
 
-    def __call__(self, number: int, subset: Subset, start: int = 0, stop: int | None = None,
-                 on_record: Callable[[int], None] | None = None) -> PartitionResult:
+    def __call__(
+        self,
+        number: int,
+        subset: Subset,
+        start: int = 0,
+        stop: int | None = None,
+        on_record: Callable[[int], None] | None = None,
+    ) -> PartitionResult:
         result = self.work(subset.partition_no, subset.records, start, stop, on_record)
         mapping = np.asarray(subset.offsets, dtype=np.int64)
         for name, column in result.columns.items():
@@ -413,14 +458,20 @@ class Outcomes:
         signature = (
             tuple(dumps(issue) for issue in own.issues),
             tuple(sorted((name, tuple(counter.items())) for name, counter in own.stats.items() if counter)),
-            tuple((group, s.finite_values, s.nonfinite_values, s.total, s.low, s.high) for group, s in own.numeric.items()),
+            tuple(
+                (group, s.finite_values, s.nonfinite_values, s.total, s.low, s.high)
+                for group, s in own.numeric.items()
+            ),
         )
         encoded = self._encoded.get(signature)
         if encoded is None:
             issues, stats, numeric = signature
             encoded = self._encoded[signature] = msgpack.packb(
-                [list(issues), {name: [list(item) for item in items] for name, items in stats},
-                 {group: list(values) for group, *values in numeric}],
+                [
+                    list(issues),
+                    {name: [list(item) for item in items] for name, items in stats},
+                    {group: list(values) for group, *values in numeric},
+                ],
                 use_bin_type=True,
             )
         return encoded
@@ -435,7 +486,9 @@ class Reuse:
         self.ids = {c.id for c in checks}
         self._decoded: dict[bytes, tuple] = {}
 
-    def result(self, partition_no: int, partition: Sequence[Any], reused: Iterable[tuple[int, bytes, list]]) -> PartitionResult:
+    def result(
+        self, partition_no: int, partition: Sequence[Any], reused: Iterable[tuple[int, bytes, list]]
+    ) -> PartitionResult:
         result = PartitionResult(partition_no)
         columns = {c.id: ([], []) for c in self.dataset}
         names = list(columns)
@@ -471,8 +524,11 @@ class Reuse:
         decoded = self._decoded.get(stored)
         if decoded is None:
             issues, stats, numeric = msgpack.unpackb(stored, raw=False, strict_map_key=False)
-            decoded = self._decoded[stored] = (issues, {name: [tuple(item) for item in items] for name, items in stats.items()},
-                                               numeric)
+            decoded = self._decoded[stored] = (
+                issues,
+                {name: [tuple(item) for item in items] for name, items in stats.items()},
+                numeric,
+            )
         return decoded
 
 
@@ -495,7 +551,9 @@ def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:
     return None, None
 
 
-def _rare_magnitudes(offsets: Any, values: Any) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def _rare_magnitudes(
+    offsets: Any, values: Any
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """A magnitude column as (offsets, values) of the rows in bins this partition holds at most
     `MAGNITUDE_KEPT_PER_BIN` rows of, plus the histogram of every row: a bin common here is
     common in the dataset, so its rows' positions are never needed, and a partition of millions

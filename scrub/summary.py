@@ -21,15 +21,23 @@ from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
-from scrub.reports.findings import Collector
 from scrub.replay.standardize import Moments
+from scrub.reports.findings import Collector
 from scrub.runner import NumericStats, PartitionResult
 
 #: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
 #: `precision` moved to `options.precision`, `batches_skipped` counts batches with nothing applied.
 SCHEMA_VERSION = 2
-LABEL_CHECKS = frozenset({"label-out-of-range", "label-outlier", "non-integer-label", "nonfinite-label", "missing-label",
-                          "invalid-label-vector"})
+LABEL_CHECKS = frozenset(
+    {
+        "label-out-of-range",
+        "label-outlier",
+        "non-integer-label",
+        "nonfinite-label",
+        "missing-label",
+        "invalid-label-vector",
+    }
+)
 
 
 class ColumnStore:
@@ -75,8 +83,12 @@ class RareValueStore:
     histogram update, once per distinct value (bin) of a partition.
     """
 
-    def __init__(self, cap: int = 1000, bins: Callable[[np.ndarray], np.ndarray] | None = None,
-                 keep_negative: bool = True) -> None:
+    def __init__(
+        self,
+        cap: int = 1000,
+        bins: Callable[[np.ndarray], np.ndarray] | None = None,
+        keep_negative: bool = True,
+    ) -> None:
         self.cap = cap
         self.bins = bins
         self.keep_negative = keep_negative
@@ -86,8 +98,13 @@ class RareValueStore:
         self._values: list[np.ndarray] = []
         self._keys: list[np.ndarray] = []
 
-    def add(self, partition: int, offsets: Any, values: Any,
-            histogram: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def add(
+        self,
+        partition: int,
+        offsets: Any,
+        values: Any,
+        histogram: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """Add a partition's values; with ``histogram`` (every value's bin and count, counted by
         the worker), ``values`` may be only the rare ones."""
         values = np.asarray(values, dtype=np.float64)
@@ -102,7 +119,11 @@ class RareValueStore:
             self.common = np.union1d(self.common, newly_common)
             for i, kept in enumerate(self._keys):
                 rare = ~np.isin(kept, newly_common)
-                self._keys[i], self._values[i], self._positions[i] = kept[rare], self._values[i][rare], self._positions[i][rare]
+                self._keys[i], self._values[i], self._positions[i] = (
+                    kept[rare],
+                    self._values[i][rare],
+                    self._positions[i][rare],
+                )
         rare = ~np.isin(keys, self.common)
         if rare.any():
             positions = np.empty((int(rare.sum()), 2), dtype=np.int32)
@@ -252,15 +273,20 @@ class ScanAggregate:
             mask = marks[partition] = grown
         mask[offsets] = True
 
-    def finish_dataset_checks(self, locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]],
-                              contents: Callable[[Sequence[tuple[int, int]]], list[str | None]] | None = None) -> None:
+    def finish_dataset_checks(
+        self,
+        locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]],
+        contents: Callable[[Sequence[tuple[int, int]]], list[str | None]] | None = None,
+    ) -> None:
         """Judge the collected columns; ``contents`` gives the content hash of records keyed by
         position (their identity across scans)."""
         for check in self.checks:
             if check.kind != "dataset":
                 continue
             judgement = check.func(self.columns[check.id].column(), self.options, locate)
-            self.notes += [f"{check.id}: {finding.message}" for position, finding in judgement if position is None]
+            self.notes += [
+                f"{check.id}: {finding.message}" for position, finding in judgement if position is None
+            ]
             judgement = [(position, finding) for position, finding in judgement if position is not None]
             positions = [position for position, _ in judgement]
             identities = locate(positions)
@@ -284,8 +310,11 @@ class ScanAggregate:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def records_with(self, severity: Severity,
-                     locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]] | None = None) -> int:
+    def records_with(
+        self,
+        severity: Severity,
+        locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]] | None = None,
+    ) -> int:
         """Distinct records with an issue at or above ``severity``. Issues found without a
         position (the replay's) are told apart from the others by identity, through ``locate``."""
         levels = [name for name in self.marks if Severity(name).at_least(severity)]
@@ -340,9 +369,17 @@ class Summary:
     parts: list["Summary"] = field(default_factory=list)
 
     @classmethod
-    def combine(cls, parts: Sequence["Summary"], options: dict[str, Any], seconds: float, manifest: str,
-                baseline: dict[str, Any] | None, notes: Sequence[str] = ()) -> "Summary":
+    def combine(
+        cls,
+        parts: Sequence["Summary"],
+        options: dict[str, Any],
+        seconds: float,
+        manifest: str,
+        baseline: dict[str, Any] | None,
+        notes: Sequence[str] = (),
+    ) -> "Summary":
         """The totals of several datasets' summaries, with each one kept as a part."""
+
         def total(name: str) -> dict[str, int]:
             counts: Counter[str] = Counter()
             for part in parts:
@@ -376,7 +413,9 @@ class Summary:
             workers=parts[0].workers,
             seconds=seconds,
             manifest=manifest,
-            datasets={f"{part.path}:{source}": facts for part in parts for source, facts in part.datasets.items()},
+            datasets={
+                f"{part.path}:{source}": facts for part in parts for source, facts in part.datasets.items()
+            },
             fingerprint={"datasets": {part.path: part.fingerprint for part in parts}},
             notes=list(notes) + [f"{part.path}: {note}" for part in parts for note in part.notes],
             baseline=baseline,
@@ -436,7 +475,15 @@ class Summary:
 
 def _part(document: dict[str, Any]) -> dict[str, Any]:
     """A dataset's section of a several-dataset summary: what the whole already says is left out."""
-    for name in ("schema", "scrub_version", "manifest", "scheduler", "workers", "seconds", "records_per_second"):
+    for name in (
+        "schema",
+        "scrub_version",
+        "manifest",
+        "scheduler",
+        "workers",
+        "seconds",
+        "records_per_second",
+    ):
         document.pop(name, None)
     return document
 
@@ -449,4 +496,3 @@ def _common_folder(paths: Sequence[str]) -> str:
     if len({os.path.isabs(p) for p in paths}) == 1:  # as they were given: relative stays relative
         return os.path.commonpath(paths) or "."
     return os.path.commonpath([os.path.abspath(p) for p in paths])
-

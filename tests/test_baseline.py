@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+from conftest import image_bytes, manifest_lines, write
 from typer.testing import CliRunner
 
 import scrub
-from conftest import image_bytes, manifest_lines, write
 from scrub.baseline import prune
 from scrub.cli import app
 
@@ -40,8 +40,14 @@ def test_reordering_and_appending_keep_identities(tmp_path):
     assert first.summary.baseline is None and first.exit_code() == 1
     listing.write_text("good2.jpg 1\ngood1.jpg 7\ntrunc.jpg 1\ngood0.jpg 0\n")  # reordered
     again = scrub.scan(listing, num_classes=2, manifest=tmp_path / "new.jsonl", baseline=old)
-    assert again.summary.baseline == {"path": str(old), "new": 0, "persisting": 2, "reappeared": 0,
-                                      "resolved": 0, "new_errors": 0}
+    assert again.summary.baseline == {
+        "path": str(old),
+        "new": 0,
+        "persisting": 2,
+        "reappeared": 0,
+        "resolved": 0,
+        "new_errors": 0,
+    }
     assert again.exit_code("new") == 0 and again.exit_code("error") == 1  # still listed, still errors
     assert {s for _, _, s in statuses(tmp_path / "new.jsonl")} == {"persisting"}
     listing.write_text(listing.read_text() + "trunc2.jpg 0\n")  # a bad record appended
@@ -60,7 +66,11 @@ def test_a_new_issue_never_hides_behind_a_fixed_one(tmp_path):
     assert (result.summary.baseline["new"], result.summary.baseline["resolved"]) == (1, 1)
     assert result.exit_code("new") == 1
     lines = statuses(tmp_path / "new.jsonl")
-    assert ("trunc.jpg", "corrupt-image", "resolved") in lines and ("trunc2.jpg", "corrupt-image", "new") in lines
+    assert ("trunc.jpg", "corrupt-image", "resolved") in lines and (
+        "trunc2.jpg",
+        "corrupt-image",
+        "new",
+    ) in lines
 
 
 def test_resolved_then_reappeared_and_prune(tmp_path):

@@ -9,9 +9,9 @@ import subprocess
 
 import h5py
 import numpy as np
+from conftest import image_bytes, write
 
 import scrub
-from conftest import image_bytes, write
 from scrub.cache import SUFFIX
 
 TRUNCATED = 300
@@ -37,7 +37,14 @@ def same_as_full_scan(path, cache, **options):
     cached = scrub.scan(path, cache=cache, **options)
     full = scrub.scan(path, **options)
     assert lines(cached) == lines(full)
-    for field in ("records", "issues_by_check", "issues_by_severity", "records_with_errors", "stats", "datasets"):
+    for field in (
+        "records",
+        "issues_by_check",
+        "issues_by_severity",
+        "records_with_errors",
+        "stats",
+        "datasets",
+    ):
         assert getattr(cached.summary, field) == getattr(full.summary, field), field
     return cached.summary.cache
 
@@ -56,7 +63,7 @@ def test_changes_renames_additions_and_deletions(tmp_path):
     root = dataset(tmp_path / "d")
     cache = tmp_path / "cache"
     scrub.scan(root, cache=cache, num_classes=3)
-    (root / "c0" / "003.jpg").write_bytes(image_bytes(900)[:TRUNCATED + 50])  # now broken
+    (root / "c0" / "003.jpg").write_bytes(image_bytes(900)[: TRUNCATED + 50])  # now broken
     (root / "c0" / "bad.jpg").write_bytes(image_bytes(901))  # now fine
     os.rename(root / "c1" / "004.jpg", root / "c1" / "renamed.jpg")  # same bytes, new name
     os.rename(root / "c2" / "005.jpg", root / "c0" / "005.jpg")  # same bytes, another label
@@ -89,7 +96,9 @@ def test_a_damaged_cache_file_is_ignored_with_a_note_and_rewritten(tmp_path):
     cached.write_bytes(bytes(data))
     result = scrub.scan(root, cache=cache)
     assert result.summary.cache["reused"] == 0
-    assert any("is damaged (its checksum does not match its content): ignored" in n for n in result.summary.notes)
+    assert any(
+        "is damaged (its checksum does not match its content): ignored" in n for n in result.summary.notes
+    )
     assert same_as_full_scan(root, cache)["reused"] == 63  # rewritten whole
     cached.write_bytes(b"garbage")
     assert any("not a scrub cache file" in n for n in scrub.scan(root, cache=cache).summary.notes)
@@ -175,8 +184,12 @@ def test_cli_prints_the_cache_line(tmp_path):
 def test_lmdb_values_are_looked_up_by_their_hash(tmp_path):
     from test_lmdb import datum, npy, write_db
 
-    items = {f"{i:05d}".encode(): datum(channels=3, height=48, width=48, encoded=True, label=i % 4,
-                                         data=image_bytes(i)) for i in range(40)}
+    items = {
+        f"{i:05d}".encode(): datum(
+            channels=3, height=48, width=48, encoded=True, label=i % 4, data=image_bytes(i)
+        )
+        for i in range(40)
+    }
     items[b"00007"] = datum(channels=3, height=48, width=48, encoded=True, label=2, data=image_bytes(7)[:200])
     items[b"00009"] = datum(channels=3, height=48, width=48, encoded=True, label=9, data=image_bytes(9))
     items[b"array"] = npy(np.array([1.0, np.nan], np.float32))
@@ -186,10 +199,16 @@ def test_lmdb_values_are_looked_up_by_their_hash(tmp_path):
     assert (first["reused"], first["scanned"]) == (0, 41)
     assert same_as_full_scan(path, cache, num_classes=4, partition_size=8)["reused"] == 41
     items[b"00003"] = datum(channels=3, height=48, width=48, encoded=True, label=3, data=image_bytes(3)[:300])
-    items[b"00011"] = datum(channels=3, height=48, width=48, encoded=True, label=1, data=image_bytes(11))  # relabelled
+    items[b"00011"] = datum(
+        channels=3, height=48, width=48, encoded=True, label=1, data=image_bytes(11)
+    )  # relabelled
     del items[b"00020"]
-    items[b"00099"] = datum(channels=3, height=48, width=48, encoded=True, label=0, data=image_bytes(5))  # a duplicate
+    items[b"00099"] = datum(
+        channels=3, height=48, width=48, encoded=True, label=0, data=image_bytes(5)
+    )  # a duplicate
     shutil.rmtree(path)
     write_db(path, items.items())
-    summary = same_as_full_scan(path, cache, num_classes=4, partition_size=8, scheduler="processes", workers=2)
+    summary = same_as_full_scan(
+        path, cache, num_classes=4, partition_size=8, scheduler="processes", workers=2
+    )
     assert (summary["reused"], summary["scanned"]) == (38, 3)

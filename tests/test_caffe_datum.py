@@ -9,12 +9,12 @@ import time
 
 import numpy as np
 import pytest
+from conftest import image_bytes
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import image_bytes
 from scrub.readers.caffe_datum import Datum, DatumError, datum_class, looks_like_datum, parse_datum
 
 # --- hand encoding, to produce exactly the bytes Caffe (or a malicious writer) would ---------

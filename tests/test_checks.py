@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import findings, image_bytes, write
 
 import scrub
-from conftest import findings, image_bytes, write
 from scrub.checks.base import CheckOptions, Column
 from scrub.checks.dataset import far_labels, label_outlier
 from scrub.checks.labels import label_out_of_range, missing_label, non_integer_label
@@ -54,7 +54,10 @@ def test_nonfinite_label_in_a_list_file(tmp_path):
     write(tmp_path / "a.jpg", image_bytes(1))
     write(tmp_path / "list.txt", b"a.jpg nan\na.jpg inf\na.jpg 1\n")
     result = scrub.scan(tmp_path / "list.txt", ignore=["duplicate"])
-    assert sorted((i.index, i.check) for i in result.issues()) == [(0, "nonfinite-label"), (1, "nonfinite-label")]
+    assert sorted((i.index, i.check) for i in result.issues()) == [
+        (0, "nonfinite-label"),
+        (1, "nonfinite-label"),
+    ]
 
 
 def outliers(labels, options=CheckOptions()) -> list[int]:
@@ -85,7 +88,9 @@ def test_rare_value_store_keeps_only_rare_positions_but_every_count():
     column = store.column()
     assert dict(zip(*column.histogram)) == {-1.0: 9, 1.0: 10, 2.0: 1, 8000.0: 1}
     kept = sorted(zip(column.values.tolist(), map(tuple, column.positions.tolist())))
-    assert kept == sorted([(8000.0, (1, 0)), (-1.0, (1, 1)), (2.0, (1, 2))] + [(-1.0, (2, i)) for i in range(8)])
+    assert kept == sorted(
+        [(8000.0, (1, 0)), (-1.0, (1, 1)), (2.0, (1, 2))] + [(-1.0, (2, i)) for i in range(8)]
+    )
 
 
 def test_label_outlier_across_partitions_with_bounded_memory(tmp_path):

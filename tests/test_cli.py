@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import SAMPLES, manifest_lines, write
 from typer.testing import CliRunner
 
-from conftest import SAMPLES, manifest_lines, write
 from scrub.checks import REGISTRY
 from scrub.cli import app
 from scrub.manifest import FIELDS
@@ -42,7 +42,10 @@ def test_fail_on_thresholds(tmp_path):
     common = ["scan", SAMPLES / "images", "--manifest", tmp_path / "m.jsonl", *only_warnings]
     assert run(*common).exit_code == 0  # default: fail on errors only
     assert run(*common, "--fail-on", "warning").exit_code == 1
-    assert run("scan", SAMPLES / "images", "--manifest", tmp_path / "n.jsonl", "--fail-on", "never").exit_code == 0
+    assert (
+        run("scan", SAMPLES / "images", "--manifest", tmp_path / "n.jsonl", "--fail-on", "never").exit_code
+        == 0
+    )
 
 
 def test_manifest_schema(tmp_path):
@@ -121,7 +124,15 @@ def test_every_command_has_help():
 
 def test_no_progress_bar_when_not_a_tty(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "scrub", "scan", str(SAMPLES / "images"), "--manifest", str(tmp_path / "m.jsonl")],
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(SAMPLES / "images"),
+            "--manifest",
+            str(tmp_path / "m.jsonl"),
+        ],
         capture_output=True,
         text=True,
     )

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import dask
 import pytest
+from conftest import SAMPLES, image_bytes, write
 from PIL import Image
 
 import scrub
-from conftest import SAMPLES, image_bytes, write
 
 distributed = pytest.importorskip("distributed")
 TESTS = Path(__file__).parent
@@ -34,10 +34,16 @@ def test_a_hung_decoder_on_a_cluster_worker_is_reported(tmp_path):
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         # two threads a worker: a task that ends or makes progress must not disarm the watchdog
         # of the one that hangs beside it
-        with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                                      dashboard_address=None) as cluster:
-            result = scrub.scan(root, scheduler=cluster.scheduler_address, partition_size=2, timeout=1,
-                                select=["test-crash-or-hang"])
+        with distributed.LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster:
+            result = scrub.scan(
+                root,
+                scheduler=cluster.scheduler_address,
+                partition_size=2,
+                timeout=1,
+                select=["test-crash-or-hang"],
+            )
     assert [(i.key, i.check) for i in result.issues()] == [("a/hang.jpg", "corrupt-image")]
     assert result.summary.records == 8
 
@@ -48,12 +54,40 @@ def cluster(tmp_path):
     address_file = tmp_path / "scheduler.json"
     environment = {**os.environ, "PYTHONPATH": str(TESTS)}
     dask_command = [sys.executable, "-m", "dask"]
-    scheduler = subprocess.Popen([*dask_command, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                  "--scheduler-file", str(address_file)], env=environment, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
-    worker = subprocess.Popen([*dask_command, "worker", "--scheduler-file", str(address_file), "--nworkers", "2",
-                               "--nthreads", "1", "--no-dashboard"], env=environment, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    scheduler = subprocess.Popen(
+        [
+            *dask_command,
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            str(address_file),
+        ],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    worker = subprocess.Popen(
+        [
+            *dask_command,
+            "worker",
+            "--scheduler-file",
+            str(address_file),
+            "--nworkers",
+            "2",
+            "--nthreads",
+            "1",
+            "--no-dashboard",
+        ],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not address_file.exists() and time.monotonic() < deadline:
@@ -82,10 +116,28 @@ def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cl
     images.mkdir()
     for number in range(600):  # 600 x 20 ms on 2 workers: ~6 s
         Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(images / f"{number}.png")
-    command = [sys.executable, "-m", "scrub", "scan", str(images), "--scheduler", address, "--plugin", "plugins.slow",
-               "--partition-size", "20", "--manifest", str(tmp_path / "m.jsonl")]
-    scan = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(TESTS)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "scrub",
+        "scan",
+        str(images),
+        "--scheduler",
+        address,
+        "--plugin",
+        "plugins.slow",
+        "--partition-size",
+        "20",
+        "--manifest",
+        str(tmp_path / "m.jsonl"),
+    ]
+    scan = subprocess.Popen(
+        command,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(4)  # the scan is under way
     assert scan.poll() is None
     os.killpg(scheduler.pid, signal.SIGKILL)

@@ -8,9 +8,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import image_bytes, write
 from typer.testing import CliRunner
 
-from conftest import image_bytes, write
 from scrub.cli import app
 from scrub.config import find, resolve
 from scrub.errors import UsageError
@@ -53,7 +53,9 @@ def test_a_config_above_the_dataset_is_found(folder, tmp_path):
     (tmp_path / "scrub.toml").write_text("num-classes = 7\n")  # beside the data folder, not in it
     resolved = resolve("scan", folder, {})
     assert resolved.config.path == tmp_path / "scrub.toml" and resolved.options.checks.num_classes == 7
-    (tmp_path / "data" / "pyproject.toml").write_text('[project]\nname = "x"\n')  # no [tool.scrub]: passed over
+    (tmp_path / "data" / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n'
+    )  # no [tool.scrub]: passed over
     assert resolve("scan", folder, {}).config.path == tmp_path / "scrub.toml"
 
 
@@ -74,7 +76,7 @@ def test_unknown_keys_and_bad_values_name_the_key_the_file_and_the_line(folder):
     assert "scrub.toml:2: check-severity: duplicate = 'off': choose one of" in run("scan", folder).output
     config.write_text('[paths."data"]\nworkers = 2\n')
     output = run("scan", folder).output
-    assert ':2: workers: not a dataset option a [paths] table may set' in output, output
+    assert ":2: workers: not a dataset option a [paths] table may set" in output, output
     config.write_text("num-classes = [\n")
     assert "not valid TOML" in run("scan", folder).output
 
@@ -109,7 +111,9 @@ def test_relative_paths_are_relative_to_the_config_file(folder, tmp_path):
 
 
 def test_keys_of_the_other_command_are_kept_for_it(folder, tmp_path):
-    Path("scrub.toml").write_text(f'quarantine = true\nout = "{tmp_path}/clean"\nmanifest = "{tmp_path}/m.jsonl"\n')
+    Path("scrub.toml").write_text(
+        f'quarantine = true\nout = "{tmp_path}/clean"\nmanifest = "{tmp_path}/m.jsonl"\n'
+    )
     assert resolve("scan", folder, {}).options.manifest == tmp_path / "m.jsonl"
     fix = resolve("fix", folder, {}).options
     assert fix.quarantine and fix.out == tmp_path / "clean"
@@ -121,13 +125,18 @@ def test_scrub_config_prints_values_and_their_origins(folder):
     result = run("config", folder, "--command", "scan")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert any(line.startswith("num-classes = 2  # ") and "scrub.toml:1: num-classes" in line for line in lines)
-    assert any(line.startswith('check-severity = { "fp16-overflow" = "error" }') and "scrub.toml:2: check-severity" in line
-               for line in lines), result.output
+    assert any(
+        line.startswith("num-classes = 2  # ") and "scrub.toml:1: num-classes" in line for line in lines
+    )
+    assert any(
+        line.startswith('check-severity = { "fp16-overflow" = "error" }')
+        and "scrub.toml:2: check-severity" in line
+        for line in lines
+    ), result.output
     assert any(line.startswith('precision = "float32"  # default') for line in lines)
     assert not any(line.startswith("out =") or line.startswith("# out =") for line in lines)  # fix's
     fix = run("config", folder, "--command", "fix").output
-    assert "severity = \"error\"  # default" in fix
+    assert 'severity = "error"  # default' in fix
 
 
 def test_hdf5_dataset_root_is_its_folder(tmp_path, monkeypatch):
@@ -138,6 +147,8 @@ def test_hdf5_dataset_root_is_its_folder(tmp_path, monkeypatch):
         file.create_dataset("data", data=np.ones((4, 2), np.float32))
     (tmp_path / "sets" / "scrub.toml").write_text('lmdb-codec = "npy"\n')
     result = run("scan", path)
-    assert result.exit_code == 2 and "scrub.toml:1: lmdb-codec: does not apply" in result.output, result.output
+    assert result.exit_code == 2 and "scrub.toml:1: lmdb-codec: does not apply" in result.output, (
+        result.output
+    )
     with pytest.raises(UsageError, match="no such file"):
         find(path, tmp_path / "missing.toml")

@@ -34,8 +34,9 @@ def test_encoded_findings_equal_the_issue_by_issue_ones(tmp_path):
     compact = scrub.scan(source, manifest=tmp_path / "compact.jsonl", workers=2, scheduler="processes")
     (tmp_path / "empty.jsonl").write_text("")
     # a baseline needs every issue in the driver: the issue-by-issue path, on the same data
-    one_by_one = scrub.scan(source, manifest=tmp_path / "objects.jsonl", baseline=tmp_path / "empty.jsonl",
-                            scheduler="sync")
+    one_by_one = scrub.scan(
+        source, manifest=tmp_path / "objects.jsonl", baseline=tmp_path / "empty.jsonl", scheduler="sync"
+    )
     ours, theirs = lines(tmp_path / "compact.jsonl"), lines(tmp_path / "objects.jsonl")
     for line in theirs:
         del line["status"]
@@ -46,14 +47,31 @@ def test_encoded_findings_equal_the_issue_by_issue_ones(tmp_path):
     errors = len(range(0, rows)) - len(set(range(0, rows, 7)) | set(range(5, rows, 11)))
     assert a.records_with_errors == b.records_with_errors == errors
     assert a.records_with_warnings == b.records_with_warnings == rows  # every row, each once
-    assert [issue.key for issue in compact.findings.errors] == ["1", "2", "3", "4", "6", "8", "9", "10", "11", "12"]
+    assert [issue.key for issue in compact.findings.errors] == [
+        "1",
+        "2",
+        "3",
+        "4",
+        "6",
+        "8",
+        "9",
+        "10",
+        "11",
+        "12",
+    ]
     assert compact.findings.error_count == a.issues_by_severity["error"]
 
 
 def test_several_datasets_and_severity_overrides_are_applied_in_the_workers(tmp_path):
     first, second = dense(tmp_path / "a.h5", 3000), dense(tmp_path / "b.h5", 2000)
-    result = scrub.scan([first, second], manifest=tmp_path / "m.jsonl", partition_size=500,
-                        check_severity=[("fp16-overflow", "error")], scheduler="processes", workers=2)
+    result = scrub.scan(
+        [first, second],
+        manifest=tmp_path / "m.jsonl",
+        partition_size=500,
+        check_severity=[("fp16-overflow", "error")],
+        scheduler="processes",
+        workers=2,
+    )
     found = lines(tmp_path / "m.jsonl")
     assert {line["dataset"] for line in found} == {str(first), str(second)}
     assert {line["severity"] for line in found if line["check"] == "fp16-overflow"} == {"error"}

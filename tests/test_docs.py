@@ -7,8 +7,8 @@ import re
 
 import pytest
 import typer.main
-
 from conftest import REPO
+
 from scrub.checks import catalogue
 from scrub.checks.base import DOC_SECTIONS
 from scrub.cli import app
@@ -22,7 +22,9 @@ def page(name: str) -> str:
     return (DOCS / name).read_text()
 
 
-@pytest.mark.parametrize("check", [c for c in catalogue() if not c.id.startswith("test-")], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "check", [c for c in catalogue() if not c.id.startswith("test-")], ids=lambda c: c.id
+)
 def test_every_check_is_documented_in_full(check):
     assert check.summary
     sections = check.sections
@@ -63,7 +65,9 @@ def test_manifest_fields_and_exit_codes_are_documented():
 
     table = README.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in [*ExitCode, 130]:
-        assert re.search(rf"\|\s*`{int(code)}`\s*\|", table), f"exit code {int(code)} missing from the README's table"
+        assert re.search(rf"\|\s*`{int(code)}`\s*\|", table), (
+            f"exit code {int(code)} missing from the README's table"
+        )
 
 
 def test_readme_opens_with_the_two_commands():
@@ -78,10 +82,14 @@ def test_readme_opens_with_the_two_commands():
 def test_every_summary_field_is_documented(tmp_path):
     import scrub
 
-    result = scrub.scan(REPO / "sample_data" / "images", manifest=tmp_path / "m.jsonl", cache=tmp_path / "cache")
+    result = scrub.scan(
+        REPO / "sample_data" / "images", manifest=tmp_path / "m.jsonl", cache=tmp_path / "cache"
+    )
     outputs = page("outputs.md")
     for field in result.summary.to_dict():
-        assert f"`{field}`" in outputs or f'"{field}"' in outputs, f"summary field {field} missing from docs/outputs.md"
+        assert f"`{field}`" in outputs or f'"{field}"' in outputs, (
+            f"summary field {field} missing from docs/outputs.md"
+        )
 
 
 def _slug(heading: str) -> str:

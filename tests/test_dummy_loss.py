@@ -16,12 +16,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
-import scrub
 from conftest import REPO
-from scrub.api import ReplayOptions
 from test_replay import C as REFERENCE_CLASSES
 from test_replay import reference_replay
+
+import scrub
 
 REPLAY_CHECKS = {"loss-nonfinite", "grad-nonfinite", "loss-outlier", "grad-outlier"}
 
@@ -47,22 +46,42 @@ def replay_findings(result) -> set[tuple[str, str]]:
     return {(i.key, i.check) for i in result.issues() if i.check in REPLAY_CHECKS}
 
 
-@pytest.mark.parametrize(("scheduler", "workers", "partition_size"), [
-    ("sync", 1, None), ("processes", 2, 37), ("threads", 2, 64), ("processes", 1, 300),
-])
-def test_the_replay_is_the_same_on_every_scheduler_and_partitioning(tmp_path, scheduler, workers, partition_size):
+@pytest.mark.parametrize(
+    ("scheduler", "workers", "partition_size"),
+    [
+        ("sync", 1, None),
+        ("processes", 2, 37),
+        ("threads", 2, 64),
+        ("processes", 1, 300),
+    ],
+)
+def test_the_replay_is_the_same_on_every_scheduler_and_partitioning(
+    tmp_path, scheduler, workers, partition_size
+):
     path = planted_h5(tmp_path / "data.h5")
     baseline = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES, scheduler="sync")
-    result = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES, scheduler=scheduler,
-                        workers=workers, partition_size=partition_size)
+    result = scrub.scan(
+        path,
+        dummy_loss=True,
+        num_classes=REFERENCE_CLASSES,
+        scheduler=scheduler,
+        workers=workers,
+        partition_size=partition_size,
+    )
     assert replay_findings(result) == replay_findings(baseline)
     assert result.summary.replay == baseline.summary.replay
 
 
 def test_a_scan_flags_exactly_what_the_float64_reference_flags(tmp_path):
     path = planted_h5(tmp_path / "data.h5")
-    result = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES, scheduler="processes", workers=2,
-                        partition_size=50)
+    result = scrub.scan(
+        path,
+        dummy_loss=True,
+        num_classes=REFERENCE_CLASSES,
+        scheduler="processes",
+        workers=2,
+        partition_size=50,
+    )
     with h5py.File(path) as file:
         stored = file["data"][:]
         y = file["label"][:]
@@ -112,8 +131,9 @@ def test_images_replay_and_skip_what_they_cannot_decode():
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "scrub", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "scrub", *map(str, args)], capture_output=True, text=True, env=env, cwd=REPO
+    )
 
 
 def test_cli_with_a_user_loss_from_examples(tmp_path):
@@ -124,14 +144,30 @@ def test_cli_with_a_user_loss_from_examples(tmp_path):
     with h5py.File(tmp_path / "probs.h5", "w") as file:
         file["data"], file["label"] = rows, np.arange(40) % 4
     env = {**os.environ, "PYTHONPATH": str(REPO / "examples")}
-    done = run_cli("scan", tmp_path / "probs.h5", "--dummy-loss", "--model", "infogain_loss:infogain_loss",
-                   "--manifest", tmp_path / "m.jsonl", "--json", tmp_path / "s.json", env=env)
+    done = run_cli(
+        "scan",
+        tmp_path / "probs.h5",
+        "--dummy-loss",
+        "--model",
+        "infogain_loss:infogain_loss",
+        "--manifest",
+        tmp_path / "m.jsonl",
+        "--json",
+        tmp_path / "s.json",
+        env=env,
+    )
     assert done.returncode == 1, done.stderr
-    flagged = {(d["key"], d["check"]) for d in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines())
-               if d["check"] in REPLAY_CHECKS}
+    flagged = {
+        (d["key"], d["check"])
+        for d in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines())
+        if d["check"] in REPLAY_CHECKS
+    }
     assert flagged == {("11", "loss-nonfinite"), ("23", "loss-nonfinite")}
     assert "dummy-loss replay: 40 records" in done.stdout
-    assert json.loads((tmp_path / "s.json").read_text())["replay"]["options"]["model"] == "infogain_loss:infogain_loss"
+    assert (
+        json.loads((tmp_path / "s.json").read_text())["replay"]["options"]["model"]
+        == "infogain_loss:infogain_loss"
+    )
 
 
 def test_cli_replay_flags_need_dummy_loss(tmp_path):
@@ -145,8 +181,9 @@ def test_cli_replay_flags_need_dummy_loss(tmp_path):
 def test_fix_with_dummy_loss_quarantines_what_only_the_replay_finds(tmp_path):
     path = planted_h5(tmp_path / "data.h5")
     plain = scrub.fix(path, out=tmp_path / "plain.h5", num_classes=REFERENCE_CLASSES)
-    replayed = scrub.fix(path, out=tmp_path / "replayed.h5", quarantine=True, num_classes=REFERENCE_CLASSES,
-                         dummy_loss=True)
+    replayed = scrub.fix(
+        path, out=tmp_path / "replayed.h5", quarantine=True, num_classes=REFERENCE_CLASSES, dummy_loss=True
+    )
     with h5py.File(replayed.quarantine / "data.h5") as held:
         rows = set(held["scrub_source_row"][:].tolist())
     # 70: float64 1e39 (float32-overflow), 200: 1e30 (square-overflow); 140, a row of 1e5 among
@@ -162,8 +199,29 @@ def test_float16_rounding_matches_numpy_bit_for_bit():
 
     rng = np.random.default_rng(3)
     patterns = rng.integers(0, 2**32, size=2_000_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    edges = np.array([0.0, -0.0, 65504, 65519.996, 65520, -65520, 2**-14, 2**-24, 3 * 2**-26, 2**-25, 1e-8,
-                      np.inf, -np.inf, np.nan, 1e5, 6.1e-5, 1 + 2**-11, 1 + 3 * 2**-11], dtype=np.float32)
+    edges = np.array(
+        [
+            0.0,
+            -0.0,
+            65504,
+            65519.996,
+            65520,
+            -65520,
+            2**-14,
+            2**-24,
+            3 * 2**-26,
+            2**-25,
+            1e-8,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1e5,
+            6.1e-5,
+            1 + 2**-11,
+            1 + 3 * 2**-11,
+        ],
+        dtype=np.float32,
+    )
     for values in (patterns, edges):
         with np.errstate(all="ignore"):
             expected = values.astype(np.float16).astype(np.float32)
@@ -179,7 +237,12 @@ def test_the_replay_on_a_real_distributed_cluster_matches_sync(tmp_path):
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
     ) as cluster:
-        result = scrub.scan(path, dummy_loss=True, num_classes=REFERENCE_CLASSES,
-                            scheduler=cluster.scheduler_address, partition_size=40)
+        result = scrub.scan(
+            path,
+            dummy_loss=True,
+            num_classes=REFERENCE_CLASSES,
+            scheduler=cluster.scheduler_address,
+            partition_size=40,
+        )
     assert replay_findings(result) == replay_findings(baseline)
     assert result.summary.replay == baseline.summary.replay

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from PIL import Image
-
 from conftest import REPO, manifest_lines
+from PIL import Image
 
 NIGHTLY = REPO / "examples" / "nightly"
 BASH = shutil.which("bash")
@@ -35,8 +34,14 @@ def run_nightly(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProces
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SCRUB_")}
     environ["PATH"] = f"{scrub_bin()}{os.pathsep}{environ.get('PATH', '')}"
     environ.update(env)
-    return subprocess.run([BASH, str(NIGHTLY / "nightly.sh"), *args], cwd=cwd, env=environ,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [BASH, str(NIGHTLY / "nightly.sh"), *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -65,7 +70,9 @@ def test_three_nights(tmp_path):
     assert not (state / "tonight.jsonl").exists() and not (state / "tonight.scan.json").exists()
     promoted = manifest_lines(state / "baseline.jsonl")
     assert [(line["key"], line["status"]) for line in promoted] == [("cat/truncated.jpg", "persisting")]
-    assert json.loads((state / "baseline.scan.json").read_text())["baseline"]["persisting"] == 1  # tonight's record
+    assert (
+        json.loads((state / "baseline.scan.json").read_text())["baseline"]["persisting"] == 1
+    )  # tonight's record
 
     # Night 3: a new truncated JPEG: exit 1, and the baseline is kept.
     before = (state / "baseline.jsonl").read_bytes()
@@ -113,5 +120,9 @@ def test_the_systemd_units_and_crontab():
     assert "OnCalendar=*-*-* 02:30:00" in timer and "Persistent=true" in timer
     service = (NIGHTLY / "scrub-nightly.service").read_text()
     assert "Type=oneshot" in service and "nightly.sh" in service and "Environment=SCRUB_DATA=" in service
-    cron = [line for line in (NIGHTLY / "crontab").read_text().splitlines() if line and not line.startswith("#")]
-    assert len(cron) == 1 and cron[0].startswith("30 2 * * * ") and "nightly.sh" in cron[0] and ">>" in cron[0]
+    cron = [
+        line for line in (NIGHTLY / "crontab").read_text().splitlines() if line and not line.startswith("#")
+    ]
+    assert (
+        len(cron) == 1 and cron[0].startswith("30 2 * * * ") and "nightly.sh" in cron[0] and ">>" in cron[0]
+    )

@@ -18,9 +18,9 @@ import h5py
 import lmdb
 import numpy as np
 import pytest
+from conftest import SAMPLES, image_bytes, write
 
 import scrub
-from conftest import SAMPLES, image_bytes, write
 from scrub.cleaning import _verify
 from scrub.errors import ScrubError, UsageError
 from scrub.manifest import read_manifest
@@ -40,7 +40,11 @@ def tree_digest(path: Path) -> dict[str, str]:
 
 
 def files_of(path: Path) -> dict[str, bytes]:
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        p.relative_to(path).as_posix(): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def lmdb_items(path: Path) -> dict[bytes, bytes]:
@@ -123,7 +127,10 @@ def test_image_list_rewrites_paths_and_keeps_unreadable_lines_in_the_quarantine(
     assert result.dataset.read_text().splitlines() == ["img/0.jpg 0", "img/1.jpg 1", "img/2.jpg 0"]
     held = result.quarantine / "train"
     assert (held / "train.txt").read_text().splitlines() == [
-        "img/gone.jpg 1", "img/bad.jpg 1", "../escape.jpg 0", "img/3.jpg 7",
+        "img/gone.jpg 1",
+        "img/bad.jpg 1",
+        "../escape.jpg 0",
+        "img/3.jpg 7",
     ]
     assert sorted(files_of(held)) == ["img/3.jpg", "img/bad.jpg", "train.txt"]
     assert files_of(result.clean)["img/2.jpg"] == (root / "img" / "2.jpg").read_bytes()
@@ -161,8 +168,17 @@ def write_rich_h5(path: Path) -> Path:
     label[90] = 99
     with h5py.File(path, "w") as file:
         file.attrs["version"] = 3
-        d = file.create_dataset("data", data=data, chunks=(16, 3, 4), compression="gzip", compression_opts=5,
-                                shuffle=True, fletcher32=True, fillvalue=-1.0, maxshape=(100, 3, 4))
+        d = file.create_dataset(
+            "data",
+            data=data,
+            chunks=(16, 3, 4),
+            compression="gzip",
+            compression_opts=5,
+            shuffle=True,
+            fletcher32=True,
+            fillvalue=-1.0,
+            maxshape=(100, 3, 4),
+        )
         d.attrs["mean"] = np.float32(0.5)
         d.attrs["note"] = "pixels"
         file.create_dataset("label", data=label, chunks=(32,), compression="lzf")
@@ -185,7 +201,11 @@ def test_hdf5_keeps_structure_filters_and_attributes(tmp_path):
         for name in ("data", "label", "meta/weight"):
             np.testing.assert_array_equal(c[name][:], s[name][:][keep])
             np.testing.assert_array_equal(q[name][:], s[name][:][bad])
-            assert (c[name].dtype, c[name].chunks, c[name].compression) == (s[name].dtype, s[name].chunks, s[name].compression)
+            assert (c[name].dtype, c[name].chunks, c[name].compression) == (
+                s[name].dtype,
+                s[name].chunks,
+                s[name].compression,
+            )
         d = c["data"]
         assert (d.compression_opts, d.shuffle, d.fletcher32, d.fillvalue) == (5, True, True, -1.0)
         assert d.maxshape == (97, 3, 4)
@@ -235,7 +255,9 @@ def test_list_lines_outside_the_root_are_never_read_or_copied(tmp_path):
     result = scrub.fix(root / "train.txt", quarantine=True, scheduler="sync")
     held = result.quarantine / "train"
     assert (held / "train.txt").read_text().splitlines() == [
-        "../outside.h5", f"{tmp_path}/project/outside.h5", "missing.h5",
+        "../outside.h5",
+        f"{tmp_path}/project/outside.h5",
+        "missing.h5",
     ]
     assert sorted(p.name for p in held.rglob("*")) == ["train.txt"]  # nothing outside was copied
     assert not (result.quarantine / "outside.h5").exists()
@@ -361,16 +383,22 @@ def test_verification_catches_an_altered_record(tmp_path):
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "scrub", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "scrub", *map(str, args)], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def test_cli_fix_prints_the_split_and_writes_json(tmp_path):
     source = copy_sample(tmp_path, "images")
-    done = run_cli("fix", source, "--quarantine-dir", tmp_path / "held", "--json", tmp_path / "fix.json", cwd=tmp_path)
+    done = run_cli(
+        "fix", source, "--quarantine-dir", tmp_path / "held", "--json", tmp_path / "fix.json", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert "kept        28 records" in done.stdout and "verified: 28 + 7 = 35 records" in done.stdout
     document = json.loads((tmp_path / "fix.json").read_text())
-    assert document["fix"]["verification"]["verified"] and document["fix"]["quarantine"] == str(tmp_path / "held")
+    assert document["fix"]["verification"]["verified"] and document["fix"]["quarantine"] == str(
+        tmp_path / "held"
+    )
     assert document["records"] == 35 and document["fingerprint"]["files"] == 35
     assert (tmp_path / "held" / "fix.json").is_file() and (tmp_path / "held" / "manifest.jsonl").is_file()
 
@@ -397,7 +425,11 @@ def test_default_outputs_are_named_after_the_dataset_and_fix_dot_works(tmp_path)
     assert run_cli("scan", images, "-q", cwd=work).returncode == 1
     assert run_cli("scan", h5 / "train.h5", "-q", cwd=work).returncode == 1
     assert sorted(p.name for p in work.iterdir()) == [
-        "images.scrub.jsonl", "images.scrub.scan.json", "train.h5.scrub.jsonl", "train.h5.scrub.scan.json"]
+        "images.scrub.jsonl",
+        "images.scrub.scan.json",
+        "train.h5.scrub.jsonl",
+        "train.h5.scrub.scan.json",
+    ]
     done = run_cli("fix", ".", "-q", cwd=images)  # from inside the dataset: outputs beside it
     assert done.returncode == 0, done.stderr
     assert (images.parent / "images.clean").is_dir() and (images.parent / "images.scrub.jsonl").is_file()

@@ -26,8 +26,14 @@ def dataset(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("atomic")
     rng = np.random.default_rng(0)
     with h5py.File(folder / "data.h5", "w") as file:
-        data = file.create_dataset("data", shape=(ROWS, WIDTH), dtype=np.float32, chunks=(256, WIDTH),
-                                   compression="gzip", compression_opts=1)
+        data = file.create_dataset(
+            "data",
+            shape=(ROWS, WIDTH),
+            dtype=np.float32,
+            chunks=(256, WIDTH),
+            compression="gzip",
+            compression_opts=1,
+        )
         for start in range(0, ROWS, 2000):
             block = rng.normal(size=(2000, WIDTH)).astype(np.float32)
             block[::997] = np.nan
@@ -37,8 +43,20 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def fix_command(source: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "scrub", "fix", str(source), "--out", str(out),
-            "--quarantine-dir", str(out.parent / "held"), "--scheduler", "sync", "-q"]
+    return [
+        sys.executable,
+        "-m",
+        "scrub",
+        "fix",
+        str(source),
+        "--out",
+        str(out),
+        "--quarantine-dir",
+        str(out.parent / "held"),
+        "--scheduler",
+        "sync",
+        "-q",
+    ]
 
 
 def digest(path: Path) -> str:
@@ -82,7 +100,9 @@ def test_killed_while_writing_leaves_nothing_and_a_rerun_succeeds(dataset, refer
     deadline = time.monotonic() + 120
     staged = None
     while time.monotonic() < deadline and process.poll() is None:
-        staged = next((p for p in tmp_path.glob(".clean.h5.scrub-*/clean.h5") if p.stat().st_size > 1 << 20), None)
+        staged = next(
+            (p for p in tmp_path.glob(".clean.h5.scrub-*/clean.h5") if p.stat().st_size > 1 << 20), None
+        )
         if staged is not None:
             break
         time.sleep(0.005)

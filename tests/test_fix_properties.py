@@ -14,11 +14,11 @@ from pathlib import Path
 import h5py
 import lmdb
 import numpy as np
+from conftest import image_bytes, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scrub
-from conftest import image_bytes, write
 from scrub.errors import UnusableDataset
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -45,7 +45,10 @@ def test_image_folders(entries):
     with tempfile.TemporaryDirectory() as folder:
         source = Path(folder) / "data"
         for number, (where, kind) in enumerate(entries):
-            write(source / where / f"{number}.{'png' if number % 3 == 0 else 'jpg'}", image_payload(kind, number))
+            write(
+                source / where / f"{number}.{'png' if number % 3 == 0 else 'jpg'}",
+                image_payload(kind, number),
+            )
         originals = _files(source)
         result = scrub.fix(source, quarantine=True, scheduler="sync")
         clean, held = _files(result.clean), _files(result.quarantine / "data")
@@ -88,7 +91,9 @@ def test_image_lists(entries):
     rows=st.integers(1, 40),
     width=st.integers(1, 4),
     chunk=st.one_of(st.none(), st.integers(1, 16)),
-    faults=st.lists(st.tuples(st.integers(0, 39), st.sampled_from(["nan", "inf", "label", "zero"])), max_size=8),
+    faults=st.lists(
+        st.tuples(st.integers(0, 39), st.sampled_from(["nan", "inf", "label", "zero"])), max_size=8
+    ),
 )
 def test_hdf5_files(rows, width, chunk, faults):
     with tempfile.TemporaryDirectory() as folder:
@@ -103,8 +108,12 @@ def test_hdf5_files(rows, width, chunk, faults):
                 else:
                     data[row, 0] = {"nan": np.nan, "inf": np.inf, "zero": 0}[fault]
         with h5py.File(path, "w") as file:
-            file.create_dataset("data", data=data, chunks=(min(chunk, rows), width) if chunk else None,
-                                compression="gzip" if chunk else None)
+            file.create_dataset(
+                "data",
+                data=data,
+                chunks=(min(chunk, rows), width) if chunk else None,
+                compression="gzip" if chunk else None,
+            )
             file["label"] = label
             file["classes"] = np.arange(41)  # never as many rows as the data: not row-aligned
         result = scrub.fix(path, quarantine=True, num_classes=3, scheduler="sync")
@@ -114,7 +123,9 @@ def test_hdf5_files(rows, width, chunk, faults):
             assert len(kept) + len(origin) == rows and len(np.unique(origin)) == len(origin)
             assert clean["data"][:].tobytes() == data[kept].tobytes()
             assert held["data"][:].tobytes() == data[origin].tobytes()
-            assert np.array_equal(clean["label"][:], label[kept]) and np.array_equal(held["label"][:], label[origin])
+            assert np.array_equal(clean["label"][:], label[kept]) and np.array_equal(
+                held["label"][:], label[origin]
+            )
             assert np.array_equal(clean["classes"][:], np.arange(41))
         assert rescan_errors(result.dataset, num_classes=3) == 0
 
@@ -129,8 +140,10 @@ lmdb_values = st.sampled_from(["png", "npy", "npy-nan", "garbage", "empty"])
 
 
 @SETTINGS
-@given(items=st.dictionaries(st.binary(min_size=1, max_size=6), lmdb_values, min_size=1, max_size=15),
-       subdir=st.booleans())
+@given(
+    items=st.dictionaries(st.binary(min_size=1, max_size=6), lmdb_values, min_size=1, max_size=15),
+    subdir=st.booleans(),
+)
 def test_lmdb_environments(items, subdir):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / ("db" if subdir else "db.lmdb")

@@ -20,8 +20,9 @@ MEBIBYTE = 1 << 20
 
 def mount_tmpfs(where: Path, *options: str) -> None:
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'})")
 
@@ -44,7 +45,9 @@ def read_only_disk(tmp_path):
 
 
 def scrub(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scrub", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "scrub", *map(str, args)], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def one_line_error(done: subprocess.CompletedProcess, *words: str) -> None:
@@ -87,14 +90,24 @@ def test_a_disk_that_fills_during_the_write_is_one_line_not_a_crash(tmp_path, sm
     the preflight passes, the write fails half-way: exit 2, not HDF5's segfault (exit 139)."""
     source = tmp_path / "nan.h5"
     with h5py.File(source, "w") as f:
-        f.create_dataset("data", data=np.full((600_000, 1), np.nan, np.float32), chunks=(65536, 1), compression="gzip")
+        f.create_dataset(
+            "data", data=np.full((600_000, 1), np.nan, np.float32), chunks=(65536, 1), compression="gzip"
+        )
     done = scrub("fix", source, "--out", small_disk / "nan.clean.h5", "--quarantine", cwd=tmp_path)
     # 600,000 findings: the manifest inside the quarantine fills the disk first
     one_line_error(done, "no space left on device", str(small_disk / "nan.quarantine" / "manifest.jsonl"))
     assert left_in(small_disk) == []
     assert scrub("scan", source, "--manifest", tmp_path / "m.jsonl", cwd=tmp_path).returncode == 1
-    done = scrub("fix", source, "--out", small_disk / "nan.clean.h5", "--quarantine", "--manifest", tmp_path / "m.jsonl",
-                 cwd=tmp_path)
+    done = scrub(
+        "fix",
+        source,
+        "--out",
+        small_disk / "nan.clean.h5",
+        "--quarantine",
+        "--manifest",
+        tmp_path / "m.jsonl",
+        cwd=tmp_path,
+    )
     one_line_error(done, "no space left on device", str(small_disk / "nan.clean.h5"))
     assert left_in(small_disk) == []
     images = tmp_path / "images"
@@ -120,5 +133,7 @@ def test_a_manifest_on_a_full_or_read_only_disk(tmp_path, small_disk, read_only_
         f["data"] = np.ones((10, 2), np.float32)
     done = scrub("fix", clean, "--out", read_only_disk / "clean.h5", cwd=tmp_path)
     one_line_error(done, "read-only file system", str(read_only_disk))
-    done = scrub("scan", clean, "--manifest", tmp_path / "m.jsonl", "--json", read_only_disk / "s.json", cwd=tmp_path)
+    done = scrub(
+        "scan", clean, "--manifest", tmp_path / "m.jsonl", "--json", read_only_disk / "s.json", cwd=tmp_path
+    )
     one_line_error(done, "read-only file system", "s.json")

@@ -8,9 +8,9 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from conftest import SAMPLES, findings
 
 import scrub
-from conftest import SAMPLES, findings
 from scrub.errors import UnusableDataset
 
 TRAIN = {
@@ -56,7 +56,9 @@ def test_sample_with_num_classes_reports_out_of_range():
 def test_list_file_and_folder_cover_both_files(path):
     result = scrub.scan(SAMPLES / "hdf5" / path)
     keyed = {(i.source, i.key, i.check) for i in result.issues()}
-    assert keyed == {("train.h5", k, c) for k, c in TRAIN | OUTLIERS} | {("val.h5", "*", "row-count-mismatch")}
+    assert keyed == {("train.h5", k, c) for k, c in TRAIN | OUTLIERS} | {
+        ("val.h5", "*", "row-count-mismatch")
+    }
     assert result.summary.records == 200 + 49  # val.h5: the rows both datasets have
     assert result.summary.dataset.layout == ("list-file" if path.endswith(".txt") else "folder")
 
@@ -64,10 +66,17 @@ def test_list_file_and_folder_cover_both_files(path):
 def test_summary_has_per_dataset_statistics():
     summary = scrub.scan(SAMPLES / "hdf5" / "train.h5").summary.to_dict()
     stats = summary["datasets"]["train.h5"]
-    assert stats["data"] == {"dtype": "float32", "shape": [200, 3, 8, 8], "chunks": [32, 3, 8, 8], "compression": None}
+    assert stats["data"] == {
+        "dtype": "float32",
+        "shape": [200, 3, 8, 8],
+        "chunks": [32, 3, 8, 8],
+        "compression": None,
+    }
     assert stats["max"] == np.float32(1e20) and stats["nonfinite_values"] == 3
     assert stats["finite_values"] == 200 * 192 - 3
-    assert summary["stats"]["labels"][8000] == 1 and summary["stats"]["labels"][0] == 16  # 50, 60, 70, 80 were relabelled
+    assert (
+        summary["stats"]["labels"][8000] == 1 and summary["stats"]["labels"][0] == 16
+    )  # 50, 60, 70, 80 were relabelled
 
 
 def test_flagged_rows_match_a_reference_at_every_chunk_edge(tmp_path):
@@ -109,7 +118,11 @@ def test_integer_data_and_label_shapes(tmp_path):
     data[2, 1] = 65535  # beyond float16's largest finite value
     labels = np.array([[0], [1], [2], [3], [12], [1]], dtype=np.int64)  # shape (N, 1)
     result = scrub.scan(write_h5(tmp_path / "d.h5", data, labels), num_classes=10)
-    assert findings(result) == {("2", "fp16-overflow"), ("2", "magnitude-outlier"), ("4", "label-out-of-range")}
+    assert findings(result) == {
+        ("2", "fp16-overflow"),
+        ("2", "magnitude-outlier"),
+        ("4", "label-out-of-range"),
+    }
 
 
 def test_custom_keys_and_unlabelled_files(tmp_path):
@@ -153,7 +166,9 @@ def test_links_outside_the_root_are_reported_and_not_read(tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "scrub", "scan", *map(str, args)], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", *map(str, args)], capture_output=True, text=True
+    )
 
 
 def _truncated(path):
@@ -206,7 +221,9 @@ def test_source_is_never_modified(tmp_path):
 def test_a_damaged_chunk_makes_the_file_unusable(tmp_path):
     path = tmp_path / "d.h5"
     with h5py.File(path, "w") as file:
-        file.create_dataset("data", data=np.ones((4000, 256), np.float32), chunks=(100, 256), compression="gzip")
+        file.create_dataset(
+            "data", data=np.ones((4000, 256), np.float32), chunks=(100, 256), compression="gzip"
+        )
     damaged = bytearray(path.read_bytes())
     middle = len(damaged) // 2
     damaged[middle : middle + 4000] = bytes(4000)  # same size: only the compressed chunks break

@@ -12,7 +12,6 @@ import time
 
 import psutil
 import pytest
-
 from conftest import REPO, image_bytes, write
 
 
@@ -26,8 +25,15 @@ def images(tmp_path_factory):
 
 def interrupt(args, after: float, cwd):
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    process = subprocess.Popen([sys.executable, "-m", "scrub", *map(str, args)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, cwd=cwd)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrub", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
     tree = psutil.Process(process.pid)
     time.sleep(after)
     children = tree.children(recursive=True)
@@ -38,17 +44,58 @@ def interrupt(args, after: float, cwd):
     return process.returncode, err, alive
 
 
-SCAN = ["scan", "--plugin", "plugins.slow", "--manifest", "m.jsonl", "--workers", "2", "--partition-size", "50"]
+SCAN = [
+    "scan",
+    "--plugin",
+    "plugins.slow",
+    "--manifest",
+    "m.jsonl",
+    "--workers",
+    "2",
+    "--partition-size",
+    "50",
+]
 
 
-@pytest.mark.parametrize(("where", "args", "after"), [
-    ("start-up", ["scan", "IMAGES", "--manifest", "m.jsonl"], 0.25),
-    ("scan, processes", [*SCAN[:1], "IMAGES", *SCAN[1:]], 2.5),
-    ("scan, threads", [*SCAN[:1], "IMAGES", *SCAN[1:], "--scheduler", "threads"], 2.5),
-    ("replay", ["scan", "IMAGES", "--dummy-loss", "--model", "plugins.slow:slow_loss", "--batch-size", "2",
-                "--manifest", "m.jsonl"], 3.0),
-    ("fix", ["fix", "IMAGES", "--plugin", "plugins.slow", "--partition-size", "50", "--out", "OUT/clean", "--quarantine-dir", "OUT/held"], 2.5),
-])
+@pytest.mark.parametrize(
+    ("where", "args", "after"),
+    [
+        ("start-up", ["scan", "IMAGES", "--manifest", "m.jsonl"], 0.25),
+        ("scan, processes", [*SCAN[:1], "IMAGES", *SCAN[1:]], 2.5),
+        ("scan, threads", [*SCAN[:1], "IMAGES", *SCAN[1:], "--scheduler", "threads"], 2.5),
+        (
+            "replay",
+            [
+                "scan",
+                "IMAGES",
+                "--dummy-loss",
+                "--model",
+                "plugins.slow:slow_loss",
+                "--batch-size",
+                "2",
+                "--manifest",
+                "m.jsonl",
+            ],
+            3.0,
+        ),
+        (
+            "fix",
+            [
+                "fix",
+                "IMAGES",
+                "--plugin",
+                "plugins.slow",
+                "--partition-size",
+                "50",
+                "--out",
+                "OUT/clean",
+                "--quarantine-dir",
+                "OUT/held",
+            ],
+            2.5,
+        ),
+    ],
+)
 def test_ctrl_c_prints_one_line_and_leaves_nothing(images, tmp_path, where, args, after):
     out = tmp_path / "out"
     out.mkdir()
@@ -64,8 +111,14 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     """kill -9 (an OOM killer, a CI timeout) leaves the manifest's temporary sibling; the next
     scan writing that manifest removes it (its process is gone)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    process = subprocess.Popen([sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]], cwd=tmp_path,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     deadline = time.monotonic() + 30
     while not list(tmp_path.glob(".m.jsonl.scrub-*.tmp")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -73,7 +126,12 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     process.wait()
     left = list(tmp_path.glob(".m.jsonl.scrub-*.tmp"))
     assert len(left) == 1 and str(process.pid) in left[0].name
-    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(images / "c0"), "--manifest", "m.jsonl", "-q"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(images / "c0"), "--manifest", "m.jsonl", "-q"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode in (0, 1), done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl", "m.scan.json"]

@@ -9,9 +9,9 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from conftest import REPO, findings
 
 import scrub
-from conftest import REPO, findings
 from scrub.errors import UsageError
 
 
@@ -38,15 +38,26 @@ def test_one_hot_vectors_and_their_faults(tmp_path):
     labels[11, 0] = -1
     path = write_h5(tmp_path / "d.h5", data=rows(), label=labels)
     result = scrub.scan(path, num_classes=5)
-    assert findings(result) == {("3", "nonfinite-label"), ("7", "invalid-label-vector"),
-                                ("9", "invalid-label-vector"), ("11", "invalid-label-vector")}
+    assert findings(result) == {
+        ("3", "nonfinite-label"),
+        ("7", "invalid-label-vector"),
+        ("9", "invalid-label-vector"),
+        ("11", "invalid-label-vector"),
+    }
     reasons = {i.key: i.details["reason"] for i in result.issues() if i.check == "invalid-label-vector"}
     assert reasons == {"7": "zero", "9": "multihot", "11": "outside"}
     assert all(i.severity.value == "error" for i in result.issues())
     assert result.summary.dataset.label_width == 5
-    assert any(note.startswith("invalid-label-vector: label vectors read as one-hot") for note in result.summary.notes)
+    assert any(
+        note.startswith("invalid-label-vector: label vectors read as one-hot")
+        for note in result.summary.notes
+    )
     positives = (np.nan_to_num(labels) >= 0.5).sum(axis=0)  # rows whose column k is >= 0.5
-    assert result.summary.stats["labels"] == dict(enumerate(positives.tolist())) == {0: 13, 1: 12, 2: 12, 3: 12, 4: 12}
+    assert (
+        result.summary.stats["labels"]
+        == dict(enumerate(positives.tolist()))
+        == {0: 13, 1: 12, 2: 12, 3: 12, 4: 12}
+    )
 
     fixed = scrub.fix(path, out=tmp_path / "clean.h5", num_classes=5)
     with h5py.File(fixed.clean) as clean:
@@ -70,7 +81,11 @@ def test_soft_targets_that_do_not_sum_to_one_are_warnings(tmp_path):
     result = scrub.scan(write_h5(tmp_path / "d.h5", data=rows(100), y=labels))
     (issue,) = list(result.issues())
     assert (issue.key, issue.check, issue.severity.value, issue.details["reason"]) == (
-        "4", "invalid-label-vector", "warning", "unit")
+        "4",
+        "invalid-label-vector",
+        "warning",
+        "unit",
+    )
 
 
 def test_the_usual_label_names_are_found_and_named(tmp_path):
@@ -80,8 +95,22 @@ def test_the_usual_label_names_are_found_and_named(tmp_path):
     result = scrub.scan(path, data_key="images", num_classes=3)
     assert findings(result) == {("6", "label-out-of-range")}
     assert result.summary.notes == ["labels: read from 'labels' (d.h5); --label-key chooses another dataset"]
-    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path), "--data-key", "images",
-                           "--manifest", str(tmp_path / "m.jsonl")], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(path),
+            "--data-key",
+            "images",
+            "--manifest",
+            str(tmp_path / "m.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert "note: labels: read from 'labels'" in done.stdout
     caffe = scrub.scan(write_h5(tmp_path / "c.h5", data=rows(30), label=np.arange(30) % 3))
     assert caffe.summary.notes == [] and caffe.summary.dataset.labelled
@@ -93,14 +122,30 @@ def test_label_options_that_cannot_apply_are_errors(tmp_path):
         scrub.scan(unlabelled, num_classes=10)
     with pytest.raises(UsageError, match="--label-range: .* has no labels to check"):
         scrub.scan(unlabelled, label_range="0:3")
-    assert scrub.scan(unlabelled, num_classes=10, dummy_loss=True).summary.replay["classes"] == 10  # C of the replay
+    assert (
+        scrub.scan(unlabelled, num_classes=10, dummy_loss=True).summary.replay["classes"] == 10
+    )  # C of the replay
     vectors = write_h5(tmp_path / "v.h5", data=rows(), label=onehot(np.arange(60) % 4, 4))
     with pytest.raises(UsageError, match="--num-classes 10: the labels of .* are vectors of 4 classes"):
         scrub.scan(vectors, num_classes=10)
     with pytest.raises(UsageError, match="are vectors of 4, not class ids"):
         scrub.scan(vectors, label_range="0:4")
-    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(unlabelled), "--num-classes", "10",
-                           "--manifest", str(tmp_path / "m.jsonl")], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(unlabelled),
+            "--num-classes",
+            "10",
+            "--manifest",
+            str(tmp_path / "m.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     folder = tmp_path / "flat"
     folder.mkdir()
@@ -115,8 +160,9 @@ def test_labels_of_other_shapes_are_said_to_be_unchecked(tmp_path):
     masks = np.zeros((20, 4, 4), np.uint8)
     result = scrub.scan(write_h5(tmp_path / "d.h5", data=rows(20), label=masks))
     assert not result.summary.dataset.labelled
-    assert result.summary.notes == ["labels: d.h5: 'label' has shape 20x4x4, neither class ids (N,) nor label "
-                                    "vectors (N, K): not checked"]
+    assert result.summary.notes == [
+        "labels: d.h5: 'label' has shape 20x4x4, neither class ids (N,) nor label vectors (N, K): not checked"
+    ]
 
 
 def test_the_replay_trains_on_label_vectors(tmp_path):

@@ -56,11 +56,26 @@ def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(t
     for number in range(400):  # 400 x 20 ms on 2 workers: ~4 s of scanning
         Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(images / f"{number}.png")
     manifest = tmp_path / "m.jsonl"
-    command = [sys.executable, "-m", "scrub", "scan", str(images), "--plugin", "plugins.slow", "--scheduler",
-               "processes", "--workers", "2", "--manifest", str(manifest), "-q"]
+    command = [
+        sys.executable,
+        "-m",
+        "scrub",
+        "scan",
+        str(images),
+        "--plugin",
+        "plugins.slow",
+        "--scheduler",
+        "processes",
+        "--workers",
+        "2",
+        "--manifest",
+        str(manifest),
+        "-q",
+    ]
     environment = {**os.environ, "PYTHONPATH": str(TESTS)}
-    scan = subprocess.Popen(command, env=environment, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    scan = subprocess.Popen(
+        command, env=environment, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         # the driver, the worker server, two workers (and multiprocessing's resource tracker)
         assert wait_for(lambda: len(group_members(scan.pid)) >= 4, 60), group_members(scan.pid)
@@ -78,8 +93,22 @@ def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(t
     clean = tmp_path / "clean"
     clean.mkdir()
     Image.new("RGB", (8, 8)).save(clean / "a.png")
-    again = subprocess.run([sys.executable, "-m", "scrub", "scan", str(clean), "--manifest", str(manifest),
-                            "--scheduler", "processes", "-q"], capture_output=True, text=True)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(clean),
+            "--manifest",
+            str(manifest),
+            "--scheduler",
+            "processes",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 0, again.stderr
     assert not list(tmp_path.glob(".m.jsonl.scrub-*.tmp"))
     assert not scratch_of(scan.pid)

@@ -10,9 +10,9 @@ import sys
 import lmdb
 import numpy as np
 import pytest
+from conftest import SAMPLES, findings, image_bytes
 
 import scrub
-from conftest import SAMPLES, findings, image_bytes
 from scrub.errors import UnusableDataset
 from scrub.readers.caffe_datum import datum_class
 
@@ -64,13 +64,22 @@ def test_datum_sample_with_num_classes():
 
 def test_lsun_and_npy_samples():
     lsun = scrub.scan(SAMPLES / "lmdb" / "lsun_lmdb")
-    assert findings(lsun) == {("f" * 40, "corrupt-image"), ("e" * 40, "duplicate"), ("d" * 40, "undecodable-record")}
+    assert findings(lsun) == {
+        ("f" * 40, "corrupt-image"),
+        ("e" * 40, "duplicate"),
+        ("d" * 40, "undecodable-record"),
+    }
     pickled = next(i for i in lsun.issues() if i.check == "undecodable-record")
     assert "--allow-pickle" in pickled.message
     arrays = scrub.scan(SAMPLES / "lmdb" / "npy.lmdb")  # a single-file environment
-    assert findings(arrays) == {("sample-0001", "nonfinite-data"), ("sample-0002", "zero-norm"), ("sample-0006", "undecodable-record"),
-                                ("sample-0007", "float32-overflow"),
-                                ("sample-0007", "fp16-overflow"), ("sample-0007", "magnitude-outlier")}
+    assert findings(arrays) == {
+        ("sample-0001", "nonfinite-data"),
+        ("sample-0002", "zero-norm"),
+        ("sample-0006", "undecodable-record"),
+        ("sample-0007", "float32-overflow"),
+        ("sample-0007", "fp16-overflow"),
+        ("sample-0007", "magnitude-outlier"),
+    }
     assert arrays.summary.dataset.layout == "file"
 
 
@@ -91,7 +100,10 @@ def test_pickle_needs_allow_pickle(tmp_path):
 def test_forced_codec(tmp_path):
     db = write_db(
         tmp_path / "db",
-        [(b"a", npy(np.ones((1, 1, 3)))), (b"b", datum(channels=1, height=1, width=3, float_data=[1, 2, 3], label=0))],
+        [
+            (b"a", npy(np.ones((1, 1, 3)))),
+            (b"b", datum(channels=1, height=1, width=3, float_data=[1, 2, 3], label=0)),
+        ],
     )
     assert findings(scrub.scan(db, lmdb_codec="npy")) == {("b", "undecodable-record")}
     assert findings(scrub.scan(db)) == set()
@@ -111,16 +123,29 @@ def test_partitions_cover_every_record_once_and_locate_keys(tmp_path):
     "make, message",
     [
         (lambda p: p.mkdir(), "not a dataset scrub can read"),
-        (lambda p: (p.mkdir(), (p / "data.mdb").write_bytes(b"\x00" * 100)), "not a readable LMDB environment"),
+        (
+            lambda p: (p.mkdir(), (p / "data.mdb").write_bytes(b"\x00" * 100)),
+            "not a readable LMDB environment",
+        ),
     ],
 )
 def test_unusable_environments_exit_2(tmp_path, make, message):
     path = tmp_path / "db"
     make(path)
     result = subprocess.run(
-        [sys.executable, "-m", "scrub", "scan", str(path), "--format", "lmdb" if "LMDB" in message else "auto",
-         "--manifest", str(tmp_path / "m.jsonl")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(path),
+            "--format",
+            "lmdb" if "LMDB" in message else "auto",
+            "--manifest",
+            str(tmp_path / "m.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -133,8 +158,11 @@ def test_truncated_data_file_exits_2(tmp_path):
     (db / "data.mdb").write_bytes(data[: len(data) // 3])
     with pytest.raises(UnusableDataset):
         scrub.scan(db)
-    result = subprocess.run([sys.executable, "-m", "scrub", "scan", str(db), "--manifest", str(tmp_path / "m.jsonl")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(db), "--manifest", str(tmp_path / "m.jsonl")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 

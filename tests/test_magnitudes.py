@@ -15,10 +15,10 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from conftest import REPO, findings, write
 from PIL import Image
 
 import scrub
-from conftest import REPO, findings, write
 from scrub.errors import UsageError
 
 
@@ -74,7 +74,9 @@ def test_a_row_whose_squares_overflow_together(tmp_path):
         sums = np.einsum("ij,ij->i", data, data)
     assert set(np.flatnonzero(np.isinf(sums)).tolist()) == {1, 3, 4}
     issue = next(i for i in result.issues() if i.check == "square-overflow" and i.key == "1")
-    assert issue.severity.value == "error" and issue.details["norm"] == pytest.approx(1e18 * np.sqrt(768), rel=1e-6)
+    assert issue.severity.value == "error" and issue.details["norm"] == pytest.approx(
+        1e18 * np.sqrt(768), rel=1e-6
+    )
 
 
 def test_integers_and_float16_data(tmp_path):
@@ -90,7 +92,9 @@ def test_integers_and_float16_data(tmp_path):
     assert not flagged(scrub.scan(write_h5(tmp_path / "h.h5", halves)), "fp16-overflow")
 
 
-@pytest.mark.parametrize(("precision", "severity"), [("float32", "warning"), ("float16", "error"), ("bfloat16", None)])
+@pytest.mark.parametrize(
+    ("precision", "severity"), [("float32", "warning"), ("float16", "error"), ("bfloat16", None)]
+)
 def test_the_training_precision_decides_fp16_overflow(tmp_path, precision, severity):
     data = np.ones((4, 3), np.float32)
     data[2, 1] = 7e4
@@ -115,7 +119,9 @@ def test_fix_with_precision_float16_quarantines_what_overflows_there(tmp_path):
     assert (plain.report["kept"], half.report["kept"]) == (40, 39)
     manifest = tmp_path / "m.jsonl"
     scrub.scan(path, manifest=manifest)
-    with pytest.raises(UsageError, match='--precision: .* was scanned with precision = "float32", not "float16"' ):
+    with pytest.raises(
+        UsageError, match='--precision: .* was scanned with precision = "float32", not "float16"'
+    ):
         scrub.fix(path, out=tmp_path / "again.h5", manifest=manifest, precision="float16")
 
 
@@ -196,10 +202,14 @@ def test_float_tiffs_are_looked_into(tmp_path):
     result = scrub.scan(root, scheduler="sync")
     assert findings(result) == {
         ("nan.tif", "nonfinite-data"),
-        ("huge.tif", "square-overflow"), ("huge.tif", "fp16-overflow"), ("huge.tif", "magnitude-outlier"),
-        ("fp16.tif", "fp16-overflow"), ("fp16.tif", "magnitude-outlier"),  # 7e4 where the rest is < 20
+        ("huge.tif", "square-overflow"),
+        ("huge.tif", "fp16-overflow"),
+        ("huge.tif", "magnitude-outlier"),
+        ("fp16.tif", "fp16-overflow"),
+        ("fp16.tif", "magnitude-outlier"),  # 7e4 where the rest is < 20
         ("zero.tif", "zero-norm"),
-        ("counts.tif", "fp16-overflow"), ("counts.tif", "magnitude-outlier"),
+        ("counts.tif", "fp16-overflow"),
+        ("counts.tif", "magnitude-outlier"),
         ("counts.tif", "shape-mismatch"),  # mode I among mode F images
     }
     assert result.exit_code("error") == 1
@@ -223,9 +233,24 @@ def test_the_cli_takes_precision_and_prints_notes(tmp_path):
     data[:10] *= 1e6
     data[300, 0] = 7e4
     path = write_h5(tmp_path / "d.h5", data)
-    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path), "--precision", "float16",
-                           "--manifest", str(tmp_path / "m.jsonl"), "--json", str(tmp_path / "s.json")],
-                          capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(path),
+            "--precision",
+            "float16",
+            "--manifest",
+            str(tmp_path / "m.jsonl"),
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert done.returncode == 1, done.stderr
     assert "note: magnitude-outlier: 11 of 500 rows" in done.stdout
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -283,8 +308,10 @@ def test_the_replay_keeps_the_values_of_float_images():
     from scrub.replay import FeatureSpec, featurize_records
 
     huge = np.full((20, 20), 1e30, np.float32)
-    records = [Record("d", "huge.tif", 0, tiff(huge), None, {"kind": "image"}),
-               Record("d", "counts.tif", 1, tiff(np.full((8, 8), 70000, np.int32)), None, {"kind": "image"})]
+    records = [
+        Record("d", "huge.tif", 0, tiff(huge), None, {"kind": "image"}),
+        Record("d", "counts.tif", 1, tiff(np.full((8, 8), 70000, np.int32)), None, {"kind": "image"}),
+    ]
     features = featurize_records(records, FeatureSpec.for_images())
     assert features.X.shape == (2, 768)
     assert np.all(features.X[0] == np.float32(1e30)) and np.all(features.X[1] == 70000)  # not clipped to 255

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
-
 from importlib import resources
+from pathlib import Path
 
 import h5py
 import jsonschema
 import lmdb
 import numpy as np
 import pytest
+from conftest import SAMPLES, manifest_lines
 from typer.testing import CliRunner
 
 import scrub
-from conftest import SAMPLES, manifest_lines
 from scrub.cli import app
 from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import ReadOptions, expand_datasets
@@ -60,7 +59,9 @@ def test_sample_lmdb_folder_scans_as_its_three_environments(tmp_path):
     result = run("scan", SAMPLES / "lmdb", "--manifest", manifest, "--json", tmp_path / "s.json")
     assert result.exit_code == 1, result.output  # issues, not an unusable dataset
     summary = json.loads((tmp_path / "s.json").read_text())
-    jsonschema.validate(summary, json.loads(resources.files("scrub.schemas").joinpath("summary.schema.json").read_text()))
+    jsonschema.validate(
+        summary, json.loads(resources.files("scrub.schemas").joinpath("summary.schema.json").read_text())
+    )
     parts = {Path(part["path"]).name: part for part in summary["parts"]}
     assert set(parts) == {"datum_lmdb", "lsun_lmdb", "npy.lmdb"}
     assert summary["records"] == sum(part["records"] for part in parts.values())
@@ -122,12 +123,17 @@ def test_config_sections_apply_to_each_dataset_of_a_run(tmp_path):
     with h5py.File(tmp_path / "two.h5", "w") as f:
         f["data"] = np.ones((6, 2), np.float32)
         f["label"] = np.array([0, 1, 2, 0, 1, 2])
-    (tmp_path / "scrub.toml").write_text('[paths."*two.h5"]\nnum-classes = 2\n\n[paths."*three.h5"]\nnum-classes = 3\n')
+    (tmp_path / "scrub.toml").write_text(
+        '[paths."*two.h5"]\nnum-classes = 2\n\n[paths."*three.h5"]\nnum-classes = 3\n'
+    )
     manifest = tmp_path / "m.jsonl"
     result = run("scan", tmp_path / "three.h5", tmp_path / "two.h5", "--manifest", manifest)
     assert result.exit_code == 1, result.output
-    flagged = [(Path(line["dataset"]).name, line["key"]) for line in manifest_lines(manifest)
-               if line["check"] == "label-out-of-range"]
+    flagged = [
+        (Path(line["dataset"]).name, line["key"])
+        for line in manifest_lines(manifest)
+        if line["check"] == "label-out-of-range"
+    ]
     assert flagged == [("two.h5", "2"), ("two.h5", "5")]
 
 
@@ -142,7 +148,10 @@ def test_baselines_tell_the_datasets_apart(tmp_path):
     third = environment(tmp_path / "c.lmdb", {b"k": npy(np.array([np.nan]))})
     changed = scrub.scan([second, third], manifest=tmp_path / "n2.jsonl", baseline=tmp_path / "old.jsonl")
     assert {k: changed.summary.baseline[k] for k in ("new", "persisting", "resolved")} == {
-        "new": 1, "persisting": 1, "resolved": 1}
+        "new": 1,
+        "persisting": 1,
+        "resolved": 1,
+    }
 
 
 def test_fix_of_a_folder_of_environments_writes_each_beside_it(tmp_path):
@@ -156,7 +165,9 @@ def test_fix_of_a_folder_of_environments_writes_each_beside_it(tmp_path):
         assert fixed["fix"]["verification"]["verified"]
         assert fixed["fix"]["kept"] + fixed["fix"]["quarantined"] == fixed["records"]
         written = Path(fixed["fix"]["dataset"])
-        with lmdb.open(str(written), readonly=True, lock=False, subdir=written.is_dir()) as env:  # LMDB reads what fix wrote
+        with lmdb.open(
+            str(written), readonly=True, lock=False, subdir=written.is_dir()
+        ) as env:  # LMDB reads what fix wrote
             assert env.stat()["entries"] >= fixed["fix"]["kept"]
     names = sorted(p.name for p in folder.iterdir())
     assert "datum_lmdb.clean" in names and "npy.quarantine" in names
@@ -170,7 +181,12 @@ def test_fix_of_several_datasets_under_out_and_refusals(tmp_path):
     out = tmp_path / "out"
     result = run("fix", *paths, "--out", out, "--quarantine")
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == ["s0.clean.h5", "s0.quarantine", "s1.clean.h5", "s1.quarantine"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "s0.clean.h5",
+        "s0.quarantine",
+        "s1.clean.h5",
+        "s1.quarantine",
+    ]
     with h5py.File(out / "s1.clean.h5") as f:
         assert len(f["data"]) == 19 and np.isfinite(f["data"][:]).all()
     refused = run("fix", *paths, "--manifest", tmp_path / "m.jsonl")

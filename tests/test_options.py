@@ -6,10 +6,10 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
+from conftest import SAMPLES, image_bytes, manifest_lines, write
 from typer.testing import CliRunner
 
 import scrub
-from conftest import SAMPLES, image_bytes, manifest_lines, write
 from scrub.cli import app
 from scrub.errors import UsageError
 from scrub.options import KEYS, SCAN_ONLY, FixOptions, ReplayOptions, ScanOptions, given_values
@@ -36,8 +36,9 @@ def h5(path, rows=20, labels=None):
 
 
 def test_keywords_flags_and_objects_build_the_same_options():
-    from_keywords = ScanOptions.build(num_classes=10, precision="float16", select=["nonfinite-data"],
-                                      dummy_loss=ReplayOptions(lr=0.1))
+    from_keywords = ScanOptions.build(
+        num_classes=10, precision="float16", select=["nonfinite-data"], dummy_loss=ReplayOptions(lr=0.1)
+    )
     assert from_keywords.checks.num_classes == 10 and from_keywords.checks.precision == "float16"
     assert from_keywords.selection.select == ("nonfinite-data",)
     assert from_keywords.replay == ReplayOptions(lr=0.1)
@@ -48,17 +49,23 @@ def test_keywords_flags_and_objects_build_the_same_options():
     assert fix.quarantine and fix.scan.checks.num_classes == 3
 
 
-@pytest.mark.parametrize("keywords, message", [
-    ({"num_classes": 0}, "--num-classes: must be at least 1"),
-    ({"num_classes": "ten"}, "--num-classes: expected an integer"),
-    ({"precision": "float8"}, "--precision: 'float8' is not one of"),
-    ({"label_range": "5:2"}, "--label-range: '5:2': expected LO:HI"),
-    ({"lr": 0.5}, "--lr: need --dummy-loss"),
-    ({"fail_on": "new"}, "--fail-on new: needs a baseline"),
-    ({"check_severity": {"duplicate": "fatal"}}, "duplicate = 'fatal': choose one of error, warning, ignore"),
-    ({"colour": "red"}, "unknown option 'colour'"),
-    ({"out": "x"}, "--out: only `scrub fix` takes it"),
-])
+@pytest.mark.parametrize(
+    "keywords, message",
+    [
+        ({"num_classes": 0}, "--num-classes: must be at least 1"),
+        ({"num_classes": "ten"}, "--num-classes: expected an integer"),
+        ({"precision": "float8"}, "--precision: 'float8' is not one of"),
+        ({"label_range": "5:2"}, "--label-range: '5:2': expected LO:HI"),
+        ({"lr": 0.5}, "--lr: need --dummy-loss"),
+        ({"fail_on": "new"}, "--fail-on new: needs a baseline"),
+        (
+            {"check_severity": {"duplicate": "fatal"}},
+            "duplicate = 'fatal': choose one of error, warning, ignore",
+        ),
+        ({"colour": "red"}, "unknown option 'colour'"),
+        ({"out": "x"}, "--out: only `scrub fix` takes it"),
+    ],
+)
 def test_bad_options_are_one_line_usage_errors(keywords, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("[", r"\[")):
         ScanOptions.build(**keywords)
@@ -66,10 +73,25 @@ def test_bad_options_are_one_line_usage_errors(keywords, message):
 
 def test_every_key_lands_in_the_model():
     """A key the model cannot hold would be accepted and ignored: build each with a valid value."""
-    samples = {"int": 3, "float": 2.0, "str": "x", "bool": True, "path": "p", "ids": ["nonfinite-data"],
-               "paths": ["m"], "severities": {"duplicate": "ignore"}, "range": "0:3"}
+    samples = {
+        "int": 3,
+        "float": 2.0,
+        "str": "x",
+        "bool": True,
+        "path": "p",
+        "ids": ["nonfinite-data"],
+        "paths": ["m"],
+        "severities": {"duplicate": "ignore"},
+        "range": "0:3",
+    }
     for name, key in KEYS.items():
-        value = key.choices[-1] if key.choices else (name != "normalize") if key.kind == "bool" else samples[key.kind]
+        value = (
+            key.choices[-1]
+            if key.choices
+            else (name != "normalize")
+            if key.kind == "bool"
+            else samples[key.kind]
+        )
         extra = {"dummy_loss": True} if key.group == "replay" else {}
         extra |= {"baseline": "b"} if name == "fail-on" else {}
         cls = ScanOptions if name in SCAN_ONLY else FixOptions
@@ -87,13 +109,22 @@ def test_api_keywords_keep_working(tmp_path):
     assert same.summary.checks == ["corrupt-image"] and same.summary.options["num_classes"] == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--data-key", "x"], "--data-key: does not apply to .* \\(images\\); the images reader's options are: --root"),
-    (["--lmdb-codec", "datum"], "--lmdb-codec: does not apply"),
-    (["--root", "."], "--root: applies to list files"),
-    (["--select", "nonfinite-data"], "--select: nonfinite-data cannot run on .* \\(it has no numeric values\\); "
-                                     "the checks that apply: corrupt-image, "),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--data-key", "x"],
+            "--data-key: does not apply to .* \\(images\\); the images reader's options are: --root",
+        ),
+        (["--lmdb-codec", "datum"], "--lmdb-codec: does not apply"),
+        (["--root", "."], "--root: applies to list files"),
+        (
+            ["--select", "nonfinite-data"],
+            "--select: nonfinite-data cannot run on .* \\(it has no numeric values\\); "
+            "the checks that apply: corrupt-image, ",
+        ),
+    ],
+)
 def test_options_that_cannot_apply_to_an_image_folder_exit_2(tmp_path, args, message):
     folder = jpeg_folder(tmp_path / "d")
     result = run("scan", folder, "--manifest", tmp_path / "m.jsonl", *args)
@@ -114,8 +145,11 @@ def test_jpeg_folders_do_not_list_the_numeric_checks(tmp_path):
 
 def test_reader_options_of_another_format_exit_2_on_hdf5(tmp_path):
     path = h5(tmp_path / "d.h5")
-    for args, flag in ((["--lmdb-codec", "npy"], "--lmdb-codec"), (["--allow-pickle"], "--allow-pickle"),
-                       (["--select", "corrupt-image"], "--select")):
+    for args, flag in (
+        (["--lmdb-codec", "npy"], "--lmdb-codec"),
+        (["--allow-pickle"], "--allow-pickle"),
+        (["--select", "corrupt-image"], "--select"),
+    ):
         result = run("scan", path, "--manifest", tmp_path / "m.jsonl", *args)
         assert result.exit_code == 2 and result.output.startswith(f"scrub: error: {flag}:"), result.output
     assert run("scan", path, "--manifest", tmp_path / "m.jsonl", "--data-key", "data").exit_code == 0
@@ -127,6 +161,7 @@ def test_check_severity_overrides_and_ignores(tmp_path):
     path = tmp_path / "d.h5"
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=data)
+
     def fp16(result):
         return [i.severity.value for i in result.issues() if i.check == "fp16-overflow"]
 
@@ -150,13 +185,19 @@ def test_fix_refuses_a_manifest_scanned_with_other_checking_options(tmp_path):
     assert run("scan", folder, "--manifest", manifest).exit_code == 0
     refused = run("fix", folder, "--manifest", manifest, "--num-classes", "10", "--out", tmp_path / "c")
     assert refused.exit_code == 2
-    assert "--num-classes: " in refused.output and "was scanned with num-classes = not set, not 10" in refused.output
+    assert (
+        "--num-classes: " in refused.output
+        and "was scanned with num-classes = not set, not 10" in refused.output
+    )
     assert not (tmp_path / "c").exists()
     refused = run("fix", folder, "--manifest", manifest, "--ignore", "duplicate", "--out", tmp_path / "c")
     assert refused.exit_code == 2 and "--ignore: " in refused.output
     # the options it was scanned with, or none given: accepted
     assert run("scan", folder, "--manifest", manifest, "--num-classes", "2").exit_code == 0
-    assert run("fix", folder, "--manifest", manifest, "--num-classes", "2", "--out", tmp_path / "c").exit_code == 0
+    assert (
+        run("fix", folder, "--manifest", manifest, "--num-classes", "2", "--out", tmp_path / "c").exit_code
+        == 0
+    )
     assert run("fix", folder, "--manifest", manifest, "--out", tmp_path / "c2").exit_code == 0
 
 

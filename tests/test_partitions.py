@@ -9,14 +9,16 @@ import pickle
 import h5py
 import lmdb
 import numpy as np
+from conftest import image_bytes, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import image_bytes, write
 from scrub.readers.base import ReadOptions, open_reader
 from scrub.records import Batch
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def identities(reader, partition, start=0, stop=None) -> list[tuple[str, str, int]]:
@@ -45,7 +47,9 @@ def check_cover(path, size: int, cut: tuple[int, int]) -> None:
 
 
 @SETTINGS
-@given(count=st.integers(1, 25), size=st.integers(1, 30), cut=st.tuples(st.integers(0, 30), st.integers(0, 30)))
+@given(
+    count=st.integers(1, 25), size=st.integers(1, 30), cut=st.tuples(st.integers(0, 30), st.integers(0, 30))
+)
 def test_image_folder_partitions(tmp_path_factory, count, size, cut):
     root = tmp_path_factory.mktemp("images")
     for i in range(count):
@@ -54,19 +58,28 @@ def test_image_folder_partitions(tmp_path_factory, count, size, cut):
 
 
 @SETTINGS
-@given(rows=st.integers(1, 300), chunk=st.integers(1, 64), size=st.integers(1, 120),
-       cut=st.tuples(st.integers(0, 120), st.integers(0, 120)))
+@given(
+    rows=st.integers(1, 300),
+    chunk=st.integers(1, 64),
+    size=st.integers(1, 120),
+    cut=st.tuples(st.integers(0, 120), st.integers(0, 120)),
+)
 def test_hdf5_partitions(tmp_path_factory, rows, chunk, size, cut):
     path = tmp_path_factory.mktemp("h5") / "d.h5"
     with h5py.File(path, "w") as file:
-        file.create_dataset("data", data=np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), chunks=(min(chunk, rows), 3))
+        file.create_dataset(
+            "data", data=np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), chunks=(min(chunk, rows), 3)
+        )
         file.create_dataset("label", data=np.zeros(rows, dtype=np.float32))
     check_cover(path, size, cut)
 
 
 @SETTINGS
-@given(keys=st.sets(st.binary(min_size=1, max_size=8), min_size=1, max_size=60), size=st.integers(1, 70),
-       cut=st.tuples(st.integers(0, 70), st.integers(0, 70)))
+@given(
+    keys=st.sets(st.binary(min_size=1, max_size=8), min_size=1, max_size=60),
+    size=st.integers(1, 70),
+    cut=st.tuples(st.integers(0, 70), st.integers(0, 70)),
+)
 def test_lmdb_partitions(tmp_path_factory, keys, size, cut):
     path = tmp_path_factory.mktemp("lmdb") / "db"
     environment = lmdb.open(str(path), map_size=16 << 20)

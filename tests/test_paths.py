@@ -5,16 +5,19 @@ import pytest
 from scrub.paths import is_within, overlaps
 
 
-@pytest.mark.parametrize(("path", "folder", "itself", "expected"), [
-    ("/data/train/a.jpg", "/data/train", True, True),
-    ("/data/train", "/data/train", True, True),
-    ("/data/train", "/data/train", False, False),
-    ("/data/train/", "/data/train", False, False),  # a trailing separator is the same folder
-    ("/data/training/a.jpg", "/data/train", True, False),  # a shared prefix is not a parent
-    ("/data", "/data/train", True, False),
-    ("/x", "/", True, True),
-    ("/", "/", False, False),
-])
+@pytest.mark.parametrize(
+    ("path", "folder", "itself", "expected"),
+    [
+        ("/data/train/a.jpg", "/data/train", True, True),
+        ("/data/train", "/data/train", True, True),
+        ("/data/train", "/data/train", False, False),
+        ("/data/train/", "/data/train", False, False),  # a trailing separator is the same folder
+        ("/data/training/a.jpg", "/data/train", True, False),  # a shared prefix is not a parent
+        ("/data", "/data/train", True, False),
+        ("/x", "/", True, True),
+        ("/", "/", False, False),
+    ],
+)
 def test_is_within(path, folder, itself, expected):
     assert is_within(path, folder, itself=itself) is expected
 

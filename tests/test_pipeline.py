@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dask
 import pytest
-
-import scrub
 from conftest import SAMPLES, findings, image_bytes, write
 from test_samples import IMAGES_EXPECTED
+
+import scrub
 
 
 @pytest.fixture
@@ -52,15 +52,14 @@ def test_scan_on_a_real_distributed_cluster():
 def test_a_record_that_kills_cluster_workers_is_bisected_out(crashing_dataset):
     distributed = pytest.importorskip("distributed")
     (crashing_dataset / "a" / "hang.jpg").unlink()
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        with distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        ) as cluster:
-            result = scrub.scan(
-                crashing_dataset,
-                scheduler=cluster.scheduler_address,
-                partition_size=4,
-                select=["test-crash-or-hang"],
-            )
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        result = scrub.scan(
+            crashing_dataset,
+            scheduler=cluster.scheduler_address,
+            partition_size=4,
+            select=["test-crash-or-hang"],
+        )
     assert [(i.key, i.check) for i in result.issues()] == [("a/crash.jpg", "corrupt-image")]
     assert result.summary.records == 10

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO, image_bytes, write
 
 import scrub
-from conftest import REPO, image_bytes, write
 
 
 @pytest.fixture

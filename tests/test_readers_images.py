@@ -6,9 +6,9 @@ import os
 import pickle
 
 import pytest
+from conftest import findings, image_bytes, write
 
 import scrub
-from conftest import findings, image_bytes, write
 from scrub.errors import UnusableDataset
 from scrub.readers.base import ReadOptions, open_reader
 from scrub.readers.images import ImageReader, parse_label, split_list_line
@@ -64,7 +64,11 @@ def test_list_file_lines(tmp_path):
     write(tmp_path / "list.txt", b"img/a b.jpg 3\n\n./img/c.jpg\t1\nimg/c.jpg\n")
     info, records = records_of(tmp_path / "list.txt")
     assert info.layout == "list-file" and info.labelled
-    assert [(r.key, r.label, r.index) for r in records] == [("img/a b.jpg", 3, 0), ("img/c.jpg", 1, 1), ("img/c.jpg", None, 2)]
+    assert [(r.key, r.label, r.index) for r in records] == [
+        ("img/a b.jpg", 3, 0),
+        ("img/c.jpg", 1, 1),
+        ("img/c.jpg", None, 2),
+    ]
     assert all(r.source == "list.txt" and r.payload for r in records)
 
 

@@ -12,14 +12,14 @@ import json
 
 import numpy as np
 import pytest
+from conftest import REPO, image_bytes
 from PIL import Image
 
 import scrub.checks.replay  # noqa: F401 - registers the replay's check ids (not yet in the catalogue)
-from conftest import REPO, image_bytes
-from scrub.checks.base import REGISTRY, DOC_SECTIONS
+from scrub.checks.base import DOC_SECTIONS, REGISTRY
 from scrub.manifest import dumps
 from scrub.records import Batch, Record, Severity
-from scrub.replay import FeatureSpec, Replayer, ReplayConfig, featurize_batch, featurize_records
+from scrub.replay import FeatureSpec, ReplayConfig, Replayer, featurize_batch, featurize_records
 from scrub.replay.standardize import Standardizer
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -48,8 +48,18 @@ def softmax_parts(x: np.ndarray, label: int, W: np.ndarray, b: np.ndarray):
     return z, lse - z[label], p
 
 
-def reference_replay(raw32: np.ndarray, y: np.ndarray, mean=None, std=None, batch=64, lr=0.01, seed=0,
-                     init_std=0.01, factor=100.0, limit=10.0):
+def reference_replay(
+    raw32: np.ndarray,
+    y: np.ndarray,
+    mean=None,
+    std=None,
+    batch=64,
+    lr=0.01,
+    seed=0,
+    init_std=0.01,
+    factor=100.0,
+    limit=10.0,
+):
     """{index: (check, severity)} and the final weights, by the documented rules, in float64:
     standardize (float32, as a float32 pipeline), judge each record, the L2 probe on the raw row,
     the loss and gradient screens, then plain SGD on the rest unless the step is absurd."""
@@ -149,8 +159,21 @@ def planted() -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
     raw[420] = 0.0  # all zero: only a normalizing model minds (a warning)
     raw[500, :] = 127.5 + 73.9 * 40  # a row 40 standard deviations out: large, not absurd
     y[400], y[401] = C + 2, -1
-    return raw, y, {5: "nan", 70: "inf", 140: "1e39", 200: "max/2", 300: "1e30", 350: "1e5", 420: "zero",
-                    400: "label", 401: "label"}
+    return (
+        raw,
+        y,
+        {
+            5: "nan",
+            70: "inf",
+            140: "1e39",
+            200: "max/2",
+            300: "1e30",
+            350: "1e5",
+            420: "zero",
+            400: "label",
+            401: "label",
+        },
+    )
 
 
 def as_features(raw: np.ndarray, y: np.ndarray):
@@ -243,8 +266,9 @@ def test_clean_standardized_data_trains_with_plain_sgd():
     centres = rng.normal(size=(C, D)) * 2
     y = rng.integers(0, C, 3200)
     X = (centres[y] + rng.normal(size=(3200, D))).astype(np.float32)
-    replayer, issues = replay(X, y, standardize=Standardizer(np.zeros(D, np.float32), np.full(D, 2.2, np.float32), "x"),
-                              lr=0.1)
+    replayer, issues = replay(
+        X, y, standardize=Standardizer(np.zeros(D, np.float32), np.full(D, 2.2, np.float32), "x"), lr=0.1
+    )
     assert issues == [] and replayer.stats.final_loss < 0.5 * replayer.stats.first_loss
 
 
@@ -269,7 +293,11 @@ def test_raw_values_are_only_screened_relatively():
     features = as_features(raw, y)
     replayer, issues = replay(features.X, features.y, normalize=False)
     expected, W = reference_replay(features.X, features.y)
-    assert {i.index: (i.check, i.severity.value) for i in issues} == expected == {77: ("loss-outlier", "warning")}
+    assert (
+        {i.index: (i.check, i.severity.value) for i in issues}
+        == expected
+        == {77: ("loss-outlier", "warning")}
+    )
     np.testing.assert_allclose(replayer.model.weight, W, rtol=1e-4, atol=1e-6)
 
 
@@ -278,7 +306,9 @@ def test_out_of_range_labels_are_reported_not_raised():
     y[[3, 50]] = [10**12, -7]
     replayer, issues = replay(raw.astype(np.float32), y, batch_size=16, standardize=pixel_standardizer())
     assert [(i.index, i.check, i.details["label"]) for i in issues] == [
-        (3, "label-out-of-range", 10**12), (50, "label-out-of-range", -7)]
+        (3, "label-out-of-range", 10**12),
+        (50, "label-out-of-range", -7),
+    ]
     assert replayer.stats.records_replayed == 98 and replayer.stats.batches_skipped == 0
 
 
@@ -289,7 +319,9 @@ def test_same_result_whatever_the_chunking(chunks, model):
     features = as_features(raw[:300], y[:300])
     whole, expected = replay(features.X, features.y, standardize=pixel_standardizer(), model=model)
     bounds = np.concatenate([[0], np.cumsum(chunks)]).clip(max=300).tolist()
-    pieces, issues = replay(features.X, features.y, chunks=bounds, standardize=pixel_standardizer(), model=model)
+    pieces, issues = replay(
+        features.X, features.y, chunks=bounds, standardize=pixel_standardizer(), model=model
+    )
     assert [i.to_dict() for i in issues] == [i.to_dict() for i in expected]
     assert np.array_equal(pieces.model.weight, whole.model.weight)
     assert pieces.stats == whole.stats
@@ -314,7 +346,9 @@ def test_the_l2_model_finds_zero_rows_as_errors_and_overflowing_squares():
     features = as_features(raw, y)
     _, issues = replay(features.X, features.y, standardize=pixel_standardizer(), model="l2")
     assert [(i.index, i.check, i.severity.value) for i in issues] == [
-        (7, "loss-nonfinite", "error"), (60, "loss-nonfinite", "error")]
+        (7, "loss-nonfinite", "error"),
+        (60, "loss-nonfinite", "error"),
+    ]
     assert all("normalization" not in i.details and i.details["model"] == "l2" for i in issues)
 
 
@@ -326,7 +360,9 @@ def test_the_batchnorm_model_goes_nan_on_a_row_whose_squares_overflow():
     assert [(i.index, i.check) for i in issues] == [(90, "loss-nonfinite")]
     assert issues[0].details["model"] == "batchnorm" and replayer.stats.batches_applied == 2
     linear, found = replay(features.X, features.y, standardize=pixel_standardizer())
-    assert [(i.index, i.check, i.details.get("normalization")) for i in found] == [(90, "loss-nonfinite", True)]
+    assert [(i.index, i.check, i.details.get("normalization")) for i in found] == [
+        (90, "loss-nonfinite", True)
+    ]
 
 
 # -- user losses -----------------------------------------------------------------------------
@@ -373,7 +409,9 @@ def test_a_batch_that_fails_only_together_is_reported_as_such():
     assert all(i.check == "loss-nonfinite" and i.severity is Severity.WARNING for i in batch_level)
     others = [(i.index, i.severity) for i in issues if not i.details.get("batch_level")]
     assert others == [(20, Severity.ERROR)]
-    assert replayer.stats.batch_level == 8 and replayer.stats.batches_applied == 3  # batch 2 without record 20
+    assert (
+        replayer.stats.batch_level == 8 and replayer.stats.batches_applied == 3
+    )  # batch 2 without record 20
 
 
 # -- features --------------------------------------------------------------------------------
@@ -400,7 +438,7 @@ def test_images_become_unnormalized_chw_rgb_vectors():
     assert features.rows.tolist() == [0, 1, 2] and features.y.tolist() == [1, 2, 0]  # no label: class 0
     assert np.array_equal(features.X[0], np.repeat(np.float32([200, 10, 30]), 256))  # CHW, 0..255
     assert np.array_equal(features.X[2], np.full(768, 90, np.float32))
-    assert 0 <= features.X[1].min() and features.X[1].max() > 150  # 0..255, not 0..1
+    assert features.X[1].min() >= 0 and features.X[1].max() > 150  # 0..255, not 0..1
     assert dict(features.skipped) == {"image": 1, "payload": 1, "label": 1}
     scaled = featurize_records(records[:1], FeatureSpec.for_images(scale=0.5))
     assert np.array_equal(scaled.X[0], features.X[0] * 0.5)

@@ -10,10 +10,10 @@ import subprocess
 import xml.etree.ElementTree as ElementTree
 
 import pytest
+from conftest import SAMPLES, image_bytes, write
 from PIL import Image
 from typer.testing import CliRunner
 
-from conftest import SAMPLES, image_bytes, write
 from scrub.cli import app
 
 runner = CliRunner()
@@ -70,11 +70,24 @@ def test_junit_has_one_testcase_per_check_and_fails_what_fails_the_run(broken, t
     failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
     assert set(failed) == {"corrupt-image"} and suites.get("failures") == "1"
     assert "14 errors" in failed["corrupt-image"].get("message")
-    assert "dog/bad00.jpg" in failed["corrupt-image"].text and "... and 4 more in the manifest" in failed["corrupt-image"].text
+    assert (
+        "dog/bad00.jpg" in failed["corrupt-image"].text
+        and "... and 4 more in the manifest" in failed["corrupt-image"].text
+    )
     # against a baseline with --fail-on new: only new errors fail
     write(broken / "cat" / "newbad.jpg", image_bytes(999)[:333])
-    result = run("scan", broken, "--manifest", tmp_path / "new.jsonl", "--baseline", tmp_path / "old.jsonl",
-                 "--fail-on", "new", "--junit", report)
+    result = run(
+        "scan",
+        broken,
+        "--manifest",
+        tmp_path / "new.jsonl",
+        "--baseline",
+        tmp_path / "old.jsonl",
+        "--fail-on",
+        "new",
+        "--junit",
+        report,
+    )
     assert result.exit_code == 1
     failure = ElementTree.parse(report).getroot().find("testsuite/testcase[@name='corrupt-image']/failure")
     assert "(1 new, 0 reappeared, 14 persisting)" in failure.get("message")
@@ -110,17 +123,40 @@ def test_html_renders_in_headless_chromium(tmp_path):
     run("scan", data, "--manifest", baseline, "--num-classes", "3")
     (data / "cat" / "truncated.jpg").unlink()  # one resolved
     report = tmp_path / "report.html"
-    result = run("scan", data, "--manifest", tmp_path / "new.jsonl", "--num-classes", "3", "--baseline", baseline,
-                 "--html", report)
+    result = run(
+        "scan",
+        data,
+        "--manifest",
+        tmp_path / "new.jsonl",
+        "--num-classes",
+        "3",
+        "--baseline",
+        baseline,
+        "--html",
+        report,
+    )
     assert result.exit_code == 1, result.output
-    browser = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1600"]
-    dom = subprocess.run(browser + ["--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=60).stdout
+    browser = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--window-size=1000,1600",
+    ]
+    dom = subprocess.run(
+        browser + ["--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=60
+    ).stdout
     assert "Issues per check" in dom and "<code>corrupt-image</code>" in dom
-    assert re.search(r"<p id=\"baseline\"><b>0 new</b>, 10 persisting, 0 reappeared, 1 resolved", dom), dom[:2000]
+    assert re.search(r"<p id=\"baseline\"><b>0 new</b>, 10 persisting, 0 reappeared, 1 resolved", dom), dom[
+        :2000
+    ]
     assert len(re.findall(r"<figure>", dom)) == 6  # the quarantined records, once each
     assert len(re.findall(r"src=\"data:image/jpeg;base64,", dom)) >= 1  # one of them decodes: a preview
     screenshot = tmp_path / "report.png"
-    subprocess.run(browser + [f"--screenshot={screenshot}", report.as_uri()], capture_output=True, timeout=60, check=True)
+    subprocess.run(
+        browser + [f"--screenshot={screenshot}", report.as_uri()], capture_output=True, timeout=60, check=True
+    )
     with Image.open(screenshot) as image:
         pixels = image.convert("RGB")
         colours = pixels.getcolors(1 << 20)
@@ -144,10 +180,32 @@ def test_json_summaries_follow_the_shipped_schema(broken, tmp_path):
     out = tmp_path / "s.json"
     run("scan", broken, "--manifest", tmp_path / "old.jsonl", "--json", out, "--num-classes", "2")
     documents.append(json.loads(out.read_text()))
-    run("scan", broken, "--manifest", tmp_path / "new.jsonl", "--json", out, "--baseline", tmp_path / "old.jsonl",
-        "--cache", tmp_path / "cache", "--check-severity", "duplicate=ignore", "--fail-on", "new")
+    run(
+        "scan",
+        broken,
+        "--manifest",
+        tmp_path / "new.jsonl",
+        "--json",
+        out,
+        "--baseline",
+        tmp_path / "old.jsonl",
+        "--cache",
+        tmp_path / "cache",
+        "--check-severity",
+        "duplicate=ignore",
+        "--fail-on",
+        "new",
+    )
     documents.append(json.loads(out.read_text()))
-    run("scan", SAMPLES / "hdf5" / "train.h5", "--manifest", tmp_path / "h.jsonl", "--json", out, "--dummy-loss")
+    run(
+        "scan",
+        SAMPLES / "hdf5" / "train.h5",
+        "--manifest",
+        tmp_path / "h.jsonl",
+        "--json",
+        out,
+        "--dummy-loss",
+    )
     documents.append(json.loads(out.read_text()))
     run("fix", broken, "--out", tmp_path / "clean", "--json", out)
     documents.append(json.loads(out.read_text()))
@@ -190,22 +248,27 @@ def test_a_scan_that_stops_halfway_exits_3_never_clean(tmp_path):
 def test_fewer_records_than_listed_exit_3(tmp_path):
     import sys
 
-    import scrub.api
     from test_lmdb import write_db
+
+    import scrub.api
 
     path = write_db(tmp_path / "db", [(f"{i:03d}".encode(), image_bytes(i)) for i in range(30)])
     options = scrub.api.ScanOptions.build(scheduler="sync")
     dataset = scrub.api.open_dataset(path, options)
-    deleter = (f"import lmdb\nenvironment = lmdb.open({str(path)!r}, map_size=64 << 20)\n"
-               "with environment.begin(write=True) as transaction:\n"
-               "    for i in range(20, 30):\n"
-               "        transaction.delete(f'{i:03d}'.encode())\n")
+    deleter = (
+        f"import lmdb\nenvironment = lmdb.open({str(path)!r}, map_size=64 << 20)\n"
+        "with environment.begin(write=True) as transaction:\n"
+        "    for i in range(20, 30):\n"
+        "        transaction.delete(f'{i:03d}'.encode())\n"
+    )
     subprocess.run([sys.executable, "-c", deleter], check=True)  # another process deletes records meanwhile
     result = scrub.api.scan_dataset(dataset, options)
     dataset.reader.close()
     assert result.summary.records == 20 and not result.summary.complete
     assert result.exit_code("error") == 3 and result.exit_code("never") == 3
-    assert any(note.startswith("incomplete: 20 of the 30 records listed were read") for note in result.summary.notes)
+    assert any(
+        note.startswith("incomplete: 20 of the 30 records listed were read") for note in result.summary.notes
+    )
 
 
 def test_junit_judges_each_issue_by_its_own_severity(tmp_path):
@@ -219,9 +282,15 @@ def test_junit_judges_each_issue_by_its_own_severity(tmp_path):
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=data)
     report = tmp_path / "junit.xml"
-    result = run("scan", path, "--manifest", tmp_path / "m.jsonl", "--precision", "float16", "--junit", report)
+    result = run(
+        "scan", path, "--manifest", tmp_path / "m.jsonl", "--precision", "float16", "--junit", report
+    )
     assert result.exit_code == 1
-    failed = [c.get("name") for c in ElementTree.parse(report).getroot().iter("testcase") if c.find("failure") is not None]
+    failed = [
+        c.get("name")
+        for c in ElementTree.parse(report).getroot().iter("testcase")
+        if c.find("failure") is not None
+    ]
     assert "fp16-overflow" in failed
     run("scan", path, "--manifest", tmp_path / "m.jsonl", "--junit", report)  # float32: a warning, passes
     case = ElementTree.parse(report).getroot().find("testsuite/testcase[@name='fp16-overflow']")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SAMPLES, findings
 
 import scrub
-from conftest import SAMPLES, findings
 
 IMAGES_EXPECTED = {
     ("cat/truncated.jpg", "corrupt-image"),
@@ -32,7 +32,9 @@ LIST_COMMON = {
 
 @pytest.mark.parametrize("scheduler", [None, "sync", "threads", "processes"])
 def test_image_folder_sample_finds_every_planted_problem_and_nothing_else(scheduler, tmp_path):
-    result = scrub.scan(SAMPLES / "images", scheduler=scheduler, partition_size=4, manifest=tmp_path / "m.jsonl")
+    result = scrub.scan(
+        SAMPLES / "images", scheduler=scheduler, partition_size=4, manifest=tmp_path / "m.jsonl"
+    )
     assert findings(result) == IMAGES_EXPECTED
     assert result.summary.records == 35
     assert result.summary.dataset.classes == ["bird", "cat", "dog"]

@@ -10,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import scrub  # noqa: E402
 from conftest import REPO  # noqa: E402
+
+import scrub  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,9 @@ def planted(crosscheck, tmp_path_factory):
 
 @pytest.mark.parametrize("precision", ["float32", "float16"])
 @pytest.mark.parametrize("net", ["linear", "conv+bn", "l2-head"])
-def test_the_cleaned_copy_trains_and_every_broken_batch_holds_an_error(crosscheck, planted, tmp_path, net, precision):
+def test_the_cleaned_copy_trains_and_every_broken_batch_holds_an_error(
+    crosscheck, planted, tmp_path, net, precision
+):
     data, labels, _ = crosscheck.load(planted)
     options = crosscheck.scrub_options(net, precision)
     errors = {i.index for i in scrub.scan(planted, **options).issues() if i.severity.value == "error"}
@@ -90,9 +93,13 @@ def test_the_replay_is_deterministic_with_a_pytorch_model(crosscheck, planted, m
     monkeypatch.syspath_prepend(str(REPO / "examples"))
     options = scrub.api.ReplayOptions(model="convnet:make", seed=3)
     one = scrub.scan(planted, num_classes=10, dummy_loss=options, scheduler="sync")
-    two = scrub.scan(planted, num_classes=10, dummy_loss=options, scheduler="processes", workers=2, partition_size=300)
+    two = scrub.scan(
+        planted, num_classes=10, dummy_loss=options, scheduler="processes", workers=2, partition_size=300
+    )
     assert one.summary.replay == two.summary.replay
-    assert sorted(i.to_dict()["key"] for i in one.issues()) == sorted(i.to_dict()["key"] for i in two.issues())
+    assert sorted(i.to_dict()["key"] for i in one.issues()) == sorted(
+        i.to_dict()["key"] for i in two.issues()
+    )
 
 
 def test_a_factory_that_does_not_build_a_module_is_a_usage_error(tmp_path, monkeypatch, planted):

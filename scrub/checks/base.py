@@ -196,9 +196,7 @@ def get(check_id: str) -> Check:
         raise KeyError(f"unknown check id {check_id!r}") from None
 
 
-def make_issue(
-    check_id: str, source: str, key: str, index: int | None, finding: Finding
-) -> Issue:
+def make_issue(check_id: str, source: str, key: str, index: int | None, finding: Finding) -> Issue:
     """Turn a check's finding into a manifest issue, with the check's default severity."""
     check = get(check_id)
     return Issue(

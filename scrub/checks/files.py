@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrub.checks.base import Finding, CheckOptions, reader_check, record_check
+from scrub.checks.base import CheckOptions, Finding, reader_check, record_check
 from scrub.records import Record, Severity
 
 MISSING_FILE = reader_check(

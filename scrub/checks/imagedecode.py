@@ -182,13 +182,13 @@ def _open(data: bytes, formats: tuple[str, ...] | None = None) -> tuple[Image.Im
         factory, accept = Image.OPEN[name]
         try:
             accepted = accept is None or accept(prefix)
-        except Exception:  # noqa: BLE001, S112 - some accept() functions choke on short prefixes
+        except Exception:
             continue
         if not accepted or isinstance(accepted, str):
             continue
         try:
             return factory(io.BytesIO(data), ""), None
-        except Exception as exc:  # noqa: BLE001 - plugins raise anything on damaged headers
+        except Exception as exc:
             if accept is not None:  # plugins without a magic-number test fail on every input
                 failures.append(f"{name}: {_message(exc)}")
     detail = f" ({'; '.join(failures)})" if failures else ""
@@ -321,7 +321,7 @@ def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
         return sof.width, sof.height
     try:  # TurboJPEG's own header parse: still no pixel data
         height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         message = _message(exc)  # TurboJPEG blames "subsampling" for any header it cannot read
         return _NO_SOF if message.startswith(_TURBOJPEG_LIMITS) else message
     return width, height
@@ -336,7 +336,7 @@ def _verify_jpeg(data: bytes, sof: _Sof | None) -> str | None:
         try:
             simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaled)
             return None
-        except Exception as exc:  # noqa: BLE001 - ValueError for libjpeg errors, RuntimeError
+        except Exception as exc:
             message = _message(exc)
         if message != _NO_CONVERSION:
             break
@@ -353,7 +353,7 @@ def _verify_jpeg_with_pillow(data: bytes) -> str | None:
     try:
         image.draft(None, (1, 1))
         image.load()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _message(exc)
     return None
 
@@ -420,7 +420,7 @@ def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | No
                 pixels = np.array(image)  # a copy: the image object moves on to the next frame
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
         return None, True, None
-    except Exception as exc:  # noqa: BLE001 - OSError, SyntaxError, EOFError, struct.error, ...
+    except Exception as exc:
         return _message(exc), False, None
     return None, False, pixels
 

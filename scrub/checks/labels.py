@@ -113,7 +113,9 @@ def non_integer_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, F
         return []
     labels = batch.labels
     bad = np.flatnonzero(np.isfinite(labels) & ~integral_labels(labels))
-    return [(int(r), Finding(f"label {labels[r]:g} is not an integer", {"label": float(labels[r])})) for r in bad]
+    return [
+        (int(r), Finding(f"label {labels[r]:g} is not an integer", {"label": float(labels[r])})) for r in bad
+    ]
 
 
 @batch_check("label-out-of-range")
@@ -125,7 +127,13 @@ def labels_out_of_range(batch: Batch, options: CheckOptions) -> list[tuple[int, 
     labels = batch.labels
     bad = np.flatnonzero(integral_labels(labels) & ((labels < low) | (labels >= high)))
     return [
-        (int(r), Finding(f"label {int(labels[r])} is outside [{low}, {high})", {"label": int(labels[r]), "low": low, "high": high}))
+        (
+            int(r),
+            Finding(
+                f"label {int(labels[r])} is outside [{low}, {high})",
+                {"label": int(labels[r]), "low": low, "high": high},
+            ),
+        )
         for r in bad
     ]
 
@@ -171,7 +179,9 @@ def _no_record_vector(record: Record) -> None:
     return None  # label vectors come only from array datasets, as batches
 
 
-@dataset_check("invalid-label-vector", Severity.ERROR, collect=_no_record_vector, dtype="category", needs="label-vectors")
+@dataset_check(
+    "invalid-label-vector", Severity.ERROR, collect=_no_record_vector, dtype="category", needs="label-vectors"
+)
 def invalid_label_vector(column: Column, options: CheckOptions, locate: Locate) -> list:
     """A label vector that is not what the dataset's (N, K) labels are: one-hot, multi-label or
     soft targets.
@@ -206,16 +216,24 @@ def invalid_label_vector(column: Column, options: CheckOptions, locate: Locate) 
     else:
         kind = "one-hot" if share.get("onehot", 0) >= share.get("probability", 0) else "soft targets"
         bad = {"zero", "multihot", "outside", "unit"}
-    note = (f"label vectors read as {kind} ({', '.join(f'{share[k]:,} {k}' for k in sorted(share))} "
-            f"of {total:,} rows)")
+    note = (
+        f"label vectors read as {kind} ({', '.join(f'{share[k]:,} {k}' for k in sorted(share))} "
+        f"of {total:,} rows)"
+    )
     judgement: list = [(None, Finding(note, {"kind": kind}))]
     flagged = np.flatnonzero(np.isin(column.values, sorted(bad)))
     for i in flagged:
         reason = str(column.values[i])
         severity = Severity.WARNING if reason == "unit" else None
         position = (int(column.positions[i, 0]), int(column.positions[i, 1]))
-        judgement.append((position, Finding(f"label vector: {_VECTOR_REASONS[reason]}",
-                                            {"reason": reason, "kind": kind}, severity)))
+        judgement.append(
+            (
+                position,
+                Finding(
+                    f"label vector: {_VECTOR_REASONS[reason]}", {"reason": reason, "kind": kind}, severity
+                ),
+            )
+        )
     return judgement
 
 

@@ -178,8 +178,18 @@ def _profile_complex(rows: np.ndarray) -> Profile:
     parts = np.abs(np.stack([rows.real, rows.imag])).max(axis=0)
     found = _profile_real(parts.astype(rows.real.dtype, copy=False), True)
     zero = np.flatnonzero(~rows.any(axis=1))
-    return Profile(rows, True, found.nonfinite_rows, zero, found.magnitudes, found.low, found.high, found.total,
-                   found.finite_values, found.nonfinite_values)
+    return Profile(
+        rows,
+        True,
+        found.nonfinite_rows,
+        zero,
+        found.magnitudes,
+        found.low,
+        found.high,
+        found.total,
+        found.finite_values,
+        found.nonfinite_values,
+    )
 
 
 def _magnitudes64(rows: np.ndarray) -> np.ndarray:
@@ -233,13 +243,21 @@ def nonfinite_data(batch: Batch, options: CheckOptions) -> list[tuple[int, Findi
     values = found.rows[rows]  # counted for every flagged row at once: a broken shard flags them all
     nan, posinf, neginf = np.isnan(values), values == np.inf, values == -np.inf
     firsts = np.argmax(nan | posinf | neginf, axis=1).tolist()
-    counted = zip(rows.tolist(), nan.sum(axis=1).tolist(), posinf.sum(axis=1).tolist(), neginf.sum(axis=1).tolist(), firsts)
+    counted = zip(
+        rows.tolist(),
+        nan.sum(axis=1).tolist(),
+        posinf.sum(axis=1).tolist(),
+        neginf.sum(axis=1).tolist(),
+        firsts,
+    )
     findings = []
     messages: dict[tuple[int, int, int, int], str] = {}  # rows of a broken block often read alike
     for row, nans, posinfs, neginfs, first in counted:
         message = messages.get((nans, posinfs, neginfs, first))
         if message is None:
-            summary = ", ".join(f"{n} {name}" for n, name in ((nans, "NaN"), (posinfs, "+Inf"), (neginfs, "-Inf")) if n)
+            summary = ", ".join(
+                f"{n} {name}" for n, name in ((nans, "NaN"), (posinfs, "+Inf"), (neginfs, "-Inf")) if n
+            )
             message = messages[(nans, posinfs, neginfs, first)] = f"{summary} (first at position {first})"
         details = {"nan": nans, "posinf": posinfs, "neginf": neginfs, "first_position": first}
         findings.append((row, Finding(message, details)))
@@ -277,8 +295,16 @@ def fp16_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Findin
     for row, magnitude in _rows_beyond(found, FP16_OVERFLOW):
         count = int((magnitude >= FP16_OVERFLOW).sum())
         largest = float(magnitude.max())
-        findings.append((row, Finding(f"{count} value(s) become Inf in float16 (largest {largest:g}){hint}",
-                                      {"count": count, "max_abs": largest}, severity)))
+        findings.append(
+            (
+                row,
+                Finding(
+                    f"{count} value(s) become Inf in float16 (largest {largest:g}){hint}",
+                    {"count": count, "max_abs": largest},
+                    severity,
+                ),
+            )
+        )
     return findings
 
 
@@ -307,8 +333,15 @@ def float32_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Fin
     for row, magnitude in _rows_beyond(found, F32_OVERFLOW):
         count = int((magnitude >= F32_OVERFLOW).sum())
         largest = float(magnitude.max())
-        findings.append((row, Finding(f"{count} value(s) become Inf in float32 (largest {largest:g})",
-                                      {"count": count, "max_abs": largest})))
+        findings.append(
+            (
+                row,
+                Finding(
+                    f"{count} value(s) become Inf in float32 (largest {largest:g})",
+                    {"count": count, "max_abs": largest},
+                ),
+            )
+        )
     return findings
 
 
@@ -350,9 +383,15 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
         if norm < SQUARE_OVERFLOW:
             continue
         largest = float(magnitude[finite].max())
-        findings.append((int(row), Finding(
-            f"L2 norm {norm:.3g}: the sum of its squares overflows float32 (largest |value| {largest:g})",
-            {"norm": norm, "max_abs": largest})))
+        findings.append(
+            (
+                int(row),
+                Finding(
+                    f"L2 norm {norm:.3g}: the sum of its squares overflows float32 (largest |value| {largest:g})",
+                    {"norm": norm, "max_abs": largest},
+                ),
+            )
+        )
     return findings
 
 
@@ -394,7 +433,9 @@ def _row_magnitude(record: Record) -> float | None:
     return record.meta.get("magnitude")
 
 
-@dataset_check("magnitude-outlier", Severity.WARNING, collect=_row_magnitude, dtype="magnitude", needs="array")
+@dataset_check(
+    "magnitude-outlier", Severity.WARNING, collect=_row_magnitude, dtype="magnitude", needs="array"
+)
 def magnitude_outlier(column: Column, options: CheckOptions, locate: Locate) -> list:
     """A row whose largest |value| is over 1000 times the typical row's, in a dataset where such
     rows are rare.
@@ -434,18 +475,28 @@ def magnitude_outlier(column: Column, options: CheckOptions, locate: Locate) -> 
     count = max(len(above), int(counts[_bin_floor(bins) > threshold].sum()))
     if count == 0:
         return []
-    if (counts[reaching] > MAGNITUDE_KEPT_PER_BIN).any() or count > max(MAGNITUDE_RARE_ROWS, MAGNITUDE_RARE_SHARE * total):
-        note = (f"{count:,} of {total:,} rows have a largest |value| over {MAGNITUDE_FACTOR:g}x the typical "
-                f"row's ({median:.3g}): too many to be outliers, none flagged (a second population?)")
+    if (counts[reaching] > MAGNITUDE_KEPT_PER_BIN).any() or count > max(
+        MAGNITUDE_RARE_ROWS, MAGNITUDE_RARE_SHARE * total
+    ):
+        note = (
+            f"{count:,} of {total:,} rows have a largest |value| over {MAGNITUDE_FACTOR:g}x the typical "
+            f"row's ({median:.3g}): too many to be outliers, none flagged (a second population?)"
+        )
         return [(None, Finding(note, {"rows": count, "median_max_abs": median}))]
     judgement = []
     positions = [(int(column.positions[i, 0]), int(column.positions[i, 1])) for i in above]
     for i, position in zip(above, positions):
         value = float(column.values[i])
         factor = value / median
-        judgement.append((position, Finding(
-            f"largest |value| {value:.3g} is {factor:.3g}x the typical row's ({median:.3g})",
-            {"max_abs": value, "median_max_abs": median, "factor": factor})))
+        judgement.append(
+            (
+                position,
+                Finding(
+                    f"largest |value| {value:.3g} is {factor:.3g}x the typical row's ({median:.3g})",
+                    {"max_abs": value, "median_max_abs": median, "factor": factor},
+                ),
+            )
+        )
     return judgement
 
 
@@ -513,9 +564,17 @@ def nonfinite_labels(batch: Batch, options: CheckOptions) -> list[tuple[int, Fin
     if labels.ndim == 2:  # label vectors: a row with any NaN or Inf
         finite = np.isfinite(labels)
         bad = np.flatnonzero(~finite.all(axis=1))
-        return [(int(row), Finding(f"label vector holds {int((~finite[row]).sum())} NaN/Inf value(s) "
-                                   f"(first at column {int(np.flatnonzero(~finite[row])[0])})",
-                                   {"nonfinite": int((~finite[row]).sum())})) for row in bad]
+        return [
+            (
+                int(row),
+                Finding(
+                    f"label vector holds {int((~finite[row]).sum())} NaN/Inf value(s) "
+                    f"(first at column {int(np.flatnonzero(~finite[row])[0])})",
+                    {"nonfinite": int((~finite[row]).sum())},
+                ),
+            )
+            for row in bad
+        ]
     bad = np.flatnonzero(~np.isfinite(labels))
     return [(int(row), Finding(f"label is {labels[row]}", {"label": str(labels[row])})) for row in bad]
 

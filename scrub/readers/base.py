@@ -132,7 +132,9 @@ class Reader(ABC):
     def locate(self, partition: Sequence[Any], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         """The identity (source, key, index) of records of a partition, without reading them."""
 
-    def cache_entries(self, partition: Sequence[Any]) -> list[tuple[str, str | None, str, bytes | None] | None] | None:
+    def cache_entries(
+        self, partition: Sequence[Any]
+    ) -> list[tuple[str, str | None, str, bytes | None] | None] | None:
         """For the result cache (`scrub.cache`): per record whose verdict depends only on its
         bytes and ``context``, (key, file path, context, content hash), with either the path of
         the file that holds it (stat-ed, hashed only when changed) or the hash of its bytes; None
@@ -168,7 +170,9 @@ def reader_class(format_name: str) -> type[Reader]:
     return getattr(importlib.import_module(module), name)
 
 
-def open_reader(path: Path, options: ReadOptions, origin: Callable[[str], str] = lambda name: f"--{name}") -> Reader:
+def open_reader(
+    path: Path, options: ReadOptions, origin: Callable[[str], str] = lambda name: f"--{name}"
+) -> Reader:
     """The reader for ``path``: the one ``options.format`` names, else the first that sniffs it.
 
     A reading option this reader does not use is an error that names the ones it does use:
@@ -203,9 +207,14 @@ class Datasets:
 
     def note(self) -> str | None:
         said = []
-        for what, paths in (("not datasets", self.skipped), ("scrub's own outputs (cleaned copies, quarantines)", self.outputs)):
+        for what, paths in (
+            ("not datasets", self.skipped),
+            ("scrub's own outputs (cleaned copies, quarantines)", self.outputs),
+        ):
             if paths:
-                names = ", ".join(str(p) for p in paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+                names = ", ".join(str(p) for p in paths[:5]) + (
+                    f" and {len(paths) - 5} more" if len(paths) > 5 else ""
+                )
                 said.append(f"{len(paths)} entr{'y is' if len(paths) == 1 else 'ies are'} {what} ({names})")
         return "not scanned: " + "; ".join(said) if said else None
 

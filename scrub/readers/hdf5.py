@@ -32,8 +32,8 @@ import numpy as np
 
 from scrub.checks.base import Finding, make_issue
 from scrub.errors import UnusableDataset, first_line
-from scrub.readers.base import DatasetInfo, Reader
 from scrub.paths import is_within
+from scrub.readers.base import DatasetInfo, Reader
 from scrub.records import Batch, Issue
 
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
@@ -134,7 +134,11 @@ class HDF5Reader(Reader):
         for source, path in listed:
             target = os.path.realpath(path)
             if not is_within(target, real_root):
-                info.issues.append(_dataset_issue("unsafe-path", source, f"not read: {source} resolves outside the dataset root"))
+                info.issues.append(
+                    _dataset_issue(
+                        "unsafe-path", source, f"not read: {source} resolves outside the dataset root"
+                    )
+                )
                 continue
             if not os.path.isfile(target):
                 info.issues.append(_dataset_issue("missing-file", source, f"no such file: {source}"))
@@ -152,7 +156,9 @@ class HDF5Reader(Reader):
         info.label_width = (widths.pop() or None) if widths else None
         for key, sources in labels_seen.items():
             if key != "label" and self.options.label_key is None:
-                info.notes.append(f"labels: read from {key!r} ({_files(sources)}); --label-key chooses another dataset")
+                info.notes.append(
+                    f"labels: read from {key!r} ({_files(sources)}); --label-key chooses another dataset"
+                )
         return info, partitions
 
     def _label_key(self, file, data_key: str, source: str) -> str | None:
@@ -172,7 +178,9 @@ class HDF5Reader(Reader):
             raise UnusableDataset(f"{source}: not a readable HDF5 file ({first_line(error)})") from None
         with file:
             label_key = self._label_key(file, data_key, source)
-            unsafe = _unsafe_links(file, (data_key,) + ((label_key,) if label_key else ()), os.path.dirname(path), real_root)
+            unsafe = _unsafe_links(
+                file, (data_key,) + ((label_key,) if label_key else ()), os.path.dirname(path), real_root
+            )
             if unsafe:
                 for message in unsafe:
                     info.issues.append(_dataset_issue("unsafe-path", source, message))
@@ -184,13 +192,21 @@ class HDF5Reader(Reader):
                 raise UnusableDataset(f"{source}: {data_key!r} is not an array dataset with rows")
             rows = data.shape[0]
             label = file.get(label_key) if label_key else None
-            has_labels = isinstance(label, h5py.Dataset) and label.shape is not None and len(label.shape) in (1, 2)
+            has_labels = (
+                isinstance(label, h5py.Dataset) and label.shape is not None and len(label.shape) in (1, 2)
+            )
             if has_labels and label.dtype.kind not in "biuf":
                 raise UnusableDataset(f"{source}: labels {label_key!r} are {label.dtype}, not numbers")
             if label is not None and not has_labels:
-                shape = "x".join(map(str, label.shape)) if isinstance(label, h5py.Dataset) and label.shape else "?"
-                info.notes.append(f"labels: {source}: {label_key!r} has shape {shape}, neither class ids (N,) nor "
-                                  "label vectors (N, K): not checked")
+                shape = (
+                    "x".join(map(str, label.shape))
+                    if isinstance(label, h5py.Dataset) and label.shape
+                    else "?"
+                )
+                info.notes.append(
+                    f"labels: {source}: {label_key!r} has shape {shape}, neither class ids (N,) nor "
+                    "label vectors (N, K): not checked"
+                )
             label_width = label.shape[1] if has_labels and len(label.shape) == 2 and label.shape[1] > 1 else 0
             if has_labels:
                 labels_seen.setdefault(label_key, []).append(source)
@@ -215,8 +231,15 @@ class HDF5Reader(Reader):
             by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
             partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
             ranges = [
-                RowRange(path, source, start, min(start + partition_rows, rows), min(block_rows, partition_rows),
-                         label_key if has_labels else None, label_width)
+                RowRange(
+                    path,
+                    source,
+                    start,
+                    min(start + partition_rows, rows),
+                    min(block_rows, partition_rows),
+                    label_key if has_labels else None,
+                    label_width,
+                )
                 for start in range(0, rows, partition_rows)
             ]
             return rows, has_labels, ranges
@@ -283,7 +306,6 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-
 def _dataset_issue(check: str, source: str, message: str, **details: Any) -> Issue:
     return make_issue(check, source, "*", None, Finding(message, details))
 
@@ -330,12 +352,16 @@ def _unsafe_links(file, keys: Sequence[str], directory: str, real_root: str) -> 
         if not isinstance(dataset, h5py.Dataset):
             continue
         if dataset.external:
-            problems.append(f"{key!r} keeps its data in external files ({dataset.external[0][0]!s}), not read")
+            problems.append(
+                f"{key!r} keeps its data in external files ({dataset.external[0][0]!s}), not read"
+            )
         if dataset.is_virtual:
             for source in dataset.virtual_sources():
                 if source.file_name == ".":
                     continue
                 target = os.path.realpath(os.path.join(directory, source.file_name))
                 if not is_within(target, real_root):
-                    problems.append(f"{key!r} is a virtual dataset reading {source.file_name}, outside the dataset root")
+                    problems.append(
+                        f"{key!r} is a virtual dataset reading {source.file_name}, outside the dataset root"
+                    )
     return problems

@@ -25,9 +25,8 @@ from typing import NamedTuple
 
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
+from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.errors import UnusableDataset
-from scrub.errors import UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.records import Record
 
@@ -97,8 +96,11 @@ def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
     files = [e.name for e in top if not e.is_dir()]
     shown = (folders + files)[:6]
     more = len(top) - len(shown)
-    return (f"; it holds {len(folders)} folder(s) and {len(files)} file(s): {', '.join(shown)}"
-            + (f" and {more} more" if more else "") + "; none is a dataset scrub can read")
+    return (
+        f"; it holds {len(folders)} folder(s) and {len(files)} file(s): {', '.join(shown)}"
+        + (f" and {more} more" if more else "")
+        + "; none is a dataset scrub can read"
+    )
 
 
 class ImageReader(Reader):
@@ -127,7 +129,9 @@ class ImageReader(Reader):
     def _looks_like_list(path: Path) -> bool:
         try:
             with open(path, encoding="utf-8") as lines:
-                heads = [split_list_line(line)[0] for _, line in zip(range(SNIFF_LINES), lines) if line.strip()]
+                heads = [
+                    split_list_line(line)[0] for _, line in zip(range(SNIFF_LINES), lines) if line.strip()
+                ]
         except (OSError, UnicodeDecodeError):
             return False
         return bool(heads) and sum(map(_has_image_extension, heads)) * 2 >= len(heads)
@@ -140,7 +144,9 @@ class ImageReader(Reader):
         else:
             raise UnusableDataset(f"{self.path}: neither a folder of images nor a list file")
         if self.options.root is not None and not self.path.is_file():
-            raise UsageError(f"--root: applies to list files; {self.path} is a folder (its images are below it)")
+            raise UsageError(
+                f"--root: applies to list files; {self.path} is a folder (its images are below it)"
+            )
         if entries and all(os.path.splitext(e.key)[1].lower() in JPEG_EXTENSIONS for e in entries):
             # JPEG holds 8-bit samples only: the numeric checks (for float and 16-bit images) cannot run
             self.provides = self.provides - {"array"}
@@ -220,7 +226,11 @@ class ImageReader(Reader):
                     while key.startswith("./"):
                         key = key[2:]
                     joined = os.path.normpath(os.path.join(real_root, key))
-                    unsafe = None if is_within(joined, real_root, itself=False) else f"{path_text} resolves outside the dataset root"
+                    unsafe = (
+                        None
+                        if is_within(joined, real_root, itself=False)
+                        else f"{path_text} resolves outside the dataset root"
+                    )
                     entries.append(
                         Entry(len(entries), key, list_path.name, parse_label(label_text), True, unsafe)
                     )
@@ -275,7 +285,9 @@ class ImageReader(Reader):
         """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
         label; an entry that would not be read (outside the root) is never reused."""
         real_root = os.path.realpath(self.root)
-        prefix = os.path.join(self.root, "")  # the paths `members` gives, so the fingerprint can reuse their stats
+        prefix = os.path.join(
+            self.root, ""
+        )  # the paths `members` gives, so the fingerprint can reuse their stats
         entries: list[tuple[str, str, str] | None] = []
         for entry in partition:
             path = prefix + entry.key
@@ -284,7 +296,9 @@ class ImageReader(Reader):
             ):
                 entries.append(None)
                 continue
-            entries.append((f"{entry.source}\0{entry.key}", path, f"{extension_of(entry.key)}|{entry.label!r}", None))
+            entries.append(
+                (f"{entry.source}\0{entry.key}", path, f"{extension_of(entry.key)}|{entry.label!r}", None)
+            )
         return entries
 
     def subset(self, partition: Sequence[Entry], offsets: Sequence[int]) -> tuple[Entry, ...]:

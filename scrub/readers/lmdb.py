@@ -58,6 +58,7 @@ PICKLE_PROTOCOLS = frozenset(range(2, 6))
 #: one is parsed as a Datum, so that a damaged one says why it does not parse.
 DATUM_TAGS = frozenset({0x08, 0x10, 0x18, 0x22, 0x28, 0x32, 0x35, 0x38})
 
+
 @dataclass(frozen=True)
 class KeyRange:
     """A partition: ``count`` records from ``first`` (inclusive) in key order."""
@@ -195,11 +196,15 @@ class LMDBReader(Reader):
                         first = bytes(key)
                     count += 1
                     if count == partition_size:
-                        partitions.append(KeyRange(path, subdir, source, first, count, len(partitions) * partition_size))
+                        partitions.append(
+                            KeyRange(path, subdir, source, first, count, len(partitions) * partition_size)
+                        )
                         first, count = None, 0
                 entries = environment.stat()["entries"]
         except lmdb.Error as error:
-            raise UnusableDataset(f"{self.path}: the LMDB environment is damaged ({first_line(error)})") from None
+            raise UnusableDataset(
+                f"{self.path}: the LMDB environment is damaged ({first_line(error)})"
+            ) from None
         if first is not None:
             partitions.append(KeyRange(path, subdir, source, first, count, len(partitions) * partition_size))
         records = sum(len(p) for p in partitions)
@@ -241,7 +246,11 @@ class LMDBReader(Reader):
                 if not cursor.set_range(partition.first):
                     return
                 offset = 0
-                items = cursor.iternext(keys=True, values=True) if values else ((k, None) for k in cursor.iternext(keys=True, values=False))
+                items = (
+                    cursor.iternext(keys=True, values=True)
+                    if values
+                    else ((k, None) for k in cursor.iternext(keys=True, values=False))
+                )
                 for key, value in items:
                     if key in METADATA_KEYS:
                         continue
@@ -251,9 +260,13 @@ class LMDBReader(Reader):
                         yield offset, bytes(key), value
                     offset += 1
         except lmdb.Error as error:
-            raise UnusableDataset(f"{partition.source}: the LMDB environment is damaged ({first_line(error)})") from None
+            raise UnusableDataset(
+                f"{partition.source}: the LMDB environment is damaged ({first_line(error)})"
+            ) from None
 
-    def read(self, partition: KeyRange | KeyList, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+    def read(
+        self, partition: KeyRange | KeyList, start: int = 0, stop: int | None = None
+    ) -> Iterator[Record]:
         codec = self.options.lmdb_codec or "auto"
         for offset, key, value in self._walk(partition, start, stop, values=True):
             record = Record(partition.source, encode_key(key), _index(partition, offset), None)
@@ -271,14 +284,22 @@ class LMDBReader(Reader):
         entries = []
         for _, key, value in self._walk(partition, 0, None, values=True):
             name = encode_key(key)
-            entries.append((f"{partition.source}\0{name}", None, extension_of(name), xxhash.xxh3_128_digest(value)))
+            entries.append(
+                (f"{partition.source}\0{name}", None, extension_of(name), xxhash.xxh3_128_digest(value))
+            )
         return entries
 
     def subset(self, partition: KeyRange, offsets: Sequence[int]) -> KeyList:
         wanted = set(offsets)
         keys = [key for offset, key, _ in self._walk(partition, 0, None, values=False) if offset in wanted]
-        return KeyList(partition.path, partition.subdir, partition.source, tuple(keys), partition.first_index,
-                       tuple(offsets))
+        return KeyList(
+            partition.path,
+            partition.subdir,
+            partition.source,
+            tuple(keys),
+            partition.first_index,
+            tuple(offsets),
+        )
 
     def close(self) -> None:
         _forget(str(self.path.resolve()))  # else this process cannot open the environment again
@@ -290,7 +311,9 @@ class LMDBReader(Reader):
         wanted = set(offsets)
         found = {
             offset: (partition.source, encode_key(key), _index(partition, offset))
-            for offset, key, _ in self._walk(partition, min(offsets, default=0), max(offsets, default=-1) + 1, values=False)
+            for offset, key, _ in self._walk(
+                partition, min(offsets, default=0), max(offsets, default=-1) + 1, values=False
+            )
             if offset in wanted
         }
         return [found[offset] for offset in offsets]
@@ -329,12 +352,18 @@ def decode_value(record: Record, value: bytes, codec: str, allow_pickle: bool) -
             try:
                 _use_datum(record, parse_datum(value))
             except DatumError as error:
-                record.problems.append(problem(record, "undecodable-record", f"Datum does not parse: {error}"))
+                record.problems.append(
+                    problem(record, "undecodable-record", f"Datum does not parse: {error}")
+                )
             return
     expected = "any known codec" if codec == "auto" else f"codec {codec!r}"
     record.problems.append(
-        problem(record, "undecodable-record", f"{len(value)} bytes that {expected} does not understand",
-                head=value[:8].hex())
+        problem(
+            record,
+            "undecodable-record",
+            f"{len(value)} bytes that {expected} does not understand",
+            head=value[:8].hex(),
+        )
     )
 
 
@@ -351,7 +380,9 @@ def _decode_npy(record: Record, value: bytes) -> None:
     try:
         array = np.load(io.BytesIO(value), allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:
-        record.problems.append(problem(record, "undecodable-record", f".npy bytes do not load: {first_line(error)}"))
+        record.problems.append(
+            problem(record, "undecodable-record", f".npy bytes do not load: {first_line(error)}")
+        )
         return
     _use_array(record, array)
 
@@ -367,8 +398,8 @@ def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
         )
         return
     try:
-        obj = pickle.loads(value)  # noqa: S301 - the user opted in with --allow-pickle
-    except Exception as error:  # noqa: BLE001 - any exception: the bytes are not a valid pickle
+        obj = pickle.loads(value)
+    except Exception as error:
         record.problems.append(problem(record, "undecodable-record", f"pickle does not load: {error!r}"))
         return
     label = None
@@ -384,7 +415,11 @@ def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
     elif isinstance(obj, np.ndarray):
         _use_array(record, obj)
     else:
-        record.problems.append(problem(record, "undecodable-record", f"unpickled a {type(obj).__name__}, not image bytes or an array"))
+        record.problems.append(
+            problem(
+                record, "undecodable-record", f"unpickled a {type(obj).__name__}, not image bytes or an array"
+            )
+        )
 
 
 def _use_datum(record: Record, datum) -> None:
@@ -423,8 +458,9 @@ def _use_datum(record: Record, datum) -> None:
 
 def _use_array(record: Record, array: np.ndarray) -> None:
     if array.dtype.kind not in "biufc":
-        record.problems.append(problem(record, "undecodable-record", f"array of dtype {array.dtype}, not numbers"))
+        record.problems.append(
+            problem(record, "undecodable-record", f"array of dtype {array.dtype}, not numbers")
+        )
         return
     record.payload, record.meta["kind"] = array, "array"
     record.meta["shape"] = "x".join(map(str, array.shape))  # uint8 data and float_data batch alike
-

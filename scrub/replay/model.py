@@ -197,8 +197,16 @@ class LinearSoftmax:
             contributions = inputs * np.sqrt(np.einsum("ij,ij->i", delta, delta, dtype=np.float64))
             potentials = inputs * (np.sqrt(2.0) / max(len(y), 1))
             grad_norm2 = self._dot(grad_w, grad_w, grad_b, grad_b)
-        return Pass(logits, losses.astype(np.float32, copy=False), grad_w, grad_b, contributions, potentials, statistic,
-                    grad_norm2)
+        return Pass(
+            logits,
+            losses.astype(np.float32, copy=False),
+            grad_w,
+            grad_b,
+            contributions,
+            potentials,
+            statistic,
+            grad_norm2,
+        )
 
     def norm(self) -> float:
         """The parameters' norm, ||(W, b)||. BLAS dot products in float32: relative error ~1e-5

@@ -53,18 +53,18 @@ User losses (``config.model`` = ``module:function``) go through steps 1, 3 and 5
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from scrub.checks import replay as _replay_checks  # noqa: F401 - registers the replay's check ids
 from scrub.checks.base import Finding, make_issue
+from scrub.checks.numeric import F32_OVERFLOW
 from scrub.records import Issue, Severity
 from scrub.replay.features import Identity
 from scrub.replay.model import BUILT_IN, PRECISIONS, round_to_bfloat16
-from scrub.checks.numeric import F32_OVERFLOW
 from scrub.replay.standardize import typical
 from scrub.replay.usermodel import call_loss, load_model
 
@@ -96,7 +96,9 @@ class ReplayConfig:
         if not self.outlier_factor > 1 or not self.step_limit > 1:
             raise ValueError("outlier_factor and step_limit must be > 1")
         if self.model not in BUILT_IN and ":" not in self.model:
-            raise ValueError(f"model must be one of {', '.join(BUILT_IN)} or module:function, not {self.model!r}")
+            raise ValueError(
+                f"model must be one of {', '.join(BUILT_IN)} or module:function, not {self.model!r}"
+            )
 
 
 @dataclass
@@ -148,9 +150,14 @@ class Replayer:
     ``input_shape`` is a record's shape, for PyTorch models (D for the built-in ones).
     """
 
-    def __init__(self, config: ReplayConfig, num_classes: int, dim: int,
-                 standardize: Callable[[np.ndarray], np.ndarray] | None = None,
-                 input_shape: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self,
+        config: ReplayConfig,
+        num_classes: int,
+        dim: int,
+        standardize: Callable[[np.ndarray], np.ndarray] | None = None,
+        input_shape: tuple[int, ...] | None = None,
+    ) -> None:
         if num_classes < 1 or dim < 1:
             raise ValueError("num_classes and dim must be >= 1")
         self.config = config
@@ -160,7 +167,9 @@ class Replayer:
         self._loss = None
         self.model: Any = None
         if config.model in BUILT_IN:
-            self.model = BUILT_IN[config.model](dim, num_classes, config.seed, config.init_std, config.precision)
+            self.model = BUILT_IN[config.model](
+                dim, num_classes, config.seed, config.init_std, config.precision
+            )
         else:
             loaded = load_model(config.model, input_shape or (dim,), num_classes, config)
             if callable(loaded) and not hasattr(loaded, "run"):
@@ -251,8 +260,15 @@ class Replayer:
         issues += [reported[i] for i in sorted(reported)]
         return issues + self._update(number, ids, X, y, verdict, set(reported))
 
-    def _update(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, verdict: _Verdict,
-                reported: set[int]) -> list[Issue]:
+    def _update(
+        self,
+        number: int,
+        ids: list[Identity],
+        X: np.ndarray,
+        y: np.ndarray,
+        verdict: _Verdict,
+        reported: set[int],
+    ) -> list[Issue]:
         """Apply the step of the records nothing was reported on (see the module docstring, 6);
         the issues of an absurd step, if it is one."""
         keep = np.array([i for i in range(len(y)) if i not in reported], dtype=np.int64)
@@ -295,8 +311,9 @@ class Replayer:
             nonfinite.append("gradient")
         return _Verdict(nonfinite, losses)
 
-    def _localize(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray,
-                  batch: _Verdict) -> dict[int, Issue]:
+    def _localize(
+        self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, batch: _Verdict
+    ) -> dict[int, Issue]:
         """Judge each record on its own; what fails only together is a batch-level pathology."""
         found: dict[int, Issue] = {}
         if batch.rows_finite is not None:  # per-record losses: each record's own row of the pass
@@ -305,7 +322,9 @@ class Replayer:
                 if batch.step.statistic is not None:  # the L2 model's norm (per record)
                     own.insert(0, (batch.step.statistic[0], batch.step.statistic[1][i]))
                 broken = [name for name, values in own if not np.isfinite(values).all()]
-                found[int(i)] = self._nonfinite_issue(ids[i], number, _Verdict(broken, batch.losses[i : i + 1]))
+                found[int(i)] = self._nonfinite_issue(
+                    ids[i], number, _Verdict(broken, batch.losses[i : i + 1])
+                )
         else:
             company = self._company_for(X, y)
             for i, alone in self._culprits(X, y, list(range(len(y))), company):
@@ -317,8 +336,9 @@ class Replayer:
                 found.update({i: self._batch_level_issue(ids[i], number, together, len(rest)) for i in rest})
         return found
 
-    def _culprits(self, X: np.ndarray, y: np.ndarray, group: list[int],
-                  company: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, _Verdict]]:
+    def _culprits(
+        self, X: np.ndarray, y: np.ndarray, group: list[int], company: tuple[np.ndarray, np.ndarray] | None
+    ) -> list[tuple[int, _Verdict]]:
         """The records of ``group`` that go non-finite each in the company, by halving: a group
         that stays finite in the company holds none (a NaN or an Inf spreads through whatever
         couples the records), so k culprits among n cost ~2k log2(n) passes instead of n (a
@@ -326,8 +346,11 @@ class Replayer:
         rows = np.array(group)
         if company is None and len(group) > 1:  # alone, one by one: a group may fail only together
             return [item for i in group for item in self._culprits(X, y, [i], None)]
-        inputs = (X[rows], y[rows]) if company is None else (np.concatenate([company[0], X[rows]]),
-                                                             np.concatenate([company[1], y[rows]]))
+        inputs = (
+            (X[rows], y[rows])
+            if company is None
+            else (np.concatenate([company[0], X[rows]]), np.concatenate([company[1], y[rows]]))
+        )
         verdict = self._evaluate(*inputs)
         if not verdict.nonfinite:
             return []
@@ -349,7 +372,9 @@ class Replayer:
             return None
         return X[keep], y[keep]
 
-    def _normalization_probe(self, number: int, ids: list[Identity], raw: np.ndarray) -> list[tuple[int, Issue]]:
+    def _normalization_probe(
+        self, number: int, ids: list[Identity], raw: np.ndarray
+    ) -> list[tuple[int, Issue]]:
         """Records that an L2 normalization of the raw input turns into NaN (see 4 above)."""
         with np.errstate(all="ignore"):
             squares = np.einsum("ij,ij->i", raw, raw, dtype=np.float64)
@@ -361,17 +386,27 @@ class Replayer:
             self.stats.normalization += 1
             confirms = "zero-norm" if zero else "square-overflow"
             if zero:
-                what = "0/0 = NaN: the row is all zero (only a model that normalizes its input goes NaN on it)"
+                what = (
+                    "0/0 = NaN: the row is all zero (only a model that normalizes its input goes NaN on it)"
+                )
             else:
                 what = "an Inf norm: the sum of its squares overflows float32, and the normalized row is all zeros"
-            details = {"batch": number, "nonfinite": ["logits" if zero else "norm"], "normalization": True,
-                       "confirms": confirms, "precision": self.config.precision, "model": "l2"}
+            details = {
+                "batch": number,
+                "nonfinite": ["logits" if zero else "norm"],
+                "normalization": True,
+                "confirms": confirms,
+                "precision": self.config.precision,
+                "model": "l2",
+            }
             severity = Severity.WARNING if zero else Severity.ERROR
             message = f"an L2 normalization of the input gives {what}; batch {number}"
             found.append((int(i), make_issue("loss-nonfinite", *ids[i], Finding(message, details, severity))))
         return found
 
-    def _screen(self, number: int, ids: list[Identity], verdict: _Verdict, rows: list[int]) -> list[tuple[int, Issue]]:
+    def _screen(
+        self, number: int, ids: list[Identity], verdict: _Verdict, rows: list[int]
+    ) -> list[tuple[int, Issue]]:
         """`grad-outlier` and `loss-outlier` among the records that stayed finite (see 5 above);
         one issue a record, the gravest: an absurd step, then a loss outlier, then a large step."""
         if not rows or verdict.losses.ndim == 0:
@@ -393,33 +428,79 @@ class Replayer:
                 factor = self.config.lr * potentials[k] / weights if weights > 0 and bounded else 0.0
                 ratio = potentials[k] / median_potential if median_potential > 0 else 0.0
             if factor > self.config.step_limit:
-                why = (f"one step on it alone could move the parameters by {factor:.3g}x their norm "
-                       f"(limit {self.config.step_limit:g}x)")
-                found.append((i, self._grad_outlier(ids[i], number, potentials[k], median_potential, ratio, factor, why, None)))
+                why = (
+                    f"one step on it alone could move the parameters by {factor:.3g}x their norm "
+                    f"(limit {self.config.step_limit:g}x)"
+                )
+                found.append(
+                    (
+                        i,
+                        self._grad_outlier(
+                            ids[i], number, potentials[k], median_potential, ratio, factor, why, None
+                        ),
+                    )
+                )
             elif losses[k] > threshold:
                 self.stats.loss_outlier += 1
                 loss = float(losses[k])
-                details = {"batch": number, "loss": loss, "median": median, "ratio": loss / reference,
-                           "threshold": threshold, **self._context()}
-                message = (f"loss {loss:.4g} is {loss / reference:.3g}x the batch median {median:.4g} "
-                           f"(or ln C; flagged above {self.config.outlier_factor:g}x; batch {number})")
+                details = {
+                    "batch": number,
+                    "loss": loss,
+                    "median": median,
+                    "ratio": loss / reference,
+                    "threshold": threshold,
+                    **self._context(),
+                }
+                message = (
+                    f"loss {loss:.4g} is {loss / reference:.3g}x the batch median {median:.4g} "
+                    f"(or ln C; flagged above {self.config.outlier_factor:g}x; batch {number})"
+                )
                 found.append((i, make_issue("loss-outlier", *ids[i], Finding(message, details))))
             elif ratio > self.config.outlier_factor:
                 why = f"{ratio:.3g}x the batch's median (flagged above {self.config.outlier_factor:g}x)"
-                found.append((i, self._grad_outlier(ids[i], number, potentials[k], median_potential, ratio, factor, why,
-                                                    Severity.WARNING)))
+                found.append(
+                    (
+                        i,
+                        self._grad_outlier(
+                            ids[i],
+                            number,
+                            potentials[k],
+                            median_potential,
+                            ratio,
+                            factor,
+                            why,
+                            Severity.WARNING,
+                        ),
+                    )
+                )
         return found
 
-    def _grad_outlier(self, identity: Identity, number: int, potential: float, typical: float, ratio: float,
-                      factor: float, why: str, severity: Severity | None) -> Issue:
+    def _grad_outlier(
+        self,
+        identity: Identity,
+        number: int,
+        potential: float,
+        typical: float,
+        ratio: float,
+        factor: float,
+        why: str,
+        severity: Severity | None,
+    ) -> Issue:
         self.stats.grad_outlier += 1
-        details = {"batch": number, "potential": float(potential), "median": typical, "ratio": float(ratio),
-                   "factor": float(factor), **self._context()}
+        details = {
+            "batch": number,
+            "potential": float(potential),
+            "median": typical,
+            "ratio": float(ratio),
+            "factor": float(factor),
+            **self._context(),
+        }
         message = f"its share of the gradient can reach {potential:.4g}: {why}; batch {number}"
         return make_issue("grad-outlier", *identity, Finding(message, details, severity))
 
-    def _dominating(self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, verdict: _Verdict,
-                    factor: float) -> list[Issue]:
+    def _dominating(
+        self, number: int, ids: list[Identity], X: np.ndarray, y: np.ndarray, verdict: _Verdict, factor: float
+    ) -> list[Issue]:
         """The records whose shares of an absurd step make up half of it: `grad-outlier` errors."""
         shares = self._contributions(X, y, verdict)
         total = float(np.sum(shares)) or 1.0
@@ -428,10 +509,17 @@ class Replayer:
         issues = []
         for i in sorted(chosen.tolist()):
             self.stats.grad_outlier += 1
-            details = {"batch": number, "factor": factor, "share": float(shares[i]) / total, **self._context()}
-            message = (f"the batch's step would change the parameters' norm {factor:.3g}x (limit "
-                       f"{self.config.step_limit:g}x); this record's gradient is {shares[i] / total:.0%} of it; "
-                       f"batch {number}, not applied")
+            details = {
+                "batch": number,
+                "factor": factor,
+                "share": float(shares[i]) / total,
+                **self._context(),
+            }
+            message = (
+                f"the batch's step would change the parameters' norm {factor:.3g}x (limit "
+                f"{self.config.step_limit:g}x); this record's gradient is {shares[i] / total:.0%} of it; "
+                f"batch {number}, not applied"
+            )
             issues.append(make_issue("grad-outlier", *ids[i], Finding(message, details)))
         return issues
 
@@ -460,16 +548,25 @@ class Replayer:
             check, self.stats.grad_nonfinite = "grad-nonfinite", self.stats.grad_nonfinite + 1
         loss = _number(alone.losses)
         details = {"batch": number, "nonfinite": alone.nonfinite, "loss": loss, **self._context()}
-        message = (f"{', '.join(alone.nonfinite)} non-finite when the record is replayed on its own "
-                   f"(loss {loss}; batch {number}, {self.config.precision})")
+        message = (
+            f"{', '.join(alone.nonfinite)} non-finite when the record is replayed on its own "
+            f"(loss {loss}; batch {number}, {self.config.precision})"
+        )
         return make_issue(check, *identity, Finding(message, details))
 
     def _batch_level_issue(self, identity: Identity, number: int, together: _Verdict, size: int) -> Issue:
         self.stats.batch_level += 1
-        details = {"batch": number, "nonfinite": together.nonfinite, "batch_level": True, "records": size,
-                   **self._context()}
-        message = (f"batch {number}: {', '.join(together.nonfinite)} non-finite only with these {size} "
-                   "records together, none on its own (a batch-level pathology of the loss)")
+        details = {
+            "batch": number,
+            "nonfinite": together.nonfinite,
+            "batch_level": True,
+            "records": size,
+            **self._context(),
+        }
+        message = (
+            f"batch {number}: {', '.join(together.nonfinite)} non-finite only with these {size} "
+            "records together, none on its own (a batch-level pathology of the loss)"
+        )
         return make_issue("loss-nonfinite", *identity, Finding(message, details, Severity.WARNING))
 
 

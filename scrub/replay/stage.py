@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.readers.base import Reader
 from scrub.records import Batch, Issue
-from scrub.replay.features import FeatureSpec, Features, featurize_batch, featurize_records
-from scrub.checks.imagedecode import NUMERIC_MODES
+from scrub.replay.features import Features, FeatureSpec, featurize_batch, featurize_records
 from scrub.replay.replayer import Replayer
 from scrub.replay.standardize import PIXELS, Moments, Standardizer
 
@@ -46,8 +46,14 @@ class ReplayWork:
         self.reader = reader
         self.spec = spec
 
-    def __call__(self, partition_no: int, partition: Sequence[Any], start: int = 0, stop: int | None = None,
-                 on_record: Callable[[int], None] | None = None) -> ReplayPiece:
+    def __call__(
+        self,
+        partition_no: int,
+        partition: Sequence[Any],
+        start: int = 0,
+        stop: int | None = None,
+        on_record: Callable[[int], None] | None = None,
+    ) -> ReplayPiece:
         parts: list[Features] = []
         records: list = []
         offset = start
@@ -112,19 +118,23 @@ class ReplayStage:
             self.emit(issue)
 
 
-def feature_spec(stats: dict[str, Counter], image_size: int = 16, scale: float | None = None,
-                 max_pixels: int | None = None) -> FeatureSpec:
+def feature_spec(
+    stats: dict[str, Counter], image_size: int = 16, scale: float | None = None, max_pixels: int | None = None
+) -> FeatureSpec:
     """Images when most records the scan saw were images, else the most common array shape."""
     images = sum(stats.get("formats", Counter()).values())
     shapes = stats.get("shapes", Counter())
     if shapes and sum(shapes.values()) > images:
         shape = max(shapes.items(), key=lambda item: (item[1], item[0]))[0]
-        return FeatureSpec.for_arrays(tuple(int(n) for n in str(shape).split("x") if n), scale=scale,
-                                      max_pixels=max_pixels)
+        return FeatureSpec.for_arrays(
+            tuple(int(n) for n in str(shape).split("x") if n), scale=scale, max_pixels=max_pixels
+        )
     return FeatureSpec.for_images(image_size, scale=scale, max_pixels=max_pixels)
 
 
-def standardizer(spec: FeatureSpec, stats: dict[str, Counter], moments: dict[str, Moments]) -> Standardizer | None:
+def standardizer(
+    spec: FeatureSpec, stats: dict[str, Counter], moments: dict[str, Moments]
+) -> Standardizer | None:
     """How the replay standardizes (see `scrub.replay.standardize`): ImageNet's statistics for
     8-bit images, the scan's pixel statistics when most images are float, the scan's per-feature
     statistics of the dominant row shape for arrays; None when the scan found no typical row."""
@@ -137,8 +147,13 @@ def standardizer(spec: FeatureSpec, stats: dict[str, Counter], moments: dict[str
     return Standardizer.from_moments(moments.get("x".join(map(str, spec.shape))), spec.dim, "features")
 
 
-def class_count(num_classes: int | None, label_range: tuple[int, int] | None, classes: list[str] | None,
-                labels: Counter | None, label_width: int | None = None) -> int:
+def class_count(
+    num_classes: int | None,
+    label_range: tuple[int, int] | None,
+    classes: list[str] | None,
+    labels: Counter | None,
+    label_width: int | None = None,
+) -> int:
     """C: declared (``--num-classes``, the top of ``--label-range``), the width of label
     vectors, the class folders, or one more than the largest label that is not a far outlier
     (`label-outlier`'s rule); at least 2, so that even unlabelled data has a loss to go wrong."""
@@ -160,4 +175,3 @@ def class_count(num_classes: int | None, label_range: tuple[int, int] | None, cl
         if usable:
             return max(2, int(max(usable)) + 1)
     return 2
-

@@ -54,7 +54,9 @@ class TorchModel:
     standardized = True
     bounded = False  # no bound on a record's share of the gradient: only the relative screen
 
-    def __init__(self, module: Any, spec: str, input_shape: tuple[int, ...], num_classes: int, config: Any) -> None:
+    def __init__(
+        self, module: Any, spec: str, input_shape: tuple[int, ...], num_classes: int, config: Any
+    ) -> None:
         import torch
 
         self.torch = torch
@@ -80,17 +82,23 @@ class TorchModel:
             losses.mean().backward()
         except UsageError:
             raise
-        except Exception as error:  # noqa: BLE001 - the user's module failed on these inputs
-            raise UsageError(f"--model {self.spec}: the module failed on a batch of {len(y)}: {first_line(error)}") from None
+        except Exception as error:
+            raise UsageError(
+                f"--model {self.spec}: the module failed on a batch of {len(y)}: {first_line(error)}"
+            ) from None
         finally:
             if single:
                 self.module.train()
-        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
+        grads = [
+            p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters
+        ]
         after = self._buffers()
         self._restore(saved)
         with np.errstate(all="ignore"):
             potentials = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64) + 1.0)
-        return TorchPass(logits.detach().float().numpy(), losses.detach().float().numpy(), grads, after, potentials)
+        return TorchPass(
+            logits.detach().float().numpy(), losses.detach().float().numpy(), grads, after, potentials
+        )
 
     def step(self, result: TorchPass, lr: float) -> None:
         for parameter, grad in zip(self.parameters, result.grads):
@@ -128,8 +136,10 @@ class TorchModel:
             with torch.autocast("cpu", dtype=dtype):
                 logits = self.module(inputs)
         if tuple(logits.shape) != (len(y), self.num_classes):
-            raise UsageError(f"--model {self.spec}: the module returned logits of shape {tuple(logits.shape)}, "
-                             f"not ({len(y)}, {self.num_classes})")
+            raise UsageError(
+                f"--model {self.spec}: the module returned logits of shape {tuple(logits.shape)}, "
+                f"not ({len(y)}, {self.num_classes})"
+            )
         losses = torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
         return logits, losses
 

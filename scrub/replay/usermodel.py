@@ -36,8 +36,14 @@ def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: call it as a loss
         return function
-    offered = {"input_shape": tuple(input_shape), "num_features": int(np.prod(input_shape)), "num_classes": num_classes}
-    required = [p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    offered = {
+        "input_shape": tuple(input_shape),
+        "num_features": int(np.prod(input_shape)),
+        "num_classes": num_classes,
+    }
+    required = [
+        p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     named = {p.name for p in parameters} & set(offered)
     if any(name not in offered for name in required) or not (named or not required and parameters == []):
         return function  # f(X, y): a loss
@@ -45,18 +51,22 @@ def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config
 
     keywords = {k: v for k, v in offered.items() if k in named}
     try:
-        import torch  # noqa: F401 - a factory is a PyTorch model: say so if it cannot be
+        import torch
     except ImportError:
-        raise UsageError(f"--model {spec} is a model factory, which needs PyTorch: pip install 'scrub[torch]'") from None
+        raise UsageError(
+            f"--model {spec} is a model factory, which needs PyTorch: pip install 'scrub[torch]'"
+        ) from None
     import torch
 
     torch.manual_seed(config.seed)  # the factory's initial weights, like the built-in models'
     try:
         module = function(**keywords)
-    except Exception as error:  # noqa: BLE001 - the user's code
+    except Exception as error:
         raise UsageError(f"--model {spec}({', '.join(keywords)}) failed: {first_line(error)}") from None
     if not (hasattr(module, "parameters") and hasattr(module, "forward")):
-        raise UsageError(f"--model {spec} returned {type(module).__name__}, not a torch.nn.Module (a loss takes (X, y))")
+        raise UsageError(
+            f"--model {spec} returned {type(module).__name__}, not a torch.nn.Module (a loss takes (X, y))"
+        )
     return TorchModel(module, spec, input_shape, num_classes, config)
 
 
@@ -67,7 +77,7 @@ def load_loss(spec: str) -> LossFunction:
         raise UsageError(f"--model must be module:function, not {spec!r}")
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - ImportError, or the module's own failure
+    except Exception as error:
         raise UsageError(f"--model {spec}: cannot import {module_name}: {first_line(error)}") from None
     function: Any = module
     for part in name.split("."):

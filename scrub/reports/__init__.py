@@ -27,10 +27,20 @@ def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) 
     ``$GITHUB_STEP_SUMMARY`` when it is set); return what they named, for the console."""
     summary = result.summary
     wanted_images = THUMBNAILS if options.html is not None else 0
-    needed = options.show or options.junit or options.html or options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
+    needed = (
+        options.show
+        or options.junit
+        or options.html
+        or options.summary_md
+        or os.environ.get("GITHUB_STEP_SUMMARY")
+    )
     if not (needed and summary.issues):
         found = Findings()
-    elif result.findings is not None and result.findings.show >= options.show and result.findings.images >= wanted_images:
+    elif (
+        result.findings is not None
+        and result.findings.show >= options.show
+        and result.findings.images >= wanted_images
+    ):
         # gathered during the scan: no second pass over the manifest
         found = result.findings
     else:
@@ -48,7 +58,11 @@ def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) 
     if options.html is not None:
         from scrub.reports import html
 
-        write_report(options.html, html.render(summary, found, options.fail_on, exit_code, result.manifest), "HTML report")
+        write_report(
+            options.html,
+            html.render(summary, found, options.fail_on, exit_code, result.manifest),
+            "HTML report",
+        )
     return found
 
 

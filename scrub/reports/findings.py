@@ -48,7 +48,13 @@ def record_name(issue: Issue) -> str:
 
 
 def _order(issue: Issue) -> tuple:
-    return (issue.dataset or "", issue.index if issue.index is not None else -1, issue.source, issue.key, issue.check)
+    return (
+        issue.dataset or "",
+        issue.index if issue.index is not None else -1,
+        issue.source,
+        issue.key,
+        issue.check,
+    )
 
 
 def collect(manifest: Path, show: int = 10, per_check: int = KEYS_PER_CHECK, images: int = 0) -> Findings:
@@ -123,8 +129,10 @@ class Collector:
         ranked = [item[2] for item in sorted(self.errors, key=lambda item: _order(item[2]))]
         found.errors = ranked[: self.show]
         found.quarantined = ranked[: self.images]
-        found.keys = {check: [record_name(item[2]) for item in sorted(heap, key=lambda item: _order(item[2]))]
-                      for check, heap in sorted(self.keys.items())}
+        found.keys = {
+            check: [record_name(item[2]) for item in sorted(heap, key=lambda item: _order(item[2]))]
+            for check, heap in sorted(self.keys.items())
+        }
         return found
 
 

@@ -71,14 +71,26 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
     if summary.datasets:
         parts.append(_ranges(summary.datasets))
     if findings.errors:
-        rows = "".join(f"<tr><td><code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
-                       for i in findings.errors)
-        more = f"<p class=muted>and {findings.more_errors:,} more errors in the manifest</p>" if findings.more_errors else ""
-        parts.append(f"<h2>First records with errors</h2><table id=errors><tr><th>record</th><th>check</th>"
-                     f"<th>message</th></tr>{rows}</table>{more}")
-    budget = MAX_BYTES - sum(len(part.encode()) for part in parts) - 4096  # the footer and "more" fit in 4 KiB
+        rows = "".join(
+            f"<tr><td><code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
+            for i in findings.errors
+        )
+        more = (
+            f"<p class=muted>and {findings.more_errors:,} more errors in the manifest</p>"
+            if findings.more_errors
+            else ""
+        )
+        parts.append(
+            f"<h2>First records with errors</h2><table id=errors><tr><th>record</th><th>check</th>"
+            f"<th>message</th></tr>{rows}</table>{more}"
+        )
+    budget = (
+        MAX_BYTES - sum(len(part.encode()) for part in parts) - 4096
+    )  # the footer and "more" fit in 4 KiB
     parts.append(_thumbnails(summary, findings, budget))
-    parts.append(f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub {_e(_version())}</p></body></html>")
+    parts.append(
+        f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub {_e(_version())}</p></body></html>"
+    )
     return "\n".join(parts)
 
 
@@ -98,11 +110,19 @@ def _checks(summary: Summary, findings: Findings, registry, overrides) -> str:
         fill = ERROR if severity == "error" else WARNING
         bar = f"<svg width=200 height=12 role=img><rect width={width} height=12 fill='{fill}'/></svg>"
         statuses = findings.statuses.get(check, {})
-        new = f" <span class=muted>({statuses.get('new', 0)} new)</span>" if summary.baseline is not None and count else ""
-        rows.append(f"<tr><td><code>{_e(check)}</code></td><td>{_e(severity)}</td><td class=n>{count:,}{new}</td>"
-                    f"<td>{bar}</td></tr>")
-    return ("<h2>Issues per check</h2><table id=checks><tr><th>check</th><th>severity</th><th class=n>issues</th>"
-            f"<th></th></tr>{''.join(rows)}</table>")
+        new = (
+            f" <span class=muted>({statuses.get('new', 0)} new)</span>"
+            if summary.baseline is not None and count
+            else ""
+        )
+        rows.append(
+            f"<tr><td><code>{_e(check)}</code></td><td>{_e(severity)}</td><td class=n>{count:,}{new}</td>"
+            f"<td>{bar}</td></tr>"
+        )
+    return (
+        "<h2>Issues per check</h2><table id=checks><tr><th>check</th><th>severity</th><th class=n>issues</th>"
+        f"<th></th></tr>{''.join(rows)}</table>"
+    )
 
 
 def _histogram(labels: dict) -> str:
@@ -115,14 +135,24 @@ def _histogram(labels: dict) -> str:
     bars = []
     for i, (label, count) in enumerate(shown):
         h = max(1.0, (height - 20) * count / top)
-        bars.append(f"<rect x='{i * step + 1:.1f}' y='{height - 20 - h:.1f}' width='{max(1.0, step - 2):.1f}' "
-                    f"height='{h:.1f}' fill='#2e86c1'><title>label {_e(label)}: {count:,}</title></rect>")
+        bars.append(
+            f"<rect x='{i * step + 1:.1f}' y='{height - 20 - h:.1f}' width='{max(1.0, step - 2):.1f}' "
+            f"height='{h:.1f}' fill='#2e86c1'><title>label {_e(label)}: {count:,}</title></rect>"
+        )
         if len(shown) <= 30:
-            bars.append(f"<text x='{i * step + step / 2:.1f}' y='{height - 5}' font-size='10' "
-                        f"text-anchor='middle'>{_e(label)}</text>")
-    more = f"<p class=muted>{len(items) - len(shown):,} more labels not shown</p>" if len(items) > len(shown) else ""
-    return (f"<h2>Labels</h2><svg id=labels width={width} height={height} role=img>{''.join(bars)}</svg>{more}"
-            f"<p class=muted>{len(items):,} distinct labels, {sum(labels.values()):,} labelled records</p>")
+            bars.append(
+                f"<text x='{i * step + step / 2:.1f}' y='{height - 5}' font-size='10' "
+                f"text-anchor='middle'>{_e(label)}</text>"
+            )
+    more = (
+        f"<p class=muted>{len(items) - len(shown):,} more labels not shown</p>"
+        if len(items) > len(shown)
+        else ""
+    )
+    return (
+        f"<h2>Labels</h2><svg id=labels width={width} height={height} role=img>{''.join(bars)}</svg>{more}"
+        f"<p class=muted>{len(items):,} distinct labels, {sum(labels.values()):,} labelled records</p>"
+    )
 
 
 def _ranges(datasets: dict) -> str:
@@ -134,14 +164,20 @@ def _ranges(datasets: dict) -> str:
         largest = max(abs(low or 0.0), abs(high or 0.0))
         position = 0 if largest <= 1 else min(1.0, math.log10(largest) / 38)
         fill = ERROR if largest >= 65504 else GOOD
-        bar = (f"<svg width=200 height=12 role=img><rect width=200 height=12 fill='#eee'/>"
-               f"<rect width={max(2, round(200 * position))} height=12 fill='{fill}'/></svg>")
+        bar = (
+            f"<svg width=200 height=12 role=img><rect width=200 height=12 fill='#eee'/>"
+            f"<rect width={max(2, round(200 * position))} height=12 fill='{fill}'/></svg>"
+        )
         nonfinite = facts.get("nonfinite_values", 0)
-        rows.append(f"<tr><td><code>{_e(source)}</code></td><td class=n>{_num(low)}</td><td class=n>{_num(mean)}</td>"
-                    f"<td class=n>{_num(high)}</td><td class=n>{nonfinite:,}</td><td>{bar}</td></tr>")
-    return ("<h2>Value ranges</h2><table id=ranges><tr><th>dataset</th><th class=n>min</th><th class=n>mean</th>"
-            "<th class=n>max</th><th class=n>non-finite</th><th>largest |value|, log scale to 1e38</th></tr>"
-            f"{''.join(rows)}</table>")
+        rows.append(
+            f"<tr><td><code>{_e(source)}</code></td><td class=n>{_num(low)}</td><td class=n>{_num(mean)}</td>"
+            f"<td class=n>{_num(high)}</td><td class=n>{nonfinite:,}</td><td>{bar}</td></tr>"
+        )
+    return (
+        "<h2>Value ranges</h2><table id=ranges><tr><th>dataset</th><th class=n>min</th><th class=n>mean</th>"
+        "<th class=n>max</th><th class=n>non-finite</th><th>largest |value|, log scale to 1e38</th></tr>"
+        f"{''.join(rows)}</table>"
+    )
 
 
 def _num(value) -> str:
@@ -162,16 +198,26 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int) -> str:
             continue
         seen.add((issue.source, issue.key))
         image = _thumbnail(root, issue.key) if files and issue.check not in NO_PREVIEW else None
-        picture = f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image}'>" if image else "<div class=none>no preview</div>"
-        figure = (f"<figure>{picture}<figcaption><code>{_e(record_name(issue))}</code><br>{_e(issue.check)}: "
-                  f"{_e(issue.message[:160])}</figcaption></figure>")
+        picture = (
+            f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image}'>"
+            if image
+            else "<div class=none>no preview</div>"
+        )
+        figure = (
+            f"<figure>{picture}<figcaption><code>{_e(record_name(issue))}</code><br>{_e(issue.check)}: "
+            f"{_e(issue.message[:160])}</figcaption></figure>"
+        )
         size = len(figure.encode())
         if used + size > budget:
             left_out += 1
             continue
         figures.append(figure)
         used += size
-    more = f"<p class=muted>{left_out:,} more not shown (the report stays under {MAX_BYTES // 2**20} MB)</p>" if left_out else ""
+    more = (
+        f"<p class=muted>{left_out:,} more not shown (the report stays under {MAX_BYTES // 2**20} MB)</p>"
+        if left_out
+        else ""
+    )
     return f"<h2>Quarantined records</h2><div id=thumbnails class=grid>{''.join(figures)}</div>{more}"
 
 
@@ -195,6 +241,6 @@ def _thumbnail(root: str, key: str) -> str | None:
                 image.thumbnail((THUMBNAIL, THUMBNAIL))
                 buffer = io.BytesIO()
                 image.convert("RGB").save(buffer, "JPEG", quality=70)
-    except Exception:  # noqa: BLE001 - an undecodable image has no preview, that is all
+    except Exception:
         return None
     return base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -23,8 +23,11 @@ def failing(counts, fail_on: str) -> int:
     if fail_on == "warning":
         return sum(counts.values())
     statuses = ("new", "reappeared") if fail_on == "new" else None
-    return sum(n for (status, severity), n in counts.items()
-               if severity == "error" and (statuses is None or status in statuses))
+    return sum(
+        n
+        for (status, severity), n in counts.items()
+        if severity == "error" and (statuses is None or status in statuses)
+    )
 
 
 def render(summary: Summary, findings: Findings, fail_on: str) -> str:
@@ -32,8 +35,12 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
 
     overrides = summary.options.get("check_severity") or {}
     name = PurePath(summary.path).name or summary.path
-    suite = ElementTree.Element("testsuite", name=f"scrub {summary.path}", tests=str(len(summary.checks)),
-                                time=f"{summary.seconds:.3f}")
+    suite = ElementTree.Element(
+        "testsuite",
+        name=f"scrub {summary.path}",
+        tests=str(len(summary.checks)),
+        time=f"{summary.seconds:.3f}",
+    )
     failures = 0
     for check in summary.checks:
         severity = overrides.get(check, REGISTRY[check].severity.value)
@@ -41,22 +48,36 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         count = summary.issues_by_check.get(check, 0)
         statuses = findings.statuses.get(check, {})
         keys = findings.keys.get(check, [])  # "source:key" where the source is another name
-        by_severity = {level: sum(n for (_, s), n in findings.severities.get(check, {}).items() if s == level)
-                       for level in ("error", "warning")}
-        described = ", ".join(f"{n:,} {level}{'s' if n != 1 else ''}" for level, n in by_severity.items() if n) \
+        by_severity = {
+            level: sum(n for (_, s), n in findings.severities.get(check, {}).items() if s == level)
+            for level in ("error", "warning")
+        }
+        described = (
+            ", ".join(f"{n:,} {level}{'s' if n != 1 else ''}" for level, n in by_severity.items() if n)
             or f"0 {severity}s"
+        )
         if summary.baseline is not None:
-            described += " (" + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting")) + ")"
-        shown = "\n".join(keys) + (f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else "")
+            described += (
+                " ("
+                + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting"))
+                + ")"
+            )
+        shown = "\n".join(keys) + (
+            f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else ""
+        )
         if failing(findings.severities.get(check, {}), fail_on):
             failures += 1
             failure = ElementTree.SubElement(case, "failure", message=f"{check}: {described}", type=severity)
             failure.text = f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: {summary.manifest}"
         elif count:
-            ElementTree.SubElement(case, "system-out").text = f"{described} (not failing with --fail-on {fail_on}):\n{shown}"
+            ElementTree.SubElement(
+                case, "system-out"
+            ).text = f"{described} (not failing with --fail-on {fail_on}):\n{shown}"
     suite.set("failures", str(failures))
     suite.set("errors", "0")
-    suites = ElementTree.Element("testsuites", name="scrub", tests=str(len(summary.checks)), failures=str(failures))
+    suites = ElementTree.Element(
+        "testsuites", name="scrub", tests=str(len(summary.checks)), failures=str(failures)
+    )
     suites.append(suite)
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"

@@ -22,20 +22,28 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
     ]
     if summary.baseline is not None:
         counts = summary.baseline
-        lines += [f"Against the baseline: **{counts['new']:,} new**, {counts['persisting']:,} persisting, "
-                  f"{counts['reappeared']:,} reappeared, {counts['resolved']:,} resolved.", ""]
+        lines += [
+            f"Against the baseline: **{counts['new']:,} new**, {counts['persisting']:,} persisting, "
+            f"{counts['reappeared']:,} reappeared, {counts['resolved']:,} resolved.",
+            "",
+        ]
     found = {check: n for check, n in sorted(summary.issues_by_check.items()) if n}
     if found:
         overrides = summary.options.get("check_severity") or {}
         from scrub.checks import REGISTRY
 
         lines += ["| check | severity | issues |", "|---|---|---:|"]
-        lines += [f"| `{check}` | {overrides.get(check, REGISTRY[check].severity.value)} | {n:,} |"
-                  for check, n in found.items()]
+        lines += [
+            f"| `{check}` | {overrides.get(check, REGISTRY[check].severity.value)} | {n:,} |"
+            for check, n in found.items()
+        ]
         lines.append("")
     if findings.errors:
         lines += ["| record | check | message |", "|---|---|---|"]
-        lines += [f"| `{_cell(record_name(issue))}` | `{issue.check}` | {_cell(issue.message)} |" for issue in findings.errors]
+        lines += [
+            f"| `{_cell(record_name(issue))}` | `{issue.check}` | {_cell(issue.message)} |"
+            for issue in findings.errors
+        ]
         if findings.more_errors:
             lines.append(f"\nand {findings.more_errors:,} more errors in the manifest")
         lines.append("")

@@ -131,8 +131,16 @@ class HDF5Writer(Writer):
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _split(self, path: str, relative: str, rows: int, bad: np.ndarray, clean: Path,
-               quarantine: Path | None, tally: Tally) -> None:
+    def _split(
+        self,
+        path: str,
+        relative: str,
+        rows: int,
+        bad: np.ndarray,
+        clean: Path,
+        quarantine: Path | None,
+        tally: Tally,
+    ) -> None:
         import h5py
 
         with h5py.File(path, "r") as source:
@@ -150,7 +158,9 @@ class HDF5Writer(Writer):
                     seed = identity_seed(relative)
                     for begin, blocks in _blocks(aligned, rows):
                         mask = _keep_mask(begin, len(blocks[0]), bad)
-                        values = row_values(seed, np.arange(begin, begin + len(mask)), [row_digests(b) for b in blocks])
+                        values = row_values(
+                            seed, np.arange(begin, begin + len(mask)), [row_digests(b) for b in blocks]
+                        )
                         tally.kept.add_values(values[mask])
                         tally.quarantined.add_values(values[~mask])
                         kept.add(blocks if mask.all() else [block[mask] for block in blocks])
@@ -218,7 +228,9 @@ class _Sinks:
     def __init__(self, file, aligned: list, rows: int, with_source_rows: bool = False) -> None:
         self.sinks = [_RowSink(_like(file, dataset, rows)) for dataset in aligned]
         self.origin = (
-            _RowSink(file.create_dataset(SOURCE_ROW, shape=(rows,), dtype=np.int64)) if with_source_rows else None
+            _RowSink(file.create_dataset(SOURCE_ROW, shape=(rows,), dtype=np.int64))
+            if with_source_rows
+            else None
         )
 
     def add(self, blocks: list[np.ndarray], origin: np.ndarray | None = None) -> None:
@@ -282,7 +294,10 @@ def _like(file, source, rows: int):
 
     plist = source.id.get_create_plist()
     options: dict[str, Any] = {}
-    if plist.get_layout() in (h5py.h5d.CONTIGUOUS, h5py.h5d.COMPACT, h5py.h5d.CHUNKED) and not source.external:
+    if (
+        plist.get_layout() in (h5py.h5d.CONTIGUOUS, h5py.h5d.COMPACT, h5py.h5d.CHUNKED)
+        and not source.external
+    ):
         options["dcpl"] = plist.copy()  # virtual and external layouts become plain data
     if source.chunks:
         maxshape = list(source.maxshape)
@@ -291,7 +306,9 @@ def _like(file, source, rows: int):
         options.update(chunks=source.chunks, maxshape=tuple(maxshape))
     parent = file.require_group(source.parent.name)
     name = source.name.rsplit("/", 1)[-1]
-    dataset = parent.create_dataset(name, shape=(rows, *source.shape[1:]), dtype=source.id.get_type(), **options)
+    dataset = parent.create_dataset(
+        name, shape=(rows, *source.shape[1:]), dtype=source.id.get_type(), **options
+    )
     _copy_attrs(source, dataset)
     return dataset
 

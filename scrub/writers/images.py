@@ -95,7 +95,9 @@ class ImageWriter(Writer):
             return ledger
         for partition in partitions:
             for record in reader.read(partition):
-                ledger.add_record(identity_seed(portable_key(reader.root, record), repr(record.label)), record.payload)
+                ledger.add_record(
+                    identity_seed(portable_key(reader.root, record), repr(record.label)), record.payload
+                )
         return ledger
 
     def _list_lines(self) -> Iterator[str]:

@@ -54,7 +54,9 @@ class LMDBWriter(Writer):
                         tally.other_files += 1
                         continue
                     quarantined = whole or verdicts.quarantined(source_name, index)
-                    (tally.quarantined if quarantined else tally.kept).add_record(identity_seed(key.hex()), value)
+                    (tally.quarantined if quarantined else tally.kept).add_record(
+                        identity_seed(key.hex()), value
+                    )
                     if quarantined in outputs:
                         outputs[quarantined].put(key, value)
                     if quarantined:
@@ -67,7 +69,9 @@ class LMDBWriter(Writer):
                 output.close()
         if metadata and tally.records_quarantined:
             names = ", ".join(encode_key(k) for k in metadata)
-            tally.notes.append(f"metadata keys copied unchanged ({names}): a loader that trusts them will see the old record count")
+            tally.notes.append(
+                f"metadata keys copied unchanged ({names}): a loader that trusts them will see the old record count"
+            )
         return tally
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
@@ -81,7 +85,11 @@ class LMDBWriter(Writer):
             with environment.begin(buffers=True) as transaction:
                 for key, value in transaction.cursor():
                     key = bytes(key)
-                    seed = identity_seed("metadata", key.hex()) if key in METADATA_KEYS else identity_seed(key.hex())
+                    seed = (
+                        identity_seed("metadata", key.hex())
+                        if key in METADATA_KEYS
+                        else identity_seed(key.hex())
+                    )
                     ledger.add_record(seed, value)
         finally:
             environment.close()
