@@ -201,7 +201,8 @@ print(json.dumps([times[0], min(times[1:])]))
         f"unchanged rerun {api_rerun:.3f} s ({api_first / api_rerun:.1f}x)"
     )
     print(
-        f"- rerun after {args.fraction:.0%} changed: {rerun:.2f} s, {rerun / floor:.2f}x the scan of only the "
+        f"- rerun after {args.fraction:.0%} changed: {rerun:.2f} s, {rerun / floor:.2f}x the scan of only "
+        "the "
         f"changed files ({floor:.2f} s); {rerun - unchanged:.2f} s more than an unchanged rerun"
     )
     print(f"- its manifest equals a full scan's: {identical}")

@@ -37,8 +37,9 @@ with h5py.File(sys.argv[1], "r") as f, open(sys.argv[2], "w") as out:
         for i, row in enumerate(block):
             bad = ~np.isfinite(row)
             if bad.any():
-                out.write(json.dumps({"key": str(start + i), "check": "nonfinite-data", "nan": int(np.isnan(row).sum()),
-                                      "first_position": int(np.flatnonzero(bad)[0])}) + "\n")
+                line = {"key": str(start + i), "check": "nonfinite-data", "nan": int(np.isnan(row).sum()),
+                        "first_position": int(np.flatnonzero(bad)[0])}
+                out.write(json.dumps(line) + "\n")
 """
 
 NAIVE_ROWS = r"""
@@ -93,18 +94,21 @@ def timed(command: list[str]) -> tuple[float, int]:
 
 def dense_file(workdir: Path, rows: int) -> Path:
     path = workdir / f"dense-{rows}.h5"
-    if not path.exists():
-        with h5py.File(path, "w") as file:
+    if not path.exists():  # written aside and renamed: a run killed mid-way leaves no broken file
+        temporary = path.with_suffix(".tmp")
+        with h5py.File(temporary, "w") as file:
             data = file.create_dataset("data", shape=(rows, 4), dtype="f4", chunks=(65536, 4))
             for start in range(0, rows, 1 << 20):
                 data[start : start + (1 << 20)] = np.nan
+        temporary.rename(path)
     return path
 
 
 def big_row_file(workdir: Path, side: int) -> Path:
     path = workdir / f"rows-3x{side}x{side}.h5"
     if not path.exists():
-        with h5py.File(path, "w") as file:
+        temporary = path.with_suffix(".tmp")
+        with h5py.File(temporary, "w") as file:
             data = file.create_dataset("data", shape=(3, side, side), dtype="f4", chunks=(1, 1024, 1024))
             for row in range(3):
                 for top in range(0, side, 1024):
@@ -112,6 +116,7 @@ def big_row_file(workdir: Path, side: int) -> Path:
                         (min(1024, side - top), side), "f4"
                     )
             data[1, side - 1, side - 1] = np.nan
+        temporary.rename(path)
     return path
 
 
@@ -127,8 +132,9 @@ def main() -> int:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     mib = 1 << 20
+    today = f"{datetime.now(timezone.utc):%Y-%m-%d}"
     lines = [
-        f"# scrub: dense findings and big rows ({datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} cores)",
+        f"# scrub: dense findings and big rows ({today}, {os.cpu_count()} cores)",
         "",
         "| case | scrub s | scrub findings/s | scrub peak PSS | naive s | naive peak PSS |",
         "|---|---:|---:|---:|---:|---:|",

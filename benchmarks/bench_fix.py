@@ -178,7 +178,8 @@ def markdown(rows: list[dict], args) -> str:
     lines = [
         f"`scrub fix` vs `scrub scan` + a copy; best of {args.repeat}, warm cache, {os.cpu_count()} cores",
         "",
-        "| dataset | scan | copy | fix --quarantine | fix / (scan + copy) | fix --manifest | fix --manifest / copy |",
+        "| dataset | scan | copy | fix --quarantine | fix / (scan + copy) | fix --manifest | fix --manifest "
+        "/ copy |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:

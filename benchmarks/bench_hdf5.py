@@ -181,7 +181,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         s = row["seconds"]
         lines.append(
             f"| {row['file']} | {row['bytes'] / 2**30:.2f} GiB | {s['cat']} | {s['naive']} | {s['scrub']} | "
-            f"{row['bytes'] / s['scrub'] / 1e9:.2f} | {s['naive'] / s['scrub']:.2f}x | {s['cat'] / s['scrub']:.2f} | "
+            f"{row['bytes'] / s['scrub'] / 1e9:.2f} | {s['naive'] / s['scrub']:.2f}x | "
+            f"{s['cat'] / s['scrub']:.2f} | "
             f"{row['peak_rss_mib']['scrub']} | {row['scrub_nonfinite']} / {row['naive_nonfinite']} |"
         )
     return "\n".join(lines) + "\n"
@@ -212,7 +213,8 @@ def main() -> int:
         started = time.perf_counter()
         generate(path, count, compression)
         print(
-            f"{path.name}: {path.stat().st_size / 2**30:.2f} GiB ready ({time.perf_counter() - started:.0f} s)",
+            f"{path.name}: {path.stat().st_size / 2**30:.2f} GiB ready ({time.perf_counter() - started:.0f} "
+            "s)",
             flush=True,
         )
     results = []

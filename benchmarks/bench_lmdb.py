@@ -126,14 +126,16 @@ def main() -> int:
             "",
             "| tool | best s | records/s | all runs (s) | flagged |",
             "|---|---:|---:|---|---:|",
-            f"| naive loop (cursor, protobuf, Pillow load) | {best['naive']:.2f} | {count / best['naive']:,.0f} | "
+            f"| naive loop (cursor, protobuf, Pillow load) | {best['naive']:.2f} | "
+            f"{count / best['naive']:,.0f} | "
             f"{', '.join(f'{s:.2f}' for s in runs['naive'])} | {len(naive_bad)} |",
             f"| scrub scan | {best['scrub']:.2f} | {count / best['scrub']:,.0f} | "
             f"{', '.join(f'{s:.2f}' for s in runs['scrub'])} | {len(scrub_bad)} |",
             "",
             f"scrub vs naive: **{best['naive'] / best['scrub']:.2f}x** (target >= 3x). "
             f"Flagged by both: {len(naive_bad & scrub_bad)}; only by scrub: {len(scrub_bad - naive_bad)} "
-            f"(bit flips that Pillow decodes without a word); only by the naive loop: {len(naive_bad - scrub_bad)}.",
+            "(bit flips that Pillow decodes without a word); only by the naive loop: "
+            f"{len(naive_bad - scrub_bad)}.",
         ]
     )
     print(report)

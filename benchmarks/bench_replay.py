@@ -83,7 +83,8 @@ def main() -> int:
             bench(f"HDF5 ({args.hdf5_gib:g} GiB float32 rows)", h5, args.python, args.repeat, Path(work)),
         ]
     lines = [
-        f"`scrub scan` with and without `--dummy-loss`; best of {args.repeat}, warm cache, {os.cpu_count()} cores",
+        f"`scrub scan` with and without `--dummy-loss`; best of {args.repeat}, warm cache, {os.cpu_count()} "
+        "cores",
         "",
         "| dataset | records | features x classes | scan | model | + replay | overhead | replay records/s |",
         "|---|---:|---:|---:|---|---:|---:|---:|",

@@ -144,7 +144,8 @@ def main() -> int:
         data, labels, _ = load(source)
         print(f"{ROWS} rows, planted: " + "; ".join(f"{row}: {what}" for row, what in PLANTS.items()))
         print(
-            f"{'network':9} {'precision':9} {'source: batches non-finite':32} {'batches with a scrub error':28} "
+            f"{'network':9} {'precision':9} {'source: batches non-finite':32} "
+            f"{'batches with a scrub error':28} "
             f"{'cleaned copy: non-finite'}"
         )
         failures = 0
@@ -164,7 +165,8 @@ def main() -> int:
                 failures += len(broken) - len(explained) + len(after)
                 print(
                     f"{net_name:9} {precision:9} {len(broken):>3} of {-(-ROWS // BATCH)} {str(broken):22} "
-                    f"{len(explained):>3} of {len(broken):<24} {len(after)} of {-(-len(clean_data) // BATCH)} "
+                    f"{len(explained):>3} of {len(broken):<24} {len(after)} of "
+                    f"{-(-len(clean_data) // BATCH)} "
                     f"({fixed.report['quarantined']} rows quarantined)"
                 )
         return 1 if failures else 0

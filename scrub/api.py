@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrub import pipeline
 from scrub.baseline import Baseline
@@ -40,6 +40,9 @@ from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.runner import Encoding, PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
+
+if TYPE_CHECKING:
+    from scrub.cache import ResultCache
 
 
 @dataclass
@@ -159,12 +162,13 @@ def scan(
         finally:
             dataset.reader.close()
     found = expand_datasets(path, options.read)
+    note = found.note()
     return scan_many(
         [(p, options) for p in found.paths],
         options,
         progress=progress,
         started=started,
-        notes=[found.note()] if found.note() else [],
+        notes=[note] if note else [],
     )
 
 
@@ -188,8 +192,8 @@ def scan_many(
     try:
         for path, own in datasets:
             opened.append(open_dataset(path, own))
-        own = [replace(dataset_options, **_run_wide(options)) for _, dataset_options in datasets]
-        return _scan_opened(opened, own, options, progress, started, list(notes), several=True)
+        per_dataset = [replace(dataset_options, **_run_wide(options)) for _, dataset_options in datasets]
+        return _scan_opened(opened, per_dataset, options, progress, started, list(notes), several=True)
     finally:
         for dataset in opened:
             dataset.reader.close()
@@ -272,6 +276,7 @@ class DatasetScan:
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
         )
+        self.cache: ResultCache | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)
             if options.cache is not None
@@ -321,12 +326,15 @@ class DatasetScan:
         from scrub.runner import Reuse, Subset, SubsetWork
 
         dataset, cache, aggregate = self.dataset, self.cache, self.aggregate
+        assert cache is not None  # `tasks` comes here only with a cache
         reader = dataset.reader
         reuse = Reuse(reader, self.checks)
         lookups, subsets = {}, []
         reuse_results = self.replay is None
         for number, partition in enumerate(dataset.partitions):
-            found = lookups[number] = cache.lookup(reader.cache_entries(partition), usable=reuse_results)
+            entries = reader.cache_entries(partition)
+            assert entries is not None  # a cache is opened only for a reader whose records it holds
+            found = lookups[number] = cache.lookup(entries, usable=reuse_results)
             if found.hits:
                 aggregate.add(reuse.result(number, partition, cache.reused(found)))
             if found.misses:
@@ -361,7 +369,8 @@ class DatasetScan:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
         if aggregate.records != info.records:
             aggregate.notes.append(
-                f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the dataset "
+                f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the "
+                "dataset "
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
 
@@ -370,6 +379,7 @@ class DatasetScan:
     ) -> Summary:
         dataset, aggregate, info = self.dataset, self.aggregate, self.dataset.info
         locate = tuple_locator(dataset.reader, dataset.partitions)
+        assert dataset.fingerprint is not None  # taken on opening, or from the cache's lookups
         if self.cache is not None:
             self.cache.save()
             aggregate.notes += self.cache.notes
@@ -582,7 +592,7 @@ class _CombinedProgress:
 
 def _open_cache(
     dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions, checks: Sequence
-) -> tuple[Any, list[str]]:
+) -> tuple[ResultCache | None, list[str]]:
     """The result cache for this dataset and these options, or None and a note saying why
     (the reader's records cannot be cached)."""
     from scrub import __version__
@@ -604,6 +614,7 @@ def _open_cache(
             [c.id for c in checks],
         )
     )
+    assert options.cache is not None  # opened only when --cache is given
     cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind == "dataset"])
     if options.replay is not None:
         cache.notes.append(

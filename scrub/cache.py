@@ -85,9 +85,9 @@ class Snapshot:
         self.profiles = profiles
         self.rows = rows
         self.by_key = {row[0]: i for i, row in enumerate(rows)}
-        self._by_content: dict[tuple[bytes, str], int] | None = None
+        self._by_content: dict[tuple[bytes | None, str], int] | None = None
 
-    def by_content(self, content: bytes, context: str) -> int | None:
+    def by_content(self, content: bytes | None, context: str) -> int | None:
         if self._by_content is None:
             self._by_content = {(row[4], row[5]): i for i, row in enumerate(self.rows)}
         return self._by_content.get((content, context))

@@ -111,6 +111,7 @@ def fix(
             scan_summary = _reusable_scan(manifest, dataset, scan_options)
         try:
             outputs.stage()
+            assert outputs.clean_target is not None  # set by stage()
             if manifest is None:
                 manifest = outputs.manifest_target or default_manifest(dataset.path)
                 try:
@@ -206,7 +207,8 @@ def fix_many(
     written, each whole and verified)."""
     if options.manifest is not None:
         raise UsageError(
-            f"{options.scan.origin('manifest')}: reuses the scan of one dataset; with several datasets, let fix "
+            f"{options.scan.origin('manifest')}: reuses the scan of one dataset; with several datasets, let "
+            "fix "
             "scan them (or run fix once per dataset with its own manifest)"
         )
     names: dict[str, Path] = {}
@@ -247,7 +249,8 @@ def _check_space(dataset: OpenedDataset, outputs: "_Outputs", link: bool) -> Non
     free = free_bytes(outputs.clean.destination)
     if free is not None and needed > free:
         raise OutputError(
-            f"no space left on device writing the cleaned copy {outputs.clean.destination}: the outputs need up to "
+            f"no space left on device writing the cleaned copy {outputs.clean.destination}: the outputs need "
+            "up to "
             f"{_mib(needed)} and {_mib(free)} are free there; nothing was written (--out elsewhere)"
         )
 
@@ -314,9 +317,10 @@ class _Outputs:
 
     def keep_manifest(self, manifest: Path) -> None:
         """Copy a reused manifest (and its scan record) into the quarantine."""
-        if self.folder is not None:
-            shutil.copyfile(manifest, self.manifest_target)
-            shutil.copyfile(scan_record_path(manifest), scan_record_path(self.manifest_target))
+        target = self.manifest_target  # None without a quarantine
+        if target is not None:
+            shutil.copyfile(manifest, target)
+            shutil.copyfile(scan_record_path(manifest), scan_record_path(target))
 
     def describe(self) -> dict[str, str | None]:
         held = self.quarantine.destination if self.quarantine else None
@@ -330,6 +334,7 @@ class _Outputs:
     def commit(self, report: dict[str, Any]) -> None:
         """The quarantine first (with the fix record), then the cleaned copy: see `_is_orphan`."""
         if self.quarantine is not None:
+            assert self.folder is not None  # staged with the quarantine
             (self.folder / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
             self.quarantine.commit()
         self.clean.commit()
@@ -376,10 +381,12 @@ def _reusable_scan(manifest: Path, dataset: OpenedDataset, options: ScanOptions)
             flag = options.origin(name.replace("_", "-") if name != "plugins" else "plugin")
             raise UsageError(
                 f"{flag}: {manifest} was scanned with {name.replace('_', '-')} = {_shown(recorded[name])}, "
-                f"not {_shown(value)}: its verdicts are not the ones asked for; scan again with these options, "
+                f"not {_shown(value)}: its verdicts are not the ones asked for; scan again with these "
+                "options, "
                 "or run fix without --manifest"
             )
     fingerprint = record.get("fingerprint") or {}
+    assert dataset.fingerprint is not None  # taken on opening: --manifest excludes --cache
     if fingerprint.get("digest") != dataset.fingerprint["digest"]:
         raise ScrubError(
             f"{manifest}: this manifest does not describe {dataset.path} as it is now (the dataset "
@@ -430,5 +437,12 @@ def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset) -> bool:
         isinstance(record, dict)
         and os.path.abspath(str(record.get("clean"))) == os.path.abspath(clean)
         and not os.path.lexists(clean)
-        and (record.get("fingerprint") or {}).get("digest") == dataset.fingerprint["digest"]
+        and (record.get("fingerprint") or {}).get("digest") == _fingerprint_now(dataset)["digest"]
     )
+
+
+def _fingerprint_now(dataset: OpenedDataset) -> dict[str, Any]:
+    """The dataset's fingerprint, taken here when opening left it to a cached scan's lookups."""
+    if dataset.fingerprint is not None:
+        return dataset.fingerprint
+    return fingerprint(dataset.reader, dataset.partitions, dataset.info.root)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -24,6 +24,9 @@ from scrub import __version__
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
 from scrub.pipeline import DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 app = typer.Typer(
     add_completion=False,
@@ -98,13 +101,20 @@ def main(
 PathArg = Annotated[
     Path,
     typer.Argument(
-        help="Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment."
+        help=(
+            "Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB "
+            "environment."
+        )
     ),
 ]
 PathsArg = Annotated[
     list[Path],
     typer.Argument(
-        help="Datasets: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB environment; several, glob patterns ('shards/*.h5') and folders of datasets (a folder of LMDB environments) are scanned together."
+        help=(
+            "Datasets: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB "
+            "environment; several, glob patterns ('shards/*.h5') and folders of datasets (a folder of LMDB "
+            "environments) are scanned together."
+        )
     ),
 ]
 FormatOpt = Annotated[
@@ -144,7 +154,10 @@ IgnoreOpt = Annotated[Optional[str], typer.Option(help="Skip these checks (comma
 SchedulerOpt = Annotated[
     Optional[str],
     typer.Option(
-        help="threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best for the format; sync for tiny jobs)."
+        help=(
+            "threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best "
+            "for the format; sync for tiny jobs)."
+        )
     ),
 ]
 WorkersOpt = Annotated[Optional[int], typer.Option(help="Local workers (default: all cores).")]
@@ -163,7 +176,10 @@ DummyLossOpt = Annotated[
     bool,
     typer.Option(
         "--dummy-loss",
-        help="Train a seeded dummy model (--model) on the data in record order after the checks, with plain SGD; report records whose loss or gradient goes non-finite or whose step is absurd.",
+        help=(
+            "Train a seeded dummy model (--model) on the data in record order after the checks, with plain "
+            "SGD; report records whose loss or gradient goes non-finite or whose step is absurd."
+        ),
     ),
 ]
 BatchSizeOpt = Annotated[int, typer.Option(help="Replay: records per SGD step.")]
@@ -173,13 +189,19 @@ NormalizeOpt = Annotated[
     bool,
     typer.Option(
         "--normalize/--no-normalize",
-        help="Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit images, the scan's per-feature statistics for arrays), or replay the raw values.",
+        help=(
+            "Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit images, "
+            "the scan's per-feature statistics for arrays), or replay the raw values."
+        ),
     ),
 ]
 PrecisionOpt = Annotated[
     Precision,
     typer.Option(
-        help="The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range)."
+        help=(
+            "The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 "
+            "are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range)."
+        )
     ),
 ]
 ScaleOpt = Annotated[
@@ -189,7 +211,10 @@ ScaleOpt = Annotated[
 ModelOpt = Annotated[
     str,
     typer.Option(
-        help="Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch])."
+        help=(
+            "Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss "
+            "f(X, y), or a factory of a torch.nn.Module (needs scrub[torch])."
+        )
     ),
 ]
 
@@ -198,7 +223,10 @@ ConfigOpt = Annotated[
     Optional[Path],
     typer.Option(
         "--config",
-        help="Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with [tool.scrub], in the dataset's folder or above it, else here).",
+        help=(
+            "Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with "
+            "[tool.scrub], in the dataset's folder or above it, else here)."
+        ),
     ),
 ]
 CheckSeverityOpt = Annotated[
@@ -209,7 +237,10 @@ ShowOpt = Annotated[int, typer.Option(help="After the table, name this many reco
 CacheOpt = Annotated[
     Optional[Path],
     typer.Option(
-        help="Keep per-record results in this folder and reuse them for records that did not change (incremental rescans)."
+        help=(
+            "Keep per-record results in this folder and reuse them for records that did not change "
+            "(incremental rescans)."
+        )
     ),
 ]
 #: parameters that are not options of the model (the dataset, the config file itself)
@@ -247,7 +278,10 @@ def scan(
     manifest: Annotated[
         Optional[Path],
         typer.Option(
-            help="Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the dataset's; its scan record goes beside it)."
+            help=(
+                "Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the dataset's; "
+                "its scan record goes beside it)."
+            )
         ),
     ] = None,
     json_path: JsonOpt = None,
@@ -265,13 +299,19 @@ def scan(
     fail_on: Annotated[
         FailOn,
         typer.Option(
-            help="Exit 1 when an issue at or above this severity is found; new: only errors the baseline does not hold (new and reappeared)."
+            help=(
+                "Exit 1 when an issue at or above this severity is found; new: only errors the baseline does "
+                "not hold (new and reappeared)."
+            )
         ),
     ] = FailOn.error,
     baseline: Annotated[
         Optional[Path],
         typer.Option(
-            help="An earlier manifest: class every issue new, persisting or reappeared, and count the baseline's issues no longer found as resolved."
+            help=(
+                "An earlier manifest: class every issue new, persisting or reappeared, and count the "
+                "baseline's issues no longer found as resolved."
+            )
         ),
     ] = None,
     cache: CacheOpt = None,
@@ -280,7 +320,10 @@ def scan(
     junit: Annotated[
         Optional[Path],
         typer.Option(
-            help="Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI pages."
+            help=(
+                "Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI "
+                "pages."
+            )
         ),
     ] = None,
     html: Annotated[
@@ -289,7 +332,10 @@ def scan(
     summary_md: Annotated[
         Optional[Path],
         typer.Option(
-            help="Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it is set)."
+            help=(
+                "Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it is "
+                "set)."
+            )
         ),
     ] = None,
     dummy_loss: DummyLossOpt = False,
@@ -353,26 +399,38 @@ def fix(
         Optional[Path],
         typer.Option(
             "--out",
-            help="Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for a single file).",
+            help=(
+                "Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for "
+                "a single file)."
+            ),
         ),
     ] = None,
     quarantine: Annotated[
         bool,
         typer.Option(
             "--quarantine",
-            help="Also write the quarantined records, in the same format, with the manifest, to the quarantine folder.",
+            help=(
+                "Also write the quarantined records, in the same format, with the manifest, to the "
+                "quarantine folder."
+            ),
         ),
     ] = False,
     quarantine_dir: Annotated[
         Optional[Path],
         typer.Option(
-            help="The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies --quarantine."
+            help=(
+                "The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies "
+                "--quarantine."
+            )
         ),
     ] = None,
     manifest: Annotated[
         Optional[Path],
         typer.Option(
-            help="Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the dataset changed since, or if a checking option given differs from the scan's)."
+            help=(
+                "Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the "
+                "dataset changed since, or if a checking option given differs from the scan's)."
+            )
         ),
     ] = None,
     severity: Annotated[
@@ -434,7 +492,7 @@ def fix(
         if datasets is None:
             with _progress(options.scan.quiet) as progress:
                 result = run_fix(path[0], options, progress=progress)
-            code = result.exit_code()
+            code: int = result.exit_code()
             _write_json(
                 options.scan.json, result.scan_summary | {"fix": result.report, "exit_code": int(code)}
             )
@@ -519,7 +577,10 @@ def show_config(
         resolved = resolve(command, path, {}, config)
         source = resolved.config.path if resolved.config else None
         out.print(f"# scrub {command} {path}", markup=False)
-        nothing = "none found (scrub.toml, or [tool.scrub] in pyproject.toml, in the dataset's folder, above it, or here)"
+        nothing = (
+            "none found (scrub.toml, or [tool.scrub] in pyproject.toml, in the dataset's folder, above it, "
+            "or here)"
+        )
         out.print(f"# config file: {source or nothing}", markup=False, soft_wrap=True)
         flat = flatten(resolved.options)
         for name, key in KEYS.items():
@@ -625,14 +686,14 @@ class _progress:
 
     def __init__(self, quiet: bool) -> None:
         self.enabled = not quiet and sys.stdout.isatty()
-        self.bar = None
+        self.bar: Progress | None = None
 
     def __enter__(self):
         if not self.enabled:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(
+        bar = self.bar = Progress(
             TextColumn("scanning"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -642,12 +703,12 @@ class _progress:
             console=out,
             transient=True,
         )
-        self.bar.__enter__()
-        task = self.bar.add_task("scan", total=None, rate=0.0, issues=0)
+        bar.__enter__()
+        task = bar.add_task("scan", total=None, rate=0.0, issues=0)
 
         def update(snapshot) -> None:
             rate = snapshot.records / snapshot.seconds if snapshot.seconds > 0 else 0.0
-            self.bar.update(
+            bar.update(
                 task,
                 completed=snapshot.records,
                 total=snapshot.total or None,
@@ -702,12 +763,13 @@ def _print_summary(summary, findings=None) -> None:
     if summary.replay is not None:
         replay = summary.replay
         skipped = sum(replay["skipped"].values())
+        standardization = replay["standardization"]
+        inputs = "standardized (" + standardization["source"] + ")" if standardization else "raw values"
         out.print(
             f"dummy-loss replay: {replay['records_replayed']:,} records in {replay['batches']:,} batches "
             f"({replay['records_applied']:,} records trained on), {replay['options']['model']} model, "
             f"{replay['classes']} classes, {replay['features']} features, {replay['options']['precision']}, "
-            f"{'standardized (' + replay['standardization']['source'] + ')' if replay['standardization'] else 'raw values'}"
-            f"; {skipped:,} records not replayable (see the checks above)",
+            f"{inputs}; {skipped:,} records not replayable (see the checks above)",
             markup=False,
         )
     if findings is not None and findings.errors:
@@ -735,7 +797,8 @@ def _print_summary(summary, findings=None) -> None:
     if summary.baseline is not None:
         compared = summary.baseline
         out.print(
-            f"against the baseline {compared['path']}: {compared['new']:,} new, {compared['persisting']:,} persisting, "
+            f"against the baseline {compared['path']}: {compared['new']:,} new, {compared['persisting']:,} "
+            "persisting, "
             f"{compared['reappeared']:,} reappeared, {compared['resolved']:,} resolved "
             f"({compared['new_errors']:,} new or reappeared errors)",
             markup=False,

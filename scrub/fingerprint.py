@@ -33,7 +33,7 @@ def fingerprint(
     prefix = os.path.join(str(root), "")
     lines: list[str] = []  # hashed in blocks: one update per file costs more than the stat it follows
     for path in reader.members(partitions):
-        facts = known.get(path)
+        facts: tuple[int, int] | tuple[str] | None = known.get(path)  # (size, mtime_ns) or ("absent",)
         if facts is None:
             try:
                 status = os.stat(path)

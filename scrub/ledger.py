@@ -3,8 +3,9 @@
 Each record contributes one 64-bit hash of its identity and its bytes: XXH3 of a file's bytes
 or an LMDB value; for HDF5 rows, millions of them, a vectorized multilinear hash (the row's
 64-bit words times fixed random odd keys, summed: a change to any one word always changes it)
-mixed with the row's identity by SplitMix64, with no Python per row. A ledger keeps the count and the sum of those
-hashes modulo 2**64, so the order of records does not matter and nothing per record is kept.
+mixed with the row's identity by SplitMix64, with no Python per row. A ledger keeps the count
+and the sum of those hashes modulo 2**64, so the order of records does not matter and nothing
+per record is kept.
 `fix` tallies the source's records as it writes them (kept and quarantined apart), then reads
 its outputs back and tallies them again: equal counts and sums on each side mean every record
 arrived byte for byte, exactly once, on the side it was meant for (a lost, duplicated, altered

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scrub.checks.base import CheckOptions
 from scrub.checks.numeric import PRECISIONS
@@ -435,8 +435,12 @@ def origins_from_files(where: Mapping[str, str]) -> set[str]:
     return {name for name, origin in where.items() if not origin.startswith("--")}
 
 
-def merged(options: ScanOptions | FixOptions, keywords: Mapping[str, Any]) -> ScanOptions | FixOptions:
-    """``options`` with API ``keywords`` laid over them, validated as one."""
+#: either kind of options, the same one in and out
+OptionsT = TypeVar("OptionsT", ScanOptions, FixOptions)
+
+
+def merged(options: OptionsT, keywords: Mapping[str, Any]) -> OptionsT:
+    """``options`` with API ``keywords`` laid over them, validated as one (of their own kind)."""
     values = given_values(options) | _keyword_values(keywords)
     origins = (options.scan if isinstance(options, FixOptions) else options).origins
     laid_over = set(_keyword_values(keywords))

@@ -76,7 +76,7 @@ class StagedOutput:
 
 def remove_abandoned(destination: Path) -> list[Path]:
     """Delete the temporary siblings of ``destination`` whose process no longer runs."""
-    removed = []
+    removed: list[Path] = []
     prefix = f".{destination.name}{PREFIX_MARK}"
     try:
         siblings = list(destination.parent.iterdir())
@@ -171,7 +171,7 @@ def scratch_directory(purpose: str) -> tempfile.TemporaryDirectory:
 
 def remove_abandoned_scratch() -> list[Path]:
     """Delete the scratch folders of runs that no longer run (this user's only)."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"))
     except OSError:

@@ -43,6 +43,9 @@ OnRecord = Callable[[int], None]
 
 
 class Work(Protocol):
+    """Called with positional arguments only: implementations name them as suits them (a
+    `scrub.runner.SubsetWork` takes a subset, not a partition)."""
+
     def __call__(
         self,
         partition_no: int,
@@ -50,6 +53,7 @@ class Work(Protocol):
         start: int = 0,
         stop: int | None = None,
         on_record: OnRecord | None = None,
+        /,
     ) -> Any: ...
 
 
@@ -276,7 +280,7 @@ def worker_context(imports: Sequence[str] = ()):
     return context
 
 
-def _is_dead_worker(error: BaseException) -> bool:
+def _is_dead_worker(error: BaseException | None) -> bool:
     from concurrent.futures.process import BrokenProcessPool
 
     while error is not None:

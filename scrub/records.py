@@ -52,7 +52,7 @@ class Issue:
     dataset: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        line = {} if self.dataset is None else {"dataset": self.dataset}
+        line: dict[str, Any] = {} if self.dataset is None else {"dataset": self.dataset}
         line |= {
             "source": self.source,
             "key": self.key,

@@ -10,7 +10,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import numpy as np
@@ -29,6 +29,10 @@ from scrub.records import Batch, Issue, Record, Severity
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.reports.findings import Collector
 
+#: dataset check id -> (offsets within the partition, collected values) as a partition collects
+#: them: scalars from records, arrays from batches (`finish_columns` packs them)
+Columns = dict[str, tuple[list[Any], list[Any]]]
+
 
 @dataclass
 class PartitionResult:
@@ -37,15 +41,16 @@ class PartitionResult:
     partition: int
     records: int = 0
     issues: list[Issue] = field(default_factory=list)
-    #: dataset check id -> (offsets within the partition, collected values)
-    columns: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)
+    #: dataset check id -> (offsets within the partition, collected values), packed (see
+    #: `finish_columns`; a magnitude column also holds the histogram of every row)
+    columns: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     stats: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     #: source -> statistics of its numeric values (array datasets)
     numeric: dict[str, NumericStats] = field(default_factory=dict)
     #: row shape (or ``pixels``) -> per-feature moments of the typical rows, for the replay
     moments: dict[str, Moments] = field(default_factory=dict)
     #: with a result cache: (offset, content digest, outcome, column values) of each record
-    captured: list[tuple[int, bytes, bytes, list]] = field(default_factory=list)
+    captured: list[tuple[int, bytes | None, bytes, list]] = field(default_factory=list)
     #: the offset within the partition of each issue's record (worker side, beside ``issues``)
     offsets: list[int] = field(default_factory=list)
     #: with an `Encoding`: ``issues`` as manifest lines, encoded in the worker, and how many
@@ -140,6 +145,7 @@ class NumericStats:
         self.nonfinite_values += nonfinite
         self.total += total
         if low is not None:
+            assert high is not None  # the extremes come together
             self.low = low if self.low is None else min(self.low, low)
             self.high = high if self.high is None else max(self.high, high)
 
@@ -187,7 +193,8 @@ def select_checks(
             can = ", ".join(sorted(c.id for c in REGISTRY.values() if runs(c)))
             raise UsageError(
                 f"{origin('select')}: {', '.join(cannot)} cannot run on {dataset} (it has no "
-                f"{' or '.join(sorted({_need(REGISTRY[c].needs) for c in cannot}))}); the checks that apply: {can}"
+                f"{' or '.join(sorted({_need(REGISTRY[c].needs) for c in cannot}))}); the checks that apply: "
+                f"{can}"
             )
     wanted = selection.select if selection.select is not None else sorted(REGISTRY)
     return [REGISTRY[c] for c in wanted if c not in dropped and runs(REGISTRY[c])]
@@ -241,7 +248,7 @@ class PartitionWork:
         plan = _Plan(self.checks)
         result = PartitionResult(partition_no)
         outcomes = Outcomes()  # per call (threads share this object): its memory stays a partition's
-        columns = {c.id: ([], []) for c in plan.dataset}
+        columns: Columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
         encoder = self.encoding.start() if self.encoding is not None else None
         offset = start
@@ -280,7 +287,7 @@ class PartitionWork:
     ) -> None:
         """`_check_record` into a result of its own, kept for the cache, then added to ``result``."""
         own = PartitionResult(result.partition)
-        own_columns = {check_id: ([], []) for check_id in columns}
+        own_columns: Columns = {check_id: ([], []) for check_id in columns}
         self._check_record(record, offset, plan, own_columns, [], own)
         if not any(issue.check in NOT_REUSABLE for issue in own.issues):
             # the digest of the bytes read (None for an array value: the driver hashed the value)
@@ -321,6 +328,7 @@ class PartitionWork:
                 result.issues.append(make_issue(check.id, record.source, record.key, record.index, finding))
                 result.offsets.append(offset)
         for check in plan.dataset:
+            assert check.collect is not None  # every dataset check collects
             value = check.collect(record)
             if value is not None:
                 offsets, values = columns[check.id]
@@ -413,7 +421,10 @@ class SubsetWork:
         for name, column in result.columns.items():
             offsets = np.asarray(column[0], dtype=np.int64)
             result.columns[name] = (mapping[offsets] if len(offsets) else offsets, *column[1:])
-        result.captured = [(subset.offsets[offset], *rest) for offset, *rest in result.captured]
+        result.captured = [
+            (subset.offsets[offset], digest, outcome, values)
+            for offset, digest, outcome, values in result.captured
+        ]
         result.offsets = [subset.offsets[offset] for offset in result.offsets]
         return result
 
@@ -434,7 +445,7 @@ class _Plan:
         self.dataset = [c for c in checks if c.kind == "dataset"]
 
 
-def finish_columns(result: PartitionResult, columns: dict[str, tuple[list, list]], dataset_checks) -> None:
+def finish_columns(result: PartitionResult, columns: Columns, dataset_checks) -> None:
     """Pack a partition's collected columns as the aggregate takes them."""
     result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
     for check in dataset_checks:
@@ -490,7 +501,7 @@ class Reuse:
         self, partition_no: int, partition: Sequence[Any], reused: Iterable[tuple[int, bytes, list]]
     ) -> PartitionResult:
         result = PartitionResult(partition_no)
-        columns = {c.id: ([], []) for c in self.dataset}
+        columns: Columns = {c.id: ([], []) for c in self.dataset}
         names = list(columns)
         counts: Counter[bytes] = Counter()
         with_issues: list[tuple[int, list[str]]] = []
@@ -544,7 +555,7 @@ def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:
     """The numbers a record holds, and the statistics group they belong to: an array value (its
     source), or the pixels of a float or 16/32-bit image (``pixels:MODE``); else (None, None)."""
     if record.meta.get("kind") == "array":
-        return record.payload, record.source
+        return cast(np.ndarray, record.payload), record.source  # an array value's payload is its array
     facts = record.meta.get("image")
     if facts is not None and facts.pixels is not None:
         return facts.pixels, f"pixels:{facts.mode}"
@@ -581,8 +592,10 @@ def _merge_counts(pieces: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]
 
 
 def _run_check(check: Check, record: Record | Batch, options: CheckOptions, func=None):
+    function = func or check.func
+    assert function is not None  # record checks have a func; batch checks are run with theirs
     try:
-        return (func or check.func)(record, options)
+        return function(record, options)
     except Exception as error:  # a bug in a check is scrub's bug: say where, then stop
         raise ScrubError(
             f"internal error: check {check.id} failed on {record.source}:"

@@ -158,6 +158,12 @@ def _store(dtype: str) -> ColumnStore | RareValueStore:
     return ColumnStore(dtype)
 
 
+def _column_store(check: Check) -> ColumnStore | RareValueStore:
+    """A fresh store for a dataset check's column (dataset checks always declare its dtype)."""
+    assert check.column_dtype is not None
+    return _store(check.column_dtype)
+
+
 class ScanAggregate:
     """Folds partial results into counts, streams issues to the manifest, runs dataset checks."""
 
@@ -199,7 +205,7 @@ class ScanAggregate:
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.numeric: dict[str, NumericStats] = {}
         self.moments: dict[str, Moments] = {}  # for the replay's standardization
-        self.columns = {c.id: _store(c.column_dtype) for c in self.checks if c.kind == "dataset"}
+        self.columns = {c.id: _column_store(c) for c in self.checks if c.kind == "dataset"}
         #: what the scan wants said about the dataset as a whole (see `Summary.notes`)
         self.notes: list[str] = []
         self._report_progress()
@@ -215,8 +221,10 @@ class ScanAggregate:
             for severity, offsets in result.flagged.items():
                 self._mark(severity, result.partition, offsets)
             result.lines, result.findings, result.flagged = b"", None, {}
-        offsets = result.offsets if len(result.offsets) == len(result.issues) else [None] * len(result.issues)
-        for issue, offset in zip(result.issues, offsets):
+        issue_offsets = (
+            result.offsets if len(result.offsets) == len(result.issues) else [None] * len(result.issues)
+        )
+        for issue, offset in zip(result.issues, issue_offsets):
             self.add_issue(issue, None if offset is None else (result.partition, offset))
         for name, counter in result.stats.items():
             self.stats[name].update(counter)
@@ -283,6 +291,7 @@ class ScanAggregate:
         for check in self.checks:
             if check.kind != "dataset":
                 continue
+            assert check.func is not None  # a dataset check's judge
             judgement = check.func(self.columns[check.id].column(), self.options, locate)
             self.notes += [
                 f"{check.id}: {finding.message}" for position, finding in judgement if position is None
@@ -295,7 +304,7 @@ class ScanAggregate:
                 issue = make_issue(check.id, source, key, index, finding)
                 issue.content = content
                 self.add_issue(issue, (int(position[0]), int(position[1])))
-            self.columns[check.id] = _store(check.column_dtype)  # free the memory
+            self.columns[check.id] = _column_store(check)  # free the memory
 
     def finish_baseline(self, path) -> dict[str, Any] | None:
         """Write the baseline's issues no longer found (status ``resolved``) and return the

@@ -60,7 +60,8 @@ def test_nonfinite_label_in_a_list_file(tmp_path):
     ]
 
 
-def outliers(labels, options=CheckOptions()) -> list[int]:
+def outliers(labels, options: CheckOptions | None = None) -> list[int]:
+    options = options if options is not None else CheckOptions()
     values = np.asarray(labels, dtype=float)
     positions = np.stack([np.zeros(len(values), int), np.arange(len(values))], axis=1)
     judged = label_outlier(Column(positions, values), options, lambda ps: [("s", str(o), o) for _, o in ps])

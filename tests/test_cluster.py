@@ -31,19 +31,21 @@ def test_a_hung_decoder_on_a_cluster_worker_is_reported(tmp_path):
     for number in range(7):
         write(root / "a" / f"{number}.jpg", image_bytes(number))
     write(root / "a" / "hang.jpg", image_bytes(30))
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        # two threads a worker: a task that ends or makes progress must not disarm the watchdog
-        # of the one that hangs beside it
-        with distributed.LocalCluster(
+    # two threads a worker: a task that ends or makes progress must not disarm the watchdog
+    # of the one that hangs beside it
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        distributed.LocalCluster(
             n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=None
-        ) as cluster:
-            result = scrub.scan(
-                root,
-                scheduler=cluster.scheduler_address,
-                partition_size=2,
-                timeout=1,
-                select=["test-crash-or-hang"],
-            )
+        ) as cluster,
+    ):
+        result = scrub.scan(
+            root,
+            scheduler=cluster.scheduler_address,
+            partition_size=2,
+            timeout=1,
+            select=["test-crash-or-hang"],
+        )
     assert [(i.key, i.check) for i in result.issues()] == [("a/hang.jpg", "corrupt-image")]
     assert result.summary.records == 8
 

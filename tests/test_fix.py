@@ -120,7 +120,8 @@ def test_image_list_rewrites_paths_and_keeps_unreadable_lines_in_the_quarantine(
         write(root / "img" / f"{i}.jpg", image_bytes(i))
     write(root / "img" / "bad.jpg", image_bytes(9)[:200])
     (root / "train.txt").write_text(
-        f"img/0.jpg 0\n./img/1.jpg 1\n{root}/img/2.jpg 0\nimg/gone.jpg 1\n\nimg/bad.jpg 1\n../escape.jpg 0\nimg/3.jpg 7\n"
+        f"img/0.jpg 0\n./img/1.jpg 1\n{root}/img/2.jpg 0\nimg/gone.jpg 1\n\nimg/bad.jpg 1\n../escape.jpg "
+        "0\nimg/3.jpg 7\n"
     )
     result = scrub.fix(root / "train.txt", quarantine=True, num_classes=2, scheduler="sync")
     assert result.dataset == tmp_path / "list" / "train.clean" / "train.txt"

@@ -52,9 +52,12 @@ def test_scan_on_a_real_distributed_cluster():
 def test_a_record_that_kills_cluster_workers_is_bisected_out(crashing_dataset):
     distributed = pytest.importorskip("distributed")
     (crashing_dataset / "a" / "hang.jpg").unlink()
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as cluster:
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+    ):
         result = scrub.scan(
             crashing_dataset,
             scheduler=cluster.scheduler_address,

@@ -7,7 +7,7 @@ with `--ignore`). `label-outlier` keeps a label histogram and the positions of r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -23,7 +23,7 @@ def _dataset_order(column: Column) -> np.ndarray:
     return np.lexsort((column.positions[:, 1], column.positions[:, 0]))
 
 
-def _positions(column: Column, indices: Sequence[int]) -> list[Position]:
+def _positions(column: Column, indices: Iterable[int]) -> list[Position]:
     return [(int(column.positions[i, 0]), int(column.positions[i, 1])) for i in indices]
 
 
@@ -173,8 +173,8 @@ def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judg
         distinct labels, the first place where the next label b exceeds 2 x a + 10 (a being the
         label below it); the labels above are outliers when they are rare (at most 3 distinct
         values and 3 records, or 1% of either, and never more than 1000 records), so sparse or
-        long-tailed class ids are not flagged. Runs only when neither `--num-classes` nor `--label-range` is given; with one,
-        `label-out-of-range` is exact.
+        long-tailed class ids are not flagged. Runs only when neither `--num-classes` nor
+        `--label-range` is given; with one, `label-out-of-range` is exact.
     Why it breaks training:
         Cross-entropy indexes the logits with the label; a label past the last class reads
         out of bounds (garbage loss, NaN, or a device-side assert). Tools that re-index labels

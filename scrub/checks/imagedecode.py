@@ -291,7 +291,7 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
         and sof.height > 0
         and _MPF_SEGMENT.search(data, 0, sof.offset) is None
     ):
-        mode = _PLAIN_MODES[sof.components]
+        mode: str | None = _PLAIN_MODES[sof.components]  # below: None when Pillow cannot open it
         if _exceeds(sof.width, sof.height, limit):
             return ImageFacts("JPEG", mode, sof.width, sof.height, None, bomb=True)
         return ImageFacts("JPEG", mode, sof.width, sof.height, _verify_jpeg(data, sof))
@@ -413,7 +413,8 @@ def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | No
         for frame in range(getattr(image, "n_frames", 1)):
             if frame:
                 image.seek(frame)
-                if _exceeds(*image.size, limit):
+                frame_width, frame_height = image.size
+                if _exceeds(frame_width, frame_height, limit):
                     return None, True, None
             image.load()
             if frame == 0 and image.mode in NUMERIC_MODES:

@@ -72,6 +72,7 @@ class Profile:
         """The largest finite magnitude in the batch (0 when there is none)."""
         if self.low is None:
             return 0.0
+        assert self.high is not None  # set together with low
         return max(abs(self.low), abs(self.high))
 
 
@@ -140,7 +141,7 @@ def _profile_real(rows: np.ndarray, floating: bool) -> Profile:
 #: min, max and sum).
 WIDE_ROW = 128
 #: float dtype -> (the integer type of its bits, the mask that clears the sign, the bits of +Inf)
-_SIGN_MASKS = {
+_SIGN_MASKS: dict[np.dtype, tuple[type[np.signedinteger], int, int]] = {
     np.dtype(np.float16): (np.int16, 0x7FFF, 0x7C00),
     np.dtype(np.float32): (np.int32, 0x7FFFFFFF, 0x7F800000),
     np.dtype(np.float64): (np.int64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
@@ -387,7 +388,8 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
             (
                 int(row),
                 Finding(
-                    f"L2 norm {norm:.3g}: the sum of its squares overflows float32 (largest |value| {largest:g})",
+                    f"L2 norm {norm:.3g}: the sum of its squares overflows float32 (largest |value| "
+                    f"{largest:g})",
                     {"norm": norm, "max_abs": largest},
                 ),
             )

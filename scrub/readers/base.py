@@ -10,14 +10,23 @@ from __future__ import annotations
 import glob
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from scrub.errors import UnusableDataset, UsageError
 from scrub.outputs import is_output_name
-from scrub.records import Issue, Record
+from scrub.records import Batch, Issue, Record
+
+if TYPE_CHECKING:
+    from scrub.readers.images import ImageReader
+
+#: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
+#: of entries); small and picklable, and ``len()`` is its number of records.
+PartitionT = TypeVar("PartitionT", bound=Sized)
+#: (key, file path, context, content hash) of a record, for the result cache (`Reader.cache_entries`)
+CacheEntry = tuple[str, str | None, str, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,7 @@ class DatasetInfo:
         return document
 
 
-class Reader(ABC):
+class Reader(ABC, Generic[PartitionT]):
     """Base class of all readers. Instances are pickled to workers: keep them small."""
 
     #: The name used by ``--format``.
@@ -82,7 +91,8 @@ class Reader(ABC):
     #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers,
     #: "rows" for paired data/label datasets, "values" for key-value stores. ("label-vectors"
     #: is added for a dataset whose `DatasetInfo.label_width` is set, "replay" with the replay.)
-    provides: ClassVar[frozenset[str]] = frozenset()
+    #: Not a ClassVar: a reader may narrow it for the dataset it opened (JPEGs hold no floats).
+    provides: frozenset[str] = frozenset()
     #: Whether a record's key is only its position (HDF5 rows): then its content is its identity
     #: across scans (see `scrub.baseline`).
     positional_keys: ClassVar[bool] = False
@@ -109,7 +119,7 @@ class Reader(ABC):
         """Whether ``path`` looks like this reader's format (cheap: never reads a whole file)."""
 
     @abstractmethod
-    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Any]]]:
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[PartitionT]]:
         """Validate the dataset and split it into partitions of about ``partition_size`` records.
 
         Raises `UnusableDataset` with a one-line message when the dataset cannot be read.
@@ -117,31 +127,32 @@ class Reader(ABC):
         """
 
     @abstractmethod
-    def read(self, partition: Sequence[Any], start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        """Yield the records ``start:stop`` of a partition, in order. Runs in a worker."""
+    def read(
+        self, partition: PartitionT, start: int = 0, stop: int | None = None
+    ) -> Iterator[Record | Batch]:
+        """Yield the records ``start:stop`` of a partition, in order, one by one or in batches of
+        consecutive rows (array datasets). Runs in a worker."""
 
     def close(self) -> None:
         """Release what the driver process holds open (called when a scan or fix ends)."""
 
     @abstractmethod
-    def members(self, partitions: Sequence[Sequence[Any]]) -> Iterator[str]:
+    def members(self, partitions: Sequence[PartitionT]) -> Iterator[str]:
         """The path of every file the dataset consists of (list files included), in a fixed order;
         the fingerprint stats them."""
 
     @abstractmethod
-    def locate(self, partition: Sequence[Any], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+    def locate(self, partition: PartitionT, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         """The identity (source, key, index) of records of a partition, without reading them."""
 
-    def cache_entries(
-        self, partition: Sequence[Any]
-    ) -> list[tuple[str, str | None, str, bytes | None] | None] | None:
+    def cache_entries(self, partition: PartitionT) -> list[CacheEntry | None] | None:
         """For the result cache (`scrub.cache`): per record whose verdict depends only on its
         bytes and ``context``, (key, file path, context, content hash), with either the path of
         the file that holds it (stat-ed, hashed only when changed) or the hash of its bytes; None
         for a record never to reuse. None when this reader's records cannot be cached."""
         return None
 
-    def subset(self, partition: Sequence[Any], offsets: Sequence[int]) -> Sequence[Any]:
+    def subset(self, partition: PartitionT, offsets: Sequence[int]) -> PartitionT:
         """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
         raise NotImplementedError
 
@@ -279,7 +290,7 @@ def _is_dataset(path: Path) -> bool:
     for name in REGISTRY:
         cls = reader_class(name)
         if name == "images" and path.is_dir():
-            return cls.holds_images(path)
+            return cast("type[ImageReader]", cls).holds_images(path)
         if cls.sniff(path):
             return True
     return False

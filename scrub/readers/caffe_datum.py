@@ -306,7 +306,7 @@ def _decode(buf: Any, strict: bool) -> Datum:
     )
 
 
-def _decode_with_protobuf(value: bytes) -> Datum:
+def _decode_with_protobuf(value: bytes | bytearray | memoryview) -> Datum:
     """The slow path, for messages with unknown groups: protobuf parses, we convert."""
     from google.protobuf.message import DecodeError
 

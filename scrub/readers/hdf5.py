@@ -76,7 +76,7 @@ def is_hdf5_file(path: Path) -> bool:
     return head == HDF5_SIGNATURE or path.suffix.lower() in HDF5_EXTENSIONS
 
 
-class HDF5Reader(Reader):
+class HDF5Reader(Reader[RowRange]):
     format = "hdf5"
     preferred_scheduler = "processes"
     records_per_task = 0  # partitions are sized in bytes, see PARTITION_BYTES
@@ -108,7 +108,7 @@ class HDF5Reader(Reader):
             return []
         return lines
 
-    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Any]]]:
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowRange]]:
         import h5py  # noqa: F401 - imported where used: the image reader never pays for it
 
         data_key = self.options.data_key or "data"
@@ -262,6 +262,7 @@ class HDF5Reader(Reader):
                     if count and buffer.size:
                         data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
                     if labels is not None:
+                        assert label is not None  # labels are allocated only for a labelled file
                         labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count, *width)
                 except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
                     raise UnusableDataset(

@@ -27,7 +27,7 @@ from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader
 from scrub.records import Record
 
 SNIFF_LINES = 100
@@ -41,7 +41,8 @@ class Entry(NamedTuple):
     several times faster than dataclasses.
     """
 
-    index: int
+    # shadows tuple.index, which typeshed types as a method: the field has always been named so
+    index: int  # type: ignore[assignment]
     key: str  # POSIX path relative to the root, as listed
     source: str
     label: int | float | str | None
@@ -103,7 +104,7 @@ def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
     )
 
 
-class ImageReader(Reader):
+class ImageReader(Reader[Sequence[Entry]]):
     format = "images"
     preferred_scheduler = "processes"
     records_per_task = 1000
@@ -119,7 +120,7 @@ class ImageReader(Reader):
     @staticmethod
     def holds_images(folder: Path) -> bool:
         """Whether an image lies anywhere below ``folder`` (stops at the first one)."""
-        for directory, folders, files in os.walk(folder):
+        for _directory, folders, files in os.walk(folder):
             folders[:] = [name for name in folders if not _is_hidden(name)]
             if any(_has_image_extension(name) for name in files):
                 return True
@@ -218,7 +219,7 @@ class ImageReader(Reader):
         entries: list[Entry] = []
         try:
             with open(list_path, encoding="utf-8") as lines:
-                for line_number, line in enumerate(lines, start=1):
+                for _line_number, line in enumerate(lines, start=1):
                     if not line.strip():
                         continue
                     path_text, label_text = split_list_line(line)
@@ -281,14 +282,14 @@ class ImageReader(Reader):
     def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]
 
-    def cache_entries(self, partition: Sequence[Entry]) -> list[tuple[str, str, str, None] | None]:
+    def cache_entries(self, partition: Sequence[Entry]) -> list[CacheEntry | None]:
         """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
         label; an entry that would not be read (outside the root) is never reused."""
         real_root = os.path.realpath(self.root)
         prefix = os.path.join(
             self.root, ""
         )  # the paths `members` gives, so the fingerprint can reuse their stats
-        entries: list[tuple[str, str, str] | None] = []
+        entries: list[CacheEntry | None] = []
         for entry in partition:
             path = prefix + entry.key
             if entry.unsafe is not None or (

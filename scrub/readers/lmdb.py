@@ -37,7 +37,7 @@ import xxhash
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader
 from scrub.records import Record, Severity
 
 LMDB_MAGIC = 0xBEEFC0DE
@@ -152,7 +152,7 @@ def _forget(path: str) -> None:
         environment.close()
 
 
-class LMDBReader(Reader):
+class LMDBReader(Reader[KeyRange | KeyList]):
     format = "lmdb"
     preferred_scheduler = "processes"
     records_per_task = 1000
@@ -166,7 +166,7 @@ class LMDBReader(Reader):
             return (path / "data.mdb").is_file()
         return path.is_file() and is_lmdb_file(path)
 
-    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Any]]]:
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[KeyRange | KeyList]]:
         import lmdb
 
         codec = self.options.lmdb_codec or "auto"
@@ -182,7 +182,7 @@ class LMDBReader(Reader):
         source = self.path.resolve().name
         _forget(path)  # a stale environment from an earlier scan in this process
         environment = open_environment(path, subdir)
-        partitions: list[KeyRange] = []
+        partitions: list[KeyRange | KeyList] = []
         skipped = 0
         count = 0
         first: bytes | None = None
@@ -219,11 +219,11 @@ class LMDBReader(Reader):
         info.files[source] = {"entries": entries, "codec": codec}
         return info, partitions
 
-    def _labelled(self, partitions: list[KeyRange], codec: str, sample: int = 64) -> bool:
+    def _labelled(self, partitions: Sequence[KeyRange | KeyList], codec: str, sample: int = 64) -> bool:
         """Whether the values carry labels (Datums, unpickled tuples): judged on the first few."""
         if not partitions:
             return False
-        for offset, key, value in self._walk(partitions[0], 0, sample, values=True):
+        for offset, _key, value in self._walk(partitions[0], 0, sample, values=True):
             record = Record(partitions[0].source, "", offset, None)
             decode_value(record, bytes(value), codec, self.options.allow_pickle)
             if record.meta.get("label_known"):
@@ -276,12 +276,12 @@ class LMDBReader(Reader):
                 decode_value(record, bytes(value), codec, self.options.allow_pickle)
             yield record
 
-    def cache_entries(self, partition: KeyRange) -> list[tuple[str, None, str, bytes]]:
+    def cache_entries(self, partition: KeyRange | KeyList) -> list[CacheEntry | None]:
         """A value's verdict depends on its bytes and its key's extension (`format-mismatch`):
         the driver hashes every value (a cursor pass, no decoding) and looks the hashes up."""
         from scrub.readers.images import extension_of
 
-        entries = []
+        entries: list[CacheEntry | None] = []
         for _, key, value in self._walk(partition, 0, None, values=True):
             name = encode_key(key)
             entries.append(
@@ -289,7 +289,7 @@ class LMDBReader(Reader):
             )
         return entries
 
-    def subset(self, partition: KeyRange, offsets: Sequence[int]) -> KeyList:
+    def subset(self, partition: KeyRange | KeyList, offsets: Sequence[int]) -> KeyList:
         wanted = set(offsets)
         keys = [key for offset, key, _ in self._walk(partition, 0, None, values=False) if offset in wanted]
         return KeyList(
@@ -304,7 +304,7 @@ class LMDBReader(Reader):
     def close(self) -> None:
         _forget(str(self.path.resolve()))  # else this process cannot open the environment again
 
-    def members(self, partitions: Sequence[KeyRange]) -> Iterator[str]:
+    def members(self, partitions: Sequence[KeyRange | KeyList]) -> Iterator[str]:
         yield str(self.path / "data.mdb" if self.path.is_dir() else self.path)
 
     def locate(self, partition: KeyRange | KeyList, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
@@ -393,7 +393,8 @@ def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
             problem(
                 record,
                 "undecodable-record",
-                "pickled value, not unpickled: unpickling runs arbitrary code (use --allow-pickle for trusted data)",
+                "pickled value, not unpickled: unpickling runs arbitrary code (use --allow-pickle for "
+                "trusted data)",
             )
         )
         return

@@ -27,6 +27,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from PIL import Image
@@ -94,7 +95,8 @@ class Features:
 
 def featurize_records(records: Iterable[Record], spec: FeatureSpec) -> Features:
     """Vectors for records (images or array values), in order; the rest counted as skipped."""
-    identities, vectors, labels, rows, skipped = [], [], [], [], Counter()
+    identities, vectors, labels, rows = [], [], [], []
+    skipped: Counter[str] = Counter()
     for position, record in enumerate(records):
         label = _record_label(record.label)
         vector = record_vector(record, spec) if label is not None else "label"
@@ -140,7 +142,8 @@ def featurize_batch(batch: Batch, spec: FeatureSpec) -> Features:
         usable, labels = np.ones(n, bool), np.zeros(n, np.int64)
     elif np.ndim(batch.labels) == 2:  # label vectors: the class is the largest entry
         vectors = np.asarray(batch.labels, np.float64)
-        usable = np.isfinite(vectors).all(axis=1)
+        # a (n,) array, for 2-D vectors: NumPy's stubs allow for a scalar, whatever the shape
+        usable = cast(np.ndarray, np.isfinite(vectors).all(axis=1))
         labels = np.argmax(np.where(usable[:, None], vectors, 0), axis=1).astype(np.int64)
         skipped["label"] += int(n - usable.sum())
     else:
@@ -179,8 +182,8 @@ def _image_vector(data: bytes, spec: FeatureSpec) -> np.ndarray | str:
                 return "image"  # never decoded: decompression-bomb reports it
             if image.mode in NUMERIC_MODES:  # values, not levels: no conversion may clip them
                 plane = image.convert("F") if image.mode != "F" else image
-                plane = np.asarray(plane.resize((size, size), Image.Resampling.BILINEAR), np.float32)
-                return np.tile(plane.reshape(-1), 3)
+                values = np.asarray(plane.resize((size, size), Image.Resampling.BILINEAR), np.float32)
+                return np.tile(values.reshape(-1), 3)
             image.draft("RGB", (size, size))  # JPEG: decode at a reduced DCT scale, still >= size
             pixels = image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
             return np.asarray(pixels, np.float32).transpose(2, 0, 1).reshape(-1)  # CHW, as ToTensor

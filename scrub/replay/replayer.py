@@ -66,7 +66,7 @@ from scrub.records import Issue, Severity
 from scrub.replay.features import Identity
 from scrub.replay.model import BUILT_IN, PRECISIONS, round_to_bfloat16
 from scrub.replay.standardize import typical
-from scrub.replay.usermodel import call_loss, load_model
+from scrub.replay.usermodel import LossFunction, call_loss, load_model
 
 #: What the forward pass computes: non-finite there is `loss-nonfinite`; else `grad-nonfinite`.
 FORWARD = frozenset({"norm", "variance", "logits", "loss"})
@@ -164,7 +164,7 @@ class Replayer:
         self.num_classes = num_classes
         self.dim = dim
         self.stats = ReplayStats()
-        self._loss = None
+        self._loss: LossFunction | None = None  # a user's loss function, where there is no model
         self.model: Any = None
         if config.model in BUILT_IN:
             self.model = BUILT_IN[config.model](
@@ -298,6 +298,7 @@ class Replayer:
             step = self.model.run(X, y)
             rows = step.rows_finite() if self.model.per_record else None
             return _Verdict(step.nonfinite(), step.losses, step, rows)
+        assert self._loss is not None  # no model: a loss was loaded instead
         with np.errstate(all="ignore"):
             if self.config.precision == "float16":
                 inputs = X.astype(np.float16)
@@ -327,8 +328,8 @@ class Replayer:
                 )
         else:
             company = self._company_for(X, y)
-            for i, alone in self._culprits(X, y, list(range(len(y))), company):
-                found[i] = self._nonfinite_issue(ids[i], number, alone)
+            for culprit, alone in self._culprits(X, y, list(range(len(y))), company):
+                found[culprit] = self._nonfinite_issue(ids[culprit], number, alone)
         rest = [i for i in range(len(y)) if i not in found]
         if rest:
             together = batch if not found else self._evaluate(X[rest], y[rest])
@@ -390,7 +391,10 @@ class Replayer:
                     "0/0 = NaN: the row is all zero (only a model that normalizes its input goes NaN on it)"
                 )
             else:
-                what = "an Inf norm: the sum of its squares overflows float32, and the normalized row is all zeros"
+                what = (
+                    "an Inf norm: the sum of its squares overflows float32, and the normalized row is all "
+                    "zeros"
+                )
             details = {
                 "batch": number,
                 "nonfinite": ["logits" if zero else "norm"],
@@ -428,6 +432,7 @@ class Replayer:
                 factor = self.config.lr * potentials[k] / weights if weights > 0 and bounded else 0.0
                 ratio = potentials[k] / median_potential if median_potential > 0 else 0.0
             if factor > self.config.step_limit:
+                assert potentials is not None  # else factor is 0, and step_limit > 1
                 why = (
                     f"one step on it alone could move the parameters by {factor:.3g}x their norm "
                     f"(limit {self.config.step_limit:g}x)"
@@ -457,6 +462,7 @@ class Replayer:
                 )
                 found.append((i, make_issue("loss-outlier", *ids[i], Finding(message, details))))
             elif ratio > self.config.outlier_factor:
+                assert potentials is not None  # else ratio is 0, and outlier_factor > 1
                 why = f"{ratio:.3g}x the batch's median (flagged above {self.config.outlier_factor:g}x)"
                 found.append(
                     (
@@ -507,7 +513,8 @@ class Replayer:
         order = np.argsort(-shares, kind="stable")
         chosen = order[: int(np.searchsorted(np.cumsum(shares[order]), total / 2)) + 1]
         issues = []
-        for i in sorted(chosen.tolist()):
+        rows: list[int] = sorted(chosen.tolist())
+        for i in rows:
             self.stats.grad_outlier += 1
             details = {
                 "batch": number,

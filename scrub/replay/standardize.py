@@ -111,8 +111,8 @@ class Standardizer:
     @classmethod
     def for_rgb(cls, image_size: int) -> "Standardizer":
         plane = image_size * image_size
-        mean = np.repeat(np.float32(IMAGENET_MEAN) * 255, plane)  # the features are 0..255, CHW
-        std = np.repeat(np.float32(IMAGENET_STD) * 255, plane)
+        mean = np.repeat(np.asarray(IMAGENET_MEAN, np.float32) * 255, plane)  # the features are 0..255, CHW
+        std = np.repeat(np.asarray(IMAGENET_STD, np.float32) * 255, plane)
         return cls(mean, std, "imagenet")
 
     @classmethod
@@ -128,7 +128,7 @@ class Standardizer:
         return cls(mean.astype(np.float32), std.astype(np.float32), source)
 
 
-def _summary(values: np.ndarray) -> dict[str, float]:
+def _summary(values: np.ndarray) -> dict[str, float | None]:
     return {"min": _finite(values.min()), "max": _finite(values.max())}
 
 

@@ -70,8 +70,9 @@ def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config
     return TorchModel(module, spec, input_shape, num_classes, config)
 
 
-def load_loss(spec: str) -> LossFunction:
-    """The callable ``module:function`` names (``module`` importable from ``sys.path``)."""
+def load_loss(spec: str) -> Callable[..., Any]:
+    """The callable ``module:function`` names (``module`` importable from ``sys.path``): a loss
+    (`LossFunction`) or a model factory, which `load_model` tells apart."""
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
         raise UsageError(f"--model must be module:function, not {spec!r}")

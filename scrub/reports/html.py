@@ -12,6 +12,7 @@ import html
 import io
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from scrub.paths import is_within
@@ -25,10 +26,12 @@ NO_PREVIEW = frozenset({"unsafe-path", "decompression-bomb"})  # never opened fo
 ERROR, WARNING, GOOD = "#c0392b", "#d68910", "#1e8449"
 
 STYLE = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; color: #1c1c1c; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; \
+color: #1c1c1c; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; }
 .verdict { display: inline-block; padding: 2px 10px; border-radius: 10px; color: #fff; font-weight: 600; }
-table { border-collapse: collapse; } td, th { padding: 3px 10px; text-align: left; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; } td, th { padding: 3px 10px; text-align: left; \
+border-bottom: 1px solid #ddd; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 .muted { color: #777; } .grid { display: flex; flex-wrap: wrap; gap: 12px; }
@@ -54,13 +57,15 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
         f"<h1>scrub: <code>{_e(summary.path)}</code></h1>",
         f"<p><span class=verdict style='background:{colour}'>{verdict}</span> "
         f"exit {exit_code} with <code>--fail-on {_e(fail_on)}</code> &middot; {summary.records:,} records "
-        f"({_e(summary.dataset.format)}, {_e(summary.dataset.layout)}) &middot; {summary.issues:,} issues &middot; "
+        f"({_e(summary.dataset.format)}, {_e(summary.dataset.layout)}) &middot; {summary.issues:,} issues "
+        "&middot; "
         f"<b>{summary.records_with_errors:,}</b> records to quarantine &middot; {summary.seconds:.2f} s</p>",
     ]
     if summary.baseline is not None:
         counts = summary.baseline
         parts.append(
-            f"<h2>Against the baseline</h2><p id=baseline><b>{counts['new']:,} new</b>, {counts['persisting']:,} "
+            f"<h2>Against the baseline</h2><p id=baseline><b>{counts['new']:,} new</b>, "
+            f"{counts['persisting']:,} "
             f"persisting, {counts['reappeared']:,} reappeared, {counts['resolved']:,} resolved "
             f"<span class=muted>({_e(counts['path'])})</span></p>"
         )
@@ -89,7 +94,8 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
     )  # the footer and "more" fit in 4 KiB
     parts.append(_thumbnails(summary, findings, budget))
     parts.append(
-        f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub {_e(_version())}</p></body></html>"
+        f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub "
+        f"{_e(_version())}</p></body></html>"
     )
     return "\n".join(parts)
 
@@ -109,7 +115,7 @@ def _checks(summary: Summary, findings: Findings, registry, overrides) -> str:
         width = 0 if count == 0 else max(2, round(200 * count / top))
         fill = ERROR if severity == "error" else WARNING
         bar = f"<svg width=200 height=12 role=img><rect width={width} height=12 fill='{fill}'/></svg>"
-        statuses = findings.statuses.get(check, {})
+        statuses: Mapping[str, int] = findings.statuses.get(check, {})
         new = (
             f" <span class=muted>({statuses.get('new', 0)} new)</span>"
             if summary.baseline is not None and count

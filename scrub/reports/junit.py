@@ -2,13 +2,14 @@
 
 One testcase per check that ran (unique names: the check id; classname ``scrub.<dataset>``).
 A check fails when it has issues that fail the run under ``--fail-on`` (judged per issue, by
-its own severity and baseline status): its failure lists the counts and the first keys. Checks with issues that do not fail the run pass, with the counts
-in their ``system-out``.
+its own severity and baseline status): its failure lists the counts and the first keys.
+Checks with issues that do not fail the run pass, with the counts in their ``system-out``.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping
 from pathlib import PurePath
 
 from scrub.reports.findings import Findings
@@ -46,7 +47,7 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         severity = overrides.get(check, REGISTRY[check].severity.value)
         case = ElementTree.SubElement(suite, "testcase", classname=f"scrub.{name}", name=check, time="0")
         count = summary.issues_by_check.get(check, 0)
-        statuses = findings.statuses.get(check, {})
+        statuses: Mapping[str, int] = findings.statuses.get(check, {})
         keys = findings.keys.get(check, [])  # "source:key" where the source is another name
         by_severity = {
             level: sum(n for (_, s), n in findings.severities.get(check, {}).items() if s == level)
@@ -68,7 +69,10 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         if failing(findings.severities.get(check, {}), fail_on):
             failures += 1
             failure = ElementTree.SubElement(case, "failure", message=f"{check}: {described}", type=severity)
-            failure.text = f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: {summary.manifest}"
+            failure.text = (
+                f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: "
+                f"{summary.manifest}"
+            )
         elif count:
             ElementTree.SubElement(
                 case, "system-out"

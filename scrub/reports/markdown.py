@@ -6,7 +6,7 @@ from scrub.reports.findings import Findings, record_name
 from scrub.summary import Summary
 
 
-def _cell(text: str) -> str:
+def _cell(text: str | None) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

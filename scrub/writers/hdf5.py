@@ -10,12 +10,12 @@ is copied unchanged (``H5Ocopy``). A fixed maximum row count becomes the new row
 unlimited when fewer rows remain than one chunk holds (HDF5 requires it). Attributes holding
 object references (dimension scales) are not copied: they would point into the source file.
 
-A record's checksum covers its row in every row-aligned dataset (see `scrub.ledger`). The quarantine holds, per
-file with quarantined rows, a file with only the row-aligned datasets (same creation
-properties) plus ``scrub_source_row``: each row's index in the source (a single-file source
-always gets one, possibly with no rows). A file with a
-dataset-level problem (a row-count mismatch, a link leaving the root) cannot be split row by
-row: it goes to the quarantine whole, copied byte for byte.
+A record's checksum covers its row in every row-aligned dataset (see `scrub.ledger`). The
+quarantine holds, per file with quarantined rows, a file with only the row-aligned datasets
+(same creation properties) plus ``scrub_source_row``: each row's index in the source (a
+single-file source always gets one, possibly with no rows). A file with a dataset-level
+problem (a row-count mismatch, a link leaving the root) cannot be split row by row: it goes
+to the quarantine whole, copied byte for byte.
 
 Rows are read in chunk-aligned blocks and written in whole chunks, so compressed chunks are
 never rewritten and memory stays at a few blocks.
@@ -23,12 +23,13 @@ never rewritten and memory stays at a few blocks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -64,16 +65,18 @@ class HDF5Writer(Writer):
         tally.forced += reasons.values()
         rows_by_source = self._rows_by_source()
         quarantined_rows = _group(verdicts.records)
-        lists: dict[bool, Any] = {}
+        lists: dict[bool, TextIO] = {}  # the new list files (clean: False, quarantine: True)
         if self.output_is_folder:
             clean.mkdir()
             if quarantine is not None:
                 quarantine.mkdir()
-        try:
+        with contextlib.ExitStack() as open_lists:
             if self.info.layout == "list-file":
-                lists[False] = open(clean / self.source.name, "w", encoding="utf-8")
+                lists[False] = open_lists.enter_context(open(clean / self.source.name, "w", encoding="utf-8"))
                 if quarantine is not None:
-                    lists[True] = open(quarantine / self.source.name, "w", encoding="utf-8")
+                    lists[True] = open_lists.enter_context(
+                        open(quarantine / self.source.name, "w", encoding="utf-8")
+                    )
             for source, path in self.reader.listed:
                 relative = self._relative(source)
                 rows = rows_by_source.get(source, 0)
@@ -94,9 +97,6 @@ class HDF5Writer(Writer):
                     lists[False].write(relative + "\n")
                     if len(bad) and True in lists:
                         lists[True].write(relative + "\n")
-        finally:
-            for handle in lists.values():
-                handle.close()
         return tally
 
     def _whole_sources(self, verdicts: Verdicts) -> set[str]:
@@ -237,6 +237,7 @@ class _Sinks:
         for sink, block in zip(self.sinks, blocks):
             sink.add(block)
         if self.origin is not None:
+            assert origin is not None  # the quarantine's sinks are always given the source rows
             self.origin.add(origin)
 
     def close(self) -> None:

@@ -15,11 +15,13 @@ verbatim, without a file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import ScrubError, UnusableDataset
@@ -44,16 +46,18 @@ class ImageWriter(Writer):
         for target in (clean, quarantine):
             if target is not None:
                 target.mkdir()
-        lists = {}
-        if self.listed:
-            lines = self._list_lines()
-            lists[False] = open(clean / self.source.name, "w", encoding="utf-8")
-            if quarantine is not None:
-                lists[True] = open(quarantine / self.source.name, "w", encoding="utf-8")
-        else:
-            tally.other_files = self._mirror_folders(clean, quarantine)
-        folders: set[str] = set()  # made already: no need to ask the file system again
-        try:
+        lists: dict[bool, TextIO] = {}  # the new list files (clean: False, quarantine: True)
+        with contextlib.ExitStack() as open_lists:
+            if self.listed:
+                lines = self._list_lines()
+                lists[False] = open_lists.enter_context(open(clean / self.source.name, "w", encoding="utf-8"))
+                if quarantine is not None:
+                    lists[True] = open_lists.enter_context(
+                        open(quarantine / self.source.name, "w", encoding="utf-8")
+                    )
+            else:
+                tally.other_files = self._mirror_folders(clean, quarantine)
+            folders: set[str] = set()  # made already: no need to ask the file system again
             for partition in self.dataset.partitions:
                 for record in self.reader.read(partition):
                     line = next(lines) if self.listed else None
@@ -80,10 +84,8 @@ class ImageWriter(Writer):
                     elif not self.listed:
                         self._keep_unreadable(record, source_path, target / relative)
                     if self.listed:
+                        assert line is not None  # a list file's records each have their line
                         lists[quarantined].write(_list_line(line, relative, record) + "\n")
-        finally:
-            for handle in lists.values():
-                handle.close()
         return tally
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:

@@ -70,7 +70,8 @@ class LMDBWriter(Writer):
         if metadata and tally.records_quarantined:
             names = ", ".join(encode_key(k) for k in metadata)
             tally.notes.append(
-                f"metadata keys copied unchanged ({names}): a loader that trusts them will see the old record count"
+                f"metadata keys copied unchanged ({names}): a loader that trusts them will see the old "
+                "record count"
             )
         return tally
 
@@ -83,8 +84,8 @@ class LMDBWriter(Writer):
         environment = lmdb.open(str(target), subdir=self._subdir, readonly=True, lock=False, max_dbs=0)
         try:
             with environment.begin(buffers=True) as transaction:
-                for key, value in transaction.cursor():
-                    key = bytes(key)
+                for key_buffer, value in transaction.cursor():
+                    key = bytes(key_buffer)
                     seed = (
                         identity_seed("metadata", key.hex())
                         if key in METADATA_KEYS
