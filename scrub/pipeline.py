@@ -197,7 +197,10 @@ def _compute_local(
 #: SIGINT) before they are killed: a worker killed while it sends a result leaves the pool's
 #: manager thread waiting for the rest of it, and the process unable to exit.
 DRAIN_SECONDS = 5.0
-#: How long the pool's manager thread gets to end once its workers are stopped.
+#: How long the pool's manager thread gets to end once its workers are stopped (it takes
+#: milliseconds), before it is taken for stuck in a result cut short (see `_unblock`).
+MANAGER_STUCK_SECONDS = 1.0
+#: ...and how long it then gets to end.
 MANAGER_EXIT_SECONDS = 5.0
 
 
@@ -209,6 +212,9 @@ def _stop(pool: ProcessPoolExecutor, drain: float = 0.0) -> None:
     interrupt, they first get ``drain`` seconds to finish what they are running.
     """
     processes = list(getattr(pool, "_processes", {}).values())
+    # shutdown() forgets both: the manager thread, and the queue its workers send results on
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + drain
     for process in processes:
@@ -217,9 +223,34 @@ def _stop(pool: ProcessPoolExecutor, drain: float = 0.0) -> None:
     # The pool's manager thread closes its wake-up pipe as it ends; one still ending at exit
     # races the interpreter's own exit hook, which writes to that pipe ("Bad file descriptor",
     # a 15-line traceback after the scan's error line: seen when a result's handler raised).
-    manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
-        manager.join(MANAGER_EXIT_SECONDS)
+        manager.join(MANAGER_STUCK_SECONDS)
+        if manager.is_alive() and results is not None:
+            _unblock(manager, results)
+
+
+def _unblock(manager: threading.Thread, results: Any) -> None:
+    """End a pool's manager thread stuck in the middle of a result.
+
+    A worker killed while it sends a result (a scan that stops on an error while partitions
+    are in flight) leaves the thread waiting for the rest of the message, and the interpreter's
+    exit joining that thread: forever (seen in 1 of 5 runs of a fix whose manifest filled the
+    disk). Zeros complete the message; it fails to unpickle, the thread takes the pool for
+    broken and ends as it would after a crash. The message's 4-byte header is written whole,
+    so what is missing is payload: at most one result's size.
+    """
+    descriptor = results._writer.fileno()
+    os.set_blocking(descriptor, False)
+    zeros = bytes(1 << 16)
+    deadline = time.monotonic() + MANAGER_EXIT_SECONDS
+    while manager.is_alive() and time.monotonic() < deadline:
+        try:
+            os.write(descriptor, zeros)
+        except BlockingIOError:  # the pipe is full: the thread is reading
+            manager.join(0.01)
+        except OSError:  # the thread ended and closed its side
+            break
+    manager.join(MANAGER_EXIT_SECONDS)
 
 
 def start_worker_server(scheduler: str | None, workers: int | None, imports: Sequence[str] = ()) -> None:

@@ -66,3 +66,30 @@ def test_a_record_that_kills_cluster_workers_is_bisected_out(crashing_dataset):
         )
     assert [(i.key, i.check) for i in result.issues()] == [("a/crash.jpg", "corrupt-image")]
     assert result.summary.records == 10
+
+
+def _square(value: int) -> int:
+    return value * value
+
+
+def test_stopping_a_pool_whose_result_was_cut_short_does_not_hang():
+    """A worker killed while it sends a result leaves the pool's manager thread waiting for the
+    rest of the message, and the interpreter's exit joining that thread forever. The cut-short
+    message is made here as a dying worker leaves it: a whole header, part of the payload."""
+    import os
+    import struct
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from scrub import pipeline
+
+    pool = ProcessPoolExecutor(1, mp_context=pipeline.worker_context())
+    assert pool.submit(_square, 7).result() == 49  # the manager thread runs
+    manager = pool._executor_manager_thread
+    writer = pool._result_queue._writer
+    os.write(writer.fileno(), struct.pack("!i", 1 << 20) + b"\x80" * 1000)  # 1 MiB announced
+    time.sleep(0.2)
+    started = time.monotonic()
+    pipeline._stop(pool)
+    assert not manager.is_alive()
+    assert time.monotonic() - started < pipeline.MANAGER_STUCK_SECONDS + 3
