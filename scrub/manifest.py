@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +119,10 @@ class ManifestWriter:
             raise self._failed(error) from None
         self.count += 1
 
-    def write_lines(self, lines: bytes, count: int) -> None:
+    def write_lines(self, lines: Iterable[bytes], count: int) -> None:
         """``count`` lines a worker encoded already (see `scrub.runner.PartitionResult.lines`)."""
         try:
-            self._file.write(lines)
+            self._file.writelines(lines)
         except OSError as error:
             raise self._failed(error) from None
         self.count += count

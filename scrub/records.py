@@ -6,6 +6,7 @@ travels unchanged through every stage, so no later stage ever re-derives it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -133,3 +134,19 @@ class Batch:
 
     def key(self, row: int) -> str:
         return self.keys[row] if self.keys is not None else str(self.start + row)
+
+    def slices(self, rows: int) -> Iterator[Batch]:
+        """The batch in consecutive pieces of at most ``rows`` rows (views, not copies)."""
+        if len(self) <= rows:
+            yield self
+            return
+        for first in range(0, len(self), rows):
+            last = first + rows
+            yield Batch(
+                self.source,
+                self.start + first,
+                self.offset + first,
+                self.data[first:last],
+                None if self.labels is None else self.labels[first:last],
+                keys=None if self.keys is None else self.keys[first:last],
+            )

@@ -220,7 +220,7 @@ class ScanAggregate:
             self.collector.merge(result.findings)
             for severity, offsets in result.flagged.items():
                 self._mark(severity, result.partition, offsets)
-            result.lines, result.findings, result.flagged = b"", None, {}
+            result.lines, result.findings, result.flagged = [], None, {}
         issue_offsets = (
             result.offsets if len(result.offsets) == len(result.issues) else [None] * len(result.issues)
         )

@@ -42,7 +42,7 @@ PARTITION_BYTES = 128 << 20
 #: Rows per partition, at most, whatever their width: a partition of a broken shard may flag
 #: every row, and its findings travel back to the driver together (~300 bytes each as manifest
 #: lines), so narrow rows are split by count too (16-byte rows: 8 million rows by bytes alone).
-PARTITION_ROWS = 1 << 17
+PARTITION_ROWS = 1 << 16
 #: Rows per block, at most: a block's findings are objects until they are encoded (~1.5 KB each).
 BLOCK_ROWS = 1 << 15
 BLOCK_BYTES = 4 << 20  # measured: 0.49 s vs 0.64 s at 8 MiB for 2 GiB on 2 workers (L3-resident)

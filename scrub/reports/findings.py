@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scrub.manifest import read_manifest
-from scrub.records import Issue
+from scrub.records import Issue, Severity
 
 #: keys a report names per check (JUnit failures, the HTML report)
 KEYS_PER_CHECK = 10
@@ -85,20 +85,21 @@ class Collector:
         status = issue.status or "found"
         if status == "resolved":
             return
-        severity = issue.severity.value
+        severity = _SEVERITY_NAMES[issue.severity]
         self.counts[(issue.check, status, severity)] += 1
-        order = _order(issue)
         heap = self.keys.get(issue.check)
         if heap is None:
             heap = self.keys[issue.check] = []
+        wanted = max(self.show, self.images) if severity == "error" else 0
+        if _after(issue, heap, self.per_check) and (not wanted or _after(issue, self.errors, wanted)):
+            return  # the fast path of a dense partition: after every issue kept, nothing to build
+        order = _order(issue)
         if len(heap) < self.per_check or order < heap[0][0].order:
             self.counter += 1
             _keep(heap, order, self.counter, issue, self.per_check)
-        if severity == "error":
-            wanted = max(self.show, self.images)
-            if len(self.errors) < wanted or order < self.errors[0][0].order:
-                self.counter += 1
-                _keep(self.errors, order, self.counter, issue, wanted)
+        if wanted and (len(self.errors) < wanted or order < self.errors[0][0].order):
+            self.counter += 1
+            _keep(self.errors, order, self.counter, issue, wanted)
 
     @property
     def severities(self) -> dict[str, Counter]:
@@ -134,6 +135,20 @@ class Collector:
             for check, heap in sorted(self.keys.items())
         }
         return found
+
+
+_SEVERITY_NAMES = {severity: severity.value for severity in Severity}
+
+
+def _after(issue: Issue, heap: list, limit: int) -> bool:
+    """Whether ``issue`` comes after every issue of a full ``heap`` by its dataset and index
+    alone (`_order` compares those first), without building its order."""
+    if limit <= 0:
+        return True
+    if len(heap) < limit or issue.index is None:
+        return False
+    last = heap[0][0].order
+    return (issue.dataset or "") == last[0] and issue.index > last[1]
 
 
 def _keep(heap: list, order: tuple, counter: int, issue: Issue, limit: int) -> None:
