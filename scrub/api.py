@@ -710,8 +710,12 @@ def _contents(reader: Reader, partitions: Sequence) -> Callable:
     def contents(positions: Sequence[tuple[int, int]]) -> list[str | None]:
         found = []
         for number, offset in positions:
-            batch = next(iter(reader.read(partitions[number], offset, offset + 1)), None)
+            # the reading stays open while the digest is made: a row read in pieces reads then
+            rows = iter(reader.read(partitions[number], offset, offset + 1))
+            batch = next(rows, None)
             found.append(row_digest(batch, 0) if isinstance(batch, Batch) else None)
+            for _ in rows:  # ends the reading (closes its file)
+                pass
         return found
 
     return contents

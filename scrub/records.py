@@ -6,7 +6,8 @@ travels unchanged through every stage, so no later stage ever re-derives it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -112,13 +113,36 @@ class Record:
     problems: list[Issue] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """The data of one row too large to hold at once (a 3-D volume, a huge image), as a
+    `Batch` of that row carries it: its values in consecutive pieces of a block's size.
+
+    ``read()`` yields the row's values, flat, in C order, one piece after another (each valid
+    until the next: a reader reuses one buffer); it may be called again for a second pass, until
+    the reader moves on to the next row. Every per-row test is a reduction over the pieces.
+    """
+
+    shape: tuple[int, ...]  # of the batch: (1, *row shape)
+    dtype: Any  # numpy dtype
+    read: Callable[[], Iterator[Any]]
+
+    def __len__(self) -> int:
+        return 1
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
 @dataclass(slots=True)
 class Batch:
     """Consecutive rows of one array dataset (HDF5), checked together with vectorized checks.
 
     Row ``i`` is the record with key ``str(start + i)`` and index ``start + i``; it sits at
     offset ``offset + i`` of its partition. ``data`` may be a reused buffer: checks must not keep
-    references to it. ``labels`` is a 1-D float array, or None for an unlabelled dataset.
+    references to it; for a row larger than a block it is that one row's `Pieces`. ``labels``
+    is a 1-D float array, or None for an unlabelled dataset.
     """
 
     source: str

@@ -25,7 +25,7 @@ from scrub.errors import ScrubError, UsageError
 from scrub.manifest import dumps, encode_line
 from scrub.options import Selection
 from scrub.readers.base import Reader
-from scrub.records import Batch, Issue, Record, Severity
+from scrub.records import Batch, Issue, Pieces, Record, Severity
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.reports.findings import Collector
 
@@ -384,7 +384,7 @@ class PartitionWork:
         found = profile(batch)
         stats = result.numeric.setdefault(group or batch.source, NumericStats())
         stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)
-        if self.moments and found.rows.size:
+        if self.moments and found.rows.size:  # (a row read in pieces has no moments: see replay)
             pixels = (group or "").startswith("pixels:")
             key = PIXELS if pixels else "x".join(map(str, batch.data.shape[1:]))
             limit = SQUARE_OVERFLOW / np.sqrt(found.rows.shape[1])
@@ -562,7 +562,12 @@ class Reuse:
 
 def row_digest(batch: Batch, row: int) -> str:
     """A row's identity where its key is only its position: a hash of its values and label."""
-    digest = xxhash.xxh3_64(np.ascontiguousarray(batch.data[row]).tobytes())
+    digest = xxhash.xxh3_64()
+    if isinstance(batch.data, Pieces):  # pieces of C-order bytes: the digest of the whole row
+        for piece in batch.data.read():
+            digest.update(np.ascontiguousarray(piece).data)
+    else:
+        digest.update(np.ascontiguousarray(batch.data[row]).data)
     if batch.labels is not None:
         digest.update(np.ascontiguousarray(batch.labels[row]).tobytes())
     return "xxh3:" + digest.hexdigest()

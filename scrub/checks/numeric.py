@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from scrub.checks.base import (
     record_check,
 )
 from scrub.checks.labels import integral_labels
-from scrub.records import Batch, Record, Severity
+from scrub.records import Batch, Pieces, Record, Severity
 
 FP16_MAX = 65504.0
 #: The smallest magnitude that float16 rounds to Inf (65504 plus half of its last step, 32).
@@ -55,7 +56,7 @@ PRECISIONS = ("float32", "float16", "bfloat16")
 class Profile:
     """What one pass over a batch found; the checks judge it."""
 
-    rows: np.ndarray  # the batch as (n, row size)
+    rows: np.ndarray  # the batch as (n, row size); (1, 0) for a row read in pieces
     floating: bool
     nonfinite_rows: np.ndarray  # row numbers with a NaN or Inf (exact)
     zero_rows: np.ndarray  # row numbers that are all zero (exact)
@@ -66,6 +67,24 @@ class Profile:
     total: float  # sum of the finite values
     finite_values: int
     nonfinite_values: int
+    #: a row larger than a block: read again, piece by piece, for the details of a finding
+    pieces: Pieces | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.pieces.dtype if self.pieces is not None else self.rows.dtype
+
+    @property
+    def width(self) -> int:
+        """Values per row."""
+        return self.pieces.size if self.pieces is not None else self.rows.shape[1]
+
+    def values(self, row: int) -> Iterator[np.ndarray]:
+        """A row's values, flat, in one piece or (a row larger than a block) several."""
+        if self.pieces is not None:
+            yield from self.pieces.read()
+        else:
+            yield self.rows[row]
 
     @property
     def largest(self) -> float:
@@ -81,18 +100,59 @@ def profile(batch: Batch) -> Profile:
     cached = batch.meta.get("profile")
     if cached is not None:
         return cached
-    data = np.asarray(batch.data)
-    rows = data.reshape(len(data), -1)
+    if isinstance(batch.data, Pieces):
+        result = _profile_pieces(batch.data)
+    else:
+        data = np.asarray(batch.data)
+        result = _profile_rows(data.reshape(len(data), -1))
+    batch.meta["profile"] = result
+    return result
+
+
+def _profile_rows(rows: np.ndarray) -> Profile:
     floating = rows.dtype.kind in "fc"
     if rows.size == 0:
         nothing = np.empty(0, int)
-        result = Profile(rows, floating, nothing, nothing, np.zeros(len(rows)), None, None, 0.0, 0, 0)
-    elif rows.dtype.kind == "c":
-        result = _profile_complex(rows)
-    else:
-        result = _profile_real(rows, floating)
-    batch.meta["profile"] = result
-    return result
+        return Profile(rows, floating, nothing, nothing, np.zeros(len(rows)), None, None, 0.0, 0, 0)
+    if rows.dtype.kind == "c":
+        return _profile_complex(rows)
+    return _profile_real(rows, floating)
+
+
+def _profile_pieces(pieces: Pieces) -> Profile:
+    """One row's profile, combined from its pieces': NaN and Inf propagate through the largest
+    magnitude, a row is all zero when every piece is, extremes and sums combine."""
+    magnitude, zero, low, high = 0.0, True, None, None
+    total, finite_values, nonfinite_values = 0.0, 0, 0
+    for piece in pieces.read():
+        part = _profile_rows(np.asarray(piece).reshape(1, -1))
+        if not part.rows.size:
+            continue
+        part_magnitude = float(part.magnitudes[0])
+        magnitude = part_magnitude if math.isnan(part_magnitude) else max(magnitude, part_magnitude)
+        zero = zero and len(part.zero_rows) == 1
+        if part.low is not None:
+            low = part.low if low is None else min(low, part.low)
+            high = part.high if high is None else max(high, cast(float, part.high))
+        total += part.total
+        finite_values += part.finite_values
+        nonfinite_values += part.nonfinite_values
+    floating = np.dtype(pieces.dtype).kind in "fc"
+    nonfinite = np.flatnonzero([floating and not math.isfinite(magnitude)])
+    zero_rows = np.flatnonzero([zero and pieces.size > 0])
+    return Profile(
+        np.empty((1, 0), pieces.dtype),
+        floating,
+        nonfinite,
+        zero_rows,
+        np.array([magnitude]),
+        low,
+        high,
+        total,
+        finite_values,
+        nonfinite_values,
+        pieces,
+    )
 
 
 def _profile_real(rows: np.ndarray, floating: bool) -> Profile:
@@ -241,16 +301,19 @@ def nonfinite_data(batch: Batch, options: CheckOptions) -> list[tuple[int, Findi
     rows = np.asarray(found.nonfinite_rows)
     if not len(rows):
         return []
-    values = found.rows[rows]  # counted for every flagged row at once: a broken shard flags them all
-    nan, posinf, neginf = np.isnan(values), values == np.inf, values == -np.inf
-    firsts = np.argmax(nan | posinf | neginf, axis=1).tolist()
-    counted = zip(
-        rows.tolist(),
-        nan.sum(axis=1).tolist(),
-        posinf.sum(axis=1).tolist(),
-        neginf.sum(axis=1).tolist(),
-        firsts,
-    )
+    if found.pieces is not None:
+        counted: Iterable[tuple[int, int, int, int, int]] = [_nonfinite_in_pieces(found)]
+    else:
+        values = found.rows[rows]  # counted for every flagged row at once: a broken shard flags them all
+        nan, posinf, neginf = np.isnan(values), values == np.inf, values == -np.inf
+        firsts = np.argmax(nan | posinf | neginf, axis=1).tolist()
+        counted = zip(
+            rows.tolist(),
+            nan.sum(axis=1).tolist(),
+            posinf.sum(axis=1).tolist(),
+            neginf.sum(axis=1).tolist(),
+            firsts,
+        )
     findings = []
     messages: dict[tuple[int, int, int, int], str] = {}  # rows of a broken block often read alike
     for row, nans, posinfs, neginfs, first in counted:
@@ -263,6 +326,22 @@ def nonfinite_data(batch: Batch, options: CheckOptions) -> list[tuple[int, Findi
         details = {"nan": nans, "posinf": posinfs, "neginf": neginfs, "first_position": first}
         findings.append((row, Finding(message, details)))
     return findings
+
+
+def _nonfinite_in_pieces(found: Profile) -> tuple[int, int, int, int, int]:
+    """(row, NaNs, +Infs, -Infs, first non-finite position) of a row read in pieces."""
+    nans = posinfs = neginfs = position = 0
+    first = -1
+    for piece in found.values(0):
+        nan, posinf, neginf = np.isnan(piece), piece == np.inf, piece == -np.inf
+        bad = nan | posinf | neginf
+        if first < 0 and bad.any():
+            first = position + int(np.argmax(bad))
+        nans += int(nan.sum())
+        posinfs += int(posinf.sum())
+        neginfs += int(neginf.sum())
+        position += piece.size
+    return 0, nans, posinfs, neginfs, first
 
 
 @batch_check("fp16-overflow", Severity.WARNING)
@@ -293,9 +372,7 @@ def fp16_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Findin
     severity = Severity.ERROR if options.precision == "float16" else None
     hint = "" if severity is None else " (--precision float16)"
     findings = []
-    for row, magnitude in _rows_beyond(found, FP16_OVERFLOW):
-        count = int((magnitude >= FP16_OVERFLOW).sum())
-        largest = float(magnitude.max())
+    for row, count, largest in _rows_beyond(found, FP16_OVERFLOW):
         findings.append(
             (
                 row,
@@ -328,12 +405,10 @@ def float32_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Fin
         Moves the row to the quarantine.
     """
     found = profile(batch)
-    if found.rows.dtype.itemsize <= 4 or found.rows.dtype.kind not in "fc" or found.largest < F32_OVERFLOW:
+    if found.dtype.itemsize <= 4 or found.dtype.kind not in "fc" or found.largest < F32_OVERFLOW:
         return []
     findings = []
-    for row, magnitude in _rows_beyond(found, F32_OVERFLOW):
-        count = int((magnitude >= F32_OVERFLOW).sum())
-        largest = float(magnitude.max())
+    for row, count, largest in _rows_beyond(found, F32_OVERFLOW):
         findings.append(
             (
                 row,
@@ -369,21 +444,26 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
         Moves the row to the quarantine.
     """
     found = profile(batch)
-    width = max(1, found.rows.shape[1])
+    width = max(1, found.width)
     if found.largest * math.sqrt(width) < SQUARE_OVERFLOW:  # no row can reach it
         return []
     candidates = np.flatnonzero(~(found.magnitudes * math.sqrt(width) < SQUARE_OVERFLOW))
     findings = []
-    for row in candidates:
-        with np.errstate(over="ignore"):  # as a float32 loader casts them; beyond, float32-overflow
-            magnitude = _magnitudes64(found.rows[row]).astype(np.float32).astype(np.float64)
-        finite = np.isfinite(magnitude)
-        if not finite.any():
+    for row in candidates.tolist():
+        scaled_squares, largest, any_finite = 0.0, 0.0, False
+        for values in found.values(row):
+            with np.errstate(over="ignore"):  # as a float32 loader casts them; beyond, float32-overflow
+                magnitude = _magnitudes64(values).astype(np.float32).astype(np.float64)
+            finite = magnitude[np.isfinite(magnitude)]
+            if finite.size:
+                any_finite = True
+                scaled_squares += float(np.square(finite / SQUARE_OVERFLOW).sum())
+                largest = max(largest, float(finite.max()))
+        if not any_finite:
             continue
-        norm = float(np.sqrt(np.square(magnitude[finite] / SQUARE_OVERFLOW).sum())) * SQUARE_OVERFLOW
+        norm = math.sqrt(scaled_squares) * SQUARE_OVERFLOW
         if norm < SQUARE_OVERFLOW:
             continue
-        largest = float(magnitude[finite].max())
         findings.append(
             (
                 int(row),
@@ -397,15 +477,20 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
     return findings
 
 
-def _rows_beyond(found: Profile, limit: float) -> list[tuple[int, np.ndarray]]:
-    """(row, |values| as float64) of the rows holding a finite value of magnitude >= ``limit``."""
+def _rows_beyond(found: Profile, limit: float) -> list[tuple[int, int, float]]:
+    """(row, how many, the largest) of the rows holding finite values of magnitude >= ``limit``."""
     candidates = np.flatnonzero(~(found.magnitudes < limit))  # NaN rows too: they may hold one
     result = []
-    for row in candidates:
-        magnitude = _magnitudes64(found.rows[row])
-        magnitude = magnitude[np.isfinite(magnitude)]
-        if magnitude.size and magnitude.max() >= limit:
-            result.append((int(row), magnitude))
+    for row in candidates.tolist():
+        count, largest = 0, 0.0
+        for values in found.values(row):
+            magnitude = _magnitudes64(values)
+            magnitude = magnitude[np.isfinite(magnitude)]
+            if magnitude.size:
+                count += int((magnitude >= limit).sum())
+                largest = max(largest, float(magnitude.max()))
+        if count:
+            result.append((int(row), count, largest))
     return result
 
 
@@ -526,14 +611,14 @@ def zero_norm(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
         Nothing by default (a warning); with `--severity warning` the rows are quarantined.
     """
     found = profile(batch)
-    if found.rows.shape[1] == 0:
+    if found.width == 0:
         return []  # empty rows are empty-record's business
     return [(int(row), Finding("all values are zero")) for row in found.zero_rows]
 
 
 @batch_check("empty-record")
 def empty_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
-    if np.asarray(batch.data).size or len(batch) == 0:
+    if batch.data.size or len(batch) == 0:
         return []
     return [(row, Finding("empty row (0 values)", {"size": 0})) for row in range(len(batch))]
 

@@ -21,6 +21,7 @@ against the working directory, not the file.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -34,7 +35,7 @@ from scrub.checks.base import Finding, make_issue
 from scrub.errors import UnusableDataset, first_line
 from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.records import Batch, Issue
+from scrub.records import Batch, Issue, Pieces
 
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -62,6 +63,8 @@ class RowRange:
     block_rows: int  # rows read at once: a whole number of chunks
     label_key: str | None  # the labels dataset of this file, None when it is unlabelled
     label_width: int = 0  # K for (N, K) label vectors, 0 for class ids
+    #: rows larger than a block are read in pieces: (the row axis sliced, its indices a piece)
+    pieces: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -230,6 +233,9 @@ class HDF5Reader(Reader[RowRange]):
             block_rows = round_up(max(1, min(BLOCK_BYTES // row_bytes, BLOCK_ROWS)), chunk_rows)
             by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
             partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
+            pieces = (
+                _piece_plan(data.shape, data.chunks, data.dtype.itemsize) if row_bytes > BLOCK_BYTES else None
+            )
             ranges = [
                 RowRange(
                     path,
@@ -239,6 +245,7 @@ class HDF5Reader(Reader[RowRange]):
                     min(block_rows, partition_rows),
                     label_key if has_labels else None,
                     label_width,
+                    pieces,
                 )
                 for start in range(0, rows, partition_rows)
             ]
@@ -252,6 +259,9 @@ class HDF5Reader(Reader[RowRange]):
         with h5py.File(partition.path, "r") as file:
             data = file[self.options.data_key or "data"]
             label = file[partition.label_key] if partition.label_key else None
+            if partition.pieces is not None:
+                yield from self._read_in_pieces(partition, data, label, first, last)
+                return
             buffer = _buffer((partition.block_rows, *data.shape[1:]), data.dtype)
             width = (partition.label_width,) if partition.label_width else ()
             labels = np.empty((partition.block_rows, *width), dtype=np.float64) if label is not None else None
@@ -276,6 +286,36 @@ class HDF5Reader(Reader[RowRange]):
                     None if labels is None else labels[:count],
                 )
 
+    def _read_in_pieces(self, partition: RowRange, data, label, first: int, last: int) -> Iterator[Batch]:
+        """Rows larger than a block, one `Batch` each, whose data are `Pieces`: slabs of whole
+        chunks along one row axis, read into one reused buffer, so memory follows the block
+        size, not the row's (a 512^3 float32 volume is 512 MiB a row)."""
+        assert partition.pieces is not None
+        axis, span = partition.pieces
+        row_shape = data.shape[1:]
+        buffer = _buffer((span, *row_shape[axis:]), data.dtype)
+        width = (partition.label_width,) if partition.label_width else ()
+
+        def read(row: int) -> Iterator[np.ndarray]:
+            for outer in np.ndindex(*row_shape[: axis - 1]):
+                for begin in range(0, row_shape[axis - 1], span):
+                    count = min(span, row_shape[axis - 1] - begin)
+                    where = (row, *outer, slice(begin, begin + count))
+                    try:
+                        data.read_direct(buffer, where, np.s_[0:count])
+                    except OSError as error:
+                        raise UnusableDataset(
+                            f"{partition.source}: row {row} cannot be read ({first_line(error)})"
+                        ) from None
+                    yield buffer[:count].reshape(-1)
+
+        for row in range(first, last):
+            labels = None
+            if label is not None:
+                labels = np.asarray(label[row : row + 1], dtype=np.float64).reshape(1, *width)
+            pieces = Pieces((1, *row_shape), data.dtype, functools.partial(read, row))
+            yield Batch(partition.source, row, row - partition.start, pieces, labels)
+
     def members(self, partitions: Sequence[RowRange]) -> Iterator[str]:
         if self.layout == "list-file":
             yield str(self.path)
@@ -297,6 +337,23 @@ def _buffer(shape: tuple, dtype) -> np.ndarray:
     if getattr(_BUFFERS, "key", None) != key:
         _BUFFERS.key, _BUFFERS.array = key, np.empty(shape, dtype=dtype)
     return _BUFFERS.array
+
+
+def _piece_plan(shape: tuple, chunks: tuple | None, itemsize: int) -> tuple[int, int]:
+    """How to read a row larger than a block in pieces: (axis, span). Pieces are slabs of
+    ``span`` indices along that axis of the row (1 = the row's first), one index of each axis
+    before it at a time: each slab is contiguous in C order, and the slabs of a row follow each
+    other in its flat order. The axis is the first whose one index holds at most a block; the
+    span is a whole number of chunks along it, about a block's worth."""
+    row_shape = shape[1:]
+    axis = next(
+        (a for a in range(1, len(row_shape) + 1) if int(np.prod(row_shape[a:])) * itemsize <= BLOCK_BYTES),
+        len(row_shape),
+    )
+    index_bytes = max(1, int(np.prod(row_shape[axis:])) * itemsize)
+    chunk = chunks[axis] if chunks else 1
+    span = max(chunk, (BLOCK_BYTES // index_bytes) // chunk * chunk)
+    return axis, min(span, row_shape[axis - 1])
 
 
 def _files(sources: list[str]) -> str:

@@ -34,7 +34,7 @@ from PIL import Image
 
 from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.checks.labels import integer_label, integral_labels
-from scrub.records import Batch, Record
+from scrub.records import Batch, Pieces, Record
 
 Identity = tuple[str, str, int]  # (source, key, index)
 _INT64_LIMIT = 2.0**63
@@ -131,6 +131,8 @@ def record_vector(record: Record, spec: FeatureSpec) -> np.ndarray | str:
 
 def featurize_batch(batch: Batch, spec: FeatureSpec) -> Features:
     """Vectors for the rows of a batch (copied: ``batch.data`` may be a reused buffer)."""
+    if isinstance(batch.data, Pieces):  # a row larger than a block: far beyond any replay width
+        return Features.empty(spec.dim, Counter({"size": len(batch)}))
     data = np.asarray(batch.data)
     n = len(data)
     rows = data.reshape(n, -1)
