@@ -17,6 +17,7 @@ import pytest
 import scrub
 from scrub.readers import hdf5
 from scrub.readers.base import ReadOptions, open_reader
+from scrub.writers import hdf5 as hdf5_writer
 
 SMALL_BLOCK = 4 << 10  # 4 KiB: the rows below (10-40 KiB) come in 3 to 10 pieces
 
@@ -104,3 +105,36 @@ def test_a_big_row_is_held_a_piece_at_a_time(tmp_path, monkeypatch):
         assert batch.data.shape == (1, 64, 64, 64)
         pieces = [piece.nbytes for piece in batch.data.read()]
         assert pieces == [256 << 10] * 4  # slabs of 16 x 64 x 64 float32: two chunks each
+
+
+@pytest.mark.parametrize(("shape", "chunks"), SHAPES[1:3])
+def test_fix_copies_big_rows_in_slabs_and_verifies_them(tmp_path, monkeypatch, shape, chunks):
+    """`fix` of rows larger than a block: the cleaned copy holds the good rows, the quarantine
+    the bad ones (with their source rows), byte for byte, and verification passes; h5py reads
+    both."""
+    data = faulty_rows(shape, "float32")
+    source = tmp_path / "rows.h5"
+    with h5py.File(source, "w") as f:
+        f.create_dataset("data", data=data, chunks=(1, *chunks[1:]))
+        f["label"] = np.arange(8) % 3
+    monkeypatch.setattr(hdf5, "BLOCK_BYTES", SMALL_BLOCK)
+    monkeypatch.setattr(hdf5_writer, "BLOCK_BYTES", SMALL_BLOCK)
+    slabs = []
+    original = hdf5.row_slabs
+
+    def counting(*args):
+        for where, slab in original(*args):
+            slabs.append(slab.nbytes)
+            yield where, slab
+
+    monkeypatch.setattr(hdf5_writer, "row_slabs", counting)
+    result = scrub.fix(source, quarantine=True, scheduler="sync")
+    assert result.verified and result.report["kept"] == 4 and result.report["quarantined"] == 4
+    assert slabs and max(slabs) <= SMALL_BLOCK  # written and tallied a slab at a time
+    bad = [1, 2, 5, 6]  # the errors; 3 (fp16) and 4 (zero) are warnings
+    good = [0, 3, 4, 7]
+    with h5py.File(result.clean) as clean, h5py.File(result.quarantine / "rows.h5") as held:
+        np.testing.assert_array_equal(clean["data"][:], data[good])
+        np.testing.assert_array_equal(clean["label"][:], np.arange(8)[good] % 3)
+        np.testing.assert_array_equal(held["data"][:], data[bad])
+        assert held["data"].chunks == clean["data"].chunks == (1, *chunks[1:])

@@ -234,7 +234,7 @@ class HDF5Reader(Reader[RowRange]):
             by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
             partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
             pieces = (
-                _piece_plan(data.shape, data.chunks, data.dtype.itemsize) if row_bytes > BLOCK_BYTES else None
+                piece_plan(data.shape, data.chunks, data.dtype.itemsize) if row_bytes > BLOCK_BYTES else None
             )
             ranges = [
                 RowRange(
@@ -290,24 +290,20 @@ class HDF5Reader(Reader[RowRange]):
         """Rows larger than a block, one `Batch` each, whose data are `Pieces`: slabs of whole
         chunks along one row axis, read into one reused buffer, so memory follows the block
         size, not the row's (a 512^3 float32 volume is 512 MiB a row)."""
-        assert partition.pieces is not None
-        axis, span = partition.pieces
+        plan = partition.pieces
+        assert plan is not None
         row_shape = data.shape[1:]
-        buffer = _buffer((span, *row_shape[axis:]), data.dtype)
+        buffer = _buffer(slab_shape(data.shape, plan), data.dtype)
         width = (partition.label_width,) if partition.label_width else ()
 
         def read(row: int) -> Iterator[np.ndarray]:
-            for outer in np.ndindex(*row_shape[: axis - 1]):
-                for begin in range(0, row_shape[axis - 1], span):
-                    count = min(span, row_shape[axis - 1] - begin)
-                    where = (row, *outer, slice(begin, begin + count))
-                    try:
-                        data.read_direct(buffer, where, np.s_[0:count])
-                    except OSError as error:
-                        raise UnusableDataset(
-                            f"{partition.source}: row {row} cannot be read ({first_line(error)})"
-                        ) from None
-                    yield buffer[:count].reshape(-1)
+            try:
+                for _, slab in row_slabs(data, row, plan, buffer):
+                    yield slab.reshape(-1)
+            except OSError as error:
+                raise UnusableDataset(
+                    f"{partition.source}: row {row} cannot be read ({first_line(error)})"
+                ) from None
 
         for row in range(first, last):
             labels = None
@@ -339,7 +335,28 @@ def _buffer(shape: tuple, dtype) -> np.ndarray:
     return _BUFFERS.array
 
 
-def _piece_plan(shape: tuple, chunks: tuple | None, itemsize: int) -> tuple[int, int]:
+def row_slabs(
+    data, row: int, plan: tuple[int, int], buffer: np.ndarray
+) -> Iterator[tuple[tuple, np.ndarray]]:
+    """The slabs of one row of an h5py dataset, by `piece_plan`: (where in the row, the slab
+    read into ``buffer``: valid until the next)."""
+    axis, span = plan
+    row_shape = data.shape[1:]
+    for outer in np.ndindex(*row_shape[: axis - 1]):
+        for begin in range(0, row_shape[axis - 1], span):
+            count = min(span, row_shape[axis - 1] - begin)
+            where = (*outer, slice(begin, begin + count))
+            data.read_direct(buffer, (row, *where), np.s_[0:count])
+            yield where, buffer[:count]
+
+
+def slab_shape(shape: tuple, plan: tuple[int, int]) -> tuple[int, ...]:
+    """The shape of the largest slab of a row (a buffer for `row_slabs`)."""
+    axis, span = plan
+    return (span, *shape[axis + 1 :])
+
+
+def piece_plan(shape: tuple, chunks: tuple | None, itemsize: int) -> tuple[int, int]:
     """How to read a row larger than a block in pieces: (axis, span). Pieces are slabs of
     ``span`` indices along that axis of the row (1 = the row's first), one index of each axis
     before it at a time: each slab is contiguous in C order, and the slabs of a row follow each

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+import xxhash
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.paths import is_within
-from scrub.readers.hdf5 import BLOCK_BYTES, is_hdf5_file, round_up
+from scrub.readers.hdf5 import BLOCK_BYTES, is_hdf5_file, piece_plan, round_up, row_slabs, slab_shape
 from scrub.writers.base import Tally, Verdicts, Writer
 
 SOURCE_ROW = "scrub_source_row"
@@ -156,7 +157,12 @@ class HDF5Writer(Writer):
                     if held_file is not None:
                         held = _Sinks(held_file, aligned, len(bad), with_source_rows=True)
                     seed = identity_seed(relative)
-                    for begin, blocks in _blocks(aligned, rows):
+                    if _has_big_rows(aligned):
+                        _split_big_rows(aligned, rows, bad, seed, kept, held, tally)
+                        begin_blocks: Iterator = iter(())
+                    else:
+                        begin_blocks = _blocks(aligned, rows)
+                    for begin, blocks in begin_blocks:
                         mask = _keep_mask(begin, len(blocks[0]), bad)
                         values = row_values(
                             seed, np.arange(begin, begin + len(mask)), [row_digests(b) for b in blocks]
@@ -199,6 +205,12 @@ class HDF5Writer(Writer):
                     origin = np.arange(data.shape[0], dtype=np.int64)
                     origin += np.searchsorted(bad - np.arange(len(bad)), origin, side="right")
                 seed = identity_seed(relative)
+                if _has_big_rows(aligned):
+                    for row in range(data.shape[0]):
+                        ledger.add_values(
+                            row_values(seed, origin[row : row + 1], _big_row_digests(aligned, row))
+                        )
+                    continue
                 for begin, blocks in _blocks(aligned, data.shape[0]):
                     indices = origin[begin : begin + len(blocks[0])]
                     ledger.add_values(row_values(seed, indices, [row_digests(b) for b in blocks]))
@@ -240,6 +252,16 @@ class _Sinks:
             assert origin is not None  # the quarantine's sinks are always given the source rows
             self.origin.add(origin)
 
+    def add_row(self, aligned: list, row: int) -> None:
+        """Append source row ``row`` of each dataset: a row larger than a block slab by slab."""
+        for sink, dataset in zip(self.sinks, aligned):
+            if _row_size(dataset) > BLOCK_BYTES:
+                sink.add_in_slabs(dataset, row)
+            else:
+                sink.add(np.asarray(dataset[row : row + 1]))
+        if self.origin is not None:
+            self.origin.add(np.array([row], np.int64))
+
     def close(self) -> None:
         for sink in [*self.sinks, self.origin]:
             if sink is not None:
@@ -280,6 +302,17 @@ class _RowSink:
     def _write(self, rows: np.ndarray) -> None:
         self.dataset[self.cursor : self.cursor + len(rows)] = rows
         self.cursor += len(rows)
+
+    def add_in_slabs(self, source, row: int) -> None:
+        """Append one row larger than a block, read and written a slab at a time (its dataset
+        keeps no carry: a chunk of several such rows is rewritten row by row, correct if slow)."""
+        assert not self.carried
+        plan = piece_plan(source.shape, source.chunks, source.dtype.itemsize)
+        buffer = np.empty(slab_shape(source.shape, plan), source.dtype)
+        for where, slab in row_slabs(source, row, plan, buffer):
+            index = (self.cursor, *where)
+            self.dataset[index] = slab
+        self.cursor += 1
 
     def close(self) -> None:
         if self.carried:
@@ -386,6 +419,42 @@ def _blocks(aligned: list, rows: int) -> Iterator[tuple[int, list[np.ndarray]]]:
                 dataset.read_direct(buffer, np.s_[begin : begin + count], np.s_[0:count])
                 blocks.append(buffer[:count])
         yield begin, blocks
+
+
+def _has_big_rows(aligned: list) -> bool:
+    return any(_row_size(dataset) > BLOCK_BYTES for dataset in aligned)
+
+
+def _split_big_rows(aligned: list, rows: int, bad: np.ndarray, seed: int, kept, held, tally: Tally) -> None:
+    """`_split` for files with rows larger than a block: row by row, each read in slabs."""
+    quarantined = set(bad.tolist())
+    for row in range(rows):
+        value = row_values(seed, np.array([row], np.int64), _big_row_digests(aligned, row))
+        if row in quarantined:
+            tally.quarantined.add_values(value)
+            if held is not None:
+                held.add_row(aligned, row)
+        else:
+            tally.kept.add_values(value)
+            kept.add_row(aligned, row)
+
+
+def _big_row_digests(aligned: list, row: int) -> list[np.ndarray]:
+    """The digest of row ``row`` of each dataset, for the ledger: `row_digests` where the row
+    fits a block, else XXH3 of its bytes streamed slab by slab (the same function on both sides
+    of the comparison: source and outputs have the same shapes)."""
+    digests = []
+    for dataset in aligned:
+        if _row_size(dataset) <= BLOCK_BYTES or dataset.dtype.hasobject:
+            digests.append(row_digests(np.asarray(dataset[row : row + 1])))
+            continue
+        plan = piece_plan(dataset.shape, dataset.chunks, dataset.dtype.itemsize)
+        buffer = np.empty(slab_shape(dataset.shape, plan), dataset.dtype)
+        digest = xxhash.xxh3_64()
+        for _, slab in row_slabs(dataset, row, plan, buffer):
+            digest.update(np.ascontiguousarray(slab).data)
+        digests.append(np.array([digest.intdigest()], np.uint64))
+    return digests
 
 
 def _row_size(dataset) -> int:
