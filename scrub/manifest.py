@@ -62,7 +62,7 @@ def encode_key(key: str | bytes) -> str:
         return "hex:" + key.hex()
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # NumPy scalars
         return value.item()
     if hasattr(value, "tolist"):
@@ -82,12 +82,12 @@ def encode_line(issue: Issue) -> bytes:
     line = issue.to_dict()
     line["source"], line["key"] = encode_key(issue.source), encode_key(issue.key)
     try:
-        return orjson.dumps(line, default=_json_default, option=_LINE)
+        return orjson.dumps(line, default=json_default, option=LINE_OPTIONS)
     except (orjson.JSONEncodeError, TypeError):
-        return (json.dumps(line, default=_json_default) + "\n").encode("ascii")
+        return (json.dumps(line, default=json_default) + "\n").encode("ascii")
 
 
-_LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+LINE_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 def dumps(issue: Issue) -> str:

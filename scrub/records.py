@@ -28,6 +28,8 @@ class Severity(str, Enum):
 
 
 _SEVERITY_RANK = {Severity.WARNING: 1, Severity.ERROR: 2}
+#: each severity's name, looked up without the enum's property (a dense scan does it per finding)
+SEVERITY_NAMES = {severity: severity.value for severity in Severity}
 
 
 @dataclass(slots=True)

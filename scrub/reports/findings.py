@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scrub.manifest import read_manifest
-from scrub.records import Issue, Severity
+from scrub.records import SEVERITY_NAMES, Issue, Severity
 
 #: keys a report names per check (JUnit failures, the HTML report)
 KEYS_PER_CHECK = 10
@@ -85,8 +85,25 @@ class Collector:
         status = issue.status or "found"
         if status == "resolved":
             return
-        severity = _SEVERITY_NAMES[issue.severity]
-        self.counts[(issue.check, status, severity)] += 1
+        self.counts[(issue.check, status, SEVERITY_NAMES[issue.severity])] += 1
+        self.keep(issue)
+
+    def count(self, check: str, severity: Severity, issues: int = 1) -> None:
+        """Count found issues without their objects (see `wants`)."""
+        self.counts[(check, "found", SEVERITY_NAMES[severity])] += issues
+
+    def wants(self, check: str, severity: Severity, dataset: str | None, index: int) -> bool:
+        """Whether an issue of ``check`` on record ``index`` may be kept: False when it comes
+        after every one kept, by dataset and index, so that its object need not be built."""
+        if not _after_all(dataset, index, self.keys.get(check, []), self.per_check):
+            return True
+        return severity is Severity.ERROR and not _after_all(
+            dataset, index, self.errors, max(self.show, self.images)
+        )
+
+    def keep(self, issue: Issue) -> None:
+        """Keep an issue (counted already) if it is among the first so far."""
+        severity = SEVERITY_NAMES[issue.severity]
         heap = self.keys.get(issue.check)
         if heap is None:
             heap = self.keys[issue.check] = []
@@ -137,18 +154,22 @@ class Collector:
         return found
 
 
-_SEVERITY_NAMES = {severity: severity.value for severity in Severity}
-
-
 def _after(issue: Issue, heap: list, limit: int) -> bool:
     """Whether ``issue`` comes after every issue of a full ``heap`` by its dataset and index
     alone (`_order` compares those first), without building its order."""
     if limit <= 0:
         return True
-    if len(heap) < limit or issue.index is None:
+    return issue.index is not None and _after_all(issue.dataset, issue.index, heap, limit)
+
+
+def _after_all(dataset: str | None, index: int, heap: list, limit: int) -> bool:
+    """Whether record ``index`` of ``dataset`` comes after every issue of a full ``heap``."""
+    if limit <= 0:
+        return True
+    if len(heap) < limit:
         return False
     last = heap[0][0].order
-    return (issue.dataset or "") == last[0] and issue.index > last[1]
+    return (dataset or "") == last[0] and index > last[1]
 
 
 def _keep(heap: list, order: tuple, counter: int, issue: Issue, limit: int) -> None:
