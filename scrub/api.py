@@ -367,7 +367,13 @@ class DatasetScan:
         )
         if self.replay is not None:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
-        if aggregate.records != info.records:
+        if aggregate.records != info.records and info.snapshots:
+            aggregate.notes.append(
+                f"the database changed during the scan: {info.records:,} records when it was listed, "
+                f"{aggregate.records:,} read (each partition's key range whole, from one snapshot)"
+            )
+            info.records = aggregate.records
+        elif aggregate.records != info.records:
             aggregate.notes.append(
                 f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the "
                 "dataset "

@@ -61,6 +61,10 @@ class DatasetInfo:
     #: what a person should know about how the dataset was read (which labels were used, what
     #: is not checked); printed and written to the summary's ``notes``
     notes: list[str] = field(default_factory=list)
+    #: ``records`` is what a snapshot listed, and the scan reads each partition in a snapshot of
+    #: its own (a database a writer may be committing to): a different count read says the
+    #: database changed, not that records were lost
+    snapshots: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         document = {

@@ -1,13 +1,20 @@
 """LMDB environments: Caffe `Datum`s, raw encoded images (LSUN style), `.npy` arrays.
 
-The environment is opened read-only with ``lock=False``, so a scan never blocks or changes a
-live database, and with LMDB's default read-ahead (cold scans were 7–20x slower without it).
-Partitions are key ranges: the driver walks the keys once (keys only, ~5 M/s) to pick split
-keys and count records; each worker opens its own environment (py-lmdb refuses to open one
-twice in a process, and an environment must not cross a fork) and walks its range with a
-cursor. ``source`` is the environment's path relative to the dataset root (its name), ``key``
-the record's key (UTF-8 text where valid, else ``hex:<hex>``), ``index`` its ordinal in key
-order.
+The environment is opened read-only, with LMDB's default read-ahead (cold scans were 7–20x
+slower without it), and with its lock whenever the lock file can be written: a reader then holds
+a slot in the lock table, and a writer committing during the scan never reuses the pages of the
+snapshot the reader is on (read transactions are MVCC snapshots and never block the writer).
+Without the lock (a read-only lock file: read-only media), a live writer reuses those pages
+under the reader, which then fails (``MDB_PAGE_NOTFOUND``) or aborts the process on an LMDB
+assertion: the summary says it was read so. Partitions are key intervals: the driver walks the
+keys once (keys only, ~5 M/s) in one snapshot to pick split keys and count records; each worker
+opens its own environment (py-lmdb refuses to open one twice in a process, and an environment
+must not cross a fork) and walks its interval, up to the next partition's first key, with a
+cursor in one snapshot of its own: every key of that snapshot is read once, by the partition
+whose interval holds it, however the database changed since the listing. ``source`` is the
+environment's path relative to the dataset root (its name), ``key`` the record's key (UTF-8 text
+where valid, else ``hex:<hex>``), ``index`` its ordinal in key order (in the listing's snapshot:
+approximate for keys a live writer added or removed since).
 
 Each value is decoded by the first codec that recognises it (``--lmdb-codec`` forces one):
 
@@ -24,8 +31,10 @@ Keys that loaders use for metadata (``__keys__``, ``__len__``, ``num-samples``) 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +70,8 @@ DATUM_TAGS = frozenset({0x08, 0x10, 0x18, 0x22, 0x28, 0x32, 0x35, 0x38})
 
 @dataclass(frozen=True)
 class KeyRange:
-    """A partition: ``count`` records from ``first`` (inclusive) in key order."""
+    """A partition: the records from key ``first`` (inclusive) to key ``end`` (exclusive; None:
+    to the last), ``count`` of them when the driver listed them."""
 
     path: str
     subdir: bool
@@ -69,6 +79,7 @@ class KeyRange:
     first: bytes
     count: int
     first_index: int
+    end: bytes | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -130,6 +141,19 @@ def check_not_truncated(data_file: Path) -> None:
 _ENVIRONMENTS: dict[str, Any] = {}
 
 
+def lock_file(path: str, subdir: bool) -> Path:
+    """Where LMDB keeps an environment's lock table."""
+    return Path(path) / "lock.mdb" if subdir else Path(path + "-lock")
+
+
+def can_lock(path: str, subdir: bool) -> bool:
+    """Whether a reader can take a slot in the environment's lock table: its lock file exists
+    and can be written. A missing one is not created (nothing is added to a source): no process
+    has the environment open with a lock then, writers included."""
+    lock = lock_file(path, subdir)
+    return lock.is_file() and os.access(lock, os.R_OK | os.W_OK)
+
+
 def open_environment(path: str, subdir: bool):
     """This process's one environment for ``path`` (py-lmdb allows only one per process)."""
     import lmdb
@@ -138,12 +162,31 @@ def open_environment(path: str, subdir: bool):
     if environment is None:
         try:
             environment = lmdb.open(
-                path, subdir=subdir, readonly=True, lock=False, readahead=True, max_dbs=0, max_readers=512
+                path,
+                subdir=subdir,
+                readonly=True,
+                lock=can_lock(path, subdir),
+                readahead=True,
+                max_dbs=0,
+                max_readers=512,
             )
         except lmdb.Error as error:
             raise UnusableDataset(f"{path}: not a readable LMDB environment ({first_line(error)})") from None
         _ENVIRONMENTS[path] = environment
     return environment
+
+
+def begin(environment):
+    """A read transaction: a snapshot of the newest commit. A writer that grew the map since
+    the environment was opened makes LMDB refuse it (``MDB_MAP_RESIZED``): the new size is
+    adopted, as LMDB's documentation says to, and the transaction begun again."""
+    import lmdb
+
+    try:
+        return environment.begin()
+    except lmdb.MapResizedError:
+        environment.set_mapsize(0)
+        return environment.begin()
 
 
 def _forget(path: str) -> None:
@@ -182,12 +225,13 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         source = self.path.resolve().name
         _forget(path)  # a stale environment from an earlier scan in this process
         environment = open_environment(path, subdir)
-        partitions: list[KeyRange | KeyList] = []
+        starts: list[tuple[bytes, int]] = []  # (first key, count) of each partition
         skipped = 0
         count = 0
         first: bytes | None = None
         try:
-            with environment.begin() as transaction:
+            with begin(environment) as transaction:
+                snapshot = transaction.id()
                 for key in transaction.cursor().iternext(keys=True, values=False):
                     if key in METADATA_KEYS:
                         skipped += 1
@@ -196,17 +240,19 @@ class LMDBReader(Reader[KeyRange | KeyList]):
                         first = bytes(key)
                     count += 1
                     if count == partition_size:
-                        partitions.append(
-                            KeyRange(path, subdir, source, first, count, len(partitions) * partition_size)
-                        )
+                        starts.append((first, count))
                         first, count = None, 0
-                entries = environment.stat()["entries"]
+                entries = transaction.stat()["entries"]
         except lmdb.Error as error:
             raise UnusableDataset(
                 f"{self.path}: the LMDB environment is damaged ({first_line(error)})"
             ) from None
         if first is not None:
-            partitions.append(KeyRange(path, subdir, source, first, count, len(partitions) * partition_size))
+            starts.append((first, count))
+        partitions: list[KeyRange | KeyList] = [
+            KeyRange(path, subdir, source, key, size, number * partition_size, _next_key(starts, number))
+            for number, (key, size) in enumerate(starts)
+        ]
         records = sum(len(p) for p in partitions)
         info = DatasetInfo(
             format=self.format,
@@ -215,8 +261,16 @@ class LMDBReader(Reader[KeyRange | KeyList]):
             labelled=self._labelled(partitions, codec),
             records=records,
             skipped={"metadata key": skipped} if skipped else {},
+            snapshots=True,
         )
-        info.files[source] = {"entries": entries, "codec": codec}
+        self._listed = (info, snapshot)  # for `locate`, when the database changed since
+        locked = can_lock(path, subdir)
+        info.files[source] = {"entries": entries, "codec": codec, "snapshot": snapshot, "locked": locked}
+        if not locked and lock_file(path, subdir).exists():
+            info.notes.append(
+                f"{source}: read without LMDB's lock (its lock file cannot be written: read-only "
+                "media?): a writer committing during the scan can make it fail"
+            )
         return info, partitions
 
     def _labelled(self, partitions: Sequence[KeyRange | KeyList], codec: str, sample: int = 64) -> bool:
@@ -234,9 +288,10 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         import lmdb
 
         environment = open_environment(partition.path, partition.subdir)
-        stop = len(partition) if stop is None else stop
+        if stop is None:  # a key range to its end key, however many records it holds now
+            stop = len(partition) if isinstance(partition, KeyList) else sys.maxsize
         try:
-            with environment.begin() as transaction:
+            with begin(environment) as transaction:
                 if isinstance(partition, KeyList):
                     for offset in range(start, min(stop, len(partition))):
                         key = partition.keys[offset]
@@ -251,10 +306,11 @@ class LMDBReader(Reader[KeyRange | KeyList]):
                     if values
                     else ((k, None) for k in cursor.iternext(keys=True, values=False))
                 )
+                end = partition.end
                 for key, value in items:
                     if key in METADATA_KEYS:
                         continue
-                    if offset >= stop:
+                    if offset >= stop or (end is not None and key >= end):
                         return
                     if offset >= start:
                         yield offset, bytes(key), value
@@ -316,7 +372,38 @@ class LMDBReader(Reader[KeyRange | KeyList]):
             )
             if offset in wanted
         }
-        return [found[offset] for offset in offsets]
+        if len(found) < len(wanted) or self._changed():
+            self._say_positions_moved(partition.source)
+        # a position past the end of its range now (records removed since): named by its index
+        return [found.get(offset) or _by_index(partition, offset) for offset in offsets]
+
+    def _changed(self) -> bool:
+        """Whether a writer committed since the keys were listed."""
+        listed = getattr(self, "_listed", None)
+        if listed is None:
+            return False
+        environment = open_environment(str(self.path.resolve()), self.path.is_dir())
+        return environment.info()["last_txnid"] != listed[1]
+
+    def _say_positions_moved(self, source: str) -> None:
+        info, snapshot = self._listed
+        note = (
+            f"{source}: the database changed during the scan (listed at transaction "
+            f"{snapshot:,}): the records dataset checks flag (duplicate, shape-mismatch, outliers) "
+            "are named by their position, looked up after the scan, and may be off by the records "
+            "added or removed before them (#N: a position past the end of its range)"
+        )
+        if note not in info.notes:
+            info.notes.append(note)
+
+
+def _by_index(partition: KeyRange | KeyList, offset: int) -> tuple[str, str, int]:
+    index = _index(partition, offset)
+    return partition.source, f"#{index}", index
+
+
+def _next_key(starts: list[tuple[bytes, int]], number: int) -> bytes | None:
+    return starts[number + 1][0] if number + 1 < len(starts) else None
 
 
 def _index(partition: KeyRange | KeyList, offset: int) -> int:
