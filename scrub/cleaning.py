@@ -21,7 +21,7 @@ from typing import Any
 
 from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
 from scrub.cache import holds_results
-from scrub.errors import ExitCode, OutputError, ScrubError, UsageError
+from scrub.errors import ExitCode, OutputError, ScrubError, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
     default_manifest,
@@ -133,6 +133,10 @@ def fix(
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
             _check_space(dataset, outputs, options.link)
             tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
+            if tally.records_kept == 0 and tally.records_quarantined > 1:
+                _refuse_one_cause(
+                    dataset.path, manifest, Severity(options.severity), tally.records_quarantined
+                )
             if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
                 raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
             verification = _verify(
@@ -238,6 +242,27 @@ def fix_many(
         if on_fixed is not None:
             on_fixed(result)
     return results
+
+
+def _refuse_one_cause(path: Path, manifest: Path, severity: Severity, records: int) -> None:
+    """Refuse a cleaned copy emptied for one cause: when every record is set aside by the same
+    check (every value pickled without --allow-pickle, a codec nothing decodes, every row of a
+    shard NaN), the dataset is not bad record by record; an empty copy that "verifies" would
+    hide that. A dataset whose records fail each for its own reason is emptied as asked."""
+    flagged: dict[str, set[tuple[str, int]]] = {}
+    first: dict[str, str] = {}
+    for issue in read_manifest(manifest):
+        if issue.status == "resolved" or not issue.severity.at_least(severity) or issue.index is None:
+            continue
+        flagged.setdefault(issue.check, set()).add((issue.source, issue.index))
+        first.setdefault(issue.check, issue.message)
+    causes = sorted(check for check, records_flagged in flagged.items() if len(records_flagged) >= records)
+    if causes:
+        cause = causes[0]
+        raise UnusableDataset(
+            f"{path}: every one of its {records:,} records would be set aside for {' and '.join(causes)} "
+            f"({first[cause]}): an empty cleaned copy is not a fix; nothing was written"
+        )
 
 
 def _check_space(dataset: OpenedDataset, outputs: "_Outputs", link: bool) -> None:

@@ -760,6 +760,16 @@ def _print_summary(summary, findings=None) -> None:
         f"{summary.issues:,} issues; {summary.records_with_errors:,} records to quarantine (errors), "
         f"{summary.records_with_warnings:,} with any issue"
     )
+    for part in summary.parts or [summary]:
+        causes = part.sole_causes()
+        if causes:
+            name = f"{part.path}: " if summary.parts else ""
+            out.print(
+                f"{name}every record is flagged by {' and '.join(causes)}: the dataset is bad as a whole, "
+                "not record by record (fix refuses to empty it; see the first error below)",
+                markup=False,
+                soft_wrap=True,
+            )
     if summary.replay is not None:
         replay = summary.replay
         skipped = sum(replay["skipped"].values())

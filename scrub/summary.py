@@ -431,6 +431,14 @@ class Summary:
             parts=list(parts),
         )
 
+    def sole_causes(self) -> list[str]:
+        """The checks that flag every record of a dataset whose every record has an error: a
+        cause of the dataset as a whole (every value pickled, a codec nothing decodes, a shard
+        all NaN), which `fix` refuses to turn into an empty cleaned copy. Empty otherwise."""
+        if self.records < 2 or self.records_with_errors < self.records:
+            return []
+        return sorted(check for check, count in self.issues_by_check.items() if count >= self.records)
+
     @property
     def complete(self) -> bool:
         """Whether every record the reader listed was read (else the scan exits 3)."""

@@ -268,8 +268,11 @@ def test_list_lines_outside_the_root_are_never_read_or_copied(tmp_path):
 
 def test_fewer_rows_than_a_chunk_and_nothing_left(tmp_path):
     path = tmp_path / "all_bad.h5"
+    data = np.full((5, 2), np.nan)
+    data[4] = 1.0  # every row bad, not all for one reason (that fix refuses: test_fix_one_cause.py)
     with h5py.File(path, "w") as file:
-        file.create_dataset("data", data=np.full((5, 2), np.nan), chunks=(4, 2), maxshape=(5, 2))
+        file.create_dataset("data", data=data, chunks=(4, 2), maxshape=(5, 2))
+        file["label"] = np.array([0, 0, 0, 0, np.nan])
     result = scrub.fix(path, quarantine=True, scheduler="sync")
     with h5py.File(result.clean) as clean:
         assert clean["data"].shape == (0, 2) and clean["data"].chunks == (4, 2)

@@ -36,6 +36,18 @@ def rescan_errors(path: Path, **options) -> int:
         return 0
 
 
+def fixed(path: Path, **options):
+    """`scrub.fix` with a quarantine, or None where it refused to empty the dataset for one
+    cause: then a scan must show every record flagged by one check."""
+    try:
+        return scrub.fix(path, quarantine=True, scheduler="sync", **options)
+    except UnusableDataset as error:
+        if "would be set aside for" not in str(error):
+            raise
+        assert scrub.scan(path, scheduler="sync", **options).summary.sole_causes(), str(error)
+        return None
+
+
 kinds = st.sampled_from(["good", "good", "good", "truncated", "empty", "garbage"])
 
 
@@ -50,7 +62,9 @@ def test_image_folders(entries):
                 image_payload(kind, number),
             )
         originals = _files(source)
-        result = scrub.fix(source, quarantine=True, scheduler="sync")
+        result = fixed(source)
+        if result is None:
+            return
         clean, held = _files(result.clean), _files(result.quarantine / "data")
         assert set(clean).isdisjoint(held)
         assert {**clean, **held} == originals
@@ -72,7 +86,9 @@ def test_image_lists(entries):
             lines.append(f"{name} {label}")
         root.mkdir(exist_ok=True)
         (root / "train.txt").write_text("\n".join(lines) + "\n")
-        result = scrub.fix(root / "train.txt", quarantine=True, num_classes=4, scheduler="sync")
+        result = fixed(root / "train.txt", num_classes=4)
+        if result is None:
+            return
         kept = result.dataset.read_text().splitlines()
         held = (result.quarantine / "train" / "train.txt").read_text().splitlines()
         assert sorted(kept + held) == sorted(lines)
@@ -116,7 +132,9 @@ def test_hdf5_files(rows, width, chunk, faults):
             )
             file["label"] = label
             file["classes"] = np.arange(41)  # never as many rows as the data: not row-aligned
-        result = scrub.fix(path, quarantine=True, num_classes=3, scheduler="sync")
+        result = fixed(path, num_classes=3)
+        if result is None:
+            return
         with h5py.File(result.clean) as clean, h5py.File(result.quarantine / "train.h5") as held:
             origin = held["scrub_source_row"][:]
             kept = np.setdiff1d(np.arange(rows), origin)
@@ -160,7 +178,9 @@ def test_lmdb_environments(items, subdir):
             for key, value in source.items():
                 transaction.put(key, value)
         environment.close()
-        result = scrub.fix(path, quarantine=True, scheduler="sync")
+        result = fixed(path)
+        if result is None:
+            return
         clean, held = _items(result.clean), _items(result.quarantine / path.name)
         assert set(clean).isdisjoint(held) and {**clean, **held} == source
         assert rescan_errors(result.dataset) == 0
