@@ -290,6 +290,13 @@ def test_lmdb_same_keys_and_byte_identical_values(tmp_path, name):
     assert tree_digest(source) == before
     original, clean = lmdb_items(source), lmdb_items(result.clean)
     held = lmdb_items(result.quarantine / source.name)
+    # metadata keys are each output's own: __len__ (text, in datum_lmdb) counts what it holds
+    metadata = {
+        key: side.pop(key) for side in (original, clean, held) for key in list(side) if key.startswith(b"__")
+    }
+    if b"__len__" in metadata:
+        assert lmdb_items(result.clean)[b"__len__"] == str(len(clean)).encode()
+        assert lmdb_items(result.quarantine / source.name)[b"__len__"] == str(len(held)).encode()
     bad = {key for _, key in error_records(result.manifest)}
     assert set(clean).isdisjoint(held) and {**clean, **held} == original
     assert {k.decode() for k in held} == bad
@@ -297,11 +304,14 @@ def test_lmdb_same_keys_and_byte_identical_values(tmp_path, name):
     assert scrub.scan(result.dataset, scheduler="sync").summary.records_with_errors == 0
 
 
-def test_lmdb_metadata_keys_are_copied_with_a_note(tmp_path):
+def test_lmdb_metadata_count_as_text_is_rewritten(tmp_path):
+    """datum_lmdb's __len__ is its count as text (b"22"): each output gets its own count, no
+    pickle involved (loaders: tests/test_lmdb_loaders.py)."""
     source = copy_sample(tmp_path, "lmdb/datum_lmdb")
     result = scrub.fix(source, scheduler="sync")
-    assert lmdb_items(result.clean)[b"__len__"] == lmdb_items(source)[b"__len__"]
-    assert any("__len__" in note for note in result.report["notes"])
+    assert lmdb_items(source)[b"__len__"] == b"22"
+    assert lmdb_items(result.clean)[b"__len__"] == str(result.report["kept"]).encode() == b"17"
+    assert not any("__len__" in note for note in result.report["notes"])
 
 
 # -- reuse of a manifest, outputs, errors ---------------------------------------------------

@@ -474,6 +474,22 @@ def _decode_npy(record: Record, value: bytes) -> None:
     _use_array(record, array)
 
 
+#: Fields of a pickled dict value that hold the record's data, and its label, in the order tried.
+DICT_DATA_FIELDS = ("img", "image", "jpg", "jpeg", "png", "webp", "data", "bytes", "x", "input", "array")
+DICT_LABEL_FIELDS = ("label", "labels", "target", "targets", "cls", "class", "y")
+
+
+def _dict_fields(value: dict) -> tuple[str, str | None] | None:
+    """(data field, label field or None) of a pickled dict value, by the usual names."""
+    data = next(
+        (name for name in DICT_DATA_FIELDS if isinstance(value.get(name), (bytes, bytearray, np.ndarray))),
+        None,
+    )
+    if data is None:
+        return None
+    return data, next((name for name in DICT_LABEL_FIELDS if name in value), None)
+
+
 def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
     if not allow_pickle:
         record.problems.append(
@@ -491,6 +507,21 @@ def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
         record.problems.append(problem(record, "undecodable-record", f"pickle does not load: {error!r}"))
         return
     label = None
+    if isinstance(obj, dict):  # {'img': image bytes, 'label': 3} and its variants
+        fields = _dict_fields(obj)
+        if fields is None:
+            names = ", ".join(sorted(map(str, obj)))[:200]
+            record.problems.append(
+                problem(
+                    record,
+                    "undecodable-record",
+                    f"unpickled a dict with fields {names}: none is image bytes or an array "
+                    f"(looked for {', '.join(DICT_DATA_FIELDS)})",
+                )
+            )
+            return
+        data_field, label_field = fields
+        obj = (obj[data_field], obj[label_field]) if label_field is not None else obj[data_field]
     if isinstance(obj, tuple) and len(obj) == 2:  # folder2lmdb style: (image bytes, label)
         obj, label = obj
         record.meta["label_known"] = True

@@ -4,14 +4,21 @@ The source is walked once in key order and each value is appended (``MDB_APPEND`
 splits, pages filled densely) to the cleaned environment or to the quarantine's, committed
 every ``COMMIT_BYTES``. The new environment has the source's layout (a folder with
 ``data.mdb``, or a single file) and no lock file. Metadata keys (``__keys__``, ``__len__``,
-``num-samples``) are not records: they are copied into the cleaned copy unchanged, and `fix`
-warns that a loader trusting them will see the old count.
+``num-samples``) are not records; loaders index the records through them (the common
+``ImageFolderLMDB``: ``keys = pickle.loads(txn.get(b"__keys__"))``, then ``txn.get(keys[i])``),
+so each output gets its own, written after its records: ``__keys__`` the pickled list of the
+keys it holds (as the source's list held them: bytes or text, the same pickle protocol),
+``__len__`` and ``num-samples`` their count (as text where the source's was text). Reading the
+source's pickled metadata means unpickling it: only with ``--allow-pickle``; without it they are
+copied unchanged and `fix` says which loader breaks. (Writing a pickle of a list of keys runs nothing.)
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
+from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.manifest import encode_key
@@ -40,18 +47,18 @@ class LMDBWriter(Writer):
         outputs = {False: _Appender(clean, self._subdir, self._map_size())}
         if quarantine is not None:
             outputs[True] = _Appender(quarantine, self._subdir, self._map_size())
-        metadata: list[bytes] = []
+        metadata: dict[bytes, bytes] = {}
+        held: dict[bool, list[bytes]] = {False: [], True: []}  # each output's keys, for its __keys__
         environment = open_environment(str(self.source.resolve()), self._subdir)  # the reader's own
         try:
             with environment.begin(buffers=True) as transaction:
+                # each output's key list is kept only for a __keys__ to rewrite (~key size each)
+                listed = transaction.get(b"__keys__") is not None
                 index = 0
                 for key, value in transaction.cursor():
                     key = bytes(key)
                     if key in METADATA_KEYS:
-                        metadata.append(key)
-                        tally.kept.add_record(identity_seed("metadata", key.hex()), value)
-                        outputs[False].put(key, value)
-                        tally.other_files += 1
+                        metadata[key] = bytes(value)  # written after the records, rewritten
                         continue
                     quarantined = whole or verdicts.quarantined(source_name, index)
                     (tally.quarantined if quarantined else tally.kept).add_record(
@@ -59,21 +66,51 @@ class LMDBWriter(Writer):
                     )
                     if quarantined in outputs:
                         outputs[quarantined].put(key, value)
+                        if listed:
+                            held[quarantined].append(key)
                     if quarantined:
                         tally.records_quarantined += 1
                     else:
                         tally.records_kept += 1
                     index += 1
+            if metadata:
+                self._write_metadata(metadata, held, outputs, tally)
         finally:
             for output in outputs.values():
                 output.close()
-        if metadata and tally.records_quarantined:
-            names = ", ".join(encode_key(k) for k in metadata)
-            tally.notes.append(
-                f"metadata keys copied unchanged ({names}): a loader that trusts them will see the old "
-                "record count"
-            )
         return tally
+
+    def _write_metadata(
+        self, metadata: dict[bytes, bytes], held: dict[bool, list[bytes]], outputs: dict, tally: Tally
+    ) -> None:
+        """Each output's own metadata keys (see the module's docstring), tallied as written."""
+        allow_pickle = bool(self.reader.options.allow_pickle)
+        unchanged: set[bytes] = set()
+        for side, output in outputs.items():
+            count = tally.records_quarantined if side else tally.records_kept
+            for key, value in sorted(metadata.items()):
+                written = rewritten(key, value, held[side], count, allow_pickle)
+                if written is None:
+                    written = value
+                    unchanged.add(key)
+                output.put(key, written, append=False)
+                (tally.quarantined if side else tally.kept).add_record(
+                    identity_seed("metadata", key.hex()), written
+                )
+                tally.other_files += not side
+        if unchanged and tally.records_quarantined:
+            names = ", ".join(encode_key(k) for k in sorted(unchanged))
+            reason = (
+                "pickled, and not unpickled without --allow-pickle (rerun with it, for data you trust, "
+                "to rewrite them)"
+                if not allow_pickle
+                else "not in a form scrub rewrites"
+            )
+            tally.notes.append(
+                f"metadata keys copied unchanged ({names}): {reason}; a loader that indexes records "
+                "through them (ImageFolderLMDB: keys = pickle.loads(txn.get(b'__keys__'))) sees the "
+                "source's keys and count, and fails at the first quarantined key"
+            )
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
         import lmdb
@@ -102,6 +139,27 @@ class LMDBWriter(Writer):
         return max(MIN_MAP_SIZE, 2 * os.path.getsize(self._data_file))
 
 
+def rewritten(key: bytes, value: bytes, keys: list[bytes], count: int, allow_pickle: bool) -> bytes | None:
+    """The metadata value ``key`` takes in an output holding ``count`` records (``keys``, when
+    the source has a ``__keys__``); None to copy it as is."""
+    if key in (b"num-samples", b"__len__") and value.strip().isdigit():  # a count as text
+        return str(count).encode()
+    if not allow_pickle or len(value) < 2 or value[:1] != b"\x80":
+        return None
+    protocol = value[1]
+    try:
+        original: Any = pickle.loads(value)  # --allow-pickle: the user trusts this data
+    except Exception:
+        return None
+    if key == b"__len__" and isinstance(original, int):
+        return pickle.dumps(count, protocol=protocol)
+    if key == b"__keys__" and isinstance(original, list):
+        as_text = bool(original) and all(isinstance(item, str) for item in original)
+        listed = [k.decode("utf-8", "surrogateescape") for k in keys] if as_text else list(keys)
+        return pickle.dumps(listed, protocol=protocol)
+    return None
+
+
 class _Appender:
     """Appends key-ordered items to a new environment, committing every ``COMMIT_BYTES``."""
 
@@ -114,8 +172,8 @@ class _Appender:
         self.transaction = self.environment.begin(write=True)
         self.pending = 0
 
-    def put(self, key: bytes, value) -> None:
-        self.transaction.put(key, value, append=True)
+    def put(self, key: bytes, value, append: bool = True) -> None:
+        self.transaction.put(key, value, append=append)
         self.pending += len(key) + len(value)
         if self.pending >= COMMIT_BYTES:
             self.transaction.commit()
