@@ -110,6 +110,9 @@ def make_image_list(root: Path) -> None:
         "img/a_017.jpg 7",
     ]
     write(root / "train.txt", ("\n".join(lines) + "\n").encode())
+    # the same list as CSV with a header (pandas' to_csv layout): `scrub scan .../train.csv`
+    rows = ["image,label"] + [",".join(line.partition(" ")[::2]) for line in lines]
+    write(root / "train.csv", ("\n".join(rows) + "\n").encode())
 
 
 def make_hdf5(root: Path) -> None:

@@ -7,7 +7,8 @@ Layouts:
   belong to it. An image at the root itself has no class (`missing-label`).
 * flat: a folder of images without sub-folders; no labels, so label checks are skipped.
 * list file: ``relative/path.jpg 3`` per line, split on the last run of whitespace as Caffe
-  does, paths relative to the list's folder or to ``--root``.
+  does, or CSV/TSV rows (``path,label``, with or without a header: `scrub.readers.listfile`);
+  paths relative to the list's folder or to ``--root``.
 
 Files are recognised by extension; anything else (README.txt, .DS_Store) is skipped and counted.
 Hidden folders (``.git``, ``.ipynb_checkpoints``) are skipped and counted. Symlinks are followed
@@ -28,6 +29,8 @@ from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
 from scrub.readers.base import CacheEntry, DatasetInfo, Reader
+from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
+from scrub.readers.listfile import detect as detect_list_format
 from scrub.records import Record
 
 SNIFF_LINES = 100
@@ -64,15 +67,13 @@ def parse_label(text: str | None) -> int | float | str | None:
         return text
 
 
-def split_list_line(line: str) -> tuple[str, str | None]:
-    """``path label`` split on the last whitespace (Caffe's rule); a lone path has no label."""
-    stripped = line.strip()
-    head, _, tail = stripped.rpartition(" ")
-    if not head:
-        head, _, tail = stripped.rpartition("\t")
-    if not head or _has_image_extension(tail):
-        return stripped, None
-    return head.rstrip(), tail
+split_list_line = split_caffe_line  # Caffe's line format (see `scrub.readers.listfile`)
+
+
+def _first_lines(path: Path) -> list[str]:
+    """The first non-empty lines of a list file (enough to tell its format)."""
+    with open(path, encoding="utf-8", newline="") as lines:
+        return [line.rstrip("\r\n") for _, line in zip(range(SNIFF_LINES), (x for x in lines if x.strip()))]
 
 
 def extension_of(key: str) -> str:
@@ -110,6 +111,8 @@ class ImageReader(Reader[Sequence[Entry]]):
     records_per_task = 1000
     provides = frozenset({"image", "bytes", "array"})  # array: the pixels of float images
     options_used = frozenset({"root"})
+    #: how a list file's lines are split (a folder's: Caffe's, unused)
+    list_format: ListFormat = CAFFE
 
     @classmethod
     def sniff(cls, path: Path) -> bool:
@@ -129,12 +132,11 @@ class ImageReader(Reader[Sequence[Entry]]):
     @staticmethod
     def _looks_like_list(path: Path) -> bool:
         try:
-            with open(path, encoding="utf-8") as lines:
-                heads = [
-                    split_list_line(line)[0] for _, line in zip(range(SNIFF_LINES), lines) if line.strip()
-                ]
+            lines = _first_lines(path)
         except (OSError, UnicodeDecodeError):
             return False
+        form = detect_list_format(path, lines)
+        heads = [form.split(line)[0] for line in lines[1 if form.header is not None else 0 :]]
         return bool(heads) and sum(map(_has_image_extension, heads)) * 2 >= len(heads)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Entry]]]:
@@ -218,11 +220,16 @@ class ImageReader(Reader[Sequence[Entry]]):
         real_root = os.path.realpath(root)
         entries: list[Entry] = []
         try:
-            with open(list_path, encoding="utf-8") as lines:
-                for _line_number, line in enumerate(lines, start=1):
+            self.list_format = form = detect_list_format(list_path, _first_lines(list_path))
+            with open(list_path, encoding="utf-8", newline="") as lines:
+                header = form.header is not None
+                for line in lines:
                     if not line.strip():
                         continue
-                    path_text, label_text = split_list_line(line)
+                    if header:  # the column names, not a record
+                        header = False
+                        continue
+                    path_text, label_text = form.split(line)
                     key = path_text.replace("\\", "/")
                     while key.startswith("./"):
                         key = key[2:]
@@ -244,6 +251,9 @@ class ImageReader(Reader[Sequence[Entry]]):
         info = DatasetInfo(
             format=self.format, layout="list-file", root=str(root), labelled=True, records=len(entries)
         )
+        info.files[list_path.name] = form.describe()
+        if form.delimiter is not None and form.label_column is None:
+            info.notes.append(f"{list_path.name}: no label column found: labels not checked")
         return info, entries
 
     # -- reading (worker side) -------------------------------------------------------------

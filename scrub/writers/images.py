@@ -28,7 +28,7 @@ from scrub.errors import ScrubError, UnusableDataset
 from scrub.ledger import Ledger, identity_seed
 from scrub.outputs import new_file_mode
 from scrub.readers.base import ReadOptions
-from scrub.readers.images import ImageReader, split_list_line
+from scrub.readers.images import ImageReader
 from scrub.records import Record
 from scrub.writers.base import Tally, Verdicts, Writer
 
@@ -55,6 +55,10 @@ class ImageWriter(Writer):
                     lists[True] = open_lists.enter_context(
                         open(quarantine / self.source.name, "w", encoding="utf-8")
                     )
+                header = self.reader.list_format.header
+                if header is not None:  # a CSV list's column names head both outputs
+                    for output in lists.values():
+                        output.write(header.rstrip("\r\n") + "\n")
             else:
                 tally.other_files = self._mirror_folders(clean, quarantine)
             folders: set[str] = set()  # made already: no need to ask the file system again
@@ -85,7 +89,7 @@ class ImageWriter(Writer):
                         self._keep_unreadable(record, source_path, target / relative)
                     if self.listed:
                         assert line is not None  # a list file's records each have their line
-                        lists[quarantined].write(_list_line(line, relative, record) + "\n")
+                        lists[quarantined].write(self._list_line(line, relative, record) + "\n")
         return tally
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
@@ -103,11 +107,24 @@ class ImageWriter(Writer):
         return ledger
 
     def _list_lines(self) -> Iterator[str]:
-        """The list file's non-empty lines, in the order the reader numbered them."""
-        with open(self.source, encoding="utf-8") as lines:
+        """The list file's record lines (non-empty, after a CSV header), in the reader's order."""
+        header = self.reader.list_format.header is not None
+        with open(self.source, encoding="utf-8", newline="") as lines:
             for line in lines:
                 if line.strip():
+                    if header:
+                        header = False
+                        continue
                     yield line.rstrip("\r\n")
+
+    def _list_line(self, line: str, relative: str, record: Record) -> str:
+        """A record's line in an output: as it was, or with the path `fix` normalized."""
+        if record.payload is None:
+            return line
+        form = self.reader.list_format
+        if form.split(line)[0] == relative:
+            return line
+        return form.with_path(line, relative)
 
     def _mirror_folders(self, clean: Path, quarantine: Path | None) -> int:
         """Create the class folders on both sides and every other folder in the cleaned copy;
@@ -151,15 +168,6 @@ def portable_key(root: str, record: Record) -> str:
     if record.payload is None or (not key.startswith(("/", "..")) and posixpath.normpath(key) == key):
         return key
     return os.path.relpath(os.path.normpath(os.path.join(root, record.key)), root).replace(os.sep, "/")
-
-
-def _list_line(line: str, relative: str, record: Record) -> str:
-    if record.payload is None:
-        return line
-    path_text, label_text = split_list_line(line)
-    if path_text == relative:
-        return line
-    return relative if label_text is None else f"{relative} {label_text}"
 
 
 def _place(payload: bytes, source_path: str, destination: Path, link: bool, folders: set[str]) -> None:
