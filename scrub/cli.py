@@ -118,7 +118,7 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="Force the format: images, hdf5 or lmdb (default: auto-detect).")
+    str, typer.Option("--format", help="Force the format: images, hdf5, lmdb or numpy (default: detected).")
 ]
 RootOpt = Annotated[
     Optional[Path],
@@ -136,7 +136,8 @@ PickleOpt = Annotated[
     bool,
     typer.Option(
         "--allow-pickle",
-        help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
+        help="LMDB: unpickle pickled values; NumPy: load object arrays. Unpickling runs arbitrary code: "
+        "only for data you trust.",
     ),
 ]
 JsonOpt = Annotated[

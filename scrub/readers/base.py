@@ -165,6 +165,7 @@ class Reader(ABC, Generic[PartitionT]):
 REGISTRY: dict[str, str] = {
     "lmdb": "scrub.readers.lmdb:LMDBReader",
     "hdf5": "scrub.readers.hdf5:HDF5Reader",
+    "numpy": "scrub.readers.numpy:NumpyReader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 
@@ -254,7 +255,7 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
             if not matches:
                 raise UnusableDataset(f"{text}: no file or folder matches this pattern")
             for match in matches:
-                if options.format not in (None, "auto") or _is_dataset(match) or _collection(match):
+                if options.format not in (None, "auto") or is_dataset(match) or _collection(match):
                     _datasets_in(match, options, found)
                 else:
                     found.skipped.append(match)
@@ -277,7 +278,7 @@ def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
         if is_output_name(child.name):
             found.outputs.append(child)
         else:
-            (found.paths if _is_dataset(child) else found.skipped).append(child)
+            (found.paths if is_dataset(child) else found.skipped).append(child)
 
 
 def _collection(path: Path) -> list[Path] | None:
@@ -289,7 +290,7 @@ def _collection(path: Path) -> list[Path] | None:
     return children if any(child.is_dir() and lmdb.sniff(child) for child in children) else None
 
 
-def _is_dataset(path: Path) -> bool:
+def is_dataset(path: Path) -> bool:
     """Whether a child of a folder of datasets is one (an image folder needs an image in it)."""
     for name in REGISTRY:
         cls = reader_class(name)

@@ -94,14 +94,22 @@ def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
     the wrong folder, or a folder of datasets none of which scrub recognized."""
     if not top:
         return " (the folder is empty)"
+    from scrub.readers.base import is_dataset
+
     folders = [e.name + "/" for e in top if e.is_dir()]
     files = [e.name for e in top if not e.is_dir()]
     shown = (folders + files)[:6]
     more = len(top) - len(shown)
+    datasets = [Path(e.path) for e in top if not e.is_dir() and is_dataset(Path(e.path))]
+    verdict = "; none is a dataset scrub can read"
+    if datasets:  # files each of which is a dataset (.npy): named, they are scanned in one run
+        pattern = datasets[0].parent / f"*{datasets[0].suffix}"
+        verdict = f"; {len(datasets)} of them are datasets: name them ('{pattern}') to scan them in one run"
+
     return (
         f"; it holds {len(folders)} folder(s) and {len(files)} file(s): {', '.join(shown)}"
         + (f" and {more} more" if more else "")
-        + "; none is a dataset scrub can read"
+        + verdict
     )
 
 

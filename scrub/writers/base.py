@@ -120,6 +120,7 @@ class Writer(ABC):
 REGISTRY: dict[str, str] = {
     "lmdb": "scrub.writers.lmdb:LMDBWriter",
     "hdf5": "scrub.writers.hdf5:HDF5Writer",
+    "numpy": "scrub.writers.numpy:NumpyWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
 

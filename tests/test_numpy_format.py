@@ -1,0 +1,101 @@
+""".npy files: rows are records, read through a memory map; `fix` writes .npy files that
+`np.load` reads, and the cleaned copy trains (here: its rows are all finite) as the source's
+good rows."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import scrub
+from scrub.readers import numpy as npy_reader
+from scrub.readers.base import ReadOptions, open_reader
+
+
+def faulty(rows=1000, width=8, dtype="float32") -> np.ndarray:
+    data = np.random.default_rng(3).normal(size=(rows, width)).astype(dtype)
+    data[7, 2] = np.nan
+    data[100, 0] = np.inf
+    data[500] = 0.0
+    data[900, 1] = 70000.0
+    return data
+
+
+def test_rows_are_records_and_findings_name_them(tmp_path):
+    path = tmp_path / "features.npy"
+    np.save(path, faulty())
+    result = scrub.scan(path, scheduler="sync")
+    found = {(issue.key, issue.check) for issue in result.issues()}
+    assert {("7", "nonfinite-data"), ("100", "nonfinite-data"), ("500", "zero-norm")} <= found
+    assert ("900", "fp16-overflow") in found
+    assert result.summary.records == 1000 and result.summary.dataset.format == "numpy"
+    assert any("holds no labels" in note for note in result.summary.notes)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_partitions_cover_every_row_once(tmp_path, order):
+    path = tmp_path / "x.npy"
+    data = np.asfortranarray(faulty(5000)) if order == "F" else faulty(5000)
+    np.save(path, data)
+    reader = open_reader(path, ReadOptions())
+    _, partitions = reader.open(700)
+    seen = np.concatenate([batch.data.copy() for p in partitions for batch in reader.read(p)])
+    assert np.array_equal(seen, data, equal_nan=True)
+    assert [p.start for p in partitions] == list(range(0, 5000, 700))
+
+
+def test_fix_writes_npy_files_np_load_reads(tmp_path):
+    path = tmp_path / "features.npy"
+    data = faulty()
+    np.save(path, data)
+    result = scrub.fix(path, quarantine=True, scheduler="sync")
+    assert result.verified and result.report["kept"] == 998 and result.report["quarantined"] == 2
+    clean, held = np.load(result.clean), np.load(result.quarantine / "features.npy")
+    assert np.array_equal(clean, np.delete(data, [7, 100], axis=0))
+    assert np.array_equal(held, data[[7, 100]], equal_nan=True)
+    assert np.isfinite(clean).all() and clean.dtype == data.dtype
+    assert np.array_equal(np.load(path), data, equal_nan=True)  # the source untouched
+    assert scrub.scan(result.clean, scheduler="sync").summary.records_with_errors == 0
+
+
+def test_big_rows_are_tested_in_pieces(tmp_path, monkeypatch):
+    monkeypatch.setattr(npy_reader, "BLOCK_BYTES", 4096)
+    path = tmp_path / "volumes.npy"
+    data = np.ones((4, 16, 16, 16), np.float32)  # 16 KiB rows: 4 pieces each
+    data[2, 15, 15, 15] = np.nan
+    np.save(path, data)
+    result = scrub.scan(path, scheduler="sync")
+    issues = list(result.issues())
+    assert [(i.key, i.check, i.details["first_position"]) for i in issues] == [("2", "nonfinite-data", 4095)]
+
+
+def test_object_arrays_are_never_unpickled(tmp_path):
+    path = tmp_path / "objects.npy"
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2 and "--allow-pickle" in done.stderr and len(done.stderr.splitlines()) == 1
+    (tmp_path / "not.npy").write_bytes(b"\x93NUMPY" + pickle.dumps([1, 2]))
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(tmp_path / "not.npy")], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "not a readable .npy file" in done.stderr
+
+
+def test_a_folder_of_npy_files_says_how_to_scan_them(tmp_path):
+    for name in ("a.npy", "b.npy"):
+        np.save(tmp_path / name, faulty(1000))
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and f"name them ('{tmp_path}/*.npy')" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", f"{tmp_path}/*.npy", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr  # both scanned: NaN rows in each
