@@ -136,8 +136,7 @@ PickleOpt = Annotated[
     bool,
     typer.Option(
         "--allow-pickle",
-        help="LMDB: unpickle pickled values; NumPy: load object arrays. Unpickling runs arbitrary code: "
-        "only for data you trust.",
+        help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
     ),
 ]
 JsonOpt = Annotated[

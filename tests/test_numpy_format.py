@@ -77,7 +77,11 @@ def test_object_arrays_are_never_unpickled(tmp_path):
     path = tmp_path / "objects.npy"
     np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
     done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path)], capture_output=True, text=True)
-    assert done.returncode == 2 and "--allow-pickle" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert done.returncode == 2 and "never unpickled" not in done.stderr
+    assert "an array of Python objects (object)" in done.stderr and len(done.stderr.splitlines()) == 1
+    allowed = [sys.executable, "-m", "scrub", "scan", str(path), "--allow-pickle"]
+    done = subprocess.run(allowed, capture_output=True, text=True)
+    assert done.returncode == 2 and "--allow-pickle" in done.stderr  # does not apply: said, not ignored
     (tmp_path / "not.npy").write_bytes(b"\x93NUMPY" + pickle.dumps([1, 2]))
     done = subprocess.run(
         [sys.executable, "-m", "scrub", "scan", str(tmp_path / "not.npy")], capture_output=True, text=True

@@ -3,11 +3,12 @@
 serves them.
 
 The file is memory-mapped (``np.load(mmap_mode="r")``, never read whole) and never unpickled: an
-array of Python objects needs pickle to load, and loading a pickle runs arbitrary code, so such
-a file is refused unless ``--allow-pickle`` (then it is loaded whole). Partitions are row ranges
-of ~128 MiB (and at most 65,536 rows, like HDF5's); each worker maps the file itself and copies
-blocks of ~4 MiB of rows into one reused buffer, which the vectorized numeric checks test; a row
-larger than a block is tested in pieces of a block (`scrub.records.Pieces`). A ``.npy`` holds no
+array of Python objects needs pickle to load, and loading a pickle runs arbitrary code; its dtype
+is read from the header first, and such a file is refused (its rows are not numbers to check).
+Partitions are row ranges of ~128 MiB (and at most 65,536 rows, like HDF5's); each worker maps
+the file itself and copies blocks of ~4 MiB of rows into one reused buffer, which the vectorized
+numeric checks test; a row larger than a block is tested in pieces of a block
+(`scrub.records.Pieces`). A ``.npy`` holds no
 labels: label checks do not run (said in the summary's notes).
 """
 
@@ -51,9 +52,9 @@ def is_npy_file(path: Path) -> bool:
         return False
 
 
-def load_array(path: str | Path, allow_pickle: bool) -> np.ndarray:
-    """The array of a ``.npy``, memory-mapped (an object array, loaded whole, with
-    ``allow_pickle`` only). Raises `UnusableDataset` with the reason."""
+def load_array(path: str | Path) -> np.ndarray:
+    """The array of a ``.npy``, memory-mapped. Raises `UnusableDataset` with the reason (an
+    array of Python objects included: it is never unpickled)."""
     try:
         with open(path, "rb") as file:  # the header says the dtype before anything is loaded
             version = np.lib.format.read_magic(file)
@@ -63,14 +64,12 @@ def load_array(path: str | Path, allow_pickle: bool) -> np.ndarray:
                 else np.lib.format.read_array_header_2_0
             )
             _, _, dtype = header(file)
-        if not dtype.hasobject:
-            return np.load(path, mmap_mode="r", allow_pickle=False)
-        if not allow_pickle:
+        if dtype.hasobject:
             raise UnusableDataset(
-                f"{path}: an array of Python objects: loading it unpickles them, which runs arbitrary "
-                "code (use --allow-pickle for data you trust)"
+                f"{path}: an array of Python objects ({dtype}): loading it would unpickle them, which "
+                "runs arbitrary code, and scrub checks rows of numbers; not read"
             )
-        return np.load(path, allow_pickle=True)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, EOFError, ValueError, SyntaxError) as error:
         raise UnusableDataset(f"{path}: not a readable .npy file ({first_line(error)})") from None
 
@@ -80,7 +79,6 @@ class NumpyReader(Reader[NpyRows]):
     preferred_scheduler = "processes"
     records_per_task = 0  # partitions are sized in bytes
     provides = frozenset({"array", "rows"})
-    options_used = frozenset({"allow_pickle"})
     positional_keys = True
 
     @classmethod
@@ -88,13 +86,9 @@ class NumpyReader(Reader[NpyRows]):
         return path.is_file() and is_npy_file(path)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[NpyRows]]:
-        array = load_array(self.path, bool(self.options.allow_pickle))
+        array = load_array(self.path)
         if array.ndim == 0:
             raise UnusableDataset(f"{self.path}: a 0-d array (a single value), not rows of records")
-        if array.dtype.hasobject:
-            raise UnusableDataset(
-                f"{self.path}: an array of Python objects ({array.dtype}): scrub checks numeric rows"
-            )
         rows = array.shape[0]
         self.root = str(self.path.parent)
         row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
@@ -123,7 +117,7 @@ class NumpyReader(Reader[NpyRows]):
         return info, partitions
 
     def read(self, partition: NpyRows, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
-        array = load_array(partition.path, bool(self.options.allow_pickle))
+        array = load_array(partition.path)
         first = partition.start + start
         last = partition.stop if stop is None else partition.start + stop
         if partition.big_rows:

@@ -21,7 +21,7 @@ class NumpyWriter(Writer):
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
-        array = load_array(self.source, bool(self.reader.options.allow_pickle))
+        array = load_array(self.source)
         bad = self._bad_rows(verdicts, len(array))
         keep = np.ones(len(array), dtype=bool)
         keep[bad] = False
@@ -49,10 +49,10 @@ class NumpyWriter(Writer):
         ledger = Ledger()
         if not target.exists():
             return ledger
-        source_rows = len(load_array(self.source, bool(self.reader.options.allow_pickle)))
+        source_rows = len(load_array(self.source))
         bad = self._bad_rows(verdicts, source_rows)
         origin = bad if side == "quarantine" else np.setdiff1d(np.arange(source_rows), bad)
-        written = load_array(target, bool(self.reader.options.allow_pickle))
+        written = load_array(target)
         if len(written) != len(origin):  # a row lost or added: the sums cannot match
             ledger.add_values(np.zeros(1, np.uint64))
         seed = identity_seed(self.source.name)

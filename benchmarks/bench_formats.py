@@ -1,0 +1,141 @@
+"""Benchmark ``scrub scan`` on the newer formats against the naive loop over the same data.
+
+In one run, as whole processes with a warm page cache, median of ``--repeat``:
+
+* **NumPy**: a ``.npy`` of N rows x 64 float32 (N = ``--npy-rows``, 1,000,000 = 256 MB) with 3
+  NaN rows. Naive: ``np.load(mmap_mode="r")`` and ``np.isfinite(row).all()`` per row, the loop
+  people write (as for HDF5 in ``bench_hdf5.py``).
+* **CSV list**: ``path,label`` rows with a header over the 20,000 JPEGs ``bench_images.py``
+  generates (1% truncated, 1% bit-flipped). Naive: ``csv.DictReader`` and Pillow's
+  ``Image.open(path).load()`` per row.
+
+Goal (issue 14): scrub at least 2x faster than the naive loop on 2 cores.
+
+    python benchmarks/bench_formats.py [--repeat 3] [--npy-rows 1000000] [--markdown-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import benchdata  # noqa: E402 - beside this script
+
+NAIVE_NPY = r"""
+import sys, numpy as np
+x = np.load(sys.argv[1], mmap_mode="r")
+print(sum(not np.isfinite(row).all() for row in x))
+"""
+
+NAIVE_CSV = r"""
+import csv, os, sys
+from PIL import Image
+root = os.path.dirname(sys.argv[1])
+bad = 0
+with open(sys.argv[1], newline="") as file:
+    for row in csv.DictReader(file):
+        try:
+            with Image.open(os.path.join(root, row["path"])) as image:
+                image.load()
+        except Exception:
+            bad += 1
+print(bad)
+"""
+
+
+def npy_file(workdir: Path, rows: int) -> Path:
+    path = workdir / f"rows-{rows}.npy"
+    if not path.exists():
+        temporary = workdir / f"rows-{rows}.tmp.npy"
+        data = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=(rows, 64))
+        rng = np.random.default_rng(0)
+        for start in range(0, rows, 1 << 16):
+            block = data[start : start + (1 << 16)]
+            block[:] = rng.normal(size=block.shape).astype(np.float32)
+        for row in (rows // 7, rows // 2, rows - 1):
+            data[row, 5] = np.nan
+        data.flush()
+        del data
+        temporary.rename(path)
+    return path
+
+
+def csv_list(images: Path) -> Path:
+    path = images / "train.csv"
+    if not path.exists():
+        files = sorted(p.relative_to(images).as_posix() for p in images.rglob("*.jpg"))
+        lines = ["path,label"] + [f"{name},{name[6:8]}" for name in files]
+        path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def timed(command: list[str]) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode not in (0, 1):
+        raise RuntimeError(f"{command[:4]} failed: {result.stderr.strip()[-400:]}")
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--npy-rows", type=int, default=1_000_000)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--markdown-out", type=Path)
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    cases = [
+        (
+            f"NumPy .npy, {args.npy_rows:,} rows x 64 float32",
+            npy_file(args.workdir, args.npy_rows),
+            NAIVE_NPY,
+        ),
+        (
+            "CSV list of 20,000 JPEGs (256x256)",
+            csv_list(benchdata.images(args.workdir, args.python)),
+            NAIVE_CSV,
+        ),
+    ]
+    today = f"{datetime.now(timezone.utc):%Y-%m-%d}"
+    lines = [
+        f"# scrub vs the naive loop ({today}, {os.cpu_count()} cores, median of {args.repeat})",
+        "",
+        "| data | naive s | scrub s | scrub vs naive (goal >= 2x) |",
+        "|---|---:|---:|---:|",
+    ]
+    manifest = args.workdir / "formats.jsonl"
+    for name, path, naive in cases:
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        scrub_runs, naive_runs = [], []
+        for _ in range(args.repeat):
+            naive_runs.append(timed([args.python, "-c", naive, str(path)]))
+            scrub_runs.append(
+                timed([args.python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest)])
+            )
+        ours, theirs = statistics.median(scrub_runs), statistics.median(naive_runs)
+        lines.append(f"| {name} | {theirs:.2f} | {ours:.2f} | {theirs / ours:.2f}x |")
+        print(lines[-1], flush=True)
+    manifest.unlink(missing_ok=True)
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.markdown_out:
+        args.markdown_out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
