@@ -181,6 +181,7 @@ def make_lmdb(root: Path) -> None:
     items.append((b"00000021_empty", b""))  # empty-record
     items.append((b"__len__", b"22"))  # metadata: skipped
     write_lmdb(root / "datum_lmdb", sorted(items))
+    DATUM_ITEMS[:] = sorted(items)
 
     lsun = [(f"{i:040x}".encode(), encode(picture(950 + i))) for i in range(6)]
     lsun.append((b"f" * 40, encode(picture(956))[:700]))  # corrupt-image
@@ -207,12 +208,43 @@ def make_lmdb(root: Path) -> None:
     write_lmdb(root / "npy.lmdb", sorted(npy), subdir=False)
 
 
+DATUM_ITEMS: list[tuple[bytes, bytes]] = []  # datum_lmdb's, for the LevelDB sample
+
+
+def make_leveldb(root: Path) -> None:
+    """The Caffe Datum sample as Caffe's other backend writes it (convert_imageset --backend
+    leveldb): the same keys and values, compacted into a table file. Needs plyvel."""
+    import plyvel
+
+    database = plyvel.DB(str(root / "datum_leveldb"), create_if_missing=True)
+    for key, value in DATUM_ITEMS:
+        database.put(key, value)
+    database.compact_range()
+    database.close()
+    for name in ("LOCK", "LOG", "LOG.old"):  # the process's lock and logs: not the database
+        (root / "datum_leveldb" / name).unlink(missing_ok=True)
+
+
+def make_numpy(root: Path) -> None:
+    """A .npy of 200 rows x 16 float32 with NaN, Inf, a zero row and a 1e5."""
+    rng = np.random.default_rng(2026)
+    x = rng.normal(size=(200, 16)).astype(np.float32)
+    x[13, 5] = np.nan  # nonfinite-data
+    x[42] = 0.0  # zero-norm
+    x[77, 0] = np.inf  # nonfinite-data
+    x[150, 3] = 1e5  # fp16-overflow (warning), magnitude-outlier
+    root.mkdir(parents=True)
+    np.save(root / "features.npy", x)
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
         ("imagelist", make_image_list),
         ("hdf5", make_hdf5),
         ("lmdb", make_lmdb),
+        ("leveldb", make_leveldb),
+        ("numpy", make_numpy),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

@@ -422,6 +422,14 @@ def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions)
     preferred = [scan.dataset.reader.preferred_scheduler for scan in scans]
     count = sum(getattr(scan, "task_count", len(task.items)) for scan, task in zip(scans, tasks))
     scheduler = "processes" if "processes" in preferred else preferred[0]
+    alone = [scan.dataset.reader.format for scan in scans if scan.dataset.reader.in_one_process]
+    if alone:  # its handle lives in this process: threads share it, other processes cannot
+        if run.scheduler not in (None, "threads", "sync"):
+            raise UsageError(
+                f"--scheduler {run.scheduler}: {alone[0]} is read by the scan's own process only "
+                "(one handle, shared by threads): use --scheduler threads or sync"
+            )
+        scheduler = "threads"
     return pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, scheduler, count)
 
 

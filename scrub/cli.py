@@ -118,7 +118,7 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="Force the format: images, hdf5, lmdb or numpy (default: detected).")
+    str, typer.Option("--format", help="Force the reader: images, hdf5, lmdb, leveldb, numpy.")
 ]
 RootOpt = Annotated[
     Optional[Path],

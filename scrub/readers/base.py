@@ -102,6 +102,8 @@ class Reader(ABC, Generic[PartitionT]):
     positional_keys: ClassVar[bool] = False
     #: The `ReadOptions` fields this reader reads; another one given is an error naming these.
     options_used: ClassVar[frozenset[str]] = frozenset()
+    #: Whether only the scan's own process can read the dataset (LevelDB): threads or sync only.
+    in_one_process: ClassVar[bool] = False
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
 
@@ -166,6 +168,7 @@ REGISTRY: dict[str, str] = {
     "lmdb": "scrub.readers.lmdb:LMDBReader",
     "hdf5": "scrub.readers.hdf5:HDF5Reader",
     "numpy": "scrub.readers.numpy:NumpyReader",
+    "leveldb": "scrub.readers.leveldb:LevelDBReader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 

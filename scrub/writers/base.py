@@ -121,6 +121,7 @@ REGISTRY: dict[str, str] = {
     "lmdb": "scrub.writers.lmdb:LMDBWriter",
     "hdf5": "scrub.writers.hdf5:HDF5Writer",
     "numpy": "scrub.writers.numpy:NumpyWriter",
+    "leveldb": "scrub.writers.leveldb:LevelDBWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
 

@@ -1,0 +1,88 @@
+"""LevelDB databases: new databases (cleaned copy, quarantine) with the same keys and byte-identical
+values, written in key order in batches; their metadata keys are their own, as the LMDB writer
+writes them (`scrub.writers.lmdb.rewritten`). `plyvel` (and so Caffe's LevelDB data layer)
+reads both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scrub.ledger import Ledger, identity_seed
+from scrub.readers.leveldb import open_database, plyvel_module
+from scrub.readers.lmdb import METADATA_KEYS
+from scrub.writers.base import Tally, Verdicts, Writer
+from scrub.writers.lmdb import rewritten
+
+BATCH_BYTES = 16 << 20
+
+
+class LevelDBWriter(Writer):
+    format = "leveldb"
+
+    def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
+        plyvel = plyvel_module()
+        tally = Tally()
+        source_name = self.source.resolve().name
+        whole = source_name in verdicts.files
+        outputs = {False: plyvel.DB(str(clean), create_if_missing=True, error_if_exists=True)}
+        if quarantine is not None:
+            outputs[True] = plyvel.DB(str(quarantine), create_if_missing=True, error_if_exists=True)
+        _, snapshot = open_database(str(self.source.resolve()))  # the reader's own snapshot
+        metadata: dict[bytes, bytes] = {}
+        held: dict[bool, list[bytes]] = {False: [], True: []}
+        listed = snapshot.get(b"__keys__") is not None
+        try:
+            batches = {side: database.write_batch() for side, database in outputs.items()}
+            pending = dict.fromkeys(outputs, 0)
+            index = 0
+            for key, value in snapshot.iterator():
+                if key in METADATA_KEYS:
+                    metadata[key] = value
+                    continue
+                quarantined = whole or verdicts.quarantined(source_name, index)
+                (tally.quarantined if quarantined else tally.kept).add_record(identity_seed(key.hex()), value)
+                if quarantined in outputs:
+                    batches[quarantined].put(key, value)
+                    pending[quarantined] += len(key) + len(value)
+                    if listed:
+                        held[quarantined].append(key)
+                    if pending[quarantined] >= BATCH_BYTES:
+                        batches[quarantined].write()
+                        batches[quarantined] = outputs[quarantined].write_batch()
+                        pending[quarantined] = 0
+                if quarantined:
+                    tally.records_quarantined += 1
+                else:
+                    tally.records_kept += 1
+                index += 1
+            allow_pickle = bool(self.reader.options.allow_pickle)
+            for side, batch in batches.items():
+                count = tally.records_quarantined if side else tally.records_kept
+                for key, value in sorted(metadata.items()):
+                    written = rewritten(key, value, held[side], count, allow_pickle) or value
+                    batch.put(key, written)
+                    (tally.quarantined if side else tally.kept).add_record(
+                        identity_seed("metadata", key.hex()), written
+                    )
+                    tally.other_files += not side
+                batch.write()
+        finally:
+            for database in outputs.values():
+                database.close()
+        return tally
+
+    def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
+        plyvel = plyvel_module()
+        ledger = Ledger()
+        if not target.exists():
+            return ledger
+        database = plyvel.DB(str(target), create_if_missing=False)
+        try:
+            for key, value in database.iterator():
+                seed = (
+                    identity_seed("metadata", key.hex()) if key in METADATA_KEYS else identity_seed(key.hex())
+                )
+                ledger.add_record(seed, value)
+        finally:
+            database.close()
+        return ledger

@@ -1,0 +1,128 @@
+"""LevelDB (Caffe's --backend leveldb): databases written with plyvel, Caffe Datum values, scanned
+and fixed; plyvel reads what fix wrote; the source's files stay byte for byte as they were, and
+a writer holding the database open is not disturbed."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import image_bytes
+
+import scrub
+
+plyvel = pytest.importorskip("plyvel")
+
+
+def datum(**fields) -> bytes:
+    from scrub.readers.caffe_datum import datum_class
+
+    return datum_class()(**fields).SerializeToString()
+
+
+def npy(array) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def write_leveldb(path: Path) -> dict[bytes, bytes]:
+    items = {
+        f"{i:08d}_img/{i}.jpg".encode(): datum(data=image_bytes(i), label=i % 5, encoded=True)
+        for i in range(20)
+    }
+    jpeg = image_bytes(99)
+    items[b"00000005_img/5.jpg"] = datum(data=jpeg[: len(jpeg) // 2], label=1, encoded=True)  # truncated
+    items[b"00000021_float"] = datum(channels=1, height=1, width=4, float_data=[1.0, float("nan"), 2.0, 3.0])
+    items[b"00000022_npy"] = npy(np.array([1e39, 1.0]))  # float32 overflow
+    database = plyvel.DB(str(path), create_if_missing=True)
+    for key, value in items.items():
+        database.put(key, value)
+    database.close()
+    return items
+
+
+def tree(path: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+def items_of(path: Path) -> dict[bytes, bytes]:
+    database = plyvel.DB(str(path), create_if_missing=False)
+    try:
+        return dict(database.iterator())
+    finally:
+        database.close()
+
+
+def test_scan_and_fix_a_caffe_leveldb(tmp_path):
+    source = tmp_path / "train_leveldb"
+    items = write_leveldb(source)
+    before = tree(source)
+    result = scrub.scan(source, scheduler="sync")
+    found = {(issue.key, issue.check) for issue in result.issues()}
+    assert ("00000005_img/5.jpg", "corrupt-image") in found
+    assert ("00000021_float", "nonfinite-data") in found
+    assert ("00000022_npy", "float32-overflow") in found
+    assert result.summary.records == 22 and result.summary.dataset.format == "leveldb"
+    assert result.summary.dataset.labelled  # Datums carry labels
+    fixed = scrub.fix(source, quarantine=True)  # the default scheduler: threads, one handle
+    assert fixed.verified and fixed.report["kept"] == 19 and fixed.report["quarantined"] == 3
+    clean, held = items_of(fixed.clean), items_of(fixed.quarantine / "train_leveldb")
+    assert set(clean).isdisjoint(held) and {**clean, **held} == items
+    assert tree(source) == before  # never opened in place: no new manifest, log or LOCK
+    assert scrub.scan(fixed.clean, scheduler="sync").summary.records_with_errors == 0
+
+
+def test_a_writer_holding_the_database_is_not_disturbed(tmp_path):
+    source = tmp_path / "live_leveldb"
+    write_leveldb(source)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, plyvel; db = plyvel.DB(sys.argv[1]); db.put(b'zz', b'x'); "
+            "print('open', flush=True); sys.stdin.read()",
+            str(source),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scrub",
+                "scan",
+                str(source),
+                "-q",
+                "--manifest",
+                str(tmp_path / "m.jsonl"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1, done.stderr  # read from the linked copy while the lock is held
+        assert holder.poll() is None
+    finally:
+        holder.communicate("")
+    assert b"zz" in items_of(source)  # the writer's data is intact
+
+
+def test_processes_are_refused_in_one_line(tmp_path):
+    source = tmp_path / "db"
+    write_leveldb(source)
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(source), "--scheduler", "processes"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "use --scheduler threads or sync" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
