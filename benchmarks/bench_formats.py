@@ -8,10 +8,12 @@ In one run, as whole processes with a warm page cache, median of ``--repeat``:
 * **CSV list**: ``path,label`` rows with a header over the 20,000 JPEGs ``bench_images.py``
   generates (1% truncated, 1% bit-flipped). Naive: ``csv.DictReader`` and Pillow's
   ``Image.open(path).load()`` per row.
+* **LevelDB**: the same JPEGs as encoded Caffe Datums (``convert_imageset --backend leveldb``).
+  Naive: a plyvel iterator, protobuf ``ParseFromString``, Pillow ``load()`` per record.
 
 Goal (issue 14): scrub at least 2x faster than the naive loop on 2 cores.
 
-    python benchmarks/bench_formats.py [--repeat 3] [--npy-rows 1000000] [--markdown-out F]
+    python benchmarks/bench_formats.py [--repeat 3] [--npy-rows 1000000] [--markdown-out F]   (needs plyvel)
 """
 
 from __future__ import annotations
@@ -52,6 +54,49 @@ with open(sys.argv[1], newline="") as file:
             bad += 1
 print(bad)
 """
+
+
+NAIVE_LEVELDB = r"""
+import io, sys, plyvel
+from PIL import Image
+from scrub.readers.caffe_datum import datum_class
+Datum = datum_class()
+bad = 0
+db = plyvel.DB(sys.argv[1])
+for key, value in db.iterator():
+    datum = Datum()
+    try:
+        datum.ParseFromString(value)
+        Image.open(io.BytesIO(datum.data)).load()
+    except Exception:
+        bad += 1
+db.close()
+print(bad)
+"""
+
+
+def leveldb_of(images: Path, workdir: Path) -> Path:
+    """The JPEGs as Caffe's convert_imageset --backend leveldb --encoded writes them."""
+    import plyvel
+
+    from scrub.readers.caffe_datum import datum_class
+
+    path = workdir / "datum_leveldb"
+    if not path.exists():
+        temporary = workdir / "datum_leveldb.tmp"
+        database = plyvel.DB(str(temporary), create_if_missing=True)
+        Datum = datum_class()
+        with database.write_batch() as batch:
+            for number, file in enumerate(sorted(images.rglob("*.jpg"))):
+                relative = file.relative_to(images).as_posix()
+                value = Datum(
+                    data=file.read_bytes(), label=int(relative[6:8]), encoded=True
+                ).SerializeToString()
+                batch.put(f"{number:08d}_{relative}".encode(), value)
+        database.compact_range()
+        database.close()
+        temporary.rename(path)
+    return path
 
 
 def npy_file(workdir: Path, rows: int) -> Path:
@@ -98,17 +143,15 @@ def main() -> int:
     parser.add_argument("--markdown-out", type=Path)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
+    images = benchdata.images(args.workdir, args.python)
     cases = [
         (
             f"NumPy .npy, {args.npy_rows:,} rows x 64 float32",
             npy_file(args.workdir, args.npy_rows),
             NAIVE_NPY,
         ),
-        (
-            "CSV list of 20,000 JPEGs (256x256)",
-            csv_list(benchdata.images(args.workdir, args.python)),
-            NAIVE_CSV,
-        ),
+        ("CSV list of 20,000 JPEGs (256x256)", csv_list(images), NAIVE_CSV),
+        ("LevelDB of 20,000 encoded-JPEG Datums", leveldb_of(images, args.workdir), NAIVE_LEVELDB),
     ]
     today = f"{datetime.now(timezone.utc):%Y-%m-%d}"
     lines = [
@@ -119,7 +162,8 @@ def main() -> int:
     ]
     manifest = args.workdir / "formats.jsonl"
     for name, path, naive in cases:
-        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        warm = sorted(map(str, path.iterdir())) if path.is_dir() else [str(path)]
+        subprocess.run(["cat", *warm], stdout=subprocess.DEVNULL, check=True)  # a warm page cache
         scrub_runs, naive_runs = [], []
         for _ in range(args.repeat):
             naive_runs.append(timed([args.python, "-c", naive, str(path)]))
