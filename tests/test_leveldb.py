@@ -126,3 +126,23 @@ def test_processes_are_refused_in_one_line(tmp_path):
     )
     assert done.returncode == 2 and "use --scheduler threads or sync" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_metadata_keys_are_each_outputs_own_or_said_unchanged(tmp_path):
+    import pickle
+
+    source = tmp_path / "meta_leveldb"
+    database = plyvel.DB(str(source), create_if_missing=True)
+    keys = [f"{i:03d}".encode() for i in range(5)]
+    for number, key in enumerate(keys):
+        database.put(key, image_bytes(number, fmt="PNG") if number != 3 else b"not an image")
+    database.put(b"__keys__", pickle.dumps(keys))
+    database.put(b"num-samples", b"5")
+    database.close()
+    result = scrub.fix(source, quarantine=True)
+    assert result.report["kept"] == 4
+    clean = items_of(result.clean)
+    assert clean[b"num-samples"] == b"4" and clean[b"__keys__"] == pickle.dumps(keys)  # not unpickled
+    assert any("metadata keys copied unchanged (__keys__)" in note for note in result.report["notes"])
+    allowed = scrub.fix(source, allow_pickle=True, out=tmp_path / "allowed")
+    assert pickle.loads(items_of(allowed.clean)[b"__keys__"]) == [k for k in keys if k != b"003"]

@@ -11,7 +11,7 @@ from scrub.ledger import Ledger, identity_seed
 from scrub.readers.leveldb import open_database, plyvel_module
 from scrub.readers.lmdb import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer
-from scrub.writers.lmdb import rewritten
+from scrub.writers.lmdb import each_outputs_metadata
 
 BATCH_BYTES = 16 << 20
 
@@ -29,7 +29,7 @@ class LevelDBWriter(Writer):
             outputs[True] = plyvel.DB(str(quarantine), create_if_missing=True, error_if_exists=True)
         _, snapshot = open_database(str(self.source.resolve()))  # the reader's own snapshot
         metadata: dict[bytes, bytes] = {}
-        held: dict[bool, list[bytes]] = {False: [], True: []}
+        held: dict[bool, list[bytes]] = {side: [] for side in outputs}
         listed = snapshot.get(b"__keys__") is not None
         try:
             batches = {side: database.write_batch() for side, database in outputs.items()}
@@ -55,16 +55,12 @@ class LevelDBWriter(Writer):
                 else:
                     tally.records_kept += 1
                 index += 1
-            allow_pickle = bool(self.reader.options.allow_pickle)
-            for side, batch in batches.items():
-                count = tally.records_quarantined if side else tally.records_kept
-                for key, value in sorted(metadata.items()):
-                    written = rewritten(key, value, held[side], count, allow_pickle) or value
-                    batch.put(key, written)
-                    (tally.quarantined if side else tally.kept).add_record(
-                        identity_seed("metadata", key.hex()), written
-                    )
-                    tally.other_files += not side
+            if metadata:
+                allow_pickle = self.reader.options.allow_pickle
+                for side, items in each_outputs_metadata(metadata, held, tally, allow_pickle):
+                    for key, value in items:
+                        batches[side].put(key, value)
+            for batch in batches.values():
                 batch.write()
         finally:
             for database in outputs.values():

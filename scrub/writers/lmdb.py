@@ -48,7 +48,7 @@ class LMDBWriter(Writer):
         if quarantine is not None:
             outputs[True] = _Appender(quarantine, self._subdir, self._map_size())
         metadata: dict[bytes, bytes] = {}
-        held: dict[bool, list[bytes]] = {False: [], True: []}  # each output's keys, for its __keys__
+        held: dict[bool, list[bytes]] = {side: [] for side in outputs}  # each output's keys, for __keys__
         environment = open_environment(str(self.source.resolve()), self._subdir)  # the reader's own
         try:
             with environment.begin(buffers=True) as transaction:
@@ -83,34 +83,9 @@ class LMDBWriter(Writer):
     def _write_metadata(
         self, metadata: dict[bytes, bytes], held: dict[bool, list[bytes]], outputs: dict, tally: Tally
     ) -> None:
-        """Each output's own metadata keys (see the module's docstring), tallied as written."""
-        allow_pickle = bool(self.reader.options.allow_pickle)
-        unchanged: set[bytes] = set()
-        for side, output in outputs.items():
-            count = tally.records_quarantined if side else tally.records_kept
-            for key, value in sorted(metadata.items()):
-                written = rewritten(key, value, held[side], count, allow_pickle)
-                if written is None:
-                    written = value
-                    unchanged.add(key)
-                output.put(key, written, append=False)
-                (tally.quarantined if side else tally.kept).add_record(
-                    identity_seed("metadata", key.hex()), written
-                )
-                tally.other_files += not side
-        if unchanged and tally.records_quarantined:
-            names = ", ".join(encode_key(k) for k in sorted(unchanged))
-            reason = (
-                "pickled, and not unpickled without --allow-pickle (rerun with it, for data you trust, "
-                "to rewrite them)"
-                if not allow_pickle
-                else "not in a form scrub rewrites"
-            )
-            tally.notes.append(
-                f"metadata keys copied unchanged ({names}): {reason}; a loader that indexes records "
-                "through them (ImageFolderLMDB: keys = pickle.loads(txn.get(b'__keys__'))) sees the "
-                "source's keys and count, and fails at the first quarantined key"
-            )
+        for side, items in each_outputs_metadata(metadata, held, tally, self.reader.options.allow_pickle):
+            for key, value in items:
+                outputs[side].put(key, value, append=False)
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
         import lmdb
@@ -137,6 +112,44 @@ class LMDBWriter(Writer):
         """Room for every value of the source: its data file is an upper bound (plus slack for a
         fuller last page per transaction); the file only grows as pages are used."""
         return max(MIN_MAP_SIZE, 2 * os.path.getsize(self._data_file))
+
+
+def each_outputs_metadata(
+    metadata: dict[bytes, bytes], held: dict[bool, list[bytes]], tally: Tally, allow_pickle: bool | None
+) -> list[tuple[bool, list[tuple[bytes, bytes]]]]:
+    """Each output's own metadata keys (see the module's docstring): (side, [(key, value)]) for
+    the sides ``held`` names, tallied as written, with a note in ``tally`` for what stays the
+    source's. Shared by the key-value writers (LMDB, LevelDB)."""
+    unchanged: set[bytes] = set()
+    sides = []
+    for side in held:
+        count = tally.records_quarantined if side else tally.records_kept
+        items = []
+        for key, value in sorted(metadata.items()):
+            written = rewritten(key, value, held[side], count, bool(allow_pickle))
+            if written is None:
+                written = value
+                unchanged.add(key)
+            items.append((key, written))
+            (tally.quarantined if side else tally.kept).add_record(
+                identity_seed("metadata", key.hex()), written
+            )
+            tally.other_files += not side
+        sides.append((side, items))
+    if unchanged and tally.records_quarantined:
+        names = ", ".join(encode_key(k) for k in sorted(unchanged))
+        reason = (
+            "pickled, and not unpickled without --allow-pickle (rerun with it, for data you trust, "
+            "to rewrite them)"
+            if not allow_pickle
+            else "not in a form scrub rewrites"
+        )
+        tally.notes.append(
+            f"metadata keys copied unchanged ({names}): {reason}; a loader that indexes records "
+            "through them (ImageFolderLMDB: keys = pickle.loads(txn.get(b'__keys__'))) sees the "
+            "source's keys and count, and fails at the first quarantined key"
+        )
+    return sides
 
 
 def rewritten(key: bytes, value: bytes, keys: list[bytes], count: int, allow_pickle: bool) -> bytes | None:
