@@ -102,8 +102,8 @@ PathArg = Annotated[
     Path,
     typer.Argument(
         help=(
-            "Dataset: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB "
-            "environment."
+            "Dataset: an image folder or list (Caffe ImageData or CSV), an HDF5 file, folder or "
+            "HDF5Data list, an LMDB environment, a LevelDB database or a .npy file."
         )
     ),
 ]
@@ -111,9 +111,10 @@ PathsArg = Annotated[
     list[Path],
     typer.Argument(
         help=(
-            "Datasets: an image folder or ImageData list, an HDF5 file, folder or HDF5Data list, or an LMDB "
-            "environment; several, glob patterns ('shards/*.h5') and folders of datasets (a folder of LMDB "
-            "environments) are scanned together."
+            "Datasets: an image folder or list (Caffe ImageData or CSV), an HDF5 file, folder or "
+            "HDF5Data list, an LMDB environment, a LevelDB database or a .npy file; several, glob "
+            "patterns ('shards/*.h5') and folders of datasets (a folder of LMDB environments) are "
+            "scanned together."
         )
     ),
 ]
