@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -249,14 +250,14 @@ def _refuse_one_cause(path: Path, manifest: Path, severity: Severity, records: i
     check (every value pickled without --allow-pickle, a codec nothing decodes, every row of a
     shard NaN), the dataset is not bad record by record; an empty copy that "verifies" would
     hide that. A dataset whose records fail each for its own reason is emptied as asked."""
-    flagged: dict[str, set[tuple[str, int]]] = {}
+    flagged: Counter[str] = Counter()  # a check flags a record once: counts, not sets (flat memory)
     first: dict[str, str] = {}
     for issue in read_manifest(manifest):
         if issue.status == "resolved" or not issue.severity.at_least(severity) or issue.index is None:
             continue
-        flagged.setdefault(issue.check, set()).add((issue.source, issue.index))
+        flagged[issue.check] += 1
         first.setdefault(issue.check, issue.message)
-    causes = sorted(check for check, records_flagged in flagged.items() if len(records_flagged) >= records)
+    causes = sorted(check for check, count in flagged.items() if count >= records)
     if causes:
         cause = causes[0]
         raise UnusableDataset(
