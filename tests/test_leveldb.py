@@ -5,7 +5,6 @@ a writer holding the database open is not disturbed."""
 from __future__ import annotations
 
 import hashlib
-import io
 import subprocess
 import sys
 from pathlib import Path
@@ -13,22 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import image_bytes
+from test_lmdb import datum, npy
 
 import scrub
 
 plyvel = pytest.importorskip("plyvel")
-
-
-def datum(**fields) -> bytes:
-    from scrub.readers.caffe_datum import datum_class
-
-    return datum_class()(**fields).SerializeToString()
-
-
-def npy(array) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
 
 
 def write_leveldb(path: Path) -> dict[bytes, bytes]:
