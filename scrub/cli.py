@@ -126,9 +126,12 @@ RootOpt = Annotated[
     typer.Option(help="Folder that list-file paths are relative to (default: the list's folder)."),
 ]
 DataKeyOpt = Annotated[
-    Optional[str], typer.Option(help="HDF5: the dataset whose rows are records (default: data).")
+    Optional[str],
+    typer.Option(help="HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...)."),
 ]
-LabelKeyOpt = Annotated[Optional[str], typer.Option(help="HDF5: the labels dataset (default: label).")]
+LabelKeyOpt = Annotated[
+    Optional[str], typer.Option(help="HDF5 or .npz: the labels dataset or array (default: label, y, ...).")
+]
 CodecOpt = Annotated[
     Optional[str],
     typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record)."),

@@ -33,7 +33,7 @@ def test_rows_are_records_and_findings_name_them(tmp_path):
     assert {("7", "nonfinite-data"), ("100", "nonfinite-data"), ("500", "zero-norm")} <= found
     assert ("900", "fp16-overflow") in found
     assert result.summary.records == 1000 and result.summary.dataset.format == "numpy"
-    assert any("holds no labels" in note for note in result.summary.notes)
+    assert any("holds no label array" in note for note in result.summary.notes)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
@@ -86,7 +86,7 @@ def test_object_arrays_are_never_unpickled(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "scrub", "scan", str(tmp_path / "not.npy")], capture_output=True, text=True
     )
-    assert done.returncode == 2 and "not a readable .npy file" in done.stderr
+    assert done.returncode == 2 and "not a readable NumPy array" in done.stderr
 
 
 def test_a_folder_of_npy_files_says_how_to_scan_them(tmp_path):
@@ -103,3 +103,39 @@ def test_a_folder_of_npy_files_says_how_to_scan_them(tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 1, done.stderr  # both scanned: NaN rows in each
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_data_and_labels_are_checked_and_split_together(tmp_path, compressed):
+    path = tmp_path / "train.npz"
+    data = faulty(1000)[:300]  # NaN in row 7, Inf in row 100
+    labels = np.arange(300) % 4
+    labels[20] = 9  # out of range for 4 classes
+    ids = np.arange(300) * 10  # per-row metadata: split with the rows
+    classes = np.array(["a", "b", "c", "d"])  # not row-aligned: copied whole
+    (np.savez_compressed if compressed else np.savez)(path, x=data, y=labels, ids=ids, classes=classes)
+    mapped = npy_reader.load_array(path, "x")  # stored: mapped inside the archive, not loaded
+    assert isinstance(mapped, np.memmap) != compressed and np.array_equal(mapped, data, equal_nan=True)
+    result = scrub.scan(path, num_classes=4, scheduler="sync")
+    found = {(issue.key, issue.check) for issue in result.issues()}
+    assert {("7", "nonfinite-data"), ("100", "nonfinite-data"), ("20", "label-out-of-range")} <= found
+    facts = result.summary.dataset.files["train.npz"]
+    assert facts["data_key"] == "x" and facts["label_key"] == "y"
+    assert any("ids" in note and "not checked" in note for note in result.summary.notes)
+    fixed = scrub.fix(path, quarantine=True, num_classes=4, scheduler="sync")
+    assert fixed.verified and fixed.report["quarantined"] == 3
+    keep = np.setdiff1d(np.arange(300), [7, 20, 100])
+    with np.load(fixed.clean) as clean, np.load(fixed.quarantine / "train.npz") as held:
+        assert np.array_equal(clean["x"], data[keep]) and np.array_equal(clean["y"], labels[keep])
+        assert np.array_equal(clean["ids"], ids[keep]) and np.array_equal(clean["classes"], classes)
+        assert np.array_equal(held["ids"], ids[[7, 20, 100]])
+    assert scrub.scan(fixed.clean, num_classes=4, scheduler="sync").summary.records_with_errors == 0
+
+
+def test_an_npz_whose_data_array_is_unknown_says_which_it_holds(tmp_path):
+    path = tmp_path / "odd.npz"
+    np.savez(path, a=np.ones((3, 2)), b=np.ones(3))
+    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2 and "It holds a, b; choose one with --data-key" in done.stderr
+    result = scrub.scan(path, data_key="a", label_key="b", scheduler="sync")
+    assert result.summary.records == 3 and result.summary.dataset.labelled

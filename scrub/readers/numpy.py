@@ -1,6 +1,9 @@
-"""NumPy ``.npy`` files: the rows of the array are the records (``X[i]``), as a
+"""NumPy ``.npy`` and ``.npz`` files: the rows of the array are the records (``X[i]``), as a
 ``torch.utils.data.TensorDataset(torch.from_numpy(np.load(path)))`` or a memory-mapped loader
-serves them.
+serves them. In an ``.npz`` the data array is ``--data-key`` or the first of `DATA_KEYS` it
+holds, paired with a label array (``--label-key`` or the first of `LABEL_KEYS`) of as many rows,
+as HDF5's data/label; a stored (uncompressed) member is memory-mapped inside the archive, a
+compressed one is decompressed whole once per worker (as ``np.load(f)[key]`` does for its user).
 
 The file is memory-mapped (``np.load(mmap_mode="r")``, never read whole) and never unpickled: an
 array of Python objects needs pickle to load, and loading a pickle runs arbitrary code; its dtype
@@ -15,13 +18,14 @@ labels: label checks do not run (said in the summary's notes).
 from __future__ import annotations
 
 import functools
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from scrub.errors import UnusableDataset, first_line
+from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.hdf5 import BLOCK_BYTES, PARTITION_BYTES, PARTITION_ROWS, round_up
 from scrub.records import Batch, Pieces
@@ -29,9 +33,13 @@ from scrub.records import Batch, Pieces
 NPY_MAGIC = b"\x93NUMPY"
 
 
+DATA_KEYS = ("data", "x", "X", "features", "inputs", "images", "arr_0")
+LABEL_KEYS = ("label", "labels", "y", "Y", "target", "targets")
+
+
 @dataclass(frozen=True)
 class NpyRows:
-    """A partition: rows ``start:stop`` of the array in ``path``."""
+    """A partition: rows ``start:stop`` of the array in ``path`` (of ``member`` of an ``.npz``)."""
 
     path: str
     source: str
@@ -39,6 +47,8 @@ class NpyRows:
     stop: int
     block_rows: int  # rows copied at once
     big_rows: bool  # rows larger than a block: each is tested in pieces
+    member: str | None = None
+    label_member: str | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -52,26 +62,76 @@ def is_npy_file(path: Path) -> bool:
         return False
 
 
-def load_array(path: str | Path) -> np.ndarray:
-    """The array of a ``.npy``, memory-mapped. Raises `UnusableDataset` with the reason (an
-    array of Python objects included: it is never unpickled)."""
+def _header(file) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) of the .npy data at ``file``'s position."""
+    version = np.lib.format.read_magic(file)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(file)
+    return np.lib.format.read_array_header_2_0(file)
+
+
+def _refuse_objects(where: str, dtype: np.dtype) -> None:
+    if dtype.hasobject:
+        raise UnusableDataset(
+            f"{where}: an array of Python objects ({dtype}): loading it would unpickle them, which "
+            "runs arbitrary code, and scrub checks rows of numbers; not read"
+        )
+
+
+def load_array(path: str | Path, member: str | None = None) -> np.ndarray:
+    """The array of a ``.npy`` (or of ``member`` of an ``.npz``), memory-mapped where it is stored
+    as is. Raises `UnusableDataset` with the reason (an array of Python objects included: its
+    dtype is read from the header first, and it is never unpickled)."""
+    where = f"{path}:{member}" if member else str(path)
     try:
-        with open(path, "rb") as file:  # the header says the dtype before anything is loaded
-            version = np.lib.format.read_magic(file)
-            header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            _, _, dtype = header(file)
-        if dtype.hasobject:
-            raise UnusableDataset(
-                f"{path}: an array of Python objects ({dtype}): loading it would unpickle them, which "
-                "runs arbitrary code, and scrub checks rows of numbers; not read"
-            )
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, EOFError, ValueError, SyntaxError) as error:
-        raise UnusableDataset(f"{path}: not a readable .npy file ({first_line(error)})") from None
+        if member is None:
+            with open(path, "rb") as file:
+                _refuse_objects(where, _header(file)[2])
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        return _npz_member(str(path), member, where)
+    except (OSError, EOFError, ValueError, SyntaxError, KeyError, zipfile.BadZipFile) as error:
+        raise UnusableDataset(f"{where}: not a readable NumPy array ({first_line(error)})") from None
+
+
+@functools.lru_cache(maxsize=2)
+def _npz_member(path: str, member: str, where: str) -> np.ndarray:
+    """A member of an ``.npz``: mapped in place when stored, else decompressed whole (once per
+    worker: the cache keeps the last two, the data and its labels)."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member + ".npy")
+        with archive.open(info) as file:
+            shape, fortran, dtype = _header(file)
+            _refuse_objects(where, dtype)
+            header_bytes = file.tell()
+        if info.compress_type != zipfile.ZIP_STORED:
+            with archive.open(info) as file:  # from its start: read_array reads the header itself
+                return np.lib.format.read_array(file, allow_pickle=False)
+    with open(path, "rb") as raw:  # the member's data: after its local header, name and extra
+        raw.seek(info.header_offset)
+        local = raw.read(30)
+        name_length, extra_length = (
+            int.from_bytes(local[26:28], "little"),
+            int.from_bytes(local[28:30], "little"),
+        )
+    offset = info.header_offset + 30 + name_length + extra_length + header_bytes
+    if int(np.prod(shape)) == 0:
+        return np.empty(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def npz_members(path: str | Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """An ``.npz``'s arrays: name -> (shape, dtype), from their headers."""
+    members = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.endswith(".npy"):
+                    with archive.open(name) as file:
+                        shape, _, dtype = _header(file)
+                    members[name[: -len(".npy")]] = (shape, dtype)
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        raise UnusableDataset(f"{path}: not a readable .npz archive ({first_line(error)})") from None
+    return members
 
 
 class NumpyReader(Reader[NpyRows]):
@@ -80,13 +140,24 @@ class NumpyReader(Reader[NpyRows]):
     records_per_task = 0  # partitions are sized in bytes
     provides = frozenset({"array", "rows"})
     positional_keys = True
+    options_used = frozenset({"data_key", "label_key"})
 
     @classmethod
     def sniff(cls, path: Path) -> bool:
-        return path.is_file() and is_npy_file(path)
+        if not path.is_file():
+            return False
+        return is_npy_file(path) or (path.suffix.lower() == ".npz" and zipfile.is_zipfile(path))
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[NpyRows]]:
-        array = load_array(self.path)
+        member = label_member = None
+        notes: list[str] = []
+        if is_npy_file(self.path):
+            if self.options.data_key or self.options.label_key:
+                raise UsageError("--data-key/--label-key: a .npy holds one array (they apply to .npz)")
+            array = load_array(self.path)
+        else:
+            member, label_member, notes = self._choose_members()
+            array = load_array(self.path, member)
         if array.ndim == 0:
             raise UnusableDataset(f"{self.path}: a 0-d array (a single value), not rows of records")
         rows = array.shape[0]
@@ -96,6 +167,9 @@ class NumpyReader(Reader[NpyRows]):
         by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
         partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
         source = self.path.name
+        if label_member is not None and load_array(self.path, label_member).shape[0] != rows:
+            notes.append(f"labels: {label_member!r} has not as many rows as {member!r}: not used")
+            label_member = None
         partitions = [
             NpyRows(
                 str(self.path.resolve()),
@@ -104,27 +178,67 @@ class NumpyReader(Reader[NpyRows]):
                 min(start + partition_rows, rows),
                 block_rows,
                 row_bytes > BLOCK_BYTES,
+                member,
+                label_member,
             )
             for start in range(0, rows, partition_rows)
         ]
-        info = DatasetInfo(format=self.format, layout="file", root=self.root, labelled=False, records=rows)
+        labelled = label_member is not None
+        info = DatasetInfo(format=self.format, layout="file", root=self.root, labelled=labelled, records=rows)
         info.files[source] = {
+            **({"data_key": member, "label_key": label_member} if member is not None else {}),
             "dtype": str(array.dtype),
             "shape": list(array.shape),
             "fortran_order": bool(array.flags.f_contiguous and not array.flags.c_contiguous),
         }
-        info.notes.append(f"labels: {source} is a .npy: it holds no labels, label checks are not run")
+        info.notes += notes
+        if labelled:
+            shape = load_array(self.path, label_member).shape
+            if len(shape) == 2 and shape[1] > 1:
+                info.label_width = shape[1]
+        else:
+            info.notes.append(f"labels: {source} holds no label array: label checks are not run")
         return info, partitions
 
+    def _choose_members(self) -> tuple[str, str | None, list[str]]:
+        """The data and label arrays of an ``.npz``: the ones named by the options, else the first
+        of the usual names (`DATA_KEYS`, `LABEL_KEYS`), else the only array."""
+        members = npz_members(self.path)
+        names = ", ".join(sorted(members)) or "none"
+        data = self.options.data_key or next((k for k in DATA_KEYS if k in members), None)
+        if data is None and len(members) == 1:
+            data = next(iter(members))
+        if data is None or data not in members:
+            raise UnusableDataset(
+                f"{self.path}: no data array {data!r} (it holds {names}); choose one with --data-key"
+                if data
+                else f"{self.path}: which array is the data? It holds {names}; choose one with --data-key"
+            )
+        label = self.options.label_key or next((k for k in LABEL_KEYS if k in members and k != data), None)
+        if label is not None and label not in members:
+            raise UnusableDataset(f"{self.path}: no label array {label!r} (it holds {names})")
+        notes = []
+        others = sorted(set(members) - {data, label})
+        if others:
+            notes.append(
+                f"{self.path.name}: arrays not checked (neither data nor labels): {', '.join(others)}"
+            )
+        return data, label, notes
+
     def read(self, partition: NpyRows, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
-        array = load_array(partition.path)
+        array = load_array(partition.path, partition.member)
+        labels = (
+            None if partition.label_member is None else load_array(partition.path, partition.label_member)
+        )
         first = partition.start + start
         last = partition.stop if stop is None else partition.start + stop
         if partition.big_rows:
             for row in range(first, last):
                 values = array[row]
                 pieces = Pieces((1, *values.shape), array.dtype, functools.partial(_pieces, values))
-                yield Batch(partition.source, row, row - partition.start, pieces)
+                yield Batch(
+                    partition.source, row, row - partition.start, pieces, _labels(labels, row, row + 1)
+                )
             return
         buffer = np.empty((partition.block_rows, *array.shape[1:]), dtype=array.dtype)
         for begin in range(first, last, partition.block_rows):
@@ -136,13 +250,26 @@ class NumpyReader(Reader[NpyRows]):
                 raise UnusableDataset(
                     f"{partition.source}: rows {begin}-{end - 1} cannot be read ({error})"
                 ) from None
-            yield Batch(partition.source, begin, begin - partition.start, buffer[:count])
+            yield Batch(
+                partition.source, begin, begin - partition.start, buffer[:count], _labels(labels, begin, end)
+            )
 
     def members(self, partitions: Sequence[NpyRows]) -> Iterator[str]:
         yield str(self.path)
 
     def locate(self, partition: NpyRows, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition.source, str(partition.start + o), partition.start + o) for o in offsets]
+
+
+def _labels(labels: np.ndarray | None, begin: int, end: int) -> np.ndarray | None:
+    """Rows ``begin:end`` of a label array as the checks take labels: class ids (n,) or label
+    vectors (n, K), as float64."""
+    if labels is None:
+        return None
+    block = np.asarray(labels[begin:end], dtype=np.float64)
+    return (
+        block.reshape(len(block), -1) if block.ndim > 1 and block[0].size > 1 else block.reshape(len(block))
+    )
 
 
 def _pieces(row: np.ndarray) -> Iterator[np.ndarray]:

@@ -1,18 +1,24 @@
-"""NumPy ``.npy`` files: a new ``.npy`` of the kept rows, in order, with the source's dtype and
-row shape (C order), written through a memory map a block at a time; the quarantine holds a
-``.npy`` of the set-aside rows, in source order (the manifest names each by its index).
-`np.load` reads both. Rows are checksummed as HDF5 rows are (`scrub.ledger.row_digests`)."""
+"""NumPy ``.npy`` and ``.npz`` files: a new ``.npy`` of the kept rows, in order, with the source's
+dtype and row shape (C order), written through a memory map a block at a time; the quarantine
+holds a ``.npy`` of the set-aside rows, in source order (the manifest names each by its index).
+An ``.npz`` becomes an ``.npz`` with the same arrays, compressed if the source's were: those
+with as many rows as the data array (the data, its labels, per-row metadata) split row by row,
+the others copied whole into both; its arrays are loaded whole, as ``np.load(f)[key]`` does.
+`np.load` reads every output. Rows are checksummed as HDF5 rows are
+(`scrub.ledger.row_digests`), over every row-aligned array."""
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.hdf5 import BLOCK_BYTES
-from scrub.readers.numpy import load_array
+from scrub.readers.numpy import is_npy_file, load_array, npz_members
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
@@ -20,6 +26,8 @@ class NumpyWriter(Writer):
     format = "numpy"
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
+        if not is_npy_file(self.source):
+            return self._write_npz(verdicts, clean, quarantine)
         tally = Tally()
         array = load_array(self.source)
         bad = self._bad_rows(verdicts, len(array))
@@ -45,9 +53,52 @@ class NumpyWriter(Writer):
         tally.records_kept, tally.records_quarantined = cursors[False], cursors[True]
         return tally
 
+    def _write_npz(self, verdicts: Verdicts, clean: Path, quarantine: Path | None) -> Tally:
+        tally = Tally()
+        arrays, aligned = self._npz_arrays(self.source)
+        rows = len(arrays[aligned[0]])
+        bad = self._bad_rows(verdicts, rows)
+        keep = np.ones(rows, dtype=bool)
+        keep[bad] = False
+        with zipfile.ZipFile(self.source) as archive:
+            compressed = any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist())
+        save = np.savez_compressed if compressed else np.savez
+        for side, target, mask in ((False, clean, keep), (True, quarantine, ~keep)):
+            if target is not None:
+                split: dict[str, Any] = {
+                    name: a[mask] if name in aligned else a for name, a in arrays.items()
+                }
+                with open(target, "wb") as file:
+                    save(file, **split)
+            tally.other_files += (len(arrays) - len(aligned)) * (not side)
+        values = _row_values(self.source.name, np.arange(rows), [arrays[name] for name in aligned])
+        tally.kept.add_values(values[keep])
+        tally.quarantined.add_values(values[~keep])
+        tally.records_kept, tally.records_quarantined = int(keep.sum()), len(bad)
+        return tally
+
+    def _npz_arrays(self, path: Path) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Every array of an ``.npz`` (whole), and the names of those aligned with the data's rows
+        (the data first)."""
+        data = self.info.files[self.source.name]["data_key"]
+        arrays = {name: np.asarray(load_array(path, name)) for name in npz_members(path)}
+        rows = len(arrays[data])
+        aligned = [data] + sorted(n for n, a in arrays.items() if n != data and a.ndim and len(a) == rows)
+        return arrays, aligned
+
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
         ledger = Ledger()
         if not target.exists():
+            return ledger
+        if not is_npy_file(self.source):
+            arrays, aligned = self._npz_arrays(target)
+            source_rows = self.info.records
+            bad = self._bad_rows(verdicts, source_rows)
+            origin = bad if side == "quarantine" else np.setdiff1d(np.arange(source_rows), bad)
+            if len(arrays[aligned[0]]) != len(origin):
+                ledger.add_values(np.zeros(1, np.uint64))
+                return ledger
+            ledger.add_values(_row_values(self.source.name, origin, [arrays[name] for name in aligned]))
             return ledger
         source_rows = len(load_array(self.source))
         bad = self._bad_rows(verdicts, source_rows)
@@ -67,6 +118,12 @@ class NumpyWriter(Writer):
             return np.arange(rows)
         bad = np.array(sorted(index for name, index in verdicts.records if name == source), dtype=np.int64)
         return bad[bad < rows]
+
+
+def _row_values(name: str, indices: np.ndarray, arrays: list[np.ndarray]) -> np.ndarray:
+    """The ledger values of rows ``indices`` whose contents are the rows of ``arrays``."""
+    seed = identity_seed(name)
+    return row_values(seed, indices.astype(np.int64), [row_digests(np.ascontiguousarray(a)) for a in arrays])
 
 
 def _new_like(path: Path, array: np.ndarray, rows: int) -> np.memmap:
