@@ -235,6 +235,9 @@ def make_numpy(root: Path) -> None:
     x[150, 3] = 1e5  # fp16-overflow (warning), magnitude-outlier
     root.mkdir(parents=True)
     np.save(root / "features.npy", x)
+    y = np.arange(200) % 5
+    y[60] = 9  # label-out-of-range with --num-classes 5
+    np.savez_compressed(root / "train.npz", x=x[:, :8], y=y)  # the layout of np.load(f)["x"], ["y"]
 
 
 def main() -> None:

@@ -103,7 +103,8 @@ def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
     datasets = [Path(e.path) for e in top if not e.is_dir() and is_dataset(Path(e.path))]
     verdict = "; none is a dataset scrub can read"
     if datasets:  # files each of which is a dataset (.npy): named, they are scanned in one run
-        pattern = datasets[0].parent / f"*{datasets[0].suffix}"
+        suffixes = {path.suffix for path in datasets}
+        pattern = datasets[0].parent / (f"*{suffixes.pop()}" if len(suffixes) == 1 else "*")
         verdict = f"; {len(datasets)} of them are datasets: name them ('{pattern}') to scan them in one run"
 
     return (
