@@ -44,6 +44,7 @@ def check_cover(path, size: int, cut: tuple[int, int]) -> None:
         start, stop = sorted(min(c, len(partition)) for c in cut)
         assert identities(reader, partition, start, stop) == whole[start:stop]
         assert reader.locate(partition, list(range(len(partition)))) == whole
+    reader.close()
 
 
 @SETTINGS
@@ -88,3 +89,57 @@ def test_lmdb_partitions(tmp_path_factory, keys, size, cut):
             transaction.put(key, b"\x00payload")
     environment.close()
     check_cover(path, size, cut)
+
+
+@SETTINGS
+@given(
+    rows=st.integers(1, 300),
+    size=st.integers(1, 120),
+    form=st.sampled_from(["npy", "npz", "npz-compressed"]),
+    cut=st.tuples(st.integers(0, 120), st.integers(0, 120)),
+)
+def test_numpy_partitions(tmp_path_factory, rows, size, form, cut):
+    folder = tmp_path_factory.mktemp("numpy")
+    data = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+    if form == "npy":
+        path = folder / "d.npy"
+        np.save(path, data)
+    else:
+        path = folder / "d.npz"
+        (np.savez if form == "npz" else np.savez_compressed)(path, data=data, label=np.zeros(rows))
+    check_cover(path, size, cut)
+
+
+@SETTINGS
+@given(
+    keys=st.sets(st.binary(min_size=1, max_size=8), min_size=1, max_size=60),
+    size=st.integers(1, 70),
+    cut=st.tuples(st.integers(0, 70), st.integers(0, 70)),
+)
+def test_leveldb_partitions(tmp_path_factory, keys, size, cut):
+    import pytest
+
+    plyvel = pytest.importorskip("plyvel")
+    path = tmp_path_factory.mktemp("leveldb") / "db"
+    database = plyvel.DB(str(path), create_if_missing=True)
+    for key in keys:
+        database.put(key, b"\x00payload")
+    database.close()
+    check_cover(path, size, cut)
+
+
+@SETTINGS
+@given(
+    count=st.integers(1, 25),
+    size=st.integers(1, 30),
+    header=st.booleans(),
+    cut=st.tuples(st.integers(0, 30), st.integers(0, 30)),
+)
+def test_csv_list_partitions(tmp_path_factory, count, size, header, cut):
+    root = tmp_path_factory.mktemp("csv")
+    rows = ["path,label"] if header else []
+    for i in range(count):
+        write(root / f"{i:03d}.png", image_bytes(i, fmt="PNG", size=8))
+        rows.append(f"{i:03d}.png,{i % 3}")
+    (root / "list.csv").write_text("\n".join(rows) + "\n")
+    check_cover(root / "list.csv", size, cut)
