@@ -230,9 +230,7 @@ class HDF5Reader(Reader[RowRange]):
             }
             row_bytes = max(1, int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize)
             chunk_rows = data.chunks[0] if data.chunks else 1
-            block_rows = round_up(max(1, min(BLOCK_BYTES // row_bytes, BLOCK_ROWS)), chunk_rows)
-            by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
-            partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
+            block_rows, partition_rows = row_partitioning(row_bytes, chunk_rows, partition_size)
             pieces = (
                 piece_plan(data.shape, data.chunks, data.dtype.itemsize) if row_bytes > BLOCK_BYTES else None
             )
@@ -375,6 +373,16 @@ def piece_plan(shape: tuple, chunks: tuple | None, itemsize: int) -> tuple[int, 
 
 def _files(sources: list[str]) -> str:
     return sources[0] if len(sources) == 1 else f"{len(sources)} files"
+
+
+def row_partitioning(row_bytes: int, chunk_rows: int, partition_size: int) -> tuple[int, int]:
+    """(rows read at once, rows per partition) for rows of ``row_bytes``: a block of about
+    ``BLOCK_BYTES`` and at most ``BLOCK_ROWS`` rows, a partition of about ``PARTITION_BYTES`` and
+    at most ``PARTITION_ROWS`` (``partition_size`` rows when given), each a whole number of
+    chunks (of blocks). Shared by the array readers (HDF5, NumPy)."""
+    block_rows = round_up(max(1, min(BLOCK_BYTES // row_bytes, BLOCK_ROWS)), chunk_rows)
+    by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
+    return block_rows, partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
 
 
 def round_up(value: int, multiple: int) -> int:

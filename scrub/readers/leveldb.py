@@ -31,7 +31,7 @@ from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
 from scrub.outputs import scratch_folder
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.lmdb import CODECS, METADATA_KEYS, decode_value
+from scrub.readers.lmdb import CODECS, METADATA_KEYS, decode_value, values_carry_labels
 from scrub.records import Record
 
 
@@ -199,12 +199,8 @@ class LevelDBReader(Reader[KeySpan]):
     def _labelled(self, partitions: Sequence[KeySpan], codec: str, sample: int = 64) -> bool:
         if not partitions:
             return False
-        for offset, _, value in self._walk(partitions[0], 0, sample, values=True):
-            record = Record(partitions[0].source, "", offset, None)
-            decode_value(record, value, codec, self.options.allow_pickle)
-            if record.meta.get("label_known"):
-                return True
-        return False
+        values = (value for _, _, value in self._walk(partitions[0], 0, sample, values=True))
+        return values_carry_labels(values, codec, self.options.allow_pickle)
 
     def _walk(
         self, partition: KeySpan, start: int, stop: int | None, values: bool

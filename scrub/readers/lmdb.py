@@ -35,7 +35,7 @@ import os
 import pickle
 import struct
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,6 @@ IMAGE_MAGIC = (
     (b"II*\x00", "TIFF"),
     (b"MM\x00*", "TIFF"),
 )
-NPY_MAGIC = b"\x93NUMPY"
 PICKLE_PROTOCOLS = frozenset(range(2, 6))
 #: First bytes of a Datum's fields (tag = field number << 3 | wire type): a value starting with
 #: one is parsed as a Datum, so that a damaged one says why it does not parse.
@@ -277,12 +276,8 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         """Whether the values carry labels (Datums, unpickled tuples): judged on the first few."""
         if not partitions:
             return False
-        for offset, _key, value in self._walk(partitions[0], 0, sample, values=True):
-            record = Record(partitions[0].source, "", offset, None)
-            decode_value(record, bytes(value), codec, self.options.allow_pickle)
-            if record.meta.get("label_known"):
-                return True
-        return False
+        values = (value for _, _, value in self._walk(partitions[0], 0, sample, values=True))
+        return values_carry_labels(values, codec, self.options.allow_pickle)
 
     def _walk(self, partition: KeyRange | KeyList, start: int, stop: int | None, values: bool):
         import lmdb
@@ -413,6 +408,17 @@ def _index(partition: KeyRange | KeyList, offset: int) -> int:
     return partition.first_index + offset
 
 
+def values_carry_labels(values: Iterable, codec: str, allow_pickle: bool | None) -> bool:
+    """Whether key-value records carry labels (Datums, unpickled tuples), judged on ``values``
+    (a database's first few): shared by the LMDB and LevelDB readers."""
+    for value in values:
+        record = Record("", "", 0, None)
+        decode_value(record, bytes(value), codec, bool(allow_pickle))
+        if record.meta.get("label_known"):
+            return True
+    return False
+
+
 def decode_value(record: Record, value: bytes, codec: str, allow_pickle: bool) -> None:
     """Set the record's payload, kind and label from an LMDB value, or a problem saying why not.
 
@@ -426,7 +432,7 @@ def decode_value(record: Record, value: bytes, codec: str, allow_pickle: bool) -
     if codec in ("auto", "image") and _image_format(value):
         record.payload, record.meta["kind"] = value, "image"
         return
-    if codec in ("auto", "npy") and value.startswith(NPY_MAGIC):
+    if codec in ("auto", "npy") and value.startswith(np.lib.format.MAGIC_PREFIX):
         _decode_npy(record, value)
         return
     if codec in ("auto", "pickle") and len(value) > 1 and value[0] == 0x80 and value[1] in PICKLE_PROTOCOLS:

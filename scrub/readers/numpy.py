@@ -11,8 +11,8 @@ is read from the header first, and such a file is refused (its rows are not numb
 Partitions are row ranges of ~128 MiB (and at most 65,536 rows, like HDF5's); each worker maps
 the file itself and copies blocks of ~4 MiB of rows into one reused buffer, which the vectorized
 numeric checks test; a row larger than a block is tested in pieces of a block
-(`scrub.records.Pieces`). A ``.npy`` holds no
-labels: label checks do not run (said in the summary's notes).
+(`scrub.records.Pieces`). A ``.npy`` holds no labels: label checks do not run (said in the
+summary's notes).
 """
 
 from __future__ import annotations
@@ -27,11 +27,8 @@ import numpy as np
 
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.hdf5 import BLOCK_BYTES, PARTITION_BYTES, PARTITION_ROWS, round_up
+from scrub.readers.hdf5 import BLOCK_BYTES, row_partitioning
 from scrub.records import Batch, Pieces
-
-NPY_MAGIC = b"\x93NUMPY"
-
 
 DATA_KEYS = ("data", "x", "X", "features", "inputs", "images", "arr_0")
 LABEL_KEYS = ("label", "labels", "y", "Y", "target", "targets")
@@ -57,7 +54,7 @@ class NpyRows:
 def is_npy_file(path: Path) -> bool:
     try:
         with open(path, "rb") as file:
-            return file.read(6) == NPY_MAGIC
+            return file.read(6) == np.lib.format.MAGIC_PREFIX
     except OSError:
         return False
 
@@ -163,9 +160,7 @@ class NumpyReader(Reader[NpyRows]):
         rows = array.shape[0]
         self.root = str(self.path.parent)
         row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
-        block_rows = max(1, min(BLOCK_BYTES // row_bytes, 1 << 15))
-        by_bytes = round_up(max(1, PARTITION_BYTES // row_bytes), block_rows)
-        partition_rows = partition_size or min(by_bytes, round_up(PARTITION_ROWS, block_rows))
+        block_rows, partition_rows = row_partitioning(row_bytes, 1, partition_size)
         source = self.path.name
         if label_member is not None and load_array(self.path, label_member).shape[0] != rows:
             notes.append(f"labels: {label_member!r} has not as many rows as {member!r}: not used")
