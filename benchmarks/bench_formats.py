@@ -10,10 +10,13 @@ In one run, as whole processes with a warm page cache, median of ``--repeat``:
   ``Image.open(path).load()`` per row.
 * **LevelDB**: the same JPEGs as encoded Caffe Datums (``convert_imageset --backend leveldb``).
   Naive: a plyvel iterator, protobuf ``ParseFromString``, Pillow ``load()`` per record.
+* **WebDataset**: the same JPEGs with ``.cls`` labels in 20 tar shards of 1,000 samples.
+  Naive: ``webdataset.WebDataset`` over the shards and Pillow ``load()`` of each ``.jpg``.
 
 Goal (issue 14): scrub at least 2x faster than the naive loop on 2 cores.
 
-    python benchmarks/bench_formats.py [--repeat 3] [--npy-rows 1000000] [--markdown-out F]   (needs plyvel)
+    python benchmarks/bench_formats.py [--repeat 3] [--npy-rows 1000000] [--only NAME ...] [--markdown-out F]
+    (needs plyvel and webdataset: pip install -e '.[test]')
 """
 
 from __future__ import annotations
@@ -99,6 +102,43 @@ def leveldb_of(images: Path, workdir: Path) -> Path:
     return path
 
 
+NAIVE_WEBDATASET = r"""
+import glob, io, os, sys, webdataset as wds
+from PIL import Image
+bad = 0
+shards = sorted(glob.glob(os.path.join(sys.argv[1], "*.tar")))
+for sample in wds.WebDataset(shards, shardshuffle=False):
+    try:
+        with Image.open(io.BytesIO(sample["jpg"])) as image:
+            image.load()
+    except Exception:
+        bad += 1
+print(bad)
+"""
+
+
+def shards_of(images: Path, workdir: Path, per_shard: int = 1000) -> Path:
+    """The image folder's JPEGs as WebDataset shards (``.jpg`` + ``.cls``), as TarWriter writes them."""
+    import io
+    import tarfile
+
+    folder = workdir / "shards"
+    if folder.exists():
+        return folder
+    staging = workdir / "shards.tmp"
+    staging.mkdir(exist_ok=True)
+    files = sorted(images.rglob("*.jpg"))
+    for number, first in enumerate(range(0, len(files), per_shard)):
+        with tarfile.open(staging / f"train-{number:06d}.tar", "w") as tar:
+            for index, path in enumerate(files[first : first + per_shard], start=first):
+                for extension, data in (("jpg", path.read_bytes()), ("cls", path.parent.name[-2:].encode())):
+                    info = tarfile.TarInfo(f"{index:08d}.{extension}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    staging.rename(folder)
+    return folder
+
+
 def npy_file(workdir: Path, rows: int) -> Path:
     path = workdir / f"rows-{rows}.npy"
     if not path.exists():
@@ -141,6 +181,7 @@ def main() -> int:
     parser.add_argument("--npy-rows", type=int, default=1_000_000)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--markdown-out", type=Path)
+    parser.add_argument("--only", nargs="*", help="run the cases whose name contains one of these words")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     images = benchdata.images(args.workdir, args.python)
@@ -152,7 +193,10 @@ def main() -> int:
         ),
         ("CSV list of 20,000 JPEGs (256x256)", csv_list(images), NAIVE_CSV),
         ("LevelDB of 20,000 encoded-JPEG Datums", leveldb_of(images, args.workdir), NAIVE_LEVELDB),
+        ("WebDataset, 20 shards of 1,000 JPEGs + .cls", shards_of(images, args.workdir), NAIVE_WEBDATASET),
     ]
+    if args.only:
+        cases = [case for case in cases if any(word.lower() in case[0].lower() for word in args.only)]
     today = f"{datetime.now(timezone.utc):%Y-%m-%d}"
     lines = [
         f"# scrub vs the naive loop ({today}, {os.cpu_count()} cores, median of {args.repeat})",

@@ -29,7 +29,9 @@ def picture(seed: int, mode: str = "RGB") -> Image.Image:
     for _ in range(4):
         x0, y0 = rng.integers(0, SIZE - 16, 2)
         w, h = rng.integers(8, 24, 2)
-        draw.ellipse([int(x0), int(y0), int(x0 + w), int(y0 + h)], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+        draw.ellipse(
+            [int(x0), int(y0), int(x0 + w), int(y0 + h)], fill=tuple(int(v) for v in rng.integers(0, 256, 3))
+        )
     noisy = np.asarray(image, dtype=np.int16) + rng.normal(0, 6, (SIZE, SIZE, 3)).astype(np.int16)
     return Image.fromarray(noisy.clip(0, 255).astype(np.uint8)).convert(mode)
 
@@ -136,7 +138,9 @@ def make_hdf5(root: Path) -> None:
         file.create_dataset("data", data=data, chunks=(32, 3, 8, 8))
         file.create_dataset("label", data=label)
     with h5py.File(root / "val.h5", "w") as file:  # row-count-mismatch: 50 rows, 49 labels
-        file.create_dataset("data", data=rng.normal(0, 1, (50, 3, 8, 8)).astype(np.float32), chunks=(25, 3, 8, 8))
+        file.create_dataset(
+            "data", data=rng.normal(0, 1, (50, 3, 8, 8)).astype(np.float32), chunks=(25, 3, 8, 8)
+        )
         file.create_dataset("label", data=(np.arange(49) % 10).astype(np.float32))
     (root / "train_list.txt").write_text("train.h5\nval.h5\n")
 
@@ -165,18 +169,45 @@ def make_lmdb(root: Path) -> None:
     rng = np.random.default_rng(7)
     items = []
     for i in range(8):  # convert_imageset --encoded keys: %08d_<path as listed>
-        items.append((f"{i:08d}_img/{i:03d}.jpg".encode(), datum(data=encode(picture(900 + i)), label=i % 4, encoded=True)))
-    items.append((b"00000008_img/008.jpg", datum(data=encode(picture(908))[:900], label=1, encoded=True)))  # corrupt-image
-    items.append((b"00000009_img/009.jpg", datum(data=encode(picture(909)), label=8000, encoded=True)))  # label-outlier
+        items.append(
+            (
+                f"{i:08d}_img/{i:03d}.jpg".encode(),
+                datum(data=encode(picture(900 + i)), label=i % 4, encoded=True),
+            )
+        )
+    items.append(
+        (b"00000008_img/008.jpg", datum(data=encode(picture(908))[:900], label=1, encoded=True))
+    )  # corrupt-image
+    items.append(
+        (b"00000009_img/009.jpg", datum(data=encode(picture(909)), label=8000, encoded=True))
+    )  # label-outlier
     for i in range(10, 14):  # raw uint8 CHW (BGR) Datums
-        items.append((f"{i:08d}_raw".encode(), datum(channels=3, height=8, width=8, data=rng.integers(0, 256, 192, dtype=np.uint8).tobytes(), label=2)))
-    items.append((b"00000014_raw", datum(channels=3, height=8, width=8, data=bytes(100), label=2)))  # shape-mismatch
+        items.append(
+            (
+                f"{i:08d}_raw".encode(),
+                datum(
+                    channels=3,
+                    height=8,
+                    width=8,
+                    data=rng.integers(0, 256, 192, dtype=np.uint8).tobytes(),
+                    label=2,
+                ),
+            )
+        )
+    items.append(
+        (b"00000014_raw", datum(channels=3, height=8, width=8, data=bytes(100), label=2))
+    )  # shape-mismatch
     floats = rng.normal(size=(5, 192)).astype(np.float32)
     floats[1, 5] = np.nan  # nonfinite-data
     floats[2, 9] = 70_000  # fp16-overflow
     floats[3] = 0  # zero-norm
     for i, row in enumerate(floats):
-        items.append((f"{15 + i:08d}_float".encode(), datum(channels=3, height=8, width=8, float_data=row.tolist(), label=3)))
+        items.append(
+            (
+                f"{15 + i:08d}_float".encode(),
+                datum(channels=3, height=8, width=8, float_data=row.tolist(), label=3),
+            )
+        )
     items.append((b"00000020_bad", b"\x00\x01garbage that is not a Datum"))  # undecodable-record
     items.append((b"00000021_empty", b""))  # empty-record
     items.append((b"__len__", b"22"))  # metadata: skipped
@@ -240,6 +271,47 @@ def make_numpy(root: Path) -> None:
     np.savez_compressed(root / "train.npz", x=x[:, :8], y=y)  # the layout of np.load(f)["x"], ["y"]
 
 
+def make_webdataset(root: Path) -> None:
+    """Two WebDataset shards of 8 samples (``.jpg``, ``.cls``, ``.json``), as webdataset's
+    TarWriter lays them out: a truncated and a bit-flipped JPEG, a label 12 (with
+    --num-classes 10), a sample without ``.cls``, one without an image, a broken ``.json``; the
+    second shard was cut short inside its last image (a download that stopped)."""
+    import tarfile
+
+    root.mkdir(parents=True)
+    for shard in range(2):
+        path = root / f"train-{shard:06d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(8):
+                n = shard * 8 + i
+                members = {
+                    "jpg": encode(picture(300 + n)),
+                    "cls": str(n % 10).encode(),
+                    "json": b'{"source": "synthetic"}',
+                }
+                if n == 2:
+                    members["jpg"] = members["jpg"][: len(members["jpg"]) // 2]  # corrupt-image
+                if n == 3:
+                    members["jpg"] = bit_flipped_jpeg(303)  # corrupt-image (Pillow accepts it)
+                if n == 5:
+                    members["cls"] = b"12"  # label-out-of-range with --num-classes 10
+                if n == 9:
+                    del members["cls"]  # missing-label
+                if n == 11:
+                    del members["jpg"]  # malformed-sample: nothing to train on
+                if n == 12:
+                    members["json"] = b'{"source": '  # malformed-sample: not JSON
+                for extension, data in members.items():
+                    info = tarfile.TarInfo(f"{n:06d}.{extension}")
+                    info.size, info.mtime, info.mode = len(data), 1_700_000_000, 0o444
+                    tar.addfile(info, io.BytesIO(data))
+        if shard == 1:  # cut 300 bytes into the last sample's image: malformed-sample
+            data = path.read_bytes()
+            with tarfile.open(path) as tar:
+                last = tar.getmember("000015.jpg")
+            path.write_bytes(data[: last.offset_data + 300])
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
@@ -248,6 +320,7 @@ def main() -> None:
         ("lmdb", make_lmdb),
         ("leveldb", make_leveldb),
         ("numpy", make_numpy),
+        ("webdataset", make_webdataset),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

@@ -119,7 +119,7 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="Force the reader: images, hdf5, lmdb, leveldb, numpy.")
+    str, typer.Option("--format", help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset.")
 ]
 RootOpt = Annotated[
     Optional[Path],
@@ -127,10 +127,17 @@ RootOpt = Annotated[
 ]
 DataKeyOpt = Annotated[
     Optional[str],
-    typer.Option(help="HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...)."),
+    typer.Option(
+        help="HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...); "
+        "WebDataset: the data member's extension (default: the first image, else npy)."
+    ),
 ]
 LabelKeyOpt = Annotated[
-    Optional[str], typer.Option(help="HDF5 or .npz: the labels dataset or array (default: label, y, ...).")
+    Optional[str],
+    typer.Option(
+        help="HDF5 or .npz: the labels dataset or array (default: label, y, ...); "
+        "WebDataset: the label member's extension (default: cls, ...)."
+    ),
 ]
 CodecOpt = Annotated[
     Optional[str],

@@ -143,3 +143,28 @@ def test_csv_list_partitions(tmp_path_factory, count, size, header, cut):
         rows.append(f"{i:03d}.png,{i % 3}")
     (root / "list.csv").write_text("\n".join(rows) + "\n")
     check_cover(root / "list.csv", size, cut)
+
+
+@SETTINGS
+@given(
+    shards=st.lists(st.integers(0, 12), min_size=1, max_size=4),
+    members=st.integers(1, 3),
+    compress=st.booleans(),
+    size=st.integers(1, 15),
+    cut=st.tuples(st.integers(0, 15), st.integers(0, 15)),
+)
+def test_webdataset_partitions(tmp_path_factory, shards, members, compress, size, cut):
+    import io
+    import tarfile
+
+    root = tmp_path_factory.mktemp("shards")
+    for number, samples in enumerate(shards):
+        mode, suffix = ("w:gz", ".tar.gz") if compress else ("w", ".tar")
+        with tarfile.open(root / f"shard-{number:02d}{suffix}", mode) as tar:
+            for sample in range(samples):
+                for extension in ("jpg", "cls", "json")[:members]:
+                    info = tarfile.TarInfo(f"{number}-{sample:03d}.{extension}")
+                    info.size = 3
+                    tar.addfile(info, io.BytesIO(b"abc"))
+    if sum(shards):
+        check_cover(root, size, cut)

@@ -66,3 +66,18 @@ def test_list_file_sample_with_num_classes_flags_out_of_range():
         ("img/a_015.jpg", "label-out-of-range"),
         ("img/a_016.jpg", "label-out-of-range"),
     }
+
+
+def test_webdataset_sample_finds_every_planted_problem_and_nothing_else():
+    result = scrub.scan(SAMPLES / "webdataset", num_classes=10, scheduler="sync")
+    assert findings(result) == {
+        ("000002", "corrupt-image"),
+        ("000003", "corrupt-image"),  # a bit flip Pillow accepts
+        ("000005", "label-out-of-range"),
+        ("000009", "missing-label"),
+        ("000011", "malformed-sample"),  # no image
+        ("000012", "malformed-sample"),  # .json that does not load
+        ("000015", "malformed-sample"),  # the shard ends inside its image
+        ("000015", "missing-label"),  # ... before its .cls
+    }
+    assert result.summary.records == 16

@@ -64,6 +64,50 @@ UNDECODABLE_RECORD = reader_check(
 )
 
 
+MALFORMED_SAMPLE = reader_check(
+    "malformed-sample",
+    Severity.ERROR,
+    """A WebDataset sample that a loader cannot use whole.
+
+    What it finds:
+        A sample (the tar members sharing a key) with no image or `.npy` member to train on; a
+        member the shard ends inside of (a truncated download or copy); two members with the same
+        extension (WebDataset raises "duplicate file name"); a `.json` or second `.npy` member
+        that does not load.
+    Why it breaks training:
+        WebDataset's decoder raises on the sample (a `KeyError` for the missing `jpg`, a
+        `ReadError` for the cut member), which ends the epoch unless a handler skips it
+        silently: either way the run does not train on what the shard claims.
+    Example:
+        `train-000007.tar` stops 6 KB into `000070031.jpg`.
+    What fix does:
+        Moves the sample to the quarantine shard (a cut member keeps the bytes there were).
+    """,
+    needs="samples",
+)
+
+DAMAGED_SHARD = reader_check(
+    "damaged-shard",
+    Severity.ERROR,
+    """A tar shard whose member headers stop before its end.
+
+    What it finds:
+        A header that fails its checksum, or data that is not a header where one must be: the
+        members after it cannot be found. Python's `tarfile` (and so WebDataset) stops there
+        without a word, dropping the rest of the shard from every epoch.
+    Why it breaks training:
+        Each epoch silently trains on part of the shard; a partly overwritten shard may also
+        hold half-written samples.
+    Example:
+        `train-000012.tar` has 48 MB after its member 1,204 that no header describes.
+    What fix does:
+        Sets the whole shard aside: it is copied byte for byte into the quarantine (rebuild it);
+        the samples read before the damage are still scanned and reported.
+    """,
+    needs="samples",
+)
+
+
 @record_check("empty-record", Severity.ERROR, needs="any")
 def empty_record(record: Record, options: CheckOptions) -> Finding | None:
     """A record whose value is empty: a zero-byte file, an empty value, a zero-size row.

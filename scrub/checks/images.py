@@ -102,7 +102,7 @@ def format_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     facts = record.meta.get("image")
     if facts is None or facts.format is None:
         return None
-    suffix = posixpath.splitext(record.key)[1].lower()
+    suffix = posixpath.splitext(record.meta.get("name", record.key))[1].lower()
     expected = EXTENSION_FORMATS.get(suffix)
     if expected is None or facts.format in expected:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import importlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields
@@ -169,6 +170,7 @@ REGISTRY: dict[str, str] = {
     "hdf5": "scrub.readers.hdf5:HDF5Reader",
     "numpy": "scrub.readers.numpy:NumpyReader",
     "leveldb": "scrub.readers.leveldb:LevelDBReader",
+    "webdataset": "scrub.readers.webdataset:WebDatasetReader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 
@@ -212,6 +214,23 @@ def open_reader(
 
 
 GLOB_CHARACTERS = frozenset("*?[")
+#: a brace pattern, as WebDataset names shards: ``train-{000000..000099}.tar``, ``{a,b}.tar``
+BRACES = re.compile(r"\{[^{}]*(\.\.|,)[^{}]*\}")
+
+
+def _brace_paths(pattern: str) -> list[Path]:
+    """The paths a brace pattern names (expanded as WebDataset expands shard lists); each must
+    exist."""
+    from braceexpand import braceexpand
+
+    paths = [Path(text) for text in braceexpand(pattern)]
+    missing = [path for path in paths if not path.exists()]
+    if missing:
+        raise UnusableDataset(
+            f"{pattern}: {missing[0]} does not exist ({len(missing)} of the {len(paths)} paths "
+            "this pattern names are missing)"
+        )
+    return paths
 
 
 @dataclass
@@ -253,7 +272,10 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
     for argument in arguments:
         text = str(argument)
         path = Path(text)
-        if not path.exists() and GLOB_CHARACTERS & set(text):
+        if not path.exists() and BRACES.search(text):
+            for named in _brace_paths(text):
+                _datasets_in(named, options, found)
+        elif not path.exists() and GLOB_CHARACTERS & set(text):
             matches = [Path(match) for match in sorted(glob.glob(text, recursive=True))]
             if not matches:
                 raise UnusableDataset(f"{text}: no file or folder matches this pattern")

@@ -122,6 +122,7 @@ REGISTRY: dict[str, str] = {
     "hdf5": "scrub.writers.hdf5:HDF5Writer",
     "numpy": "scrub.writers.numpy:NumpyWriter",
     "leveldb": "scrub.writers.leveldb:LevelDBWriter",
+    "webdataset": "scrub.writers.webdataset:WebDatasetWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
 

@@ -1,0 +1,144 @@
+"""WebDataset tar shards: each source shard becomes a shard of the same name in the cleaned copy
+(a folder of shards stays a folder, one shard stays one file) holding its kept samples, member
+by member with the source's headers (names, order, modes, times) and bytes; the quarantine
+holds shards of the set-aside samples only. Members that belong to no sample (``__meta__``,
+folders) go into the cleaned copy unchanged. A compressed shard is written compressed. A shard
+set aside whole (``damaged-shard``) is copied byte for byte into the quarantine. WebDataset
+(and `tarfile`) read every output; each sample is checksummed over its members' names and bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import shutil
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from scrub.ledger import Ledger, identity_seed
+from scrub.readers.webdataset import (
+    SHARD_SUFFIXES,
+    Other,
+    Sample,
+    group_samples,
+    is_compressed,
+    open_shard,
+    walk_shard,
+)
+from scrub.writers.base import Tally, Verdicts, Writer
+
+
+def shard_stem(name: str) -> tuple[str, str]:
+    """(name without its shard suffix, the suffix): ``train-0001.tar.gz`` -> (``train-0001``,
+    ``.tar.gz``)."""
+    lower = name.lower()
+    suffix = next((s for s in sorted(SHARD_SUFFIXES, key=len, reverse=True) if lower.endswith(s)), "")
+    return name[: len(name) - len(suffix)], name[len(name) - len(suffix) :]
+
+
+class WebDatasetWriter(Writer):
+    format = "webdataset"
+
+    def clean_name(self) -> str:
+        if self.source.is_dir():
+            return f"{self.source.name}.clean"
+        stem, suffix = shard_stem(self.source.name)
+        return f"{stem}.clean{suffix}"
+
+    def base_name(self) -> str:
+        return self.source.name if self.source.is_dir() else shard_stem(self.source.name)[0]
+
+    def _targets(self, output: Path) -> list[tuple[Path, Path]]:
+        """(source shard, its output) for every shard."""
+        shards = self.reader.shards()
+        if not self.source.is_dir():
+            return [(shards[0], output)]
+        return [(shard, output / shard.name) for shard in shards]
+
+    def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
+        tally = Tally()
+        if self.source.is_dir():
+            clean.mkdir()
+            if quarantine is not None:
+                quarantine.mkdir()
+        quarantines = dict(self._targets(quarantine)) if quarantine is not None else {}
+        index = 0
+        for shard, clean_shard in self._targets(clean):
+            source = shard.name
+            if source in verdicts.files:
+                if shard in quarantines:
+                    shutil.copyfile(shard, quarantines[shard])
+                for sample in _samples(shard):
+                    seed, contents = _ledger_entry(source, sample)
+                    tally.quarantined.add_record(seed, *contents)
+                    tally.records_quarantined += 1
+                    index += 1
+                continue
+            with _new_shard(clean_shard, is_compressed(shard)) as kept, contextlib.ExitStack() as opened:
+                set_aside: tarfile.TarFile | None = None
+                for item in _items(shard):
+                    if isinstance(item, Other):
+                        _add(kept, item.member.info, item.member.data)
+                        tally.other_files += 1
+                        continue
+                    quarantined = verdicts.quarantined(source, index)
+                    index += 1
+                    seed, contents = _ledger_entry(source, item)
+                    (tally.quarantined if quarantined else tally.kept).add_record(seed, *contents)
+                    if not quarantined:
+                        tally.records_kept += 1
+                        target: tarfile.TarFile | None = kept
+                    else:
+                        tally.records_quarantined += 1
+                        if set_aside is None and shard in quarantines:
+                            set_aside = opened.enter_context(
+                                _new_shard(quarantines[shard], is_compressed(shard))
+                            )
+                        target = set_aside
+                    if target is not None:
+                        for _, member in item.members:
+                            _add(target, member.info, member.data)
+        return tally
+
+    def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
+        ledger = Ledger()
+        if not target.exists():
+            return ledger
+        for shard, output in self._targets(target):
+            if output.exists():
+                for sample in _samples(output):
+                    seed, contents = _ledger_entry(shard.name, sample)
+                    ledger.add_record(seed, *contents)
+        return ledger
+
+
+def _new_shard(path: Path, compressed: bool) -> tarfile.TarFile:
+    return tarfile.open(path, "w:gz") if compressed else tarfile.open(path, "w")
+
+
+def _items(path: Path) -> Iterator[Sample | Other]:
+    with open_shard(str(path)) as file:
+        yield from group_samples(walk_shard(file))
+
+
+def _samples(path: Path) -> Iterator[Sample]:
+    return (item for item in _items(path) if isinstance(item, Sample))
+
+
+def _ledger_entry(source: str, sample: Sample) -> tuple[int, list[bytes | None]]:
+    """A sample's identity seed and contents: each member's name and bytes."""
+    contents: list[bytes | None] = []
+    for _, member in sample.members:
+        contents += [member.info.name.encode("utf-8", "surrogateescape"), member.data]
+    return identity_seed(source, sample.key), contents
+
+
+def _add(tar: tarfile.TarFile, info: tarfile.TarInfo, data: bytes | None) -> None:
+    """Add a member with the source's header; a member cut short keeps the bytes there were."""
+    header = info
+    if data is not None and info.isreg() and len(data) != info.size:
+        header = copy.copy(info)
+        header.size = len(data)
+    tar.addfile(header, io.BytesIO(data) if data is not None and info.isreg() else None)
