@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -206,3 +207,65 @@ def test_brace_patterns_name_shards(tmp_path):
     )
     assert done.returncode == 2 and "train-000003.tar does not exist" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402 - the property tests' own imports
+from hypothesis import strategies as st  # noqa: E402
+
+NAMES = st.text(alphabet=st.sampled_from("ab._/é-0"), min_size=1, max_size=120).filter(
+    lambda name: not name.startswith("/") and "//" not in name and name.strip("./")
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    members=st.lists(
+        st.tuples(NAMES, st.sampled_from(["file", "dir", "symlink"]), st.binary(max_size=700)),
+        min_size=1,
+        max_size=6,
+    ),
+    form=st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    float_times=st.booleans(),
+)
+def test_the_header_walk_agrees_with_tarfile(tmp_path_factory, members, form, float_times):
+    """walk_shard parses common headers itself and leaves the rest to tarfile: on tars tarfile
+    writes in each format (long and non-ASCII names, folders, links, pax times as TarWriter
+    writes them), it finds what tarfile finds, and fix copies every member byte for byte."""
+    from scrub.readers.base import ReadOptions, open_reader
+    from scrub.readers.webdataset import Walk, open_shard, walk_shard
+    from scrub.writers.base import Verdicts
+    from scrub.writers.webdataset import WebDatasetWriter
+
+    path = tmp_path_factory.mktemp("walk") / "shard.tar"
+    buffer = io.BytesIO()
+    try:
+        with tarfile.open(fileobj=buffer, mode="w", format=form) as tar:
+            for name, kind, data in members:
+                info = tarfile.TarInfo(name)
+                info.mtime = 1_700_000_000.5 if float_times else 1_700_000_000
+                if kind == "file":
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                else:
+                    info.type = tarfile.DIRTYPE if kind == "dir" else tarfile.SYMTYPE
+                    info.linkname = "target" if kind == "symlink" else ""
+                    tar.addfile(info)
+    except ValueError:  # a name this format cannot hold (ustar: too long, or not ASCII)
+        return
+    path.write_bytes(buffer.getvalue())
+    with tarfile.open(path) as tar:
+        expected = [(m.name, m.offset, m.offset_data, m.size, m.isreg()) for m in tar.getmembers()]
+    walk = Walk()
+    with open_shard(str(path)) as file:
+        found = [(m.name, m.offset, m.offset_data, m.size, m.regular) for m in walk_shard(file, walk=walk)]
+    assert found == expected
+    assert not (walk.cut or walk.damaged or walk.unterminated)
+    reader = open_reader(path, ReadOptions())
+    info, _ = reader.open(100)
+    writer = WebDatasetWriter(SimpleNamespace(reader=reader, info=info, path=path))
+    tally = writer.write(Verdicts(), path.with_name("clean.tar"), None)  # nothing set aside
+    assert path.with_name("clean.tar").read_bytes() == path.read_bytes()  # every block as it was
+    assert (
+        tally.kept.to_dict()
+        == writer.tally_output(Verdicts(), path.with_name("clean.tar"), "clean").to_dict()
+    )

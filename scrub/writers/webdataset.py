@@ -10,16 +10,17 @@ set aside whole (``damaged-shard``) is copied byte for byte into the quarantine.
 from __future__ import annotations
 
 import contextlib
-import copy
-import io
+import gzip
 import shutil
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, cast
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.readers.webdataset import (
     SHARD_SUFFIXES,
+    Member,
     Other,
     Sample,
     group_samples,
@@ -77,10 +78,10 @@ class WebDatasetWriter(Writer):
                     index += 1
                 continue
             with _new_shard(clean_shard, is_compressed(shard)) as kept, contextlib.ExitStack() as opened:
-                set_aside: tarfile.TarFile | None = None
-                for item in _items(shard):
+                set_aside: IO[bytes] | None = None
+                for item in _items(shard, with_headers=True):
                     if isinstance(item, Other):
-                        _add(kept, item.member.info, item.member.data)
+                        _add(kept, item.member)
                         tally.other_files += 1
                         continue
                     quarantined = verdicts.quarantined(source, index)
@@ -89,7 +90,7 @@ class WebDatasetWriter(Writer):
                     (tally.quarantined if quarantined else tally.kept).add_record(seed, *contents)
                     if not quarantined:
                         tally.records_kept += 1
-                        target: tarfile.TarFile | None = kept
+                        target: IO[bytes] | None = kept
                     else:
                         tally.records_quarantined += 1
                         if set_aside is None and shard in quarantines:
@@ -99,7 +100,7 @@ class WebDatasetWriter(Writer):
                         target = set_aside
                     if target is not None:
                         for _, member in item.members:
-                            _add(target, member.info, member.data)
+                            _add(target, member)
         return tally
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
@@ -114,13 +115,20 @@ class WebDatasetWriter(Writer):
         return ledger
 
 
-def _new_shard(path: Path, compressed: bool) -> tarfile.TarFile:
-    return tarfile.open(path, "w:gz") if compressed else tarfile.open(path, "w")
+@contextlib.contextmanager
+def _new_shard(path: Path, compressed: bool) -> Iterator[IO[bytes]]:
+    """A new shard's file; closed with the end-of-archive blocks, padded to a whole record as
+    `tarfile` pads it."""
+    with cast(IO[bytes], gzip.open(path, "xb")) if compressed else open(path, "xb") as file:
+        yield file
+        file.write(bytes(2 * tarfile.BLOCKSIZE))
+        written = file.tell()
+        file.write(bytes(-written % tarfile.RECORDSIZE))
 
 
-def _items(path: Path) -> Iterator[Sample | Other]:
+def _items(path: Path, with_headers: bool = False) -> Iterator[Sample | Other]:
     with open_shard(str(path)) as file:
-        yield from group_samples(walk_shard(file))
+        yield from group_samples(walk_shard(file, with_headers=with_headers))
 
 
 def _samples(path: Path) -> Iterator[Sample]:
@@ -131,14 +139,21 @@ def _ledger_entry(source: str, sample: Sample) -> tuple[int, list[bytes | None]]
     """A sample's identity seed and contents: each member's name and bytes."""
     contents: list[bytes | None] = []
     for _, member in sample.members:
-        contents += [member.info.name.encode("utf-8", "surrogateescape"), member.data]
+        contents += [member.name.encode("utf-8", "surrogateescape"), member.data]
     return identity_seed(source, sample.key), contents
 
 
-def _add(tar: tarfile.TarFile, info: tarfile.TarInfo, data: bytes | None) -> None:
-    """Add a member with the source's header; a member cut short keeps the bytes there were."""
-    header = info
-    if data is not None and info.isreg() and len(data) != info.size:
-        header = copy.copy(info)
-        header.size = len(data)
-    tar.addfile(header, io.BytesIO(data) if data is not None and info.isreg() else None)
+def _add(output: IO[bytes], member: Member) -> None:
+    """Write a member with the source's header blocks, byte for byte; a member cut short gets a
+    header of the size there was (its other fields as they were) and keeps its bytes."""
+    assert member.header is not None
+    header = member.header
+    data = member.data if member.regular else None
+    if data is not None and len(data) != member.size:
+        info = tarfile.TarInfo.frombuf(header[-tarfile.BLOCKSIZE :], "utf-8", "surrogateescape")
+        info.name, info.size = member.name, len(data)
+        header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    output.write(header)
+    if data:
+        output.write(data)
+        output.write(bytes(-len(data) % tarfile.BLOCKSIZE))
