@@ -12,6 +12,9 @@ In one run, as whole processes with a warm page cache, median of ``--repeat``:
   Naive: a plyvel iterator, protobuf ``ParseFromString``, Pillow ``load()`` per record.
 * **WebDataset**: the same JPEGs with ``.cls`` labels in 20 tar shards of 1,000 samples.
   Naive: ``webdataset.WebDataset`` over the shards and Pillow ``load()`` of each ``.jpg``.
+* **Parquet**: the same JPEGs in Hugging Face's layout (an ``Image`` struct column, a
+  ``ClassLabel``), 4 files of row groups of 500. Naive: ``pyarrow`` ``iter_batches`` over the
+  files and Pillow ``load()`` of each image.
 
 Goal (issue 14): scrub at least 2x faster than the naive loop on 2 cores.
 
@@ -117,6 +120,54 @@ print(bad)
 """
 
 
+NAIVE_PARQUET = r"""
+import glob, io, os, sys, pyarrow.parquet as pq
+from PIL import Image
+bad = 0
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.parquet"))):
+    for batch in pq.ParquetFile(path).iter_batches(columns=["image", "label"]):
+        for cell in batch.column(0).to_pylist():
+            try:
+                with Image.open(io.BytesIO(cell["bytes"])) as image:
+                    image.load()
+            except Exception:
+                bad += 1
+print(bad)
+"""
+
+
+def parquet_of(images: Path, workdir: Path, files: int = 4) -> Path:
+    """The image folder's JPEGs as Hugging Face writes an image split: 4 Parquet files."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = workdir / "parquet"
+    if folder.exists():
+        return folder
+    staging = workdir / "parquet.tmp"
+    staging.mkdir(exist_ok=True)
+    paths = sorted(images.rglob("*.jpg"))
+    classes = sorted({path.parent.name for path in paths})
+    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": classes}}
+    step = -(-len(paths) // files)
+    for number, first in enumerate(range(0, len(paths), step)):
+        chunk = paths[first : first + step]
+        table = pa.table(
+            {
+                "image": pa.array(
+                    [{"bytes": p.read_bytes(), "path": p.name} for p in chunk],
+                    pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+                ),
+                "label": pa.array([classes.index(p.parent.name) for p in chunk], pa.int64()),
+            }
+        ).replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+        pq.write_table(table, staging / f"train-{number:05d}-of-{files:05d}.parquet", row_group_size=500)
+    staging.rename(folder)
+    return folder
+
+
 def shards_of(images: Path, workdir: Path, per_shard: int = 1000) -> Path:
     """The image folder's JPEGs as WebDataset shards (``.jpg`` + ``.cls``), as TarWriter writes them."""
     import io
@@ -194,6 +245,11 @@ def main() -> int:
         ("CSV list of 20,000 JPEGs (256x256)", csv_list(images), NAIVE_CSV),
         ("LevelDB of 20,000 encoded-JPEG Datums", leveldb_of(images, args.workdir), NAIVE_LEVELDB),
         ("WebDataset, 20 shards of 1,000 JPEGs + .cls", shards_of(images, args.workdir), NAIVE_WEBDATASET),
+        (
+            "Parquet (Hugging Face Image + ClassLabel), 4 files",
+            parquet_of(images, args.workdir),
+            NAIVE_PARQUET,
+        ),
     ]
     if args.only:
         cases = [case for case in cases if any(word.lower() in case[0].lower() for word in args.only)]

@@ -312,6 +312,47 @@ def make_webdataset(root: Path) -> None:
             path.write_bytes(data[: last.offset_data + 300])
 
 
+def make_parquet(root: Path) -> None:
+    """Parquet as Hugging Face ``datasets`` writes an image classification split (an ``Image``
+    struct of {bytes, path} and a ``ClassLabel`` of 3 names in the schema's metadata), row groups
+    of 5: a truncated and a bit-flipped JPEG, label 5 (the ClassLabel declares 3 classes) and -1
+    (datasets' "no label"); and a table of 64 embeddings (fixed-size lists of 16 float32) with a
+    NaN, a row whose square overflows and an all-zero row. Needs pyarrow."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True)
+    images = [{"bytes": encode(picture(400 + i)), "path": f"{i:04d}.jpg"} for i in range(16)]
+    labels = [i % 3 for i in range(16)]
+    images[3]["bytes"] = images[3]["bytes"][: len(images[3]["bytes"]) // 2]  # corrupt-image
+    images[8]["bytes"] = bit_flipped_jpeg(408)  # corrupt-image that Pillow accepts
+    labels[10] = 5  # label-out-of-range: the ClassLabel has 3 names
+    labels[12] = -1  # label-out-of-range: datasets' "no label" breaks cross-entropy
+    features = {
+        "image": {"_type": "Image"},
+        "label": {"_type": "ClassLabel", "names": ["cat", "dog", "bird"]},
+    }
+    table = pa.table(
+        {
+            "image": pa.array(images, pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+            "label": pa.array(labels, pa.int64()),
+        }
+    ).replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, root / "train.parquet", row_group_size=5)
+    rng = np.random.default_rng(7)
+    embeddings = rng.normal(size=(64, 16)).astype(np.float32)
+    embeddings[9, 4] = np.nan  # nonfinite-data
+    embeddings[21, 0] = 3e19  # square-overflow
+    embeddings[40] = 0.0  # zero-norm
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(embeddings.ravel()), 16)
+    pq.write_table(
+        pa.table({"id": [f"doc-{i:03d}" for i in range(64)], "embedding": vectors}),
+        root / "embeddings.parquet",
+    )
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
@@ -321,6 +362,7 @@ def main() -> None:
         ("leveldb", make_leveldb),
         ("numpy", make_numpy),
         ("webdataset", make_webdataset),
+        ("parquet", make_parquet),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

@@ -263,6 +263,8 @@ class DatasetScan:
         info, reader = dataset.info, dataset.reader
         self.replay = options.replay
         self.checking = replace(options.checks, labelled=info.labelled)
+        if self.checking.declared_range is None and info.class_range is not None:
+            self.checking = replace(self.checking, label_range=info.class_range)
         _check_label_options(dataset, options, self.replay is not None)
         if self.replay is not None:
             self.replay.config(

@@ -119,7 +119,10 @@ PathsArg = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset.")
+    str,
+    typer.Option(
+        "--format", help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet."
+    ),
 ]
 RootOpt = Annotated[
     Optional[Path],
@@ -129,14 +132,15 @@ DataKeyOpt = Annotated[
     Optional[str],
     typer.Option(
         help="HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...); "
-        "WebDataset: the data member's extension (default: the first image, else npy)."
+        "WebDataset: the data member's extension (default: the first image, else npy); "
+        "Parquet: the data column."
     ),
 ]
 LabelKeyOpt = Annotated[
     Optional[str],
     typer.Option(
         help="HDF5 or .npz: the labels dataset or array (default: label, y, ...); "
-        "WebDataset: the label member's extension (default: cls, ...)."
+        "WebDataset: the label member's extension (default: cls, ...); Parquet: the label column."
     ),
 ]
 CodecOpt = Annotated[

@@ -38,7 +38,9 @@ def check_cover(path, size: int, cut: tuple[int, int]) -> None:
     everything = [i for p in partitions for i in identities(reader, p)]
     assert len(everything) == info.records == sum(len(p) for p in partitions)
     assert len(set(everything)) == len(everything)
-    assert [index for _, _, index in everything] == sorted(index for _, _, index in everything)
+    for source in {source for source, _, _ in everything}:  # in order (per file, where rows are)
+        indices = [index for name, _, index in everything if name == source]
+        assert indices == sorted(indices)
     for partition in partitions:
         whole = identities(reader, partition)
         start, stop = sorted(min(c, len(partition)) for c in cut)
@@ -168,3 +170,31 @@ def test_webdataset_partitions(tmp_path_factory, shards, members, compress, size
                     tar.addfile(info, io.BytesIO(b"abc"))
     if sum(shards):
         check_cover(root, size, cut)
+
+
+@SETTINGS
+@given(
+    files=st.lists(st.integers(1, 20), min_size=1, max_size=3),
+    group=st.integers(1, 7),
+    kind=st.sampled_from(["fixed", "ragged", "table", "image"]),
+    size=st.integers(1, 25),
+    cut=st.tuples(st.integers(0, 25), st.integers(0, 25)),
+)
+def test_parquet_partitions(tmp_path_factory, files, group, kind, size, cut):
+    import pytest
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    root = tmp_path_factory.mktemp("parquet")
+    for number, rows in enumerate(files):
+        if kind == "fixed":
+            data = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(rows * 3, dtype=np.float32)), 3)
+        elif kind == "ragged":
+            data = pa.array([[float(i)] * (i % 3) for i in range(rows)], pa.list_(pa.float32()))
+        elif kind == "image":
+            data = pa.array([b"\x89PNG not really"] * rows)
+        else:
+            data = pa.array(np.arange(rows, dtype=np.float64))
+        table = pa.table({"image" if kind == "image" else "x": data, "label": np.arange(rows) % 4})
+        pq.write_table(table, root / f"part-{number}.parquet", row_group_size=group)
+    check_cover(root, size, cut)

@@ -81,3 +81,22 @@ def test_webdataset_sample_finds_every_planted_problem_and_nothing_else():
         ("000015", "missing-label"),  # ... before its .cls
     }
     assert result.summary.records == 16
+
+
+def test_parquet_samples_find_every_planted_problem_and_nothing_else():
+    pytest.importorskip("pyarrow")
+    result = scrub.scan(SAMPLES / "parquet" / "train.parquet", scheduler="sync")
+    assert findings(result) == {
+        ("3", "corrupt-image"),
+        ("8", "corrupt-image"),  # a bit flip Pillow accepts
+        ("10", "label-out-of-range"),  # the ClassLabel has 3 names
+        ("12", "label-out-of-range"),  # -1
+    }
+    result = scrub.scan(SAMPLES / "parquet" / "embeddings.parquet", scheduler="sync")
+    assert findings(result) == {
+        ("9", "nonfinite-data"),
+        ("21", "square-overflow"),
+        ("21", "magnitude-outlier"),
+        ("40", "zero-norm"),
+        ("21", "fp16-overflow"),
+    }

@@ -66,6 +66,9 @@ class DatasetInfo:
     #: its own (a database a writer may be committing to): a different count read says the
     #: database changed, not that records were lost
     snapshots: bool = False
+    #: the class range the dataset itself declares (a Hugging Face ``ClassLabel``'s names):
+    #: ``label-out-of-range`` uses it when neither --num-classes nor --label-range is given
+    class_range: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         document = {
@@ -171,6 +174,7 @@ REGISTRY: dict[str, str] = {
     "numpy": "scrub.readers.numpy:NumpyReader",
     "leveldb": "scrub.readers.leveldb:LevelDBReader",
     "webdataset": "scrub.readers.webdataset:WebDatasetReader",
+    "parquet": "scrub.readers.parquet:ParquetReader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 

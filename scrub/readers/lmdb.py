@@ -477,7 +477,7 @@ def _decode_npy(record: Record, value: bytes) -> None:
             problem(record, "undecodable-record", f".npy bytes do not load: {first_line(error)}")
         )
         return
-    _use_array(record, array)
+    use_array(record, array)
 
 
 #: Fields of a pickled dict value that hold the record's data, and its label, in the order tried.
@@ -538,7 +538,7 @@ def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
         record.label = label if record.label is None else record.label
         record.meta["label_known"] = known or record.meta["label_known"]
     elif isinstance(obj, np.ndarray):
-        _use_array(record, obj)
+        use_array(record, obj)
     else:
         record.problems.append(
             problem(
@@ -578,10 +578,11 @@ def _use_datum(record: Record, datum) -> None:
             )
         )
         return
-    _use_array(record, array)
+    use_array(record, array)
 
 
-def _use_array(record: Record, array: np.ndarray) -> None:
+def use_array(record: Record, array: np.ndarray) -> None:
+    """Make ``array`` the record's payload (numbers only: another dtype is a problem)."""
     if array.dtype.kind not in "biufc":
         record.problems.append(
             problem(record, "undecodable-record", f"array of dtype {array.dtype}, not numbers")

@@ -123,6 +123,7 @@ REGISTRY: dict[str, str] = {
     "numpy": "scrub.writers.numpy:NumpyWriter",
     "leveldb": "scrub.writers.leveldb:LevelDBWriter",
     "webdataset": "scrub.writers.webdataset:WebDatasetWriter",
+    "parquet": "scrub.writers.parquet:ParquetWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
 

@@ -1,0 +1,448 @@
+"""Parquet files, one or a folder of them (Hugging Face's ``data/train-00000-of-00004.parquet``):
+the table's rows are the records (key: the row's position in its file, as for HDF5 rows).
+
+Columns are chosen from the schema, and the Hugging Face ``features`` stored in its metadata
+where present (``--data-key``/``--label-key`` override):
+
+* the data: an image column (Hugging Face's ``Image``: a struct of ``{bytes, path}``, or a binary
+  column of encoded images) read as encoded images; else a numeric list column (``list``,
+  ``large_list`` or ``fixed_size_list``, nested or not: ``Array2D``, embeddings) read as each
+  row's values; else every numeric scalar column but the label, stacked into one row of
+  numbers (a table of features: a null is a NaN, as pandas reads it);
+* the label: the ``ClassLabel`` column (whose names declare the class range, so
+  ``label-out-of-range`` runs without ``--num-classes``), else the first integer or float column
+  named like a label (`LABEL_COLUMNS`).
+
+Other columns (text, ids) are named in a note as not checked. Partitions are runs of whole row
+groups (Parquet's unit of reading); each worker opens the file and reads only its row groups and
+only the chosen columns. Equal-length numeric rows are checked as one vectorized batch.
+Needs ``pyarrow`` (``pip install 'scrub[parquet]'``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scrub.errors import UnusableDataset, UsageError, first_line
+from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.lmdb import use_array
+from scrub.records import Batch, Record
+
+PARQUET_MAGIC = b"PAR1"
+IMAGE_COLUMNS = ("image", "img", "images", "jpg", "jpeg", "png", "webp", "picture", "pixel_values")
+LABEL_COLUMNS = ("label", "labels", "target", "targets", "y", "class", "cls", "fine_label", "coarse_label")
+
+
+def pyarrow_modules():
+    """(pyarrow, pyarrow.parquet), or a one-line error naming the extra to install."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise UsageError(
+            "reading Parquet needs pyarrow: pip install 'scrub[parquet]' (or pip install pyarrow)"
+        ) from None
+    return pyarrow, pyarrow.parquet
+
+
+def is_parquet_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """The ``.parquet`` files in ``folder`` and its sub-folders (Hugging Face keeps them in
+    ``data/``), by path."""
+    return sorted(
+        path
+        for path in folder.rglob("*.parquet")
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+    )
+
+
+def huggingface_features(schema: Any) -> dict[str, Any]:
+    """The ``features`` Hugging Face ``datasets`` stores in the schema's metadata, or {}."""
+    metadata = schema.metadata or {}
+    try:
+        document = json.loads(metadata[b"huggingface"])
+        features = document["info"]["features"]
+    except (KeyError, ValueError, TypeError):
+        return {}
+    return features if isinstance(features, dict) else {}
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What `ParquetReader.open` chose: the data column(s), how to read them, the label column."""
+
+    kind: str  # "image": encoded images; "list": numeric list rows; "table": numeric scalar columns
+    data: tuple[str, ...]
+    label: str | None
+    #: a list column of fixed size (``fixed_size_list``): its rows are checked as one block
+    fixed: bool = False
+
+
+@dataclass(frozen=True)
+class RowGroups:
+    """A partition: row groups ``groups`` of one file, of ``sizes`` rows each, the first of which
+    starts at row ``first_row`` of the file."""
+
+    path: str
+    source: str
+    groups: tuple[int, ...]
+    sizes: tuple[int, ...]
+    first_row: int
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+
+class ParquetReader(Reader[RowGroups]):
+    format = "parquet"
+    records_per_task = 2000
+    positional_keys = True
+    provides = frozenset({"image", "bytes", "array", "rows"})
+    options_used = frozenset({"data_key", "label_key"})
+    worker_imports = ("pyarrow.parquet", "PIL.Image")
+
+    columns: Columns | None = None
+    #: the columns chosen, as the summary's ``dataset.files`` says them
+    chosen: dict[str, Any] = {}
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        if path.is_file():
+            return is_parquet_file(path)
+        if path.is_dir():
+            try:
+                files = parquet_files(path)
+            except OSError:
+                return False
+            return bool(files) and is_parquet_file(files[0])
+        return False
+
+    def files(self) -> list[Path]:
+        return [self.path] if self.path.is_file() else parquet_files(self.path)
+
+    def source_of(self, path: Path) -> str:
+        return path.name if self.path.is_file() else path.relative_to(self.path).as_posix()
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowGroups]]:
+        _, parquet = pyarrow_modules()
+        files = self.files()
+        if not files:
+            raise UnusableDataset(f"{self.path}: no .parquet files in this folder")
+        self.root = str(self.path.parent if self.path.is_file() else self.path)
+        info = DatasetInfo(format=self.format, layout="table", root=self.root, labelled=False, records=0)
+        partitions: list[RowGroups] = []
+        schema = None
+        for path in files:
+            source = self.source_of(path)
+            try:
+                opened = parquet.ParquetFile(path)
+            except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+                raise UnusableDataset(f"{path}: not a readable Parquet file ({first_line(error)})") from None
+            with opened:
+                metadata = opened.metadata
+                if schema is None:
+                    schema = opened.schema_arrow
+                    self.columns = self._choose(schema, info)
+                elif not opened.schema_arrow.remove_metadata().equals(schema.remove_metadata()):
+                    raise UnusableDataset(
+                        f"{path}: its columns differ from {self.source_of(files[0])}'s: name the files "
+                        f"('{self.path}/*.parquet') to scan each as a dataset of its own"
+                    )
+                sizes = [metadata.row_group(number).num_rows for number in range(metadata.num_row_groups)]
+                first = 0
+                groups: list[int] = []
+                for number in range(len(sizes)):
+                    groups.append(number)
+                    if sum(sizes[g] for g in groups) >= partition_size or number == len(sizes) - 1:
+                        partitions.append(
+                            RowGroups(
+                                str(path), source, tuple(groups), tuple(sizes[g] for g in groups), first
+                            )
+                        )
+                        first += sum(sizes[g] for g in groups)
+                        groups = []
+                info.records += metadata.num_rows
+                info.files[source] = {
+                    **self.chosen,
+                    "rows": metadata.num_rows,
+                    "row_groups": metadata.num_row_groups,
+                    "created_by": metadata.created_by,
+                }
+        assert self.columns is not None
+        info.labelled = self.columns.label is not None
+        partitions = [p for p in partitions if len(p)]
+        return info, partitions
+
+    def _choose(self, schema: Any, info: DatasetInfo) -> Columns:
+        import pyarrow as pa
+
+        features = huggingface_features(schema)
+        names = list(schema.names)
+
+        def feature_type(name: str) -> str | None:
+            feature = features.get(name)
+            return feature.get("_type") if isinstance(feature, dict) else None
+
+        def column(option: str, name: str) -> Any:
+            if name not in names:
+                raise UsageError(
+                    f"--{option} {name}: {self.path} has no such column (it has {', '.join(names)})"
+                )
+            return schema.field(name).type
+
+        label = self.options.label_key
+        if label is not None:
+            kind = column("label-key", label)
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                raise UsageError(f"--label-key {label}: the column holds {kind}, not class ids")
+        else:
+            label = next((n for n in names if feature_type(n) == "ClassLabel"), None) or next(
+                (
+                    n
+                    for n in LABEL_COLUMNS
+                    if n in names
+                    and (
+                        pa.types.is_integer(schema.field(n).type)
+                        or pa.types.is_floating(schema.field(n).type)
+                    )
+                ),
+                None,
+            )
+        if label is not None and feature_type(label) == "ClassLabel":
+            names_of = features[label].get("names") or []
+            if names_of:
+                info.classes = [str(name) for name in names_of]
+                info.class_range = (0, len(names_of))
+                info.notes.append(
+                    f"labels: {label!r} is a ClassLabel of {len(names_of)} names: labels outside "
+                    f"[0, {len(names_of)}) are label-out-of-range (-1, Hugging Face's 'no label', too)"
+                )
+        data_key = self.options.data_key
+        if data_key is not None:
+            found = _kind(column("data-key", data_key), pa)
+            if found is None:
+                raise UsageError(
+                    f"--data-key {data_key}: the column holds {schema.field(data_key).type}: "
+                    "not images or numbers"
+                )
+            chosen = Columns(found, (data_key,), label, is_fixed_list(schema.field(data_key).type))
+        else:
+            chosen = self._detect(schema, names, label, feature_type, pa)
+        checked = set(chosen.data) | ({label} if label else set())
+        others = [n for n in names if n not in checked]
+        if others:
+            info.notes.append(f"columns not checked: {', '.join(others)}")
+        if label is None:
+            info.notes.append(
+                "labels: no label column found: label checks are not run (--label-key names one)"
+            )
+        self.chosen = {"data": list(chosen.data), "kind": chosen.kind, "label": label}
+        return chosen
+
+    def _detect(self, schema: Any, names: list[str], label: str | None, feature_type, pa) -> Columns:
+        candidates = [n for n in names if n != label]
+        images = [n for n in candidates if feature_type(n) == "Image"] or [
+            n for n in candidates if _kind(schema.field(n).type, pa) == "image" and (
+                pa.types.is_struct(schema.field(n).type) or n.lower() in IMAGE_COLUMNS
+            )
+        ]  # fmt: skip
+        if images:
+            return Columns("image", (images[0],), label)
+        lists = [n for n in candidates if _kind(schema.field(n).type, pa) == "list"]
+        if lists:
+            return Columns("list", (lists[0],), label, is_fixed_list(schema.field(lists[0]).type))
+        scalars = tuple(n for n in candidates if _kind(schema.field(n).type, pa) == "table")
+        if scalars:
+            return Columns("table", scalars, label)
+        raise UnusableDataset(
+            f"{self.path}: no image or numeric column to check (columns: {', '.join(names)}); "
+            "choose one with --data-key"
+        )
+
+    # -- reading (worker side) -------------------------------------------------------------
+
+    def read(self, partition: RowGroups, start: int = 0, stop: int | None = None) -> Iterator[Record | Batch]:
+        _, parquet = pyarrow_modules()
+        columns = self.columns
+        assert columns is not None
+        wanted = list(columns.data) + ([columns.label] if columns.label else [])
+        stop = len(partition) if stop is None else min(stop, len(partition))
+        offset = 0
+        with parquet.ParquetFile(partition.path) as opened:
+            for group, size in zip(partition.groups, partition.sizes):
+                begin, end = max(start - offset, 0), min(stop - offset, size)
+                if begin < end:
+                    try:
+                        table = opened.read_row_group(group, columns=wanted).slice(begin, end - begin)
+                    except (OSError, ValueError) as error:
+                        raise UnusableDataset(
+                            f"{partition.source}: row group {group} cannot be read ({first_line(error)})"
+                        ) from None
+                    yield from self._rows(table, partition, offset + begin)
+                offset += size
+                if offset >= stop:
+                    return
+
+    def _rows(self, table: Any, partition: RowGroups, offset: int) -> Iterator[Record | Batch]:
+        columns = self.columns
+        assert columns is not None
+        first_row = partition.first_row + offset
+        if columns.kind == "image":
+            yield from self._images(table, partition.source, first_row)
+            return
+        if columns.kind == "table" or columns.fixed:  # one (n, k) block: checked vectorized
+            labels = None
+            if columns.label is not None:  # a null label reads as NaN, as pandas reads it
+                labels = _floats(table.column(columns.label))
+            if columns.kind == "table":
+                block = np.column_stack([_floats(table.column(name)) for name in columns.data])
+            else:
+                block = _fixed_rows(table.column(columns.data[0]))
+            yield Batch(partition.source, first_row, offset, block, labels)
+            return
+        for row, values in enumerate(_list_rows(table.column(columns.data[0]))):
+            record = Record(partition.source, str(first_row + row), first_row + row, None)
+            if values is None:
+                record.payload = b""  # a null row: empty-record
+            else:
+                use_array(record, values)
+                record.meta["shape"] = "list"  # rows of a list column may differ in length
+            self._label(record, table, row)
+            yield record
+
+    def _images(self, table: Any, source: str, first_row: int) -> Iterator[Record]:
+        columns = self.columns
+        assert columns is not None
+        cells = table.column(columns.data[0]).to_pylist()
+        for row, cell in enumerate(cells):
+            record = Record(source, str(first_row + row), first_row + row, None, meta={"kind": "image"})
+            if isinstance(cell, dict):  # Hugging Face's Image: {bytes, path}
+                record.payload = cell.get("bytes") or b""
+                if cell.get("path"):
+                    record.meta["name"] = str(cell["path"])
+            else:
+                record.payload = cell or b""
+            self._label(record, table, row)
+            yield record
+
+    def _label(self, record: Record, table: Any, row: int) -> None:
+        columns = self.columns
+        assert columns is not None
+        if columns.label is not None:
+            value = table.column(columns.label)[row].as_py()
+            record.label = value
+            record.meta["label_known"] = True
+        else:
+            record.meta["label_known"] = False
+
+    def members(self, partitions: Sequence[RowGroups]) -> Iterator[str]:
+        for path in self.files():
+            yield str(path)
+
+    def locate(self, partition: RowGroups, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        return [(partition.source, str(partition.first_row + o), partition.first_row + o) for o in offsets]
+
+
+def _kind(kind: Any, pa) -> str | None:
+    """How a column of this Arrow type is read as data: "image", "list", "table" or None."""
+    if pa.types.is_struct(kind):
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        if (
+            "bytes" in names
+            and pa.types.is_binary(kind.field("bytes").type)
+            or ("bytes" in names and pa.types.is_large_binary(kind.field("bytes").type))
+        ):
+            return "image"
+        return None
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return "image"
+    leaf = kind
+    depth = 0
+    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
+        leaf = leaf.value_type
+        depth += 1
+    numeric = pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)
+    if depth and numeric:
+        return "list"
+    if not depth and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return "table"
+    return None
+
+
+def _floats(column: Any) -> np.ndarray:
+    """A numeric column as float64, nulls as NaN."""
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def is_fixed_list(kind: Any) -> bool:
+    """A (nested) fixed-size list type: every row holds the same number of values."""
+    import pyarrow as pa
+
+    if not pa.types.is_fixed_size_list(kind):
+        return False
+    while pa.types.is_fixed_size_list(kind):
+        kind = kind.value_type
+    return not (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+
+
+def _fixed_rows(column: Any) -> np.ndarray:
+    """A fixed-size list column's rows as one (n, k) array; a null row is all NaN."""
+    rows = _row_ranges(column)
+    begins, ends, valid, leaf = rows
+    width = int(ends[0] - begins[0]) if len(begins) else 0
+    block = np.asarray(leaf[begins[0] : begins[0] + width * len(begins)] if len(begins) else leaf[:0])
+    block = block.reshape(len(begins), width)
+    if not valid.all():
+        block = block.astype(np.float64)
+        block[~valid] = np.nan
+    return block
+
+
+def _list_rows(column: Any) -> list[np.ndarray | None]:
+    """A numeric list column's rows, each as its flat values (None for a null row)."""
+    begins, ends, valid, leaf = _row_ranges(column)
+    return [np.asarray(leaf[b:e]) if ok else None for b, e, ok in zip(begins, ends, valid)]
+
+
+def _row_ranges(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(first, end, valid) of each row's values in the column's leaf values, and those values
+    (nulls as NaN), through any nesting of list types."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    begins = np.arange(len(array), dtype=np.int64)
+    ends = begins + 1
+    valid = ~np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    values = array
+    while (
+        pa.types.is_list(values.type)
+        or pa.types.is_large_list(values.type)
+        or pa.types.is_fixed_size_list(values.type)
+    ):
+        if pa.types.is_fixed_size_list(values.type):
+            size = values.type.list_size
+            base = values.offset
+            begins, ends = (begins + base) * size, (ends + base) * size
+        else:
+            offsets = np.asarray(values.offsets.to_numpy(), dtype=np.int64)
+            begins, ends = offsets[begins], offsets[ends]
+        values = values.values
+    leaf = values.to_numpy(zero_copy_only=False)
+    if values.null_count:
+        leaf = np.where(
+            np.asarray(values.is_null().to_numpy(zero_copy_only=False)), np.nan, leaf.astype(np.float64)
+        )
+    return begins, ends, valid, leaf

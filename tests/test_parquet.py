@@ -1,0 +1,180 @@
+"""Parquet (Hugging Face's layout): files written by pyarrow, scanned and fixed; pyarrow reads
+what fix wrote with the same schema, metadata, codec and rows; a ClassLabel's names declare the
+class range; numeric list, fixed-size list and scalar-column tables; --data-key/--label-key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import image_bytes
+
+import scrub
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def huggingface(**features) -> dict[str, str]:
+    return {"huggingface": json.dumps({"info": {"features": features}})}
+
+
+def image_table(rows: int = 12, start: int = 0):
+    """An image classification split as ``datasets`` writes it: Image struct + ClassLabel."""
+    images = [{"bytes": image_bytes(start + i), "path": f"{start + i:04d}.jpg"} for i in range(rows)]
+    labels = [(start + i) % 3 for i in range(rows)]
+    if start == 0:
+        images[2]["bytes"] = images[2]["bytes"][:100]  # corrupt-image
+        labels[4] = 7  # label-out-of-range: the ClassLabel has 3 names
+        labels[5] = -1  # Hugging Face's "no label": out of range for cross-entropy
+        images[6]["bytes"] = image_bytes(6, fmt="PNG")  # format-mismatch: its path says .jpg
+    table = pa.table({"image": pa.array(images, IMAGE), "label": pa.array(labels, pa.int64())})
+    features = huggingface(
+        image={"_type": "Image"}, label={"_type": "ClassLabel", "names": ["cat", "dog", "bird"]}
+    )
+    return table.replace_schema_metadata(features)
+
+
+def test_a_huggingface_image_folder_is_scanned_and_fixed(tmp_path):
+    source = tmp_path / "beans"
+    (source / "data").mkdir(parents=True)
+    pq.write_table(image_table(), source / "data" / "train-00000-of-00002.parquet", row_group_size=5)
+    pq.write_table(
+        image_table(8, start=100), source / "data" / "train-00001-of-00002.parquet", row_group_size=3
+    )
+    (source / "README.md").write_text("---\nlicense: mit\n---\n")
+    result = scrub.scan(source, scheduler="sync")
+    found = {(issue.source, issue.key, issue.check) for issue in result.issues()}
+    first = "data/train-00000-of-00002.parquet"
+    assert found == {
+        (first, "2", "corrupt-image"),
+        (first, "4", "label-out-of-range"),
+        (first, "5", "label-out-of-range"),
+        (first, "6", "format-mismatch"),
+    }
+    assert result.summary.records == 20 and result.summary.dataset.classes == ["cat", "dog", "bird"]
+    fixed = scrub.fix(source, quarantine=True, scheduler="sync")
+    assert fixed.verified and fixed.report["kept"] == 17 and fixed.report["quarantined"] == 3
+    kept = pq.read_table(fixed.clean / first)
+    original = pq.read_table(source / first)
+    assert kept.schema.equals(original.schema, check_metadata=True)  # features kept
+    expected = original.filter(pa.array([i not in (2, 4, 5) for i in range(12)]))
+    assert kept.equals(expected)
+    held = pq.read_table(fixed.quarantine / "beans" / first)
+    assert held.column("label").to_pylist() == [2, 7, -1]
+    assert (fixed.clean / "README.md").read_text() == (source / "README.md").read_text()
+    assert pq.ParquetFile(fixed.clean / first).metadata.num_row_groups == 3  # one per source group
+    assert scrub.scan(fixed.clean, scheduler="sync").summary.records_with_errors == 0
+
+
+def test_numeric_list_columns_and_tables(tmp_path):
+    rng = np.random.default_rng(0)
+    embeddings = rng.normal(size=(10, 4)).astype(np.float32)
+    embeddings[1, 2] = np.nan
+    embeddings[3] = 0.0
+    embeddings[5, 0] = 3e38  # its square overflows float32
+    fixed_list = pa.FixedSizeListArray.from_arrays(pa.array(embeddings.ravel()), 4)
+    table = pa.table(
+        {"id": [f"r{i}" for i in range(10)], "emb": fixed_list, "label": pa.array([1] * 9 + [None])}
+    )
+    pq.write_table(table, tmp_path / "emb.parquet", compression="zstd", row_group_size=4)
+    result = scrub.scan(tmp_path / "emb.parquet", scheduler="sync")
+    found = {(issue.key, issue.check) for issue in result.issues()}
+    assert {
+        ("1", "nonfinite-data"),
+        ("3", "zero-norm"),
+        ("5", "square-overflow"),
+        ("9", "nonfinite-label"),
+    } <= found
+    assert any("columns not checked: id" in note for note in result.summary.notes)
+    fixed = scrub.fix(tmp_path / "emb.parquet", quarantine=True, scheduler="sync")
+    assert fixed.verified
+    assert pq.ParquetFile(fixed.clean).metadata.row_group(0).column(0).compression == "ZSTD"
+    assert pq.read_table(fixed.clean).column("id").to_pylist() == [f"r{i}" for i in (0, 2, 3, 4, 6, 7, 8)]
+
+    ragged = pa.array(
+        [[1.0, 2.0], [float("nan")], [], None, [1e39, 3.0], [4.0, 5.0, 6.0]], pa.list_(pa.float64())
+    )
+    pq.write_table(pa.table({"x": ragged, "y": [0, 1, 2, 1, 0, 1]}), tmp_path / "ragged.parquet")
+    result = scrub.scan(tmp_path / "ragged.parquet", num_classes=2, scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("1", "nonfinite-data"),
+        ("2", "empty-record"),
+        ("2", "label-out-of-range"),
+        ("3", "empty-record"),  # a null row
+        ("4", "float32-overflow"),
+        ("4", "fp16-overflow"),
+        ("4", "magnitude-outlier"),
+    }
+
+    features = pa.table({"a": [1.0, 2.0, None, 4.0], "b": [1, 2, 3, 70000], "note": ["w", "x", "y", "z"]})
+    pq.write_table(features, tmp_path / "features.parquet")
+    result = scrub.scan(tmp_path / "features.parquet", scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("2", "nonfinite-data"),  # a null feature: NaN once pandas reads it
+        ("3", "fp16-overflow"),
+        ("3", "magnitude-outlier"),
+    }
+    assert scrub.fix(tmp_path / "features.parquet", quarantine=True, scheduler="sync").verified
+
+
+def test_columns_named_by_the_options(tmp_path):
+    table = pa.table(
+        {
+            "pixels": pa.array([{"bytes": image_bytes(i), "path": None} for i in range(4)], IMAGE),
+            "thumbnail": pa.array([image_bytes(i, size=8) for i in range(3)] + [b"not an image"]),
+            "fine": [0, 1, 99, 2],
+        }
+    )
+    path = tmp_path / "two.parquet"
+    pq.write_table(table, path)
+    result = scrub.scan(path, data_key="thumbnail", label_key="fine", num_classes=10, scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("2", "label-out-of-range"),
+        ("3", "corrupt-image"),
+    }
+    for option, value, said in (
+        ("--data-key", "depth", "has no such column"),
+        ("--label-key", "pixels", "not class ids"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "scrub", "scan", str(path), option, value], capture_output=True, text=True
+        )
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreadable_file_is_one_line(tmp_path):
+    path = tmp_path / "broken.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0]}), path)
+    path.write_bytes(path.read_bytes()[:-20])  # the footer cut off
+    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2 and "not a readable Parquet file" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_huggingface_datasets_loads_the_cleaned_copy(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    source = tmp_path / "split.parquet"
+    pq.write_table(image_table(), source)
+    fixed = scrub.fix(source, scheduler="sync")
+    loaded = datasets.load_dataset("parquet", data_files=str(fixed.clean), split="train")
+    assert len(loaded) == 9 and loaded.features["label"].names == ["cat", "dog", "bird"]
+    assert loaded[0]["image"].size == (48, 48)  # decoded by datasets' own Image feature
+
+
+def test_without_pyarrow_the_error_names_the_extra(tmp_path):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"x": [1.0]}), path)
+    blocked = (
+        "import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None; "
+        f"sys.argv = ['scrub', 'scan', {str(path)!r}]; from scrub.__main__ import main; main()"
+    )
+    done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
+    assert done.returncode == 2 and "pip install 'scrub[parquet]'" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
