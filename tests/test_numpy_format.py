@@ -89,13 +89,39 @@ def test_object_arrays_are_never_unpickled(tmp_path):
     assert done.returncode == 2 and "not a readable NumPy array" in done.stderr
 
 
-def test_a_folder_of_npy_files_says_how_to_scan_them(tmp_path):
+def test_a_folder_of_npy_files_is_one_record_per_file(tmp_path):
+    """torchvision's DatasetFolder(root, loader=np.load) layout: class folders of .npy files."""
+    root = tmp_path / "features"
+    rng = np.random.default_rng(5)
+    for number in range(8):
+        array = rng.normal(size=(4, 6)).astype(np.float32)
+        if number == 3:
+            array[1, 2] = np.nan
+        if number == 5:
+            array[:] = 0.0
+        (root / f"class{number % 2}").mkdir(parents=True, exist_ok=True)
+        np.save(root / f"class{number % 2}" / f"{number}.npy", array)
+    np.save(root / "class0" / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (root / "class1" / "notes.txt").write_text("not a record")
+    result = scrub.scan(root, scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("class1/3.npy", "nonfinite-data"),
+        ("class1/5.npy", "zero-norm"),
+        ("class0/objects.npy", "undecodable-record"),  # never unpickled
+    }
+    assert result.summary.records == 9 and result.summary.dataset.classes == ["class0", "class1"]
+    assert any("each .npy file is one record" in note for note in result.summary.notes)
+    fixed = scrub.fix(root, quarantine=True, scheduler="sync")
+    assert fixed.verified and fixed.report["kept"] == 7
+    kept = sorted(p.relative_to(fixed.clean).as_posix() for p in fixed.clean.rglob("*") if p.is_file())
+    assert kept == sorted([f"class{n % 2}/{n}.npy" for n in (0, 1, 2, 4, 5, 6, 7)] + ["class1/notes.txt"])
+    for path in fixed.clean.rglob("*.npy"):  # byte for byte
+        assert path.read_bytes() == (root / path.relative_to(fixed.clean)).read_bytes()
+
+
+def test_npy_files_named_by_a_pattern_are_each_a_dataset_of_rows(tmp_path):
     for name in ("a.npy", "b.npy"):
         np.save(tmp_path / name, faulty(1000))
-    done = subprocess.run(
-        [sys.executable, "-m", "scrub", "scan", str(tmp_path)], capture_output=True, text=True
-    )
-    assert done.returncode == 2 and f"name them ('{tmp_path}/*.npy')" in done.stderr
     done = subprocess.run(
         [sys.executable, "-m", "scrub", "scan", f"{tmp_path}/*.npy", "-q"],
         capture_output=True,

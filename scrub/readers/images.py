@@ -31,6 +31,7 @@ from scrub.paths import is_within
 from scrub.readers.base import CacheEntry, DatasetInfo, Reader
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
+from scrub.readers.lmdb import decode_value
 from scrub.records import Record
 
 SNIFF_LINES = 100
@@ -85,6 +86,15 @@ def _has_image_extension(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
+NPY_EXTENSION = ".npy"
+
+
+def _has_record_extension(name: str) -> bool:
+    """An image, or a ``.npy`` (the records of a folder of arrays, torchvision's
+    ``DatasetFolder(root, loader=np.load)``)."""
+    return _has_image_extension(name) or name.lower().endswith(NPY_EXTENSION)
+
+
 def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
@@ -122,6 +132,8 @@ class ImageReader(Reader[Sequence[Entry]]):
     options_used = frozenset({"root"})
     #: how a list file's lines are split (a folder's: Caffe's, unused)
     list_format: ListFormat = CAFFE
+    #: the records are ``.npy`` files (a folder without images), loaded as arrays
+    arrays: bool = False
 
     @classmethod
     def sniff(cls, path: Path) -> bool:
@@ -134,7 +146,7 @@ class ImageReader(Reader[Sequence[Entry]]):
         """Whether an image lies anywhere below ``folder`` (stops at the first one)."""
         for _directory, folders, files in os.walk(folder):
             folders[:] = [name for name in folders if not _is_hidden(name)]
-            if any(_has_image_extension(name) for name in files):
+            if any(_has_record_extension(name) for name in files):
                 return True
         return False
 
@@ -179,9 +191,11 @@ class ImageReader(Reader[Sequence[Entry]]):
         labelled = bool(classes)
         class_of = {name: number for number, name in enumerate(classes)}
         entries: list[Entry] = []
+        arrays: list[Entry] = []  # .npy files: the records of a folder that holds no image
 
         def add(relative: str, label, check_link: bool, unsafe: str | None = None) -> None:
-            entries.append(Entry(len(entries), relative, relative, label, check_link, unsafe))
+            found = arrays if relative.lower().endswith(NPY_EXTENSION) else entries
+            found.append(Entry(len(found), relative, relative, label, check_link, unsafe))
 
         def walk(directory: str, relative: str, label) -> None:
             with os.scandir(directory) as scan:
@@ -194,7 +208,7 @@ class ImageReader(Reader[Sequence[Entry]]):
                         add(name, label, False, f"symlink to {target}, outside the dataset root")
                     elif os.path.isdir(target):
                         skipped["symlinked folder (not followed)"] += 1
-                    elif _has_image_extension(item.name):
+                    elif _has_record_extension(item.name):
                         add(name, label, True)
                     else:
                         skipped["non-image file"] += 1
@@ -203,12 +217,24 @@ class ImageReader(Reader[Sequence[Entry]]):
                         skipped["hidden folder"] += 1
                     else:
                         walk(item.path, name, class_of.get(name, label) if not relative else label)
-                elif _has_image_extension(item.name):
+                elif _has_record_extension(item.name):
                     add(name, label, False)
                 else:
                     skipped["non-image file"] += 1
 
         walk(str(root), "", None)
+        notes = []
+        if not entries and arrays:
+            entries = arrays
+            self.arrays = True
+            self.provides = frozenset({"array", "bytes", "values"})  # values: a .npy that does not load
+            notes.append(
+                f"each .npy file is one record ({len(arrays)} of them, loaded without pickle); to "
+                f"check the rows of each file instead, name them "
+                f"('{root}/{'**/' if classes else ''}*.npy')"
+            )
+        elif arrays:
+            skipped["non-image file"] += len(arrays)
         if not entries:
             raise UnusableDataset(f"{root}: no images found" + _what_it_holds(top))
         info = DatasetInfo(
@@ -219,6 +245,7 @@ class ImageReader(Reader[Sequence[Entry]]):
             records=len(entries),
             classes=classes or None,
             skipped=dict(skipped),
+            notes=notes,
         )
         return info, entries
 
@@ -283,6 +310,11 @@ class ImageReader(Reader[Sequence[Entry]]):
                 try:
                     with open(path, "rb") as file:
                         record.payload = file.read()
+                    if self.arrays:
+                        del record.meta["kind"]  # an array, once it loads
+                        record.meta["raw"] = record.payload  # what `fix` copies
+                        decode_value(record, record.payload, "npy", False)
+                        del record.meta["label_known"]  # the folder's label, as for images
                 except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                     record.problems.append(problem(record, "missing-file", f"no such file: {entry.key}"))
                 except OSError as error:

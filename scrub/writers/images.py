@@ -71,20 +71,21 @@ class ImageWriter(Writer):
                         tally.forced.append(f"{record.key}: {record.problems[0].message}")
                     relative = portable_key(root, record)
                     seed = identity_seed(relative, repr(record.label))
+                    content = _content(record)
                     if quarantined:
                         tally.records_quarantined += 1
-                        tally.quarantined.add_record(seed, record.payload)
+                        tally.quarantined.add_record(seed, content)
                     else:
                         tally.records_kept += 1
-                        tally.kept.add_record(seed, record.payload)
+                        tally.kept.add_record(seed, content)
                     target = quarantine if quarantined else clean
                     if target is None:
                         continue
                     source_path = os.path.join(root, record.key)
-                    if record.payload is not None:
+                    if content is not None:
                         if relative.startswith(("../", "/")) or relative == "..":  # never write outside
                             raise ScrubError(f"{record.key}: resolves outside the image root {root}")
-                        _place(record.payload, source_path, target / relative, link, folders)
+                        _place(content, source_path, target / relative, link, folders)
                     elif not self.listed:
                         self._keep_unreadable(record, source_path, target / relative)
                     if self.listed:
@@ -102,7 +103,7 @@ class ImageWriter(Writer):
         for partition in partitions:
             for record in reader.read(partition):
                 ledger.add_record(
-                    identity_seed(portable_key(reader.root, record), repr(record.label)), record.payload
+                    identity_seed(portable_key(reader.root, record), repr(record.label)), _content(record)
                 )
         return ledger
 
@@ -140,7 +141,12 @@ class ImageWriter(Writer):
                     (quarantine / relative).mkdir(exist_ok=True)
             for name in files:
                 path = os.path.join(directory, name)
-                if name.startswith(".") or os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+                extension = os.path.splitext(name)[1].lower()
+                if (
+                    name.startswith(".")
+                    or extension in IMAGE_EXTENSIONS
+                    or (self.reader.arrays and extension == ".npy")
+                ):
                     continue
                 if os.path.islink(path) or not os.path.isfile(path):
                     continue
@@ -196,3 +202,9 @@ def _place(payload: bytes, source_path: str, destination: Path, link: bool, fold
     except FileExistsError:  # a list naming the same file twice: written already
         return
     os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
+
+
+def _content(record: Record) -> bytes | None:
+    """The bytes of a record's file as read (a ``.npy`` record's payload is its loaded array)."""
+    raw = record.meta.get("raw")
+    return raw if raw is not None else record.payload
