@@ -133,14 +133,15 @@ DataKeyOpt = Annotated[
     typer.Option(
         help="HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...); "
         "WebDataset: the data member's extension (default: the first image, else npy); "
-        "Parquet: the data column."
+        "Parquet: the data column; LMDB/LevelDB: the field of pickled dicts (with --allow-pickle)."
     ),
 ]
 LabelKeyOpt = Annotated[
     Optional[str],
     typer.Option(
         help="HDF5 or .npz: the labels dataset or array (default: label, y, ...); "
-        "WebDataset: the label member's extension (default: cls, ...); Parquet: the label column."
+        "WebDataset: the label member's extension (default: cls, ...); Parquet: the label column; "
+        "LMDB/LevelDB: the label field of pickled dicts."
     ),
 ]
 CodecOpt = Annotated[

@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import subprocess
+import sys
 
 import lmdb
 import pytest
@@ -87,3 +89,22 @@ def test_num_samples_is_rewritten_as_text(tmp_path):
     result = scrub.fix(source, scheduler="sync")
     with lmdb.open(str(result.clean), readonly=True, lock=False) as env, env.begin() as txn:
         assert txn.get(b"num-samples") == b"4"
+
+
+def test_dict_fields_can_be_named(tmp_path):
+    values = [{"pixels": image_bytes(i, fmt="PNG", size=16), "fine": i % 5, "y": 0} for i in range(6)]
+    values[4]["fine"] = 12  # out of range for 5 classes, in the named label field only
+    source = folder2lmdb(tmp_path / "named_lmdb", values)
+    usual = scrub.scan(source, allow_pickle=True, scheduler="sync")
+    assert {issue.check for issue in usual.issues()} == {"undecodable-record"}  # no usual data field
+    named = scrub.scan(
+        source, allow_pickle=True, data_key="pixels", label_key="fine", num_classes=5, scheduler="sync"
+    )
+    assert {(issue.key, issue.check) for issue in named.issues()} == {("4", "label-out-of-range")}
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(source), "--data-key", "pixels"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--allow-pickle" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

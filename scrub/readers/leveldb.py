@@ -31,7 +31,14 @@ from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
 from scrub.outputs import scratch_folder
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.lmdb import CODECS, METADATA_KEYS, decode_value, values_carry_labels
+from scrub.readers.lmdb import (
+    CODECS,
+    METADATA_KEYS,
+    DictFields,
+    decode_value,
+    dict_fields,
+    values_carry_labels,
+)
 from scrub.records import Record
 
 
@@ -143,7 +150,9 @@ class LevelDBReader(Reader[KeySpan]):
     in_one_process = True
     records_per_task = 1000
     provides = frozenset({"image", "bytes", "array", "values"})
-    options_used = frozenset({"lmdb_codec", "allow_pickle"})
+    options_used = frozenset({"lmdb_codec", "allow_pickle", "data_key", "label_key"})
+    #: the pickled dict fields --data-key/--label-key name
+    fields: DictFields = (None, None)
 
     @classmethod
     def sniff(cls, path: Path) -> bool:
@@ -153,6 +162,7 @@ class LevelDBReader(Reader[KeySpan]):
         codec = self.options.lmdb_codec or "auto"
         if codec not in CODECS:
             raise UsageError(f"--lmdb-codec {codec!r}: choose one of {', '.join(CODECS)}")
+        self.fields = dict_fields(self.options)
         if not is_leveldb(self.path):
             raise UnusableDataset(f"{self.path}: not a LevelDB database (no CURRENT naming a MANIFEST)")
         path = str(self.path.resolve())
@@ -200,7 +210,7 @@ class LevelDBReader(Reader[KeySpan]):
         if not partitions:
             return False
         values = (value for _, _, value in self._walk(partitions[0], 0, sample, values=True))
-        return values_carry_labels(values, codec, self.options.allow_pickle)
+        return values_carry_labels(values, codec, self.options.allow_pickle, self.fields)
 
     def _walk(
         self, partition: KeySpan, start: int, stop: int | None, values: bool
@@ -222,7 +232,7 @@ class LevelDBReader(Reader[KeySpan]):
         codec = self.options.lmdb_codec or "auto"
         for offset, key, value in self._walk(partition, start, stop, values=True):
             record = Record(partition.source, encode_key(key), partition.first_index + offset, None)
-            decode_value(record, value, codec, self.options.allow_pickle)
+            decode_value(record, value, codec, self.options.allow_pickle, self.fields)
             yield record
 
     def close(self) -> None:

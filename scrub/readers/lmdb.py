@@ -46,7 +46,7 @@ import xxhash
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader, ReadOptions
 from scrub.records import Record, Severity
 
 LMDB_MAGIC = 0xBEEFC0DE
@@ -199,7 +199,9 @@ class LMDBReader(Reader[KeyRange | KeyList]):
     preferred_scheduler = "processes"
     records_per_task = 1000
     provides = frozenset({"image", "bytes", "array", "values"})
-    options_used = frozenset({"lmdb_codec", "allow_pickle"})
+    options_used = frozenset({"lmdb_codec", "allow_pickle", "data_key", "label_key"})
+    #: the pickled dict fields --data-key/--label-key name
+    fields: DictFields = (None, None)
     worker_imports = ("lmdb",)
 
     @classmethod
@@ -214,6 +216,7 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         codec = self.options.lmdb_codec or "auto"
         if codec not in CODECS:
             raise UsageError(f"--lmdb-codec {codec!r}: choose one of {', '.join(CODECS)}")
+        self.fields = dict_fields(self.options)
         if self.path.is_dir() and not (self.path / "data.mdb").is_file():
             raise UnusableDataset(f"{self.path}: not an LMDB environment (no data.mdb)")
         subdir = self.path.is_dir()
@@ -277,7 +280,7 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         if not partitions:
             return False
         values = (value for _, _, value in self._walk(partitions[0], 0, sample, values=True))
-        return values_carry_labels(values, codec, self.options.allow_pickle)
+        return values_carry_labels(values, codec, self.options.allow_pickle, self.fields)
 
     def _walk(self, partition: KeyRange | KeyList, start: int, stop: int | None, values: bool):
         import lmdb
@@ -324,7 +327,7 @@ class LMDBReader(Reader[KeyRange | KeyList]):
             if value is None:  # deleted since the driver listed it
                 record.problems.append(problem(record, "missing-file", f"no such key: {record.key}"))
             else:
-                decode_value(record, bytes(value), codec, self.options.allow_pickle)
+                decode_value(record, bytes(value), codec, self.options.allow_pickle, self.fields)
             yield record
 
     def cache_entries(self, partition: KeyRange | KeyList) -> list[CacheEntry | None]:
@@ -408,18 +411,39 @@ def _index(partition: KeyRange | KeyList, offset: int) -> int:
     return partition.first_index + offset
 
 
-def values_carry_labels(values: Iterable, codec: str, allow_pickle: bool | None) -> bool:
+def values_carry_labels(
+    values: Iterable, codec: str, allow_pickle: bool | None, fields: DictFields = (None, None)
+) -> bool:
     """Whether key-value records carry labels (Datums, unpickled tuples), judged on ``values``
     (a database's first few): shared by the LMDB and LevelDB readers."""
     for value in values:
         record = Record("", "", 0, None)
-        decode_value(record, bytes(value), codec, bool(allow_pickle))
+        decode_value(record, bytes(value), codec, bool(allow_pickle), fields)
         if record.meta.get("label_known"):
             return True
     return False
 
 
-def decode_value(record: Record, value: bytes, codec: str, allow_pickle: bool) -> None:
+#: the data and label fields of pickled dict values that --data-key/--label-key name (None: the
+#: first of the usual names, `DICT_DATA_FIELDS` and `DICT_LABEL_FIELDS`)
+DictFields = tuple[str | None, str | None]
+
+
+def dict_fields(options: ReadOptions) -> DictFields:
+    """The dict fields the options name; naming one needs --allow-pickle (only unpickled values
+    have fields), else it is an error rather than an option that silently does nothing."""
+    fields = (options.data_key, options.label_key)
+    if fields != (None, None) and not options.allow_pickle:
+        given = "--data-key" if options.data_key else "--label-key"
+        raise UsageError(
+            f"{given}: names a field of pickled dict values, which are read only with --allow-pickle"
+        )
+    return fields
+
+
+def decode_value(
+    record: Record, value: bytes, codec: str, allow_pickle: bool, fields: DictFields = (None, None)
+) -> None:
     """Set the record's payload, kind and label from an LMDB value, or a problem saying why not.
 
     A value that carries no label (an image, an array, an undecodable value) is marked
@@ -436,7 +460,7 @@ def decode_value(record: Record, value: bytes, codec: str, allow_pickle: bool) -
         _decode_npy(record, value)
         return
     if codec in ("auto", "pickle") and len(value) > 1 and value[0] == 0x80 and value[1] in PICKLE_PROTOCOLS:
-        _decode_pickle(record, value, allow_pickle)
+        _decode_pickle(record, value, allow_pickle, fields)
         return
     if codec in ("auto", "datum"):
         from scrub.readers.caffe_datum import DatumError, looks_like_datum, parse_datum
@@ -485,18 +509,23 @@ DICT_DATA_FIELDS = ("img", "image", "jpg", "jpeg", "png", "webp", "data", "bytes
 DICT_LABEL_FIELDS = ("label", "labels", "target", "targets", "cls", "class", "y")
 
 
-def _dict_fields(value: dict) -> tuple[str, str | None] | None:
-    """(data field, label field or None) of a pickled dict value, by the usual names."""
-    data = next(
+def _dict_fields(value: dict, given: DictFields) -> tuple[str, str | None] | None:
+    """(data field, label field or None) of a pickled dict value: the given ones, else by the
+    usual names."""
+    data = given[0] or next(
         (name for name in DICT_DATA_FIELDS if isinstance(value.get(name), (bytes, bytearray, np.ndarray))),
         None,
     )
-    if data is None:
+    if data is None or data not in value:
         return None
+    if given[1] is not None:
+        return data, given[1]
     return data, next((name for name in DICT_LABEL_FIELDS if name in value), None)
 
 
-def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
+def _decode_pickle(
+    record: Record, value: bytes, allow_pickle: bool, given: DictFields = (None, None)
+) -> None:
     if not allow_pickle:
         record.problems.append(
             problem(
@@ -514,20 +543,21 @@ def _decode_pickle(record: Record, value: bytes, allow_pickle: bool) -> None:
         return
     label = None
     if isinstance(obj, dict):  # {'img': image bytes, 'label': 3} and its variants
-        fields = _dict_fields(obj)
+        fields = _dict_fields(obj, given)
         if fields is None:
             names = ", ".join(sorted(map(str, obj)))[:200]
+            looked = given[0] or ", ".join(DICT_DATA_FIELDS)
             record.problems.append(
                 problem(
                     record,
                     "undecodable-record",
                     f"unpickled a dict with fields {names}: none is image bytes or an array "
-                    f"(looked for {', '.join(DICT_DATA_FIELDS)})",
+                    f"(looked for {looked})",
                 )
             )
             return
         data_field, label_field = fields
-        obj = (obj[data_field], obj[label_field]) if label_field is not None else obj[data_field]
+        obj = (obj[data_field], obj.get(label_field)) if label_field is not None else obj[data_field]
     if isinstance(obj, tuple) and len(obj) == 2:  # folder2lmdb style: (image bytes, label)
         obj, label = obj
         record.meta["label_known"] = True
