@@ -103,7 +103,7 @@ class Reader(ABC, Generic[PartitionT]):
     provides: frozenset[str] = frozenset()
     #: Whether a record's key is only its position (HDF5 rows): then its content is its identity
     #: across scans (see `scrub.baseline`).
-    positional_keys: ClassVar[bool] = False
+    positional_keys: bool = False
     #: The `ReadOptions` fields this reader reads; another one given is an error naming these.
     options_used: ClassVar[frozenset[str]] = frozenset()
     #: Whether only the scan's own process can read the dataset (LevelDB): threads or sync only.

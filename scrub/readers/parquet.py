@@ -183,6 +183,9 @@ class ParquetReader(Reader[RowGroups]):
                 }
         assert self.columns is not None
         info.labelled = self.columns.label is not None
+        # rows of numbers are known by their content across scans (as HDF5 rows); an image's
+        # identity is its position (its bytes are hashed by the duplicate check already)
+        self.positional_keys = self.columns.kind != "image"
         partitions = [p for p in partitions if len(p)]
         return info, partitions
 
@@ -304,49 +307,53 @@ class ParquetReader(Reader[RowGroups]):
             yield from self._images(table, partition.source, first_row)
             return
         if columns.kind == "table" or columns.fixed:  # one (n, k) block: checked vectorized
-            labels = None
+            floats = None
             if columns.label is not None:  # a null label reads as NaN, as pandas reads it
-                labels = _floats(table.column(columns.label))
+                floats = _floats(table.column(columns.label))
             if columns.kind == "table":
                 block = np.column_stack([_floats(table.column(name)) for name in columns.data])
             else:
                 block = _fixed_rows(table.column(columns.data[0]))
-            yield Batch(partition.source, first_row, offset, block, labels)
+            yield Batch(partition.source, first_row, offset, block, floats)
             return
+        labels = self._labels(table)
         for row, values in enumerate(_list_rows(table.column(columns.data[0]))):
-            record = Record(partition.source, str(first_row + row), first_row + row, None)
+            record = Record(partition.source, str(first_row + row), first_row + row, None, labels[row])
             if values is None:
                 record.payload = b""  # a null row: empty-record
             else:
                 use_array(record, values)
                 record.meta["shape"] = "list"  # rows of a list column may differ in length
-            self._label(record, table, row)
+            record.meta["label_known"] = columns.label is not None
             yield record
 
     def _images(self, table: Any, source: str, first_row: int) -> Iterator[Record]:
         columns = self.columns
         assert columns is not None
         cells = table.column(columns.data[0]).to_pylist()
+        labels = self._labels(table)
+        known = columns.label is not None
         for row, cell in enumerate(cells):
-            record = Record(source, str(first_row + row), first_row + row, None, meta={"kind": "image"})
+            record = Record(
+                source,
+                str(first_row + row),
+                first_row + row,
+                None,
+                labels[row],
+                {"kind": "image", "label_known": known},
+            )
             if isinstance(cell, dict):  # Hugging Face's Image: {bytes, path}
                 record.payload = cell.get("bytes") or b""
                 if cell.get("path"):
                     record.meta["name"] = str(cell["path"])
             else:
                 record.payload = cell or b""
-            self._label(record, table, row)
             yield record
 
-    def _label(self, record: Record, table: Any, row: int) -> None:
-        columns = self.columns
-        assert columns is not None
-        if columns.label is not None:
-            value = table.column(columns.label)[row].as_py()
-            record.label = value
-            record.meta["label_known"] = True
-        else:
-            record.meta["label_known"] = False
+    def _labels(self, table: Any) -> list:
+        """The table's labels, one per row (None for a null; all None without a label column)."""
+        label = self.columns.label if self.columns is not None else None
+        return table.column(label).to_pylist() if label is not None else [None] * table.num_rows
 
     def members(self, partitions: Sequence[RowGroups]) -> Iterator[str]:
         for path in self.files():
