@@ -353,6 +353,37 @@ def make_parquet(root: Path) -> None:
     )
 
 
+def make_segmentation(root: Path) -> None:
+    """images/ + masks/ of 5 classes (ignore index 255), 10 pairs of 64x64: a mask with class 7,
+    an all-void mask (NaN under cross_entropy(ignore_index=255)), one of the wrong size, an RGB
+    colour mask, an image without its mask, and a palette mask (VOC's kind: fine)."""
+    rng = np.random.default_rng(11)
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for i in range(10):
+        write(root / "images" / f"{i:04d}.jpg", encode(picture(500 + i)))
+        mask = np.zeros((SIZE, SIZE), np.uint8)
+        for c in range(1, 5):  # a few blobs of each class, a void border
+            y, x = rng.integers(0, SIZE - 16, 2)
+            mask[y : y + 16, x : x + 16] = c
+        mask[:2] = 255
+        image = Image.fromarray(mask)
+        if i == 2:
+            mask[30, 30] = 7  # mask-out-of-range with --num-classes 5
+            image = Image.fromarray(mask)
+        elif i == 4:
+            image = Image.fromarray(np.full((SIZE, SIZE), 255, np.uint8))  # mask-all-void
+        elif i == 5:
+            image = Image.fromarray(mask[: SIZE // 2, : SIZE // 2])  # mask-size-mismatch
+        elif i == 6:
+            image = Image.fromarray(np.stack([mask * 50] * 3, axis=-1))  # mask-not-class-map
+        elif i == 7:
+            continue  # missing-mask
+        elif i == 8:
+            image = image.convert("P")  # a palette mask: class ids, fine
+        write(root / "masks" / f"{i:04d}.png", encode(image, "PNG"))
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
@@ -363,6 +394,7 @@ def main() -> None:
         ("numpy", make_numpy),
         ("webdataset", make_webdataset),
         ("parquet", make_parquet),
+        ("segmentation", make_segmentation),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

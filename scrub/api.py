@@ -265,6 +265,10 @@ class DatasetScan:
         self.checking = replace(options.checks, labelled=info.labelled)
         if self.checking.declared_range is None and info.class_range is not None:
             self.checking = replace(self.checking, label_range=info.class_range)
+        if "masks" in reader.provides and self.checking.declared_range is None:
+            note = "mask values are not checked against a class count (mask-out-of-range): give --num-classes"
+            if note not in info.notes:
+                info.notes.append(note)
         _check_label_options(dataset, options, self.replay is not None)
         if self.replay is not None:
             self.replay.config(

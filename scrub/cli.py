@@ -165,6 +165,13 @@ RangeOpt = Annotated[
 PixelsOpt = Annotated[
     Optional[int], typer.Option(help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).")
 ]
+IgnoreIndexOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Segmentation: the mask value the loss ignores, as cross_entropy(ignore_index=...) "
+        "(default 255; 'none': every value is a class)."
+    ),
+]
 SelectOpt = Annotated[Optional[str], typer.Option(help="Run only these checks (comma-separated ids).")]
 IgnoreOpt = Annotated[Optional[str], typer.Option(help="Skip these checks (comma-separated ids).")]
 SchedulerOpt = Annotated[
@@ -304,6 +311,7 @@ def scan(
     num_classes: ClassesOpt = None,
     label_range: RangeOpt = None,
     max_pixels: PixelsOpt = None,
+    ignore_index: IgnoreIndexOpt = None,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
     check_severity: CheckSeverityOpt = None,
@@ -470,6 +478,7 @@ def fix(
     num_classes: ClassesOpt = None,
     label_range: RangeOpt = None,
     max_pixels: PixelsOpt = None,
+    ignore_index: IgnoreIndexOpt = None,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
     check_severity: CheckSeverityOpt = None,

@@ -128,6 +128,7 @@ class ScanOptions:
             "num_classes": checks.num_classes,
             "label_range": list(checks.label_range) if checks.label_range else None,
             "max_pixels": checks.max_pixels,
+            "ignore_index": checks.ignore_index,
             "precision": checks.precision,
             "select": list(self.selection.select) if self.selection.select is not None else None,
             "ignore": list(self.selection.ignored),
@@ -175,7 +176,7 @@ class Key:
 
     name: str  # kebab-case: the flag without "--", the config key
     group: str  # read, checks, selection, run, replay, scan, fix
-    kind: str  # int, float, str, bool, path, ids, severities
+    kind: str  # int, float, str, bool, path, ids, severities, range, index (an int or "none")
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
     #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
@@ -194,12 +195,30 @@ class Key:
 KEYS: dict[str, Key] = {
     key.name: key
     for key in [
-        Key("format", "read", "str", per_path=True, help="images, hdf5 or lmdb (default: auto-detect)"),
+        Key(
+            "format",
+            "read",
+            "str",
+            per_path=True,
+            help="images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, segmentation (default: detect)",
+        ),
         Key(
             "root", "read", "path", per_path=True, help="images list files: the folder paths are relative to"
         ),
-        Key("data-key", "read", "str", per_path=True, help="HDF5: the dataset whose rows are records"),
-        Key("label-key", "read", "str", per_path=True, help="HDF5: the labels dataset"),
+        Key(
+            "data-key",
+            "read",
+            "str",
+            per_path=True,
+            help="the data: HDF5 dataset, .npz array, WebDataset extension, Parquet column, dict field",
+        ),
+        Key(
+            "label-key",
+            "read",
+            "str",
+            per_path=True,
+            help="the labels: HDF5 dataset, .npz array, WebDataset extension, Parquet column, dict field",
+        ),
         Key(
             "lmdb-codec",
             "read",
@@ -212,6 +231,13 @@ KEYS: dict[str, Key] = {
         Key("num-classes", "checks", "int", minimum=1, per_path=True, help="labels must lie in [0, N)"),
         Key("label-range", "checks", "range", per_path=True, help="valid labels LO:HI (HI exclusive)"),
         Key("max-pixels", "checks", "int", minimum=1, per_path=True, help="decompression-bomb limit"),
+        Key(
+            "ignore-index",
+            "checks",
+            "index",
+            per_path=True,
+            help="segmentation: the mask value the loss ignores (default 255; none: no such value)",
+        ),
         Key("precision", "checks", "str", choices=PRECISIONS, per_path=True, help="the training precision"),
         Key("select", "selection", "ids", per_path=True, help="run only these checks"),
         Key("ignore", "selection", "ids", per_path=True, help="skip these checks"),
@@ -311,6 +337,16 @@ def coerce(key: Key, value: Any, where: str) -> Any:
         return tuple(value)
     elif key.kind == "severities":
         return _severities(value, where)
+    elif key.kind == "index":
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return None
+        try:
+            value = int(value) if isinstance(value, str) else value
+        except ValueError:
+            raise fail("an integer or none") from None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail("an integer >= 0 or none")
+        return value
     elif key.kind == "range":
         if isinstance(value, (list, tuple)) and len(value) == 2:
             value = f"{value[0]}:{value[1]}"

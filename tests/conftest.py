@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +15,17 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_data"
+
+
+def one_line_error(*arguments: object) -> str:
+    """Run ``scrub ARGUMENTS``; it must exit 2 with one line on stderr (a usage error or an
+    unusable dataset, never a traceback), which is returned."""
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", *map(str, arguments)], capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
 
 
 def image_bytes(seed: int = 0, mode: str = "RGB", fmt: str = "JPEG", size: int = 48) -> bytes:

@@ -83,6 +83,7 @@ def test_every_key_lands_in_the_model():
         "paths": ["m"],
         "severities": {"duplicate": "ignore"},
         "range": "0:3",
+        "index": 254,
     }
     for name, key in KEYS.items():
         value = (

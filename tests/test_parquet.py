@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import image_bytes
+from conftest import image_bytes, one_line_error
 
 import scrub
 
@@ -142,20 +142,14 @@ def test_columns_named_by_the_options(tmp_path):
         ("--data-key", "depth", "has no such column"),
         ("--label-key", "pixels", "not class ids"),
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "scrub", "scan", str(path), option, value], capture_output=True, text=True
-        )
-        assert done.returncode == 2 and said in done.stderr, done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1
+        assert said in one_line_error("scan", path, option, value)
 
 
 def test_an_unreadable_file_is_one_line(tmp_path):
     path = tmp_path / "broken.parquet"
     pq.write_table(pa.table({"x": [1.0, 2.0]}), path)
     path.write_bytes(path.read_bytes()[:-20])  # the footer cut off
-    done = subprocess.run([sys.executable, "-m", "scrub", "scan", str(path)], capture_output=True, text=True)
-    assert done.returncode == 2 and "not a readable Parquet file" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    assert "not a readable Parquet file" in one_line_error("scan", path)
 
 
 def test_huggingface_datasets_loads_the_cleaned_copy(tmp_path):

@@ -198,3 +198,21 @@ def test_parquet_partitions(tmp_path_factory, files, group, kind, size, cut):
         table = pa.table({"image" if kind == "image" else "x": data, "label": np.arange(rows) % 4})
         pq.write_table(table, root / f"part-{number}.parquet", row_group_size=group)
     check_cover(root, size, cut)
+
+
+@SETTINGS
+@given(
+    count=st.integers(1, 20),
+    size=st.integers(1, 25),
+    cut=st.tuples(st.integers(0, 25), st.integers(0, 25)),
+)
+def test_segmentation_partitions(tmp_path_factory, count, size, cut):
+    root = tmp_path_factory.mktemp("seg")
+    for i in range(count):
+        write(root / "images" / f"s{i % 2}" / f"{i:03d}.png", image_bytes(i, fmt="PNG", size=8))
+        if i % 3:
+            write(root / "masks" / f"s{i % 2}" / f"{i:03d}.png", image_bytes(i, mode="L", fmt="PNG", size=8))
+    write(
+        root / "masks" / "extra.png", image_bytes(99, mode="L", fmt="PNG", size=8)
+    )  # a masks folder of images
+    check_cover(root, size, cut)

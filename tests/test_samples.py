@@ -100,3 +100,14 @@ def test_parquet_samples_find_every_planted_problem_and_nothing_else():
         ("40", "zero-norm"),
         ("21", "fp16-overflow"),
     }
+
+
+def test_segmentation_sample_finds_every_planted_problem_and_nothing_else():
+    result = scrub.scan(SAMPLES / "segmentation", num_classes=5, scheduler="sync")
+    assert findings(result) == {
+        ("0002.jpg", "mask-out-of-range"),
+        ("0004.jpg", "mask-all-void"),
+        ("0005.jpg", "mask-size-mismatch"),
+        ("0006.jpg", "mask-not-class-map"),
+        ("0007.jpg", "missing-mask"),
+    }

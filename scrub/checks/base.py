@@ -51,6 +51,8 @@ class CheckOptions:
     num_classes: int | None = None
     label_range: tuple[int, int] | None = None  # inclusive LO, exclusive HI
     max_pixels: int | None = None
+    #: the mask value a segmentation loss ignores (``cross_entropy(ignore_index=...)``); None: none
+    ignore_index: int | None = 255
 
     @property
     def declared_range(self) -> tuple[int, int] | None:

@@ -9,6 +9,7 @@ import xxhash
 from scrub.checks.base import CheckOptions
 from scrub.checks.imagedecode import inspect_image
 from scrub.checks.labels import integer_label
+from scrub.checks.masks import inspect_mask
 from scrub.records import Record
 
 BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -22,6 +23,9 @@ def annotate(record: Record, options: CheckOptions) -> None:
     record.meta["digest"] = xxhash.xxh3_128_digest(payload)
     if record.meta.get("kind") == "image":
         record.meta["image"] = inspect_image(bytes(payload), options.max_pixels)
+    mask = record.meta.get("mask")
+    if mask is not None:
+        record.meta["mask_facts"] = inspect_mask(mask)
 
 
 def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> None:
@@ -33,6 +37,10 @@ def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> N
         stats["formats"][facts.format or "unrecognised"] += 1
         if facts.mode is not None and facts.error is None and not facts.bomb:
             stats["modes"][facts.mode] += 1
+    masks = record.meta.get("mask_facts")
+    if masks is not None:
+        for value, count in masks.counts.items():
+            stats["mask_pixels"][value] += count
     if options.labelled:
         label = integer_label(record.label)
         if label is not None:

@@ -175,6 +175,7 @@ REGISTRY: dict[str, str] = {
     "leveldb": "scrub.readers.leveldb:LevelDBReader",
     "webdataset": "scrub.readers.webdataset:WebDatasetReader",
     "parquet": "scrub.readers.parquet:ParquetReader",
+    "segmentation": "scrub.readers.segmentation:SegmentationReader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 

@@ -124,6 +124,7 @@ REGISTRY: dict[str, str] = {
     "leveldb": "scrub.writers.leveldb:LevelDBWriter",
     "webdataset": "scrub.writers.webdataset:WebDatasetWriter",
     "parquet": "scrub.writers.parquet:ParquetWriter",
+    "segmentation": "scrub.writers.segmentation:SegmentationWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
 

@@ -1,0 +1,208 @@
+"""Checks on segmentation masks: the per-pixel class maps paired with images.
+
+They judge the `MaskFacts` the properties stage computed once per record
+(`record.meta["mask_facts"]`), as the image checks judge `ImageFacts`.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scrub.checks.base import CheckOptions, Finding, reader_check, record_check
+from scrub.records import Record, Severity
+
+#: Pillow modes whose pixels are class ids (a palette's indices count: VOC's masks are "P")
+CLASS_MAP_MODES = frozenset({"1", "L", "P", "I", "I;16", "I;16L", "I;16B", "I;16N"})
+
+
+@dataclass
+class MaskFacts:
+    """What decoding a mask found."""
+
+    error: str | None = None  # None: it decoded
+    mode: str | None = None
+    width: int | None = None
+    height: int | None = None
+    #: pixel value -> count (class maps only; an RGB mask's colours are not counted)
+    counts: dict[int, int] = field(default_factory=dict)
+
+
+def inspect_mask(data: bytes) -> MaskFacts:
+    """Decode a mask and count its pixel values."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            facts = MaskFacts(mode=image.mode, width=image.width, height=image.height)
+            if image.mode in CLASS_MAP_MODES:
+                values = np.asarray(image)
+                if values.dtype == bool:
+                    values = values.astype(np.uint8)
+                found, counts = np.unique(values, return_counts=True)
+                facts.counts = {int(v): int(c) for v, c in zip(found, counts)}
+    except Exception as error:
+        message = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(error))  # Pillow's repr
+        return MaskFacts(error=message or type(error).__name__)
+    return facts
+
+
+MISSING_MASK = reader_check(
+    "missing-mask",
+    Severity.ERROR,
+    """An image of a segmentation dataset without its mask.
+
+    What it finds:
+        A file in `images/` (or `JPEGImages/`, `img_dir/`) with no file of the same name, any
+        image extension, in `masks/` (or `SegmentationClass/`, `annotations/`, `ann_dir/`,
+        `labels/`).
+    Why it breaks training:
+        The dataset's `__getitem__` raises `FileNotFoundError` when it reaches the image, hours
+        into an epoch; a loader that skips it silently trains on fewer images than you think.
+    Example:
+        `images/0042.jpg` exists, `masks/0042.png` does not.
+    What fix does:
+        Moves the image to the quarantine.
+    """,
+    needs="masks",
+)
+
+
+def _facts(record: Record) -> MaskFacts | None:
+    return record.meta.get("mask_facts")
+
+
+@record_check("mask-undecodable", Severity.ERROR, needs="masks")
+def mask_undecodable(record: Record, options: CheckOptions) -> Finding | None:
+    """A mask file that does not decode.
+
+    What it finds:
+        Truncated or damaged mask files, and files that are not images at all.
+    Why it breaks training:
+        The loader raises when it reaches the pair, ending the epoch.
+    Example:
+        `masks/0007.png` stops after 300 bytes.
+    What fix does:
+        Moves the image and its mask to the quarantine.
+    """
+    facts = _facts(record)
+    if facts is None or facts.error is None:
+        return None
+    return Finding(
+        f"mask does not decode: {facts.error}", {"mask": record.meta.get("mask_name"), "reason": facts.error}
+    )
+
+
+@record_check("mask-size-mismatch", Severity.ERROR, needs="masks")
+def mask_size_mismatch(record: Record, options: CheckOptions) -> Finding | None:
+    """A mask whose width and height differ from its image's.
+
+    What it finds:
+        Pairs whose mask was resized, cropped or saved from another image.
+    Why it breaks training:
+        `cross_entropy` raises on mismatched logits and targets, or, after a joint random crop,
+        the labels land on the wrong pixels: the model learns noise.
+    Example:
+        `images/0003.jpg` is 512x384, `masks/0003.png` is 256x192.
+    What fix does:
+        Moves the pair to the quarantine.
+    """
+    facts = _facts(record)
+    image = record.meta.get("image")
+    if facts is None or facts.error is not None or image is None or image.width is None:
+        return None
+    if (facts.width, facts.height) == (image.width, image.height):
+        return None
+    return Finding(
+        f"mask is {facts.width}x{facts.height}, its image {image.width}x{image.height}",
+        {"mask_size": [facts.width, facts.height], "image_size": [image.width, image.height]},
+    )
+
+
+@record_check("mask-not-class-map", Severity.ERROR, needs="masks")
+def mask_not_class_map(record: Record, options: CheckOptions) -> Finding | None:
+    """A mask with several channels where a class map (one class id per pixel) is expected.
+
+    What it finds:
+        RGB or RGBA masks: colour-coded visualisations (VOC's or Cityscapes' colours) saved
+        instead of the class ids; palette (`P`) masks are class maps and pass.
+    Why it breaks training:
+        Read as labels, a colour such as (128, 64, 128) becomes values far above the class
+        count: `IndexError: Target 128 is out of bounds` on CPU, a device-side assert on GPU.
+    Example:
+        `masks/0001.png` is an RGB image of road-purple and car-blue.
+    What fix does:
+        Moves the pair to the quarantine (convert the colours to class ids, then rescan).
+    """
+    facts = _facts(record)
+    if facts is None or facts.error is not None or facts.mode in CLASS_MAP_MODES:
+        return None
+    return Finding(
+        f"mask is {facts.mode} (colours), not a class map of one id per pixel",
+        {"mode": facts.mode},
+    )
+
+
+@record_check("mask-out-of-range", Severity.ERROR, needs="masks")
+def mask_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
+    """A mask pixel whose class id is ≥ `--num-classes` and is not `--ignore-index`.
+
+    What it finds:
+        Class ids past the last class: a label map of 21 classes in a 19-class model, a stray
+        value from anti-aliased resizing. Runs when a class count is given.
+    Why it breaks training:
+        `F.cross_entropy` raises `IndexError: Target 7 is out of bounds` on CPU and a device-side
+        assert on GPU.
+    Example:
+        `masks/0009.png` holds value 7 with `--num-classes 5`.
+    What fix does:
+        Moves the pair to the quarantine.
+    """
+    facts = _facts(record)
+    declared = options.declared_range
+    if facts is None or declared is None or not facts.counts:
+        return None
+    low, high = declared
+    outside = {
+        value: count
+        for value, count in facts.counts.items()
+        if not low <= value < high and value != options.ignore_index
+    }
+    if not outside:
+        return None
+    values = sorted(outside)
+    return Finding(
+        f"{sum(outside.values())} pixels hold class ids outside [{low}, {high}): "
+        + ", ".join(map(str, values[:8])),
+        {"values": values[:32], "pixels": sum(outside.values()), "low": low, "high": high},
+    )
+
+
+@record_check("mask-all-void", Severity.ERROR, needs="masks")
+def mask_all_void(record: Record, options: CheckOptions) -> Finding | None:
+    """A mask every pixel of which is `--ignore-index`: nothing to learn from.
+
+    What it finds:
+        Masks that are all void (255), common after random crops of sparse annotations or
+        masks written empty.
+    Why it breaks training:
+        `F.cross_entropy(logits, mask, ignore_index=255)` averages over zero pixels: 0/0 = NaN,
+        and one NaN loss makes every weight NaN after the step.
+    Example:
+        `masks/0011.png` is 64x64 pixels of 255.
+    What fix does:
+        Moves the pair to the quarantine.
+    """
+    facts = _facts(record)
+    if facts is None or not facts.counts or options.ignore_index is None:
+        return None
+    if set(facts.counts) != {options.ignore_index}:
+        return None
+    return Finding(
+        f"every pixel is the ignore index {options.ignore_index}: a mean loss over it is NaN",
+        {"ignore_index": options.ignore_index},
+    )

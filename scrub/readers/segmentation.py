@@ -1,0 +1,170 @@
+"""Segmentation datasets: a folder of images and a folder of masks with matching names.
+
+The layouts people train from: ``images/`` + ``masks/`` (or ``labels/``, ``annotations/``),
+Pascal VOC's ``JPEGImages/`` + ``SegmentationClass/``, mmsegmentation's ``img_dir/`` +
+``ann_dir/``, with the same sub-folders (``train/``, ``val/``) on both sides. A record is one
+image with its mask: the mask whose path, relative to the masks folder and without its
+extension, is the image's (``images/train/0001.jpg`` pairs with ``masks/train/0001.png``). The
+record's key is the image's path relative to the images folder; the mask's bytes ride along in
+``meta["mask"]`` and the mask checks (`scrub.checks.masks`) judge them. Masks without an image
+are named in a note and copied into the cleaned copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from scrub.checks.base import problem
+from scrub.errors import UnusableDataset
+from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.images import IMAGE_EXTENSIONS
+from scrub.records import Record
+
+IMAGE_FOLDERS = ("images", "JPEGImages", "img_dir", "imgs", "img")
+MASK_FOLDERS = ("masks", "SegmentationClass", "annotations", "ann_dir", "labels", "mask", "gt")
+
+
+class Pair(NamedTuple):
+    """An image and its mask (None: missing), as paths relative to their folders."""
+
+    index: int  # type: ignore[assignment]  # the field is the record's index (shadows tuple.index)
+    key: str
+    mask: str | None
+
+
+def _image_files(folder: Path) -> list[str]:
+    """The image files below ``folder`` (hidden ones skipped), as sorted POSIX relative paths."""
+    found = []
+    for directory, folders, files in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        relative = os.path.relpath(directory, folder)
+        for name in files:
+            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+                found.append(name if relative == "." else f"{relative}/{name}".replace(os.sep, "/"))
+    return sorted(found)
+
+
+def pair_files(images: Path, masks: Path) -> tuple[list[Pair], tuple[str, ...]]:
+    """Every image below ``images`` with its mask below ``masks`` (the same relative path
+    without the extension), and the masks that pair with no image."""
+    by_stem: dict[str, str] = {}
+    for mask in _image_files(masks) if masks.is_dir() else []:
+        by_stem.setdefault(os.path.splitext(mask)[0], mask)
+    pairs = []
+    used = set()
+    for number, key in enumerate(_image_files(images) if images.is_dir() else []):
+        found = by_stem.get(os.path.splitext(key)[0])
+        if found is not None:
+            used.add(found)
+        pairs.append(Pair(number, key, found))
+    return pairs, tuple(sorted(set(by_stem.values()) - used))
+
+
+def find_folders(path: Path) -> tuple[Path, Path] | None:
+    """(images folder, masks folder) of a segmentation dataset, or None: both must exist, and the
+    masks folder must hold images (a ``labels/`` of ``.txt`` files is YOLO's, not masks)."""
+    images = next((path / name for name in IMAGE_FOLDERS if (path / name).is_dir()), None)
+    if images is None:
+        return None
+    for name in MASK_FOLDERS:
+        masks = path / name
+        if masks.is_dir() and _holds_an_image(masks):
+            return images, masks
+    return None
+
+
+def _holds_an_image(folder: Path) -> bool:
+    for _directory, folders, files in os.walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        if any(os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS for name in files):
+            return True
+    return False
+
+
+class SegmentationReader(Reader[Sequence[Pair]]):
+    format = "segmentation"
+    records_per_task = 500
+    provides = frozenset({"image", "bytes", "masks"})
+    worker_imports = ("PIL.Image", "numpy")
+
+    #: the images and masks folders, relative to the dataset (set by `open`)
+    image_folder: str = ""
+    mask_folder: str = ""
+    #: masks that pair with no image, relative to the masks folder
+    orphans: tuple[str, ...] = ()
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        return path.is_dir() and find_folders(path) is not None
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Pair]]]:
+        folders = find_folders(self.path)
+        if folders is None:
+            raise UnusableDataset(
+                f"{self.path}: not a segmentation dataset (expected an images folder, one of "
+                f"{', '.join(IMAGE_FOLDERS)}, and a masks folder of images, one of {', '.join(MASK_FOLDERS)})"
+            )
+        images, masks = folders
+        self.image_folder, self.mask_folder = images.name, masks.name
+        self.root = str(self.path)
+        pairs, self.orphans = pair_files(images, masks)
+        if not pairs:
+            raise UnusableDataset(f"{images}: no images")
+        paired = sum(pair.mask is not None for pair in pairs)
+        info = DatasetInfo(
+            format=self.format,
+            layout=f"{self.image_folder}/ + {self.mask_folder}/",
+            root=self.root,
+            labelled=True,  # the masks are the labels
+            records=len(pairs),
+        )
+        info.files[self.mask_folder] = {"masks": paired + len(self.orphans), "paired": paired}
+        if self.orphans:
+            shown = ", ".join(self.orphans[:5]) + (
+                f" and {len(self.orphans) - 5} more" if len(self.orphans) > 5 else ""
+            )
+            info.notes.append(
+                f"{len(self.orphans)} masks pair with no image ({shown}): not records; "
+                "copied into the cleaned copy"
+            )
+        return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
+
+    def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        for pair in partition[start:stop]:
+            record = Record(
+                pair.key, pair.key, pair.index, None, None, {"kind": "image", "label_known": False}
+            )
+            try:
+                with open(os.path.join(self.root, self.image_folder, pair.key), "rb") as file:
+                    record.payload = file.read()
+            except OSError as error:
+                record.problems.append(
+                    problem(record, "missing-file", f"cannot read {pair.key}: {error.strerror}")
+                )
+            if pair.mask is None:
+                record.problems.append(
+                    problem(record, "missing-mask", f"no mask for {pair.key} in {self.mask_folder}/")
+                )
+            else:
+                record.meta["mask_name"] = f"{self.mask_folder}/{pair.mask}"
+                try:
+                    with open(os.path.join(self.root, self.mask_folder, pair.mask), "rb") as file:
+                        record.meta["mask"] = file.read()
+                except OSError as error:
+                    record.problems.append(
+                        problem(record, "missing-mask", f"cannot read {pair.mask}: {error.strerror}")
+                    )
+            yield record
+
+    def members(self, partitions: Sequence[Sequence[Pair]]) -> Iterator[str]:
+        for partition in partitions:
+            for pair in partition:
+                yield os.path.join(self.root, self.image_folder, pair.key)
+                if pair.mask is not None:
+                    yield os.path.join(self.root, self.mask_folder, pair.mask)
+
+    def locate(self, partition: Sequence[Pair], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        return [(partition[o].key, partition[o].key, partition[o].index) for o in offsets]

@@ -1,0 +1,140 @@
+"""Segmentation datasets (images/ + masks/, VOC's JPEGImages/ + SegmentationClass/): every mask
+fault found, fix keeps each image with its mask, and the cleaned copy gives a finite
+cross-entropy loss (ignore_index=255) in real PyTorch where the source gives NaN or raises."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import one_line_error
+from PIL import Image
+
+import scrub
+
+CLASSES = 5
+
+
+def png(array: np.ndarray, mode: str | None = None) -> bytes:
+    buffer = io.BytesIO()
+    image = Image.fromarray(array) if mode is None else Image.fromarray(array).convert(mode)
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def write_pairs(root: Path, images: str = "images", masks: str = "masks") -> dict[str, str]:
+    """12 pairs in train/ and val/ sub-folders, one fault of each kind; returns name -> fault."""
+    rng = np.random.default_rng(0)
+    faults = {}
+    for i in range(12):
+        split = "train" if i < 8 else "val"
+        image = rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)
+        mask = rng.integers(0, CLASSES, (24, 32), dtype=np.uint8)
+        mask[:3] = 255  # some void pixels: fine
+        name = f"{split}/{i:04d}"
+        (root / images / split).mkdir(parents=True, exist_ok=True)
+        (root / masks / split).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(root / images / f"{name}.jpg", quality=90)
+        data = png(mask)
+        if i == 1:
+            mask[5, 5] = 7  # out of range
+            data = png(mask)
+            faults[name] = "mask-out-of-range"
+        elif i == 2:
+            data = png(np.full((24, 32), 255, np.uint8))  # all void: NaN under a mean loss
+            faults[name] = "mask-all-void"
+        elif i == 3:
+            data = png(mask[:12, :16])  # the wrong size
+            faults[name] = "mask-size-mismatch"
+        elif i == 4:
+            data = png(np.stack([mask * 40] * 3, axis=-1))  # an RGB visualisation
+            faults[name] = "mask-not-class-map"
+        elif i == 5:
+            data = b""  # no mask written
+            faults[name] = "missing-mask"
+        elif i == 9:
+            data = data[: len(data) // 2]  # truncated
+            faults[name] = "mask-undecodable"
+        elif i == 10:  # a palette mask (VOC's): class ids, fine
+            palette = Image.fromarray(mask, mode="L").convert("P")
+            buffer = io.BytesIO()
+            palette.save(buffer, "PNG")
+            data = buffer.getvalue()
+        if data:
+            (root / masks / f"{name}.png").write_bytes(data)
+    (root / masks / "train" / "orphan.png").write_bytes(png(np.zeros((24, 32), np.uint8)))
+    (root / "README.md").write_text("a segmentation dataset\n")
+    return faults
+
+
+def test_every_mask_fault_is_found_and_fix_keeps_pairs(tmp_path):
+    root = tmp_path / "seg"
+    faults = write_pairs(root)
+    result = scrub.scan(root, num_classes=CLASSES, scheduler="sync")
+    found = {(issue.key, issue.check) for issue in result.issues()}
+    assert found == {(f"{name}.jpg", check) for name, check in faults.items()}
+    assert result.summary.records == 12 and result.summary.dataset.format == "segmentation"
+    pixels = result.summary.stats["mask_pixels"]
+    assert set(pixels) >= {0, 1, 2, 3, 4, 255} and 7 in pixels  # the per-class histogram
+    assert any("orphan.png" in note for note in result.summary.notes)
+    fixed = scrub.fix(root, quarantine=True, num_classes=CLASSES, scheduler="sync")
+    assert fixed.verified and fixed.report["kept"] == 6 and fixed.report["quarantined"] == 6
+    held = fixed.quarantine / "seg"
+    for name in faults:  # each set-aside image with its mask (where it had one)
+        assert (held / "images" / f"{name}.jpg").read_bytes() == (
+            root / "images" / f"{name}.jpg"
+        ).read_bytes()
+        assert (held / "masks" / f"{name}.png").exists() == (root / "masks" / f"{name}.png").exists()
+        assert not (fixed.clean / "images" / f"{name}.jpg").exists()
+    assert (fixed.clean / "masks" / "train" / "orphan.png").exists()
+    assert (fixed.clean / "README.md").exists()
+    rescan = scrub.scan(fixed.clean, num_classes=CLASSES, scheduler="sync")
+    assert rescan.summary.records == 6 and rescan.summary.records_with_errors == 0
+
+
+def test_voc_folders_and_the_ignore_index(tmp_path):
+    root = tmp_path / "VOC2012"
+    faults = write_pairs(root, "JPEGImages", "SegmentationClass")
+    result = scrub.scan(root, num_classes=CLASSES, scheduler="sync")
+    assert {issue.check for issue in result.issues()} == set(faults.values())
+    # without an ignore index, 255 is a class id like any other: out of range, never "void"
+    result = scrub.scan(root, num_classes=CLASSES, ignore_index="none", scheduler="sync")
+    checks = {(issue.key, issue.check) for issue in result.issues()}
+    assert ("train/0002.jpg", "mask-out-of-range") in checks and "mask-all-void" not in {c for _, c in checks}
+    without = scrub.scan(root, scheduler="sync")  # no class count: said, not silently skipped
+    assert any("give --num-classes" in note for note in without.summary.notes)
+    assert "--ignore-index" in one_line_error("scan", root, "--ignore-index", "void")
+
+
+def test_the_cleaned_copy_trains_without_nan(tmp_path):
+    torch = pytest.importorskip("torch")
+    functional = pytest.importorskip("torch.nn.functional")
+    root = tmp_path / "seg"
+    write_pairs(root)
+    fixed = scrub.fix(root, num_classes=CLASSES, scheduler="sync")
+
+    def losses(folder: Path) -> list[float]:
+        torch.manual_seed(0)
+        head = torch.nn.Conv2d(3, CLASSES, 1)  # a tiny segmentation head
+        found = []
+        for image_path in sorted((folder / "images").rglob("*.jpg")):
+            mask_path = folder / "masks" / image_path.relative_to(folder / "images").with_suffix(".png")
+            image = torch.from_numpy(np.asarray(Image.open(image_path), dtype=np.float32) / 255).permute(
+                2, 0, 1
+            )
+            mask = torch.from_numpy(np.asarray(Image.open(mask_path), dtype=np.int64))
+            logits = head(image[None])
+            loss = functional.cross_entropy(logits, mask[None], ignore_index=255)
+            loss.backward()
+            found.append(float(loss.detach()))
+        return found
+
+    clean = losses(fixed.clean)
+    assert len(clean) == 6 and all(np.isfinite(clean))
+    # the source, loaded the same way, breaks: its all-void mask gives NaN (the others raise)
+    void = root / "masks" / "train" / "0002.png"
+    logits = torch.zeros(1, CLASSES, 24, 32)
+    mask = torch.from_numpy(np.asarray(Image.open(void), dtype=np.int64))[None]
+    assert torch.isnan(functional.cross_entropy(logits, mask, ignore_index=255))
