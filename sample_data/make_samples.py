@@ -384,6 +384,61 @@ def make_segmentation(root: Path) -> None:
         write(root / "masks" / f"{i:04d}.png", encode(image, "PNG"))
 
 
+def make_yolo(root: Path) -> None:
+    """Ultralytics' layout: images/train + labels/train and a data.yaml of 3 names. Planted: a
+    class id 5, a NaN coordinate, a zero-area box, pixel coordinates, a 4-number line, a
+    duplicate box (warning), an image without labels (warning) and labels without an image."""
+    labels = {
+        0: "0 0.50 0.50 0.30 0.40\n1 0.20 0.25 0.10 0.12\n",
+        1: "5 0.50 0.50 0.20 0.30\n",  # box-class-invalid: 3 names
+        2: "0 nan 0.50 0.20 0.30\n",  # box-nonfinite
+        3: "2 0.40 0.60 0.25 0.20\n1 0.50 0.50 0.00 0.00\n",  # box-degenerate, line 2
+        4: "0 320 240 50 80\n",  # box-out-of-bounds: pixels, not fractions
+        5: "0 0.50 0.50 0.20\n",  # box-malformed
+        6: "1 0.50 0.50 0.20 0.30\n1 0.50 0.50 0.20 0.30\n",  # duplicate-box (warning)
+        7: "2 0.30 0.70 0.20 0.20\n",
+    }
+    for i in range(9):
+        write(root / "images" / "train" / f"{i:04d}.jpg", encode(picture(600 + i)))
+        if i in labels:  # 8 has none: missing-boxes (a background image: warning)
+            write(root / "labels" / "train" / f"{i:04d}.txt", labels[i].encode())
+    write(root / "labels" / "train" / "0099.txt", b"0 0.5 0.5 0.1 0.1\n")  # label-without-image
+    (root / "data.yaml").write_text("path: .\ntrain: images/train\nval: images/train\nnames:\n  0: cat\n  1: dog\n  2: bird\n")
+
+
+def make_coco(root: Path) -> None:
+    """COCO: annotations/instances_val2017.json and val2017/. Planted: a zero-width box, a box
+    past its image, a NaN coordinate, an undeclared category, a 3-number bbox, a duplicate
+    (warning), and an annotation of no listed image (a note)."""
+    import json
+
+    boxes = {
+        0: [[4, 4, 30, 20], [36, 30, 20, 24]],
+        1: [[10, 10, 0, 12]],  # box-degenerate
+        2: [[40, 40, 40, 40]],  # box-out-of-bounds (64x64)
+        3: [[float("nan"), 5, 10, 10]],  # box-nonfinite (Python's json writes NaN)
+        4: [[5, 5, 10, 10]],  # category 7: box-class-invalid
+        5: [[1, 2, 3]],  # box-malformed
+        6: [[8, 8, 16, 16], [8, 8, 16, 16]],  # duplicate-box (warning)
+        7: [[20, 20, 30, 30]],
+    }
+    images, annotations = [], []
+    for i, image_boxes in boxes.items():
+        name = f"{700 + i:012d}.jpg"
+        write(root / "val2017" / name, encode(picture(700 + i)))
+        images.append({"id": 700 + i, "file_name": name, "width": SIZE, "height": SIZE})
+        for box in image_boxes:
+            annotations.append(
+                {"id": len(annotations) + 1, "image_id": 700 + i, "category_id": 7 if i == 4 else 1 + i % 2,
+                 "bbox": box, "area": box[2] * box[3] if len(box) == 4 else 0, "iscrowd": 0}  # fmt: skip
+            )
+    annotations.append({"id": 999, "image_id": 12345, "category_id": 1, "bbox": [1, 1, 2, 2], "area": 4, "iscrowd": 0})
+    document = {"info": {"description": "scrub sample"}, "images": images, "annotations": annotations,
+                "categories": [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"}]}  # fmt: skip
+    (root / "annotations").mkdir(parents=True)
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(document, indent=1))
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
@@ -395,6 +450,8 @@ def main() -> None:
         ("webdataset", make_webdataset),
         ("parquet", make_parquet),
         ("segmentation", make_segmentation),
+        ("yolo", make_yolo),
+        ("coco", make_coco),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

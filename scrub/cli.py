@@ -121,12 +121,17 @@ PathsArg = Annotated[
 FormatOpt = Annotated[
     str,
     typer.Option(
-        "--format", help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet."
+        "--format",
+        help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, segmentation, "
+        "yolo, coco.",
     ),
 ]
 RootOpt = Annotated[
     Optional[Path],
-    typer.Option(help="Folder that list-file paths are relative to (default: the list's folder)."),
+    typer.Option(
+        help="Folder that list-file paths are relative to (default: the list's folder), or that holds a COCO "
+        "JSON's images."
+    ),
 ]
 DataKeyOpt = Annotated[
     Optional[str],

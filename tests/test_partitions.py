@@ -216,3 +216,26 @@ def test_segmentation_partitions(tmp_path_factory, count, size, cut):
         root / "masks" / "extra.png", image_bytes(99, mode="L", fmt="PNG", size=8)
     )  # a masks folder of images
     check_cover(root, size, cut)
+
+
+@SETTINGS
+@given(
+    count=st.integers(1, 20),
+    size=st.integers(1, 25),
+    cut=st.tuples(st.integers(0, 25), st.integers(0, 25)),
+)
+def test_yolo_and_coco_partitions(tmp_path_factory, count, size, cut):
+    import json
+
+    root = tmp_path_factory.mktemp("detection")
+    images = []
+    for i in range(count):
+        write(root / "images" / f"{i:03d}.png", image_bytes(i, fmt="PNG", size=8))
+        if i % 3:
+            write(root / "labels" / f"{i:03d}.txt", b"0 0.5 0.5 0.1 0.1\n")
+        images.append({"id": i, "file_name": f"{i:03d}.png", "width": 8, "height": 8})
+    write(root / "labels" / "orphan.txt", b"0 0.5 0.5 0.1 0.1\n")  # a record without an image
+    check_cover(root, size, cut)
+    document = {"images": images, "annotations": [], "categories": [{"id": 0, "name": "x"}]}
+    write(root / "annotations" / "instances_images.json", json.dumps(document).encode())
+    check_cover(root / "annotations" / "instances_images.json", size, cut)

@@ -111,3 +111,26 @@ def test_segmentation_sample_finds_every_planted_problem_and_nothing_else():
         ("0006.jpg", "mask-not-class-map"),
         ("0007.jpg", "missing-mask"),
     }
+
+
+def test_detection_samples_find_every_planted_problem_and_nothing_else():
+    result = scrub.scan(SAMPLES / "yolo", scheduler="sync")
+    assert findings(result) == {
+        ("train/0001.jpg", "box-class-invalid"),
+        ("train/0002.jpg", "box-nonfinite"),
+        ("train/0003.jpg", "box-degenerate"),
+        ("train/0004.jpg", "box-out-of-bounds"),
+        ("train/0005.jpg", "box-malformed"),
+        ("train/0006.jpg", "duplicate-box"),
+        ("train/0008.jpg", "missing-boxes"),
+        ("labels/train/0099.txt", "label-without-image"),
+    }
+    result = scrub.scan(SAMPLES / "coco" / "annotations" / "instances_val2017.json", scheduler="sync")
+    assert findings(result) == {
+        ("000000000701.jpg", "box-degenerate"),
+        ("000000000702.jpg", "box-out-of-bounds"),
+        ("000000000703.jpg", "box-nonfinite"),
+        ("000000000704.jpg", "box-class-invalid"),
+        ("000000000705.jpg", "box-malformed"),
+        ("000000000706.jpg", "duplicate-box"),
+    }

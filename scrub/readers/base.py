@@ -176,6 +176,8 @@ REGISTRY: dict[str, str] = {
     "webdataset": "scrub.readers.webdataset:WebDatasetReader",
     "parquet": "scrub.readers.parquet:ParquetReader",
     "segmentation": "scrub.readers.segmentation:SegmentationReader",
+    "yolo": "scrub.readers.yolo:YoloReader",
+    "coco": "scrub.readers.coco:CocoReader",
     "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
 }
 

@@ -13,7 +13,7 @@ are named in a note and copied into the cleaned copy.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,34 +28,42 @@ MASK_FOLDERS = ("masks", "SegmentationClass", "annotations", "ann_dir", "labels"
 
 
 class Pair(NamedTuple):
-    """An image and its mask (None: missing), as paths relative to their folders."""
+    """An image and its partner file (its mask, its YOLO label file; None: missing), as paths
+    relative to their folders."""
 
     index: int  # type: ignore[assignment]  # the field is the record's index (shadows tuple.index)
     key: str
-    mask: str | None
+    partner: str | None
 
 
-def _image_files(folder: Path) -> list[str]:
-    """The image files below ``folder`` (hidden ones skipped), as sorted POSIX relative paths."""
+def is_image_name(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def files_below(folder: Path, wanted: Callable[[str], bool] = is_image_name) -> list[str]:
+    """The files below ``folder`` whose names are ``wanted`` (hidden ones skipped), as sorted
+    POSIX relative paths."""
     found = []
     for directory, folders, files in os.walk(folder):
         folders[:] = sorted(name for name in folders if not name.startswith("."))
         relative = os.path.relpath(directory, folder)
         for name in files:
-            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+            if not name.startswith(".") and wanted(name):
                 found.append(name if relative == "." else f"{relative}/{name}".replace(os.sep, "/"))
     return sorted(found)
 
 
-def pair_files(images: Path, masks: Path) -> tuple[list[Pair], tuple[str, ...]]:
-    """Every image below ``images`` with its mask below ``masks`` (the same relative path
-    without the extension), and the masks that pair with no image."""
+def pair_files(
+    images: Path, masks: Path, is_partner: Callable[[str], bool] = is_image_name
+) -> tuple[list[Pair], tuple[str, ...]]:
+    """Every image below ``images`` with its partner below ``masks`` (a mask, a YOLO label file:
+    the same relative path without the extension), and the partners that pair with no image."""
     by_stem: dict[str, str] = {}
-    for mask in _image_files(masks) if masks.is_dir() else []:
+    for mask in files_below(masks, is_partner) if masks.is_dir() else []:
         by_stem.setdefault(os.path.splitext(mask)[0], mask)
     pairs = []
     used = set()
-    for number, key in enumerate(_image_files(images) if images.is_dir() else []):
+    for number, key in enumerate(files_below(images) if images.is_dir() else []):
         found = by_stem.get(os.path.splitext(key)[0])
         if found is not None:
             used.add(found)
@@ -71,15 +79,16 @@ def find_folders(path: Path) -> tuple[Path, Path] | None:
         return None
     for name in MASK_FOLDERS:
         masks = path / name
-        if masks.is_dir() and _holds_an_image(masks):
+        if masks.is_dir() and holds_a_file(masks):
             return images, masks
     return None
 
 
-def _holds_an_image(folder: Path) -> bool:
+def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) -> bool:
+    """Whether a file whose name is ``wanted`` lies below ``folder`` (stops at the first)."""
     for _directory, folders, files in os.walk(folder):
         folders[:] = [name for name in folders if not name.startswith(".")]
-        if any(os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS for name in files):
+        if any(wanted(name) for name in files):
             return True
     return False
 
@@ -92,7 +101,7 @@ class SegmentationReader(Reader[Sequence[Pair]]):
 
     #: the images and masks folders, relative to the dataset (set by `open`)
     image_folder: str = ""
-    mask_folder: str = ""
+    partner_folder: str = ""
     #: masks that pair with no image, relative to the masks folder
     orphans: tuple[str, ...] = ()
 
@@ -108,20 +117,20 @@ class SegmentationReader(Reader[Sequence[Pair]]):
                 f"{', '.join(IMAGE_FOLDERS)}, and a masks folder of images, one of {', '.join(MASK_FOLDERS)})"
             )
         images, masks = folders
-        self.image_folder, self.mask_folder = images.name, masks.name
+        self.image_folder, self.partner_folder = images.name, masks.name
         self.root = str(self.path)
         pairs, self.orphans = pair_files(images, masks)
         if not pairs:
             raise UnusableDataset(f"{images}: no images")
-        paired = sum(pair.mask is not None for pair in pairs)
+        paired = sum(pair.partner is not None for pair in pairs)
         info = DatasetInfo(
             format=self.format,
-            layout=f"{self.image_folder}/ + {self.mask_folder}/",
+            layout=f"{self.image_folder}/ + {self.partner_folder}/",
             root=self.root,
             labelled=True,  # the masks are the labels
             records=len(pairs),
         )
-        info.files[self.mask_folder] = {"masks": paired + len(self.orphans), "paired": paired}
+        info.files[self.partner_folder] = {"masks": paired + len(self.orphans), "paired": paired}
         if self.orphans:
             shown = ", ".join(self.orphans[:5]) + (
                 f" and {len(self.orphans) - 5} more" if len(self.orphans) > 5 else ""
@@ -144,27 +153,36 @@ class SegmentationReader(Reader[Sequence[Pair]]):
                 record.problems.append(
                     problem(record, "missing-file", f"cannot read {pair.key}: {error.strerror}")
                 )
-            if pair.mask is None:
+            if pair.partner is None:
                 record.problems.append(
-                    problem(record, "missing-mask", f"no mask for {pair.key} in {self.mask_folder}/")
+                    problem(record, "missing-mask", f"no mask for {pair.key} in {self.partner_folder}/")
                 )
             else:
-                record.meta["mask_name"] = f"{self.mask_folder}/{pair.mask}"
+                record.meta["mask_name"] = f"{self.partner_folder}/{pair.partner}"
                 try:
-                    with open(os.path.join(self.root, self.mask_folder, pair.mask), "rb") as file:
+                    with open(os.path.join(self.root, self.partner_folder, pair.partner), "rb") as file:
                         record.meta["mask"] = file.read()
                 except OSError as error:
                     record.problems.append(
-                        problem(record, "missing-mask", f"cannot read {pair.mask}: {error.strerror}")
+                        problem(record, "missing-mask", f"cannot read {pair.partner}: {error.strerror}")
                     )
             yield record
+
+    def files_of(self, pair: Pair) -> list[tuple[str, str | None]]:
+        """(folder, path in it) of each file of a record, the image first (None: it has none)."""
+        return [(self.image_folder, pair.key), (self.partner_folder, pair.partner)]
+
+    def pairs_in(self, root: Path) -> tuple[list[Pair], tuple[str, ...]]:
+        """The records of a copy of this dataset at ``root`` (a written output), and its
+        partner files that are no record's."""
+        return pair_files(root / self.image_folder, root / self.partner_folder)
 
     def members(self, partitions: Sequence[Sequence[Pair]]) -> Iterator[str]:
         for partition in partitions:
             for pair in partition:
                 yield os.path.join(self.root, self.image_folder, pair.key)
-                if pair.mask is not None:
-                    yield os.path.join(self.root, self.mask_folder, pair.mask)
+                if pair.partner is not None:
+                    yield os.path.join(self.root, self.partner_folder, pair.partner)
 
     def locate(self, partition: Sequence[Pair], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].key, partition[o].key, partition[o].index) for o in offsets]

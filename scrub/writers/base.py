@@ -124,7 +124,9 @@ REGISTRY: dict[str, str] = {
     "leveldb": "scrub.writers.leveldb:LevelDBWriter",
     "webdataset": "scrub.writers.webdataset:WebDatasetWriter",
     "parquet": "scrub.writers.parquet:ParquetWriter",
-    "segmentation": "scrub.writers.segmentation:SegmentationWriter",
+    "segmentation": "scrub.writers.segmentation:PairsWriter",
+    "yolo": "scrub.writers.segmentation:YoloWriter",
+    "coco": "scrub.writers.coco:CocoWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
 

@@ -1,39 +1,44 @@
-"""Segmentation datasets: the cleaned copy and the quarantine keep the layout (the same images
-and masks folders and sub-folders), each image with its mask on the same side, byte for byte.
-Masks that pair with no image and the dataset's other files (a README, VOC's ``ImageSets/``)
-go into the cleaned copy unchanged. Each pair is checksummed over both files."""
+"""Datasets of paired files (segmentation images and masks, YOLO images and label files): the
+cleaned copy and the quarantine keep the layout (the same folders and sub-folders), each image
+with its partner on the same side, byte for byte. Partner files that pair with no image
+(segmentation) and the dataset's other files (a README, VOC's ``ImageSets/``, YOLO's
+``data.yaml``) go into the cleaned copy unchanged; a YOLO ``data.yaml`` goes into the quarantine
+too, so that it is a dataset Ultralytics opens. Each record is checksummed over its files."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
-from scrub.readers.segmentation import SegmentationReader, pair_files
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
-class SegmentationWriter(Writer):
+class PairsWriter(Writer):
+    """The writer of the paired-file readers (`scrub.readers.segmentation`,
+    `scrub.readers.yolo`): they say which files a record is (`files_of`) and where records lie
+    in a copy (`pairs_in`)."""
+
     format = "segmentation"
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
-        reader: SegmentationReader = self.reader
+        reader: Any = self.reader
         clean.mkdir()
         if quarantine is not None:
             quarantine.mkdir()
         for partition in self.dataset.partitions:
             for pair in partition:
-                image = os.path.join(reader.root, reader.image_folder, pair.key)
-                mask = os.path.join(reader.root, reader.mask_folder, pair.mask) if pair.mask else None
+                files = reader.files_of(pair)
+                contents = [_read(reader.root, folder, relative) for folder, relative in files]
                 quarantined = verdicts.quarantined(pair.key, pair.index)
-                contents = [_read(image), _read(mask) if mask else None]
-                if contents[0] is None and not quarantined:  # an image that cannot be read cannot be kept
-                    quarantined = True
+                if files[0][1] is not None and contents[0] is None and not quarantined:
+                    quarantined = True  # an image that cannot be read cannot be kept
                     tally.forced.append(f"{pair.key}: unreadable")
                 ledger = tally.quarantined if quarantined else tally.kept
-                ledger.add_record(identity_seed(pair.key, pair.mask), *contents)
+                ledger.add_record(identity_seed(pair.key, pair.partner), *contents)
                 if quarantined:
                     tally.records_quarantined += 1
                 else:
@@ -41,30 +46,28 @@ class SegmentationWriter(Writer):
                 target = quarantine if quarantined else clean
                 if target is None:
                     continue
-                for folder, relative, data in (
-                    (reader.image_folder, pair.key, contents[0]),
-                    (reader.mask_folder, pair.mask, contents[1]),
-                ):
+                for (folder, relative), data in zip(files, contents):
                     if relative is not None and data is not None:
                         destination = target / folder / relative
                         destination.parent.mkdir(parents=True, exist_ok=True)
                         destination.write_bytes(data)
-        tally.other_files = self._copy_the_rest(clean)
+        tally.other_files = self._copy_the_rest(clean, quarantine)
         return tally
 
-    def _copy_the_rest(self, clean: Path) -> int:
-        """Orphan masks and every file outside the images and masks folders."""
-        reader: SegmentationReader = self.reader
+    def _copy_the_rest(self, clean: Path, quarantine: Path | None) -> int:
+        """Partner files of no record, and every file outside the two folders."""
+        reader: Any = self.reader
         copied = 0
-        for orphan in reader.orphans:
-            destination = clean / reader.mask_folder / orphan
+        _, orphans = reader.pairs_in(Path(reader.root))
+        for orphan in orphans if reader.format == "segmentation" else ():
+            destination = clean / reader.partner_folder / orphan
             destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(os.path.join(reader.root, reader.mask_folder, orphan), destination)
+            shutil.copyfile(os.path.join(reader.root, reader.partner_folder, orphan), destination)
             copied += 1
         for directory, folders, files in os.walk(reader.root):
             relative = os.path.relpath(directory, reader.root)
             if relative == ".":
-                folders[:] = [f for f in folders if f not in (reader.image_folder, reader.mask_folder)]
+                folders[:] = [f for f in folders if f not in (reader.image_folder, reader.partner_folder)]
             folders[:] = sorted(f for f in folders if not f.startswith("."))
             for name in files:
                 if name.startswith("."):
@@ -73,29 +76,38 @@ class SegmentationWriter(Writer):
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(os.path.join(directory, name), destination)
                 copied += 1
+        yaml_name = getattr(reader, "yaml_name", None)
+        if yaml_name is not None and quarantine is not None:
+            shutil.copyfile(os.path.join(reader.root, yaml_name), quarantine / yaml_name)
         return copied
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
         ledger = Ledger()
         if not target.exists():
             return ledger
-        reader: SegmentationReader = self.reader
-        images, masks = target / reader.image_folder, target / reader.mask_folder
-        pairs, orphans = pair_files(images, masks)
+        reader: Any = self.reader
+        pairs, orphans = reader.pairs_in(target)
         for pair in pairs:
-            mask = str(masks / pair.mask) if pair.mask else None
-            ledger.add_record(identity_seed(pair.key, pair.mask), _read(str(images / pair.key)), _read(mask))
-        # a mask that lost its image on the way is no pair any more: it must not pass unseen
-        for orphan in sorted(set(orphans) - (set(reader.orphans) if side == "clean" else set())):
-            ledger.add_record(identity_seed("orphan", orphan), _read(str(masks / orphan)))
+            contents = [_read(str(target), folder, relative) for folder, relative in reader.files_of(pair)]
+            ledger.add_record(identity_seed(pair.key, pair.partner), *contents)
+        if reader.format == "segmentation":  # a mask that lost its image on the way must not pass unseen
+            _, source_orphans = reader.pairs_in(Path(reader.root))
+            for orphan in sorted(set(orphans) - (set(source_orphans) if side == "clean" else set())):
+                ledger.add_record(
+                    identity_seed("orphan", orphan), _read(str(target), reader.partner_folder, orphan)
+                )
         return ledger
 
 
-def _read(path: str | None) -> bytes | None:
-    if path is None:
+class YoloWriter(PairsWriter):
+    format = "yolo"
+
+
+def _read(root: str, folder: str, relative: str | None) -> bytes | None:
+    if relative is None:
         return None
     try:
-        with open(path, "rb") as file:
+        with open(os.path.join(root, folder, relative), "rb") as file:
             return file.read()
     except OSError:
         return None
