@@ -152,6 +152,7 @@ class Batch:
     offset: int
     data: Any
     labels: Any = None
+    #: per batch: ``masks``, the rows' (n, H, W) segmentation masks where the labels are masks
     meta: dict[str, Any] = field(default_factory=dict)
     keys: list[str] | None = None  # the rows' keys when they are not their indices (LMDB arrays)
 
@@ -174,5 +175,6 @@ class Batch:
                 self.offset + first,
                 self.data[first:last],
                 None if self.labels is None else self.labels[first:last],
+                {"masks": self.meta["masks"][first:last]} if "masks" in self.meta else {},
                 keys=None if self.keys is None else self.keys[first:last],
             )

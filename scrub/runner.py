@@ -20,6 +20,7 @@ import xxhash
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
 from scrub.checks.base import REGISTRY, Check, CheckOptions, Finding, make_issue
 from scrub.checks.images import decoder_failure
+from scrub.checks.masks import mask_pixel_counts
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
 from scrub.checks.properties import annotate, tally
 from scrub.errors import ScrubError, UsageError
@@ -450,6 +451,8 @@ class PartitionWork:
                 collected.append(values)
         if batch.keys is None:  # rows of an array dataset (array values were tallied as records)
             result.stats["shapes"]["x".join(map(str, batch.data.shape[1:]))] += len(batch)
+        if "masks" in batch.meta:  # the per-class pixel histogram of (N, H, W) masks
+            result.stats["mask_pixels"].update(mask_pixel_counts(batch.meta["masks"]))
         found = profile(batch)
         stats = result.numeric.setdefault(group or batch.source, NumericStats())
         stats.add(found.finite_values, found.nonfinite_values, found.total, found.low, found.high)

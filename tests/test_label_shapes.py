@@ -157,12 +157,16 @@ def test_label_options_that_cannot_apply_are_errors(tmp_path):
 
 
 def test_labels_of_other_shapes_are_said_to_be_unchecked(tmp_path):
-    masks = np.zeros((20, 4, 4), np.uint8)
-    result = scrub.scan(write_h5(tmp_path / "d.h5", data=rows(20), label=masks))
+    volumes = np.zeros((20, 4, 4, 2), np.float32)
+    result = scrub.scan(write_h5(tmp_path / "d.h5", data=rows(20), label=volumes))
     assert not result.summary.dataset.labelled
     assert result.summary.notes == [
-        "labels: d.h5: 'label' has shape 20x4x4, neither class ids (N,) nor label vectors (N, K): not checked"
+        "labels: d.h5: 'label' has shape 20x4x4x2, neither class ids (N,) nor label vectors (N, K): not checked"
     ]
+    # (N, H, W) integers are class maps: segmentation masks, checked as such (test_segmentation)
+    masks = np.zeros((20, 4, 4), np.uint8)
+    result = scrub.scan(write_h5(tmp_path / "m.h5", data=rows(20), label=masks), num_classes=2)
+    assert result.summary.dataset.labelled and result.summary.stats["mask_pixels"] == {0: 320}
 
 
 def test_the_replay_trains_on_label_vectors(tmp_path):

@@ -138,3 +138,44 @@ def test_the_cleaned_copy_trains_without_nan(tmp_path):
     logits = torch.zeros(1, CLASSES, 24, 32)
     mask = torch.from_numpy(np.asarray(Image.open(void), dtype=np.int64))[None]
     assert torch.isnan(functional.cross_entropy(logits, mask, ignore_index=255))
+
+
+@pytest.mark.parametrize("container", ["hdf5", "npz"])
+def test_array_masks_are_checked_row_by_row_and_split_with_the_data(tmp_path, container):
+    """HDF5/NumPy segmentation data: `data` (N, C, H, W) with `mask` (N, H, W)."""
+    rng = np.random.default_rng(1)
+    data = rng.normal(size=(40, 3, 8, 8)).astype(np.float32)
+    masks = rng.integers(0, CLASSES, size=(40, 8, 8)).astype(np.uint8)
+    masks[5, 2, 2] = 9  # mask-out-of-range
+    masks[11] = 255  # mask-all-void
+    data[20, 0, 0, 0] = np.nan  # nonfinite-data, as for any rows
+    if container == "hdf5":
+        import h5py
+
+        path = tmp_path / "seg.h5"
+        with h5py.File(path, "w") as file:
+            file["data"], file["mask"] = data, masks
+    else:
+        path = tmp_path / "seg.npz"
+        np.savez(path, x=data, mask=masks)
+    result = scrub.scan(path, num_classes=CLASSES, scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("5", "mask-out-of-range"),
+        ("11", "mask-all-void"),
+        ("20", "nonfinite-data"),
+    }
+    assert result.summary.stats["mask_pixels"][9] == 1 and result.summary.stats["mask_pixels"][255] == 64
+    fixed = scrub.fix(path, quarantine=True, num_classes=CLASSES, scheduler="sync")
+    assert fixed.verified and fixed.report["kept"] == 37
+    if container == "hdf5":
+        import h5py
+
+        with h5py.File(fixed.clean) as file:
+            kept_masks = file["mask"][:]
+    else:
+        kept_masks = np.load(fixed.clean)["mask"]
+    assert (
+        len(kept_masks) == 37
+        and kept_masks.max() < CLASSES
+        and not (kept_masks == 255).all(axis=(1, 2)).any()
+    )

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Finding, reader_check, record_check
-from scrub.records import Record, Severity
+from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check
+from scrub.records import Batch, Record, Severity
 
 #: Pillow modes whose pixels are class ids (a palette's indices count: VOC's masks are "P")
 CLASS_MAP_MODES = frozenset({"1", "L", "P", "I", "I;16", "I;16L", "I;16B", "I;16N"})
@@ -206,3 +206,56 @@ def mask_all_void(record: Record, options: CheckOptions) -> Finding | None:
         f"every pixel is the ignore index {options.ignore_index}: a mean loss over it is NaN",
         {"ignore_index": options.ignore_index},
     )
+
+
+def _batch_masks(batch: Batch):
+    return batch.meta.get("masks")
+
+
+@batch_check("mask-out-of-range")
+def mask_out_of_range_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    """`mask-out-of-range` on (N, H, W) mask arrays (HDF5, NumPy), row by row, vectorized."""
+    masks = _batch_masks(batch)
+    declared = options.declared_range
+    if masks is None or declared is None or not len(masks):
+        return []
+    low, high = declared
+    flat = masks.reshape(len(masks), -1)
+    outside = (flat < low) | (flat >= high)
+    if options.ignore_index is not None:
+        outside &= flat != options.ignore_index
+    counts = outside.sum(axis=1)
+    found = []
+    for row in np.flatnonzero(counts):
+        values = sorted({int(v) for v in np.unique(flat[row][outside[row]])})
+        found.append(
+            (
+                int(row),
+                Finding(
+                    f"{int(counts[row])} pixels hold class ids outside [{low}, {high}): "
+                    + ", ".join(map(str, values[:8])),
+                    {"values": values[:32], "pixels": int(counts[row]), "low": low, "high": high},
+                ),
+            )
+        )
+    return found
+
+
+@batch_check("mask-all-void")
+def mask_all_void_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    """`mask-all-void` on (N, H, W) mask arrays (HDF5, NumPy), vectorized."""
+    masks = _batch_masks(batch)
+    if masks is None or options.ignore_index is None or not len(masks):
+        return []
+    void = (masks.reshape(len(masks), -1) == options.ignore_index).all(axis=1)
+    finding = Finding(
+        f"every pixel is the ignore index {options.ignore_index}: a mean loss over it is NaN",
+        {"ignore_index": options.ignore_index},
+    )
+    return [(int(row), finding) for row in np.flatnonzero(void)]
+
+
+def mask_pixel_counts(masks: np.ndarray) -> dict[int, int]:
+    """Pixels of each value of a block of masks (the summary's ``stats.mask_pixels``)."""
+    values, counts = np.unique(masks, return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts)}

@@ -22,16 +22,18 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.hdf5 import BLOCK_BYTES, row_partitioning
+from scrub.readers.hdf5 import BLOCK_BYTES, is_mask_array, row_partitioning
 from scrub.records import Batch, Pieces
 
 DATA_KEYS = ("data", "x", "X", "features", "inputs", "images", "arr_0")
 LABEL_KEYS = ("label", "labels", "y", "Y", "target", "targets")
+MASK_KEYS = ("mask", "masks", "seg", "segmentation")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class NpyRows:
     big_rows: bool  # rows larger than a block: each is tested in pieces
     member: str | None = None
     label_member: str | None = None
+    masks: bool = False  # the labels are (N, H, W) segmentation masks
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -165,6 +168,12 @@ class NumpyReader(Reader[NpyRows]):
         if label_member is not None and load_array(self.path, label_member).shape[0] != rows:
             notes.append(f"labels: {label_member!r} has not as many rows as {member!r}: not used")
             label_member = None
+        masks = label_member is not None and is_mask_array(load_array(self.path, label_member))
+        if masks:
+            self.provides = self.provides | {"masks"}
+            notes.append(
+                f"labels: {label_member!r} holds (N, H, W) class maps: checked as segmentation masks"
+            )
         partitions = [
             NpyRows(
                 str(self.path.resolve()),
@@ -175,6 +184,7 @@ class NumpyReader(Reader[NpyRows]):
                 row_bytes > BLOCK_BYTES,
                 member,
                 label_member,
+                masks,
             )
             for start in range(0, rows, partition_rows)
         ]
@@ -187,7 +197,7 @@ class NumpyReader(Reader[NpyRows]):
             "fortran_order": bool(array.flags.f_contiguous and not array.flags.c_contiguous),
         }
         info.notes += notes
-        if labelled:
+        if labelled and not masks:
             shape = load_array(self.path, label_member).shape
             if len(shape) == 2 and shape[1] > 1:
                 info.label_width = shape[1]
@@ -209,7 +219,9 @@ class NumpyReader(Reader[NpyRows]):
                 if data
                 else f"{self.path}: which array is the data? It holds {names}; choose one with --data-key"
             )
-        label = self.options.label_key or next((k for k in LABEL_KEYS if k in members and k != data), None)
+        label = self.options.label_key or next(
+            (k for k in LABEL_KEYS + MASK_KEYS if k in members and k != data), None
+        )
         if label is not None and label not in members:
             raise UnusableDataset(f"{self.path}: no label array {label!r} (it holds {names})")
         notes = []
@@ -232,7 +244,11 @@ class NumpyReader(Reader[NpyRows]):
                 values = array[row]
                 pieces = Pieces((1, *values.shape), array.dtype, functools.partial(_pieces, values))
                 yield Batch(
-                    partition.source, row, row - partition.start, pieces, _labels(labels, row, row + 1)
+                    partition.source,
+                    row,
+                    row - partition.start,
+                    pieces,
+                    *_labels(partition, labels, row, row + 1),
                 )
             return
         buffer = np.empty((partition.block_rows, *array.shape[1:]), dtype=array.dtype)
@@ -246,7 +262,11 @@ class NumpyReader(Reader[NpyRows]):
                     f"{partition.source}: rows {begin}-{end - 1} cannot be read ({error})"
                 ) from None
             yield Batch(
-                partition.source, begin, begin - partition.start, buffer[:count], _labels(labels, begin, end)
+                partition.source,
+                begin,
+                begin - partition.start,
+                buffer[:count],
+                *_labels(partition, labels, begin, end),
             )
 
     def members(self, partitions: Sequence[NpyRows]) -> Iterator[str]:
@@ -256,15 +276,19 @@ class NumpyReader(Reader[NpyRows]):
         return [(partition.source, str(partition.start + o), partition.start + o) for o in offsets]
 
 
-def _labels(labels: np.ndarray | None, begin: int, end: int) -> np.ndarray | None:
-    """Rows ``begin:end`` of a label array as the checks take labels: class ids (n,) or label
-    vectors (n, K), as float64."""
+def _labels(
+    partition: NpyRows, labels: np.ndarray | None, begin: int, end: int
+) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """(labels, meta) of rows ``begin:end`` as a `Batch` carries them: class ids (n,) or label
+    vectors (n, K) as float64, or (n, H, W) masks in the meta."""
     if labels is None:
-        return None
+        return None, {}
+    if partition.masks:
+        return None, {"masks": np.asarray(labels[begin:end])}
     block = np.asarray(labels[begin:end], dtype=np.float64)
     return (
         block.reshape(len(block), -1) if block.ndim > 1 and block[0].size > 1 else block.reshape(len(block))
-    )
+    ), {}
 
 
 def _pieces(row: np.ndarray) -> Iterator[np.ndarray]:
