@@ -161,7 +161,8 @@ def test_labels_of_other_shapes_are_said_to_be_unchecked(tmp_path):
     result = scrub.scan(write_h5(tmp_path / "d.h5", data=rows(20), label=volumes))
     assert not result.summary.dataset.labelled
     assert result.summary.notes == [
-        "labels: d.h5: 'label' has shape 20x4x4x2, neither class ids (N,) nor label vectors (N, K): not checked"
+        "labels: d.h5: 'label' has shape 20x4x4x2, neither class ids (N,) nor label vectors (N, K): "
+        "not checked"
     ]
     # (N, H, W) integers are class maps: segmentation masks, checked as such (test_segmentation)
     masks = np.zeros((20, 4, 4), np.uint8)

@@ -226,7 +226,8 @@ class HDF5Reader(Reader[RowRange]):
             if masks:
                 self.provides = self.provides | {"masks"}
                 info.notes.append(
-                    f"labels: {source}: {label_key!r} holds (N, H, W) class maps: checked as segmentation masks"
+                    f"labels: {source}: {label_key!r} holds (N, H, W) class maps: "
+                    "checked as segmentation masks"
                 )
             if has_labels:
                 labels_seen.setdefault(label_key, []).append(source)
