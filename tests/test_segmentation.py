@@ -179,3 +179,39 @@ def test_array_masks_are_checked_row_by_row_and_split_with_the_data(tmp_path, co
         and kept_masks.max() < CLASSES
         and not (kept_masks == 255).all(axis=(1, 2)).any()
     )
+
+
+def test_a_list_of_image_mask_pairs(tmp_path):
+    """DeepLab's and mmsegmentation's lists: `image mask` per line, relative to the list's folder
+    (a leading / too, where no such file exists); a line leaving the root is never read."""
+    root = tmp_path / "VOC"
+    faults = write_pairs(root, "JPEGImages", "SegmentationClass")
+    names = sorted(
+        p.relative_to(root / "JPEGImages").with_suffix("").as_posix()
+        for p in (root / "JPEGImages").rglob("*.jpg")
+    )
+    lines = [f"/JPEGImages/{name}.jpg /SegmentationClass/{name}.png" for name in names]
+    lines.append("../outside.jpg SegmentationClass/train/0000.png")
+    (tmp_path / "outside.jpg").write_bytes(b"never read")
+    listed = root / "train_aug.txt"
+    listed.write_text("\n".join(lines) + "\n")
+    result = scrub.scan(listed, num_classes=CLASSES, scheduler="sync")
+    found = {(issue.key, issue.check) for issue in result.issues()}
+    expected = {
+        (f"JPEGImages/{name}.jpg", check) for name, check in faults.items() if check != "missing-mask"
+    }
+    assert expected <= found and ("../outside.jpg", "unsafe-path") in found
+    assert ("JPEGImages/train/0005.jpg", "missing-mask") in found  # listed, but not there
+    fixed = scrub.fix(listed, quarantine=True, num_classes=CLASSES, scheduler="sync")
+    assert fixed.verified and fixed.report["kept"] == 12 - len(faults)
+    kept_lines = (fixed.clean / "train_aug.txt").read_text().splitlines()
+    assert kept_lines == [line for line in lines if not any(f"{name}." in line for name in faults)][:-1]
+    held_lines = (fixed.quarantine / "train_aug" / "train_aug.txt").read_text().splitlines()
+    assert held_lines[-1] == "../outside.jpg SegmentationClass/train/0000.png"
+    assert not list(fixed.quarantine.rglob("outside.jpg"))  # its line is kept, the file never read
+    assert (
+        scrub.scan(
+            fixed.clean / "train_aug.txt", num_classes=CLASSES, scheduler="sync"
+        ).summary.records_with_errors
+        == 0
+    )

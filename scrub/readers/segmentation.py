@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from scrub.checks.base import problem
-from scrub.errors import UnusableDataset
+from scrub.errors import UnusableDataset, UsageError
+from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.images import IMAGE_EXTENSIONS
 from scrub.records import Record
@@ -71,6 +72,43 @@ def pair_files(
     return pairs, tuple(sorted(set(by_stem.values()) - used))
 
 
+def is_pair_list(path: Path, sample: int = 20) -> bool:
+    """A text file whose first lines are each two image paths: an image and its mask."""
+    if path.suffix.lower() not in (".txt", ".lst", ".list", ""):
+        return False
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = [line.split() for _, line in zip(range(sample), (x for x in file if x.strip()))]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(lines) and all(len(parts) == 2 and all(map(is_image_name, parts)) for parts in lines)
+
+
+def list_lines(path: Path) -> list[tuple[str, str | None]]:
+    """(image, mask) of each non-empty line of a pair list (mask None on a line without one)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            parts = [line.split() for line in file if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnusableDataset(f"{path}: not a readable list file ({error})") from None
+    return [(p[0], p[1] if len(p) > 1 else None) for p in parts]
+
+
+def _listed_pair(number: int, root: Path, line: tuple[str, str | None]) -> Pair:
+    image, mask = line
+    return Pair(number, _relative(root, image) or image, _relative(root, mask))
+
+
+def _relative(root: Path, path: str | None) -> str | None:
+    """A listed path as scrub keeps it: relative to the root; a leading ``/`` that names no file
+    is the root's (DeepLab's ``/JPEGImages/x.jpg``)."""
+    if path is None:
+        return None
+    if path.startswith("/") and not os.path.exists(path):
+        return path.lstrip("/")
+    return os.path.relpath(path, root) if os.path.isabs(path) else path
+
+
 def find_folders(path: Path) -> tuple[Path, Path] | None:
     """(images folder, masks folder) of a segmentation dataset, or None: both must exist, and the
     masks folder must hold images (a ``labels/`` of ``.txt`` files is YOLO's, not masks)."""
@@ -105,11 +143,21 @@ class SegmentationReader(Reader[Sequence[Pair]]):
     #: masks that pair with no image, relative to the masks folder
     orphans: tuple[str, ...] = ()
 
+    options_used = frozenset({"root"})
+    #: a list file of ``image mask`` lines (mmsegmentation's and DeepLab's): its name
+    list_file: str | None = None
+
     @classmethod
     def sniff(cls, path: Path) -> bool:
+        if path.is_file():
+            return is_pair_list(path)
         return path.is_dir() and find_folders(path) is not None
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Pair]]]:
+        if self.path.is_file():
+            return self._open_list(partition_size)
+        if self.options.root is not None:
+            raise UsageError(f"--root: applies to list files; {self.path} is a folder")
         folders = find_folders(self.path)
         if folders is None:
             raise UnusableDataset(
@@ -141,11 +189,40 @@ class SegmentationReader(Reader[Sequence[Pair]]):
             )
         return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
 
+    def _open_list(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Pair]]]:
+        """A list file: each line an image and its mask, relative to ``--root`` or the list's
+        folder (a leading ``/`` too, as DeepLab's lists write them, where no such file exists)."""
+        root = self.options.root or self.path.parent
+        self.root, self.list_file = str(root), self.path.name
+        pairs = [_listed_pair(number, root, line) for number, line in enumerate(list_lines(self.path))]
+        if not pairs:
+            raise UnusableDataset(f"{self.path}: the list file is empty")
+        info = DatasetInfo(
+            format=self.format, layout="list-file", root=self.root, labelled=True, records=len(pairs)
+        )
+        info.files[self.path.name] = {"pairs": len(pairs)}
+        return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
+
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        real_root = os.path.realpath(self.root)
         for pair in partition[start:stop]:
             record = Record(
                 pair.key, pair.key, pair.index, None, None, {"kind": "image", "label_known": False}
             )
+            outside = [
+                path
+                for path in (pair.key, pair.partner)
+                if path is not None
+                and not is_within(os.path.realpath(os.path.join(self.root, path)), real_root, itself=False)
+            ]
+            if outside:
+                record.problems.append(
+                    problem(
+                        record, "unsafe-path", f"not read: {outside[0]} resolves outside the dataset root"
+                    )
+                )
+                yield record
+                continue
             try:
                 with open(os.path.join(self.root, self.image_folder, pair.key), "rb") as file:
                     record.payload = file.read()
@@ -175,6 +252,10 @@ class SegmentationReader(Reader[Sequence[Pair]]):
     def pairs_in(self, root: Path) -> tuple[list[Pair], tuple[str, ...]]:
         """The records of a copy of this dataset at ``root`` (a written output), and its
         partner files that are no record's."""
+        if self.list_file is not None:
+            listed = root / self.list_file
+            lines = list_lines(listed) if listed.is_file() else []
+            return [_listed_pair(n, root, line) for n, line in enumerate(lines)], ()
         return pair_files(root / self.image_folder, root / self.partner_folder)
 
     def members(self, partitions: Sequence[Sequence[Pair]]) -> Iterator[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
+from scrub.paths import is_within
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
@@ -29,6 +30,7 @@ class PairsWriter(Writer):
         clean.mkdir()
         if quarantine is not None:
             quarantine.mkdir()
+        went: dict[int, bool] = {}  # record index -> whether it was set aside
         for partition in self.dataset.partitions:
             for pair in partition:
                 files = reader.files_of(pair)
@@ -37,6 +39,7 @@ class PairsWriter(Writer):
                 if files[0][1] is not None and contents[0] is None and not quarantined:
                     quarantined = True  # an image that cannot be read cannot be kept
                     tally.forced.append(f"{pair.key}: unreadable")
+                went[pair.index] = quarantined
                 ledger = tally.quarantined if quarantined else tally.kept
                 ledger.add_record(identity_seed(pair.key, pair.partner), *contents)
                 if quarantined:
@@ -47,12 +50,29 @@ class PairsWriter(Writer):
                 if target is None:
                     continue
                 for (folder, relative), data in zip(files, contents):
-                    if relative is not None and data is not None:
+                    if relative is not None and data is not None and _inside(str(target), folder, relative):
                         destination = target / folder / relative
                         destination.parent.mkdir(parents=True, exist_ok=True)
                         destination.write_bytes(data)
-        tally.other_files = self._copy_the_rest(clean, quarantine)
+        if getattr(reader, "list_file", None) is not None:
+            self._write_lists(went, clean, quarantine)
+        else:
+            tally.other_files = self._copy_the_rest(clean, quarantine)
         return tally
+
+    def _write_lists(self, went: dict[int, bool], clean: Path, quarantine: Path | None) -> None:
+        """A pair list's lines, as they were, into the list of the side each pair went to."""
+        reader: Any = self.reader
+        with open(self.source, encoding="utf-8") as source:
+            lines = [line.rstrip("\r\n") for line in source if line.strip()]
+        outputs = {False: clean / reader.list_file}
+        if quarantine is not None:
+            outputs[True] = quarantine / reader.list_file
+        sides: dict[bool, list[str]] = {False: [], True: []}
+        for index, quarantined in sorted(went.items()):
+            sides[quarantined].append(lines[index])
+        for side, path in outputs.items():
+            path.write_text("".join(f"{line}\n" for line in sides[side]), encoding="utf-8")
 
     def _copy_the_rest(self, clean: Path, quarantine: Path | None) -> int:
         """Partner files of no record, and every file outside the two folders."""
@@ -104,10 +124,17 @@ class YoloWriter(PairsWriter):
 
 
 def _read(root: str, folder: str, relative: str | None) -> bytes | None:
-    if relative is None:
+    """A record's file, or None: missing, or outside the dataset (a list line's ``../x``: never
+    read, never written; its line goes to the quarantine's list)."""
+    if relative is None or not _inside(root, folder, relative):
         return None
     try:
         with open(os.path.join(root, folder, relative), "rb") as file:
             return file.read()
     except OSError:
         return None
+
+
+def _inside(root: str, folder: str, relative: str) -> bool:
+    real = os.path.realpath(root)
+    return is_within(os.path.realpath(os.path.join(root, folder, relative)), real, itself=False)
