@@ -122,8 +122,8 @@ FormatOpt = Annotated[
     str,
     typer.Option(
         "--format",
-        help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, segmentation, "
-        "yolo, coco.",
+        help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, arrow, "
+        "segmentation, yolo, coco.",
     ),
 ]
 RootOpt = Annotated[

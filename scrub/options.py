@@ -200,7 +200,7 @@ KEYS: dict[str, Key] = {
             "read",
             "str",
             per_path=True,
-            help="images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, segmentation (default: detect)",
+            help="the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, arrow, ...",
         ),
         Key(
             "root", "read", "path", per_path=True, help="images list files: the folder paths are relative to"

@@ -172,3 +172,47 @@ def test_without_pyarrow_the_error_names_the_extra(tmp_path):
     done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
     assert done.returncode == 2 and "pip install 'scrub[parquet]'" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("form", ["file", "stream"])
+def test_arrow_ipc_files_are_read_by_record_batch_and_written_alike(tmp_path, form):
+    rng = np.random.default_rng(2)
+    values = rng.normal(size=(30, 4)).astype(np.float32)
+    values[7, 1] = np.inf
+    table = pa.table(
+        {"x": pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 4), "label": np.arange(30) % 3}
+    ).replace_schema_metadata({"source": "test"})
+    path = tmp_path / "rows.arrow"
+    new = pa.ipc.new_file if form == "file" else pa.ipc.new_stream
+    with new(str(path), table.schema) as writer:
+        writer.write_table(table, max_chunksize=8)  # record batches of 8 rows
+    result = scrub.scan(path, num_classes=3, scheduler="sync")
+    assert result.summary.dataset.format == "arrow"
+    assert {(issue.key, issue.check) for issue in result.issues()} == {("7", "nonfinite-data")}
+    assert result.summary.dataset.files["rows.arrow"]["ipc"] == form
+    fixed = scrub.fix(path, quarantine=True, num_classes=3, scheduler="sync")
+    assert fixed.verified
+    opened = pa.ipc.open_file(str(fixed.clean)) if form == "file" else pa.ipc.open_stream(str(fixed.clean))
+    kept = opened.read_all()
+    assert kept.schema.equals(table.schema, check_metadata=True)
+    assert kept.equals(table.filter(pa.array([i != 7 for i in range(30)])))
+
+
+def test_huggingface_save_to_disk_round_trips(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b", "c"])}
+    )
+    images = [{"bytes": image_bytes(i), "path": f"{i}.jpg"} for i in range(10)]
+    images[3]["bytes"] = images[3]["bytes"][:100]
+    labels = [i % 3 for i in range(10)]
+    source = tmp_path / "beans"
+    datasets.Dataset.from_dict({"image": images, "label": labels}, features=features).save_to_disk(
+        str(source)
+    )
+    result = scrub.scan(source, scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {("3", "corrupt-image")}
+    fixed = scrub.fix(source, scheduler="sync")
+    loaded = datasets.load_from_disk(str(fixed.clean))
+    assert len(loaded) == 9 and loaded.features["label"].names == ["a", "b", "c"]
+    assert loaded[3]["image"].size == (48, 48)  # the row after the set-aside one

@@ -177,10 +177,11 @@ def test_webdataset_partitions(tmp_path_factory, shards, members, compress, size
     files=st.lists(st.integers(1, 20), min_size=1, max_size=3),
     group=st.integers(1, 7),
     kind=st.sampled_from(["fixed", "ragged", "table", "image"]),
+    arrow=st.booleans(),
     size=st.integers(1, 25),
     cut=st.tuples(st.integers(0, 25), st.integers(0, 25)),
 )
-def test_parquet_partitions(tmp_path_factory, files, group, kind, size, cut):
+def test_parquet_and_arrow_partitions(tmp_path_factory, files, group, kind, arrow, size, cut):
     import pytest
 
     pa = pytest.importorskip("pyarrow")
@@ -196,7 +197,11 @@ def test_parquet_partitions(tmp_path_factory, files, group, kind, size, cut):
         else:
             data = pa.array(np.arange(rows, dtype=np.float64))
         table = pa.table({"image" if kind == "image" else "x": data, "label": np.arange(rows) % 4})
-        pq.write_table(table, root / f"part-{number}.parquet", row_group_size=group)
+        if arrow:  # record batches of `group` rows, Arrow's IPC file form
+            with pa.ipc.new_file(str(root / f"part-{number}.arrow"), table.schema) as writer:
+                writer.write_table(table, max_chunksize=group)
+        else:
+            pq.write_table(table, root / f"part-{number}.parquet", row_group_size=group)
     check_cover(root, size, cut)
 
 

@@ -175,6 +175,7 @@ REGISTRY: dict[str, str] = {
     "leveldb": "scrub.readers.leveldb:LevelDBReader",
     "webdataset": "scrub.readers.webdataset:WebDatasetReader",
     "parquet": "scrub.readers.parquet:ParquetReader",
+    "arrow": "scrub.readers.parquet:ArrowReader",
     "segmentation": "scrub.readers.segmentation:SegmentationReader",
     "yolo": "scrub.readers.yolo:YoloReader",
     "coco": "scrub.readers.coco:CocoReader",

@@ -21,11 +21,12 @@ Needs ``pyarrow`` (``pip install 'scrub[parquet]'``).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,12 +60,12 @@ def is_parquet_file(path: Path) -> bool:
         return False
 
 
-def parquet_files(folder: Path) -> list[Path]:
-    """The ``.parquet`` files in ``folder`` and its sub-folders (Hugging Face keeps them in
-    ``data/``), by path."""
+def table_files(folder: Path, suffix: str = ".parquet") -> list[Path]:
+    """The ``.parquet`` (or ``.arrow``) files in ``folder`` and its sub-folders (Hugging Face
+    keeps them in ``data/``), by path."""
     return sorted(
         path
-        for path in folder.rglob("*.parquet")
+        for path in folder.rglob(f"*{suffix}")
         if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
     )
 
@@ -78,6 +79,96 @@ def huggingface_features(schema: Any) -> dict[str, Any]:
     except (KeyError, ValueError, TypeError):
         return {}
     return features if isinstance(features, dict) else {}
+
+
+class ParquetStorage:
+    """Parquet files: row groups are the units of reading."""
+
+    name = "Parquet"
+    suffix = ".parquet"
+    unit = "row group"
+
+    @staticmethod
+    def is_file(path: Path) -> bool:
+        return is_parquet_file(path)
+
+    @staticmethod
+    def facts(path: Path) -> tuple[Any, list[int], dict[str, Any]]:
+        """(schema, rows of each group, what the summary says of the file)."""
+        _, parquet = pyarrow_modules()
+        with parquet.ParquetFile(path) as opened:
+            metadata = opened.metadata
+            sizes = [metadata.row_group(n).num_rows for n in range(metadata.num_row_groups)]
+            described = {"rows": metadata.num_rows, "row_groups": metadata.num_row_groups}
+            return opened.schema_arrow, sizes, {**described, "created_by": metadata.created_by}
+
+    @staticmethod
+    def groups(path: str, wanted: Sequence[int], columns: list[str] | None) -> Iterator[tuple[int, Any]]:
+        """(group, its table) of the groups ``wanted``, in order, only ``columns`` (None: all)."""
+        _, parquet = pyarrow_modules()
+        with parquet.ParquetFile(path) as opened:
+            for group in wanted:
+                yield group, opened.read_row_group(group, columns=columns)
+
+
+class ArrowStorage:
+    """Arrow IPC files (Hugging Face's ``save_to_disk`` ``data-00000-of-00001.arrow``, Feather
+    v2): record batches are the units of reading, through a memory map (a batch not wanted is
+    never read)."""
+
+    name = "Arrow"
+    suffix = ".arrow"
+    unit = "record batch"
+
+    @staticmethod
+    def is_file(path: Path) -> bool:
+        try:
+            with open(path, "rb") as file:
+                head = file.read(8)
+        except OSError:
+            return False
+        return head.startswith(b"ARROW1") or head[:4] == b"\xff\xff\xff\xff"
+
+    @staticmethod
+    def _batches(source: Any) -> tuple[Any, Iterator[Any], bool]:
+        """(schema, the batches, whether it is the random-access file format)."""
+        import pyarrow as pa
+
+        try:
+            reader = pa.ipc.open_file(source)
+            return reader.schema, (reader.get_batch(n) for n in range(reader.num_record_batches)), True
+        except pa.ArrowInvalid:
+            source.seek(0)
+            stream = pa.ipc.open_stream(source)
+            return stream.schema, iter(stream), False
+
+    @classmethod
+    def facts(cls, path: Path) -> tuple[Any, list[int], dict[str, Any]]:
+        import pyarrow as pa
+
+        with pa.memory_map(str(path)) as source:
+            schema, batches, random_access = cls._batches(source)
+            sizes = [batch.num_rows for batch in batches]
+        described = {
+            "rows": sum(sizes),
+            "record_batches": len(sizes),
+            "ipc": "file" if random_access else "stream",
+        }
+        return schema, sizes, described
+
+    @classmethod
+    def groups(cls, path: str, wanted: Sequence[int], columns: list[str] | None) -> Iterator[tuple[int, Any]]:
+        import pyarrow as pa
+
+        wanted_set = set(wanted)
+        with pa.memory_map(path) as source:
+            _, batches, _ = cls._batches(source)
+            for number, batch in enumerate(batches):
+                if number in wanted_set:
+                    table = pa.Table.from_batches([batch])
+                    yield number, table.select(columns) if columns is not None else table
+                if number >= max(wanted, default=-1):
+                    return
 
 
 @dataclass(frozen=True)
@@ -114,6 +205,8 @@ class ParquetReader(Reader[RowGroups]):
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("pyarrow.parquet", "PIL.Image")
 
+    #: how the files are read: Parquet's row groups, or Arrow IPC's record batches
+    storage: ClassVar[type[ParquetStorage] | type[ArrowStorage]] = ParquetStorage
     columns: Columns | None = None
     #: the columns chosen, as the summary's ``dataset.files`` says them
     chosen: dict[str, Any] = {}
@@ -121,26 +214,27 @@ class ParquetReader(Reader[RowGroups]):
     @classmethod
     def sniff(cls, path: Path) -> bool:
         if path.is_file():
-            return is_parquet_file(path)
+            return path.suffix.lower() == cls.storage.suffix and cls.storage.is_file(path)
         if path.is_dir():
             try:
-                files = parquet_files(path)
+                files = table_files(path, cls.storage.suffix)
             except OSError:
                 return False
-            return bool(files) and is_parquet_file(files[0])
+            return bool(files) and cls.storage.is_file(files[0])
         return False
 
     def files(self) -> list[Path]:
-        return [self.path] if self.path.is_file() else parquet_files(self.path)
+        return [self.path] if self.path.is_file() else table_files(self.path, self.storage.suffix)
 
     def source_of(self, path: Path) -> str:
         return path.name if self.path.is_file() else path.relative_to(self.path).as_posix()
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowGroups]]:
-        _, parquet = pyarrow_modules()
+        pyarrow_modules()
+        storage = self.storage
         files = self.files()
         if not files:
-            raise UnusableDataset(f"{self.path}: no .parquet files in this folder")
+            raise UnusableDataset(f"{self.path}: no {storage.suffix} files in this folder")
         self.root = str(self.path.parent if self.path.is_file() else self.path)
         info = DatasetInfo(format=self.format, layout="table", root=self.root, labelled=False, records=0)
         partitions: list[RowGroups] = []
@@ -148,39 +242,31 @@ class ParquetReader(Reader[RowGroups]):
         for path in files:
             source = self.source_of(path)
             try:
-                opened = parquet.ParquetFile(path)
+                file_schema, sizes, described = storage.facts(path)
             except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-                raise UnusableDataset(f"{path}: not a readable Parquet file ({first_line(error)})") from None
-            with opened:
-                metadata = opened.metadata
-                if schema is None:
-                    schema = opened.schema_arrow
-                    self.columns = self._choose(schema, info)
-                elif not opened.schema_arrow.remove_metadata().equals(schema.remove_metadata()):
-                    raise UnusableDataset(
-                        f"{path}: its columns differ from {self.source_of(files[0])}'s: name the files "
-                        f"('{self.path}/*.parquet') to scan each as a dataset of its own"
+                raise UnusableDataset(
+                    f"{path}: not a readable {storage.name} file ({first_line(error)})"
+                ) from None
+            if schema is None:
+                schema = file_schema
+                self.columns = self._choose(schema, info)
+            elif not file_schema.remove_metadata().equals(schema.remove_metadata()):
+                raise UnusableDataset(
+                    f"{path}: its columns differ from {self.source_of(files[0])}'s: name the files "
+                    f"('{self.path}/*{storage.suffix}') to scan each as a dataset of its own"
+                )
+            first = 0
+            groups: list[int] = []
+            for number in range(len(sizes)):
+                groups.append(number)
+                if sum(sizes[g] for g in groups) >= partition_size or number == len(sizes) - 1:
+                    partitions.append(
+                        RowGroups(str(path), source, tuple(groups), tuple(sizes[g] for g in groups), first)
                     )
-                sizes = [metadata.row_group(number).num_rows for number in range(metadata.num_row_groups)]
-                first = 0
-                groups: list[int] = []
-                for number in range(len(sizes)):
-                    groups.append(number)
-                    if sum(sizes[g] for g in groups) >= partition_size or number == len(sizes) - 1:
-                        partitions.append(
-                            RowGroups(
-                                str(path), source, tuple(groups), tuple(sizes[g] for g in groups), first
-                            )
-                        )
-                        first += sum(sizes[g] for g in groups)
-                        groups = []
-                info.records += metadata.num_rows
-                info.files[source] = {
-                    **self.chosen,
-                    "rows": metadata.num_rows,
-                    "row_groups": metadata.num_row_groups,
-                    "created_by": metadata.created_by,
-                }
+                    first += sum(sizes[g] for g in groups)
+                    groups = []
+            info.records += sum(sizes)
+            info.files[source] = {**self.chosen, **described}
         assert self.columns is not None
         info.labelled = self.columns.label is not None
         # rows of numbers are known by their content across scans (as HDF5 rows); an image's
@@ -278,26 +364,30 @@ class ParquetReader(Reader[RowGroups]):
     # -- reading (worker side) -------------------------------------------------------------
 
     def read(self, partition: RowGroups, start: int = 0, stop: int | None = None) -> Iterator[Record | Batch]:
-        _, parquet = pyarrow_modules()
+        pyarrow_modules()
         columns = self.columns
         assert columns is not None
         wanted = list(columns.data) + ([columns.label] if columns.label else [])
         stop = len(partition) if stop is None else min(stop, len(partition))
-        offset = 0
-        with parquet.ParquetFile(partition.path) as opened:
-            for group, size in zip(partition.groups, partition.sizes):
-                begin, end = max(start - offset, 0), min(stop - offset, size)
-                if begin < end:
-                    try:
-                        table = opened.read_row_group(group, columns=wanted).slice(begin, end - begin)
-                    except (OSError, ValueError) as error:
-                        raise UnusableDataset(
-                            f"{partition.source}: row group {group} cannot be read ({first_line(error)})"
-                        ) from None
-                    yield from self._rows(table, partition, offset + begin)
-                offset += size
-                if offset >= stop:
-                    return
+        firsts = dict(zip(partition.groups, itertools.accumulate((0, *partition.sizes))))
+        needed = [
+            group
+            for group, size in zip(partition.groups, partition.sizes)
+            if firsts[group] < stop and firsts[group] + size > start
+        ]
+        groups = self.storage.groups(partition.path, needed, wanted)
+        while True:
+            try:
+                group, table = next(groups)
+            except StopIteration:
+                return
+            except (OSError, ValueError) as error:
+                raise UnusableDataset(
+                    f"{partition.source}: {self.storage.unit}s cannot be read ({first_line(error)})"
+                ) from None
+            offset = firsts[group]
+            begin, end = max(start - offset, 0), min(stop - offset, table.num_rows)
+            yield from self._rows(table.slice(begin, end - begin), partition, offset + begin)
 
     def _rows(self, table: Any, partition: RowGroups, offset: int) -> Iterator[Record | Batch]:
         columns = self.columns
@@ -453,3 +543,10 @@ def _row_ranges(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
             np.asarray(values.is_null().to_numpy(zero_copy_only=False)), np.nan, leaf.astype(np.float64)
         )
     return begins, ends, valid, leaf
+
+
+class ArrowReader(ParquetReader):
+    """Arrow IPC files (see `ArrowStorage`): the same columns and checks as Parquet's."""
+
+    format = "arrow"
+    storage = ArrowStorage

@@ -124,6 +124,7 @@ REGISTRY: dict[str, str] = {
     "leveldb": "scrub.writers.leveldb:LevelDBWriter",
     "webdataset": "scrub.writers.webdataset:WebDatasetWriter",
     "parquet": "scrub.writers.parquet:ParquetWriter",
+    "arrow": "scrub.writers.parquet:ArrowWriter",
     "segmentation": "scrub.writers.segmentation:PairsWriter",
     "yolo": "scrub.writers.segmentation:YoloWriter",
     "coco": "scrub.writers.coco:CocoWriter",

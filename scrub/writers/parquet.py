@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
-from scrub.readers.parquet import pyarrow_modules
+from scrub.readers.parquet import ParquetStorage, pyarrow_modules
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
@@ -32,46 +32,58 @@ class ParquetWriter(Writer):
         ]
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
-        _, parquet = pyarrow_modules()
+        pyarrow_modules()
         tally = Tally()
+        storage = self.reader.storage
         quarantines = {path: target for path, _, target in self._targets(quarantine)} if quarantine else {}
         for path, source, target in self._targets(clean):
-            with parquet.ParquetFile(path) as opened:
-                metadata = opened.metadata
-                codec = _codec(metadata)
-                outputs = {False: target}
-                if path in quarantines:
-                    outputs[True] = quarantines[path]
-                writers: dict[bool, Any] = {}
-                try:
-                    for side, output in outputs.items():
-                        output.parent.mkdir(parents=True, exist_ok=True)
-                        writers[side] = parquet.ParquetWriter(output, opened.schema_arrow, compression=codec)
-                    first = 0
-                    for group in range(metadata.num_row_groups):
-                        table = opened.read_row_group(group)
-                        rows = np.arange(first, first + table.num_rows)
-                        set_aside = np.fromiter(
-                            (verdicts.quarantined(source, int(row)) for row in rows),
-                            dtype=bool,
-                            count=len(rows),
-                        )
-                        values = _row_values(source, rows, table)
-                        tally.kept.add_values(values[~set_aside])
-                        tally.quarantined.add_values(values[set_aside])
-                        tally.records_quarantined += int(set_aside.sum())
-                        tally.records_kept += int((~set_aside).sum())
-                        for side, writer in writers.items():
-                            part = table.filter(set_aside if side else ~set_aside)
-                            if part.num_rows:
-                                writer.write_table(part, row_group_size=part.num_rows)
-                        first += table.num_rows
-                finally:
-                    for writer in writers.values():
-                        writer.close()
+            schema, sizes, described = storage.facts(path)
+            outputs = {False: target}
+            if path in quarantines:
+                outputs[True] = quarantines[path]
+            writers: dict[bool, Any] = {}
+            try:
+                for side, output in outputs.items():
+                    output.parent.mkdir(parents=True, exist_ok=True)
+                    writers[side] = self._new_file(output, path, schema, described)
+                first = 0
+                for _, table in storage.groups(str(path), range(len(sizes)), None):
+                    rows = np.arange(first, first + table.num_rows)
+                    set_aside = np.fromiter(
+                        (verdicts.quarantined(source, int(row)) for row in rows),
+                        dtype=bool,
+                        count=len(rows),
+                    )
+                    values = _row_values(source, rows, table)
+                    tally.kept.add_values(values[~set_aside])
+                    tally.quarantined.add_values(values[set_aside])
+                    tally.records_quarantined += int(set_aside.sum())
+                    tally.records_kept += int((~set_aside).sum())
+                    for side, writer in writers.items():
+                        part = table.filter(set_aside if side else ~set_aside)
+                        if part.num_rows:  # one row group (record batch) per source one
+                            writer.write_table(part, part.num_rows)
+                    first += table.num_rows
+            finally:
+                for writer in writers.values():
+                    writer.close()
         if self.source.is_dir():
             tally.other_files += self._copy_other_files(clean)
         return tally
+
+    def _new_file(self, output: Path, source: Path, schema: Any, described: dict[str, Any]) -> Any:
+        """A writer of a new file like ``source``: its schema (and metadata), codec, and for
+        Arrow its IPC form (file or stream)."""
+        import pyarrow as pa
+
+        _, parquet = pyarrow_modules()
+        if self.reader.storage is ParquetStorage:
+            with parquet.ParquetFile(source) as opened:
+                codec = _codec(opened.metadata)
+            return parquet.ParquetWriter(output, schema, compression=codec)
+        if described.get("ipc") == "file":
+            return pa.ipc.new_file(str(output), schema)
+        return pa.ipc.new_stream(str(output), schema)
 
     def _copy_other_files(self, clean: Path) -> int:
         """Files of a dataset folder that are not Parquet (a Hugging Face README.md, its
@@ -81,7 +93,7 @@ class ParquetWriter(Writer):
             relative = path.relative_to(self.source)
             if (
                 path.is_file()
-                and path.suffix != ".parquet"
+                and path.suffix != self.reader.storage.suffix
                 and not any(p.startswith(".") for p in relative.parts)
             ):
                 (clean / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -90,27 +102,26 @@ class ParquetWriter(Writer):
         return copied
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
-        _, parquet = pyarrow_modules()
+        pyarrow_modules()
+        storage = self.reader.storage
         ledger = Ledger()
         if not target.exists():
             return ledger
         for path, source, output in self._targets(target):
             if not output.exists():
                 continue
-            with parquet.ParquetFile(path) as original:
-                rows = original.metadata.num_rows
+            rows = sum(storage.facts(path)[1])
             wanted = np.array(
                 [row for row in range(rows) if verdicts.quarantined(source, row) == (side == "quarantine")],
                 dtype=np.int64,
             )
-            with parquet.ParquetFile(output) as written:
-                if written.metadata.num_rows != len(wanted):  # a row lost or added: the sums cannot match
-                    ledger.add_values(np.zeros(1, np.uint64))
-                first = 0
-                for group in range(written.metadata.num_row_groups):
-                    table = written.read_row_group(group)
-                    ledger.add_values(_row_values(source, wanted[first : first + table.num_rows], table))
-                    first += table.num_rows
+            _, written, _ = storage.facts(output)
+            if sum(written) != len(wanted):  # a row lost or added: the sums cannot match
+                ledger.add_values(np.zeros(1, np.uint64))
+            first = 0
+            for _, table in storage.groups(str(output), range(len(written)), None):
+                ledger.add_values(_row_values(source, wanted[first : first + table.num_rows], table))
+                first += table.num_rows
         return ledger
 
 
@@ -148,3 +159,7 @@ def _fixed_width(kind: Any) -> bool:
     import pyarrow as pa
 
     return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
+class ArrowWriter(ParquetWriter):
+    format = "arrow"
