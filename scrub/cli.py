@@ -177,6 +177,13 @@ IgnoreIndexOpt = Annotated[
         "(default 255; 'none': every value is a class)."
     ),
 ]
+MaskPaletteOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Segmentation: read RGB masks through these colours by class id: voc (Pascal VOC's), "
+        "or a JSON file (a list of [r, g, b], or an object of id -> [r, g, b])."
+    ),
+]
 SelectOpt = Annotated[Optional[str], typer.Option(help="Run only these checks (comma-separated ids).")]
 IgnoreOpt = Annotated[Optional[str], typer.Option(help="Skip these checks (comma-separated ids).")]
 SchedulerOpt = Annotated[
@@ -317,6 +324,7 @@ def scan(
     label_range: RangeOpt = None,
     max_pixels: PixelsOpt = None,
     ignore_index: IgnoreIndexOpt = None,
+    mask_palette: MaskPaletteOpt = None,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
     check_severity: CheckSeverityOpt = None,
@@ -484,6 +492,7 @@ def fix(
     label_range: RangeOpt = None,
     max_pixels: PixelsOpt = None,
     ignore_index: IgnoreIndexOpt = None,
+    mask_palette: MaskPaletteOpt = None,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
     check_severity: CheckSeverityOpt = None,

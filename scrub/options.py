@@ -129,6 +129,7 @@ class ScanOptions:
             "label_range": list(checks.label_range) if checks.label_range else None,
             "max_pixels": checks.max_pixels,
             "ignore_index": checks.ignore_index,
+            "mask_palette": [[index, list(colour)] for index, colour in checks.mask_palette or ()] or None,
             "precision": checks.precision,
             "select": list(self.selection.select) if self.selection.select is not None else None,
             "ignore": list(self.selection.ignored),
@@ -231,6 +232,13 @@ KEYS: dict[str, Key] = {
         Key("num-classes", "checks", "int", minimum=1, per_path=True, help="labels must lie in [0, N)"),
         Key("label-range", "checks", "range", per_path=True, help="valid labels LO:HI (HI exclusive)"),
         Key("max-pixels", "checks", "int", minimum=1, per_path=True, help="decompression-bomb limit"),
+        Key(
+            "mask-palette",
+            "checks",
+            "palette",
+            per_path=True,
+            help="segmentation: the colours of RGB masks by class id: voc, or a JSON file",
+        ),
         Key(
             "ignore-index",
             "checks",
@@ -337,6 +345,8 @@ def coerce(key: Key, value: Any, where: str) -> Any:
         return tuple(value)
     elif key.kind == "severities":
         return _severities(value, where)
+    elif key.kind == "palette":
+        return _palette(value, where)
     elif key.kind == "index":
         if isinstance(value, str) and value.strip().lower() == "none":
             return None
@@ -380,6 +390,58 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
         if level not in SEVERITY_LEVELS:
             raise UsageError(f"{where}: {check} = {level!r}: choose one of {', '.join(SEVERITY_LEVELS)}")
     return tuple(sorted(value.items()))
+
+
+def voc_palette() -> tuple[tuple[int, tuple[int, int, int]], ...]:
+    """Pascal VOC's colour map (and so its PNG masks' palette): class id i's colour from the
+    bits of i, 255 (void) the boundary's (224, 224, 192)."""
+    palette = []
+    for index in range(256):
+        red = green = blue = 0
+        code = index
+        for shift in range(8):
+            red |= ((code >> 0) & 1) << (7 - shift)
+            green |= ((code >> 1) & 1) << (7 - shift)
+            blue |= ((code >> 2) & 1) << (7 - shift)
+            code >>= 3
+        palette.append((index, (red, green, blue)))
+    return tuple(palette)
+
+
+def _palette(value: Any, where: str) -> tuple[tuple[int, tuple[int, int, int]], ...]:
+    """``voc``, a JSON file (a list of [r, g, b] by class id, or an object of id -> [r, g, b]),
+    or the model's own form, as (class id, colour) pairs."""
+    import json
+
+    if isinstance(value, Mapping):  # a config table: id = [r, g, b]
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)):  # the model's (id, colour) pairs, or colours by id
+        pairs = (
+            [(item[0], item[1]) for item in value]
+            if all(isinstance(item, (list, tuple)) and len(item) == 2 for item in value)
+            else list(enumerate(value))
+        )
+    elif str(value).lower() == "voc":
+        return voc_palette()
+    else:
+        try:
+            document = json.loads(Path(str(value)).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise UsageError(f"{where}: expected voc or a JSON file of colours ({error})") from None
+        pairs = list(document.items()) if isinstance(document, dict) else list(enumerate(document))
+    palette: list[tuple[int, tuple[int, int, int]]] = []
+    for index, colour in pairs:
+        try:
+            channels = [int(c) for c in colour]
+            number = int(index)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: class {index}: expected [r, g, b], got {colour!r}") from None
+        if len(channels) != 3 or not all(0 <= c <= 255 for c in channels):
+            raise UsageError(f"{where}: class {index}: expected [r, g, b] of 0..255, got {colour!r}")
+        palette.append((number, (channels[0], channels[1], channels[2])))
+    if not palette:
+        raise UsageError(f"{where}: the palette is empty")
+    return tuple(palette)
 
 
 def parse_label_range(text: str, where: str = "--label-range") -> tuple[int, int]:

@@ -84,6 +84,7 @@ def test_every_key_lands_in_the_model():
         "severities": {"duplicate": "ignore"},
         "range": "0:3",
         "index": 254,
+        "palette": "voc",
     }
     for name, key in KEYS.items():
         value = (

@@ -5,6 +5,7 @@ cross-entropy loss (ignore_index=255) in real PyTorch where the source gives NaN
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -215,3 +216,39 @@ def test_a_list_of_image_mask_pairs(tmp_path):
         ).summary.records_with_errors
         == 0
     )
+
+
+def test_rgb_masks_are_read_through_a_palette(tmp_path):
+    """VOC's colour-coded masks (SegmentationClass PNGs saved as RGB) with --mask-palette voc;
+    a colour the palette lacks is still a finding."""
+    from scrub.options import voc_palette
+
+    colours = dict(voc_palette())
+    root = tmp_path / "voc"
+    for i in range(3):
+        classes = np.zeros((8, 8), np.uint8)
+        classes[2:6, 2:6] = 1 + i
+        classes[0] = 255  # the boundary colour
+        rgb = np.array([colours[c] for c in classes.ravel()], np.uint8).reshape(8, 8, 3)
+        if i == 2:
+            rgb[7, 7] = (1, 2, 3)  # no class has this colour
+        (root / "JPEGImages").mkdir(parents=True, exist_ok=True)
+        (root / "SegmentationClass").mkdir(exist_ok=True)
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(root / "JPEGImages" / f"{i}.jpg")
+        (root / "SegmentationClass" / f"{i}.png").write_bytes(png(rgb))
+    without = scrub.scan(root, num_classes=21, scheduler="sync")
+    assert {issue.check for issue in without.issues()} == {"mask-not-class-map"}
+    assert "--mask-palette" in next(iter(without.issues())).message
+    result = scrub.scan(root, num_classes=2, mask_palette="voc", scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("1.jpg", "mask-out-of-range"),  # class 2 in a 2-class model: the colours were read
+        ("2.jpg", "mask-not-class-map"),  # (1, 2, 3) is no class's
+        ("2.jpg", "mask-out-of-range"),
+    }
+    assert result.summary.stats["mask_pixels"][255] == 24  # the boundary colour is the void id
+    palette = tmp_path / "palette.json"
+    palette.write_text(json.dumps({"0": [0, 0, 0], "1": [128, 0, 0], "2": [0, 128, 0], "3": [128, 128, 0]}))
+    result = scrub.scan(root, num_classes=4, mask_palette=str(palette), scheduler="sync")
+    unmapped = [issue for issue in result.issues() if issue.check == "mask-not-class-map"]
+    assert {issue.key for issue in unmapped} == {"0.jpg", "1.jpg", "2.jpg"}  # no 255's colour in this one
+    assert "palette" in one_line_error("scan", root, "--mask-palette", tmp_path / "missing.json")

@@ -53,6 +53,9 @@ class CheckOptions:
     max_pixels: int | None = None
     #: the mask value a segmentation loss ignores (``cross_entropy(ignore_index=...)``); None: none
     ignore_index: int | None = 255
+    #: colours of RGB masks, as (class id, (r, g, b)) pairs (``--mask-palette``); None: RGB masks
+    #: are not class maps
+    mask_palette: tuple[tuple[int, tuple[int, int, int]], ...] | None = None
 
     @property
     def declared_range(self) -> tuple[int, int] | None:

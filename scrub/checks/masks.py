@@ -27,12 +27,18 @@ class MaskFacts:
     mode: str | None = None
     width: int | None = None
     height: int | None = None
-    #: pixel value -> count (class maps only; an RGB mask's colours are not counted)
+    #: pixel value -> count (class maps, and RGB masks read through a palette)
     counts: dict[int, int] = field(default_factory=dict)
+    #: an RGB mask read through a palette: its pixels of colours the palette does not have, and
+    #: the first few of those colours
+    unmapped: int = 0
+    unmapped_colours: list[list[int]] = field(default_factory=list)
 
 
-def inspect_mask(data: bytes) -> MaskFacts:
-    """Decode a mask and count its pixel values."""
+def inspect_mask(
+    data: bytes, palette: tuple[tuple[int, tuple[int, int, int]], ...] | None = None
+) -> MaskFacts:
+    """Decode a mask and count its pixel values (an RGB mask's through ``palette``)."""
     from PIL import Image
 
     try:
@@ -41,6 +47,8 @@ def inspect_mask(data: bytes) -> MaskFacts:
             facts = MaskFacts(mode=image.mode, width=image.width, height=image.height)
             if image.mode in CLASS_MAP_MODES:
                 facts.counts = mask_pixel_counts(np.asarray(image))
+            elif palette is not None and image.mode in ("RGB", "RGBA"):
+                _through_palette(np.asarray(image)[..., :3], palette, facts)
     except Exception as error:
         message = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(error))  # Pillow's repr
         return MaskFacts(error=message or type(error).__name__)
@@ -66,6 +74,30 @@ MISSING_MASK = reader_check(
     """,
     needs="masks",
 )
+
+
+def _through_palette(
+    pixels: np.ndarray, palette: tuple[tuple[int, tuple[int, int, int]], ...], facts: MaskFacts
+) -> None:
+    """Class ids of an RGB mask's pixels by their colours (``--mask-palette``)."""
+    codes = (
+        (pixels[..., 0].astype(np.uint32) << 16) | (pixels[..., 1].astype(np.uint32) << 8) | pixels[..., 2]
+    )
+    known = np.array(sorted((r << 16 | g << 8 | b, index) for index, (r, g, b) in palette), dtype=np.int64)
+    colours, counts = np.unique(codes, return_counts=True)
+    where = np.clip(np.searchsorted(known[:, 0], colours), 0, len(known) - 1)
+    found = known[where, 0] == colours
+    for colour, count, place, hit in zip(colours, counts, where, found):
+        if hit:
+            index = int(known[place, 1])
+            facts.counts[index] = facts.counts.get(index, 0) + int(count)
+        else:
+            facts.unmapped += int(count)
+            if len(facts.unmapped_colours) < 8:
+                facts.unmapped_colours.append(
+                    [int(colour) >> 16, (int(colour) >> 8) & 255, int(colour) & 255]
+                )
+    facts.mode = f"{facts.mode} (palette)"
 
 
 def _facts(record: Record) -> MaskFacts | None:
@@ -125,7 +157,9 @@ def mask_not_class_map(record: Record, options: CheckOptions) -> Finding | None:
 
     What it finds:
         RGB or RGBA masks: colour-coded visualisations (VOC's or Cityscapes' colours) saved
-        instead of the class ids; palette (`P`) masks are class maps and pass.
+        instead of the class ids; palette (`P`) masks are class maps and pass. With
+        `--mask-palette` (`voc`, or a JSON file of colours by class id) RGB masks are read
+        through it, and only pixels of a colour it lacks are this finding.
     Why it breaks training:
         Read as labels, a colour such as (128, 64, 128) becomes values far above the class
         count: `IndexError: Target 128 is out of bounds` on CPU, a device-side assert on GPU.
@@ -137,8 +171,16 @@ def mask_not_class_map(record: Record, options: CheckOptions) -> Finding | None:
     facts = _facts(record)
     if facts is None or facts.error is not None or facts.mode in CLASS_MAP_MODES:
         return None
+    if facts.mode is not None and facts.mode.endswith("(palette)"):
+        if not facts.unmapped:
+            return None
+        return Finding(
+            f"{facts.unmapped} pixels of colours not in --mask-palette: "
+            + ", ".join(str(tuple(c)) for c in facts.unmapped_colours[:4]),
+            {"pixels": facts.unmapped, "colours": facts.unmapped_colours},
+        )
     return Finding(
-        f"mask is {facts.mode} (colours), not a class map of one id per pixel",
+        f"mask is {facts.mode} (colours), not a class map of one id per pixel (give --mask-palette)",
         {"mode": facts.mode},
     )
 

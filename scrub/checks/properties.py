@@ -25,7 +25,7 @@ def annotate(record: Record, options: CheckOptions) -> None:
         record.meta["image"] = inspect_image(bytes(payload), options.max_pixels)
     mask = record.meta.get("mask")
     if mask is not None:
-        record.meta["mask_facts"] = inspect_mask(mask)
+        record.meta["mask_facts"] = inspect_mask(mask, options.mask_palette)
 
 
 def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> None:
