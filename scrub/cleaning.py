@@ -98,6 +98,11 @@ def fix(
     )
     try:
         writer = writer_for(dataset)
+        if options.link and not writer.links:
+            raise UsageError(
+                f"--link: hard-links the kept files of image folders and lists; {dataset.path} "
+                f"({writer.format}) is rewritten record by record, never linked"
+            )
         outputs = _Outputs(
             dataset,
             writer,

@@ -18,7 +18,7 @@ import h5py
 import lmdb
 import numpy as np
 import pytest
-from conftest import SAMPLES, image_bytes, write
+from conftest import SAMPLES, image_bytes, one_line_error, write
 
 import scrub
 from scrub.cleaning import _verify
@@ -451,3 +451,12 @@ def test_default_outputs_are_named_after_the_dataset_and_fix_dot_works(tmp_path)
     assert (images.parent / "images.clean" / "cat" / "cat_001.jpg").is_file()
     assert run_cli("scan", ".", "-q", "--json", tmp_path / "s.json", cwd=images).returncode == 1
     assert json.loads((tmp_path / "s.json").read_text())["path"] == str(images)
+
+
+def test_link_on_a_dataset_that_is_rewritten_is_an_error(tmp_path):
+    """--link hard-links image files; a format whose records are rewritten says so, in one line,
+    rather than ignoring it."""
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(12, dtype=np.float32).reshape(4, 3))
+    assert "--link" in one_line_error("fix", path, "--link")
+    assert not (tmp_path / "rows.clean.npy").exists()

@@ -69,6 +69,8 @@ class Writer(ABC):
     """Base class of all writers; one per reader format."""
 
     format: ClassVar[str]
+    #: Whether `write` can hard-link kept files (``fix --link``) rather than copy them.
+    links: ClassVar[bool] = False
     #: Whether the format's library cannot shut down after a failed write (HDF5 segfaults closing
     #: a file whose writes failed): then the command line exits at once after its error line.
     unsafe_after_write_failure: ClassVar[bool] = False

@@ -35,6 +35,7 @@ from scrub.writers.base import Tally, Verdicts, Writer
 
 class ImageWriter(Writer):
     format = "images"
+    links = True
 
     @property
     def listed(self) -> bool:
