@@ -18,7 +18,7 @@ import orjson
 import xxhash
 
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
-from scrub.checks.base import REGISTRY, Check, CheckOptions, Finding, make_issue
+from scrub.checks.base import REGISTRY, Check, CheckOptions, Finding, make_issue, sorted_unique
 from scrub.checks.images import decoder_failure
 from scrub.checks.masks import mask_pixel_counts
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
@@ -175,7 +175,7 @@ class Encoder:
         self.flush(result)
         result.lines, result.line_count = self.lines, self.count
         result.flagged = {
-            severity: np.unique(np.concatenate(found)) for severity, found in self.flagged.items()
+            severity: sorted_unique(np.concatenate(found)) for severity, found in self.flagged.items()
         }
         result.findings = self.collector
 

@@ -218,3 +218,15 @@ def make_issue(check_id: str, source: str, key: str, index: int | None, finding:
 def problem(record: Record, check_id: str, message: str, **details: Any) -> Issue:
     """An issue that a reader found on a record it could not read normally."""
     return make_issue(check_id, record.source, record.key, record.index, Finding(message, details))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-D array, without its first call's import of ``numpy.ma``
+    (25 ms of every scan's start-up, measured with ``-X importtime``)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]

@@ -11,7 +11,16 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position, batch_collector, dataset_check
+from scrub.checks.base import (
+    CheckOptions,
+    Column,
+    Finding,
+    Locate,
+    Position,
+    batch_collector,
+    dataset_check,
+    sorted_unique,
+)
 from scrub.checks.labels import integer_label, integral_labels
 from scrub.records import Batch, Record, Severity
 
@@ -108,7 +117,7 @@ def shape_mismatch(column: Column, options: CheckOptions, locate: Locate) -> Jud
     """
     judgement: Judgement = []
     kinds = np.array([value.partition("|")[0] for value in column.values], dtype=object)
-    for kind in np.unique(kinds) if len(kinds) else []:  # images against images, arrays against arrays
+    for kind in sorted_unique(kinds) if len(kinds) else []:  # images against images, arrays against arrays
         members = np.flatnonzero(kinds == kind)
         values = np.array([v.partition("|")[2] for v in column.values[members]], dtype=object)
         names, counts = np.unique(values, return_counts=True)

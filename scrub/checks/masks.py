@@ -265,7 +265,7 @@ def mask_out_of_range_rows(batch: Batch, options: CheckOptions) -> list[tuple[in
     counts = outside.sum(axis=1)
     found = []
     for row in np.flatnonzero(counts):
-        values = sorted({int(v) for v in np.unique(flat[row][outside[row]])})
+        values = sorted({int(v) for v in flat[row][outside[row]]})
         found.append(
             (
                 int(row),
