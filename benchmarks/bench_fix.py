@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,21 +36,12 @@ with h5py.File(sys.argv[1], "r") as source, h5py.File(sys.argv[2], "w") as targe
 """
 
 
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(command[:5])} failed: {done.stderr.strip()[-400:]}")
-    return seconds
-
-
 def best(repeat: int, command: list[str], before=None) -> float:
     times = []
     for _ in range(repeat):
         if before is not None:
             before()
-        times.append(timed(command))
+        times.append(benchdata.timed(command))
     return min(times)
 
 

@@ -29,7 +29,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -216,15 +215,6 @@ def csv_list(images: Path) -> Path:
     return path
 
 
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode not in (0, 1):
-        raise RuntimeError(f"{command[:4]} failed: {result.stderr.strip()[-400:]}")
-    return seconds
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"))
@@ -266,18 +256,17 @@ def main() -> int:
         subprocess.run(["cat", *warm], stdout=subprocess.DEVNULL, check=True)  # a warm page cache
         scrub_runs, naive_runs = [], []
         for _ in range(args.repeat):
-            naive_runs.append(timed([args.python, "-c", naive, str(path)]))
+            naive_runs.append(benchdata.timed([args.python, "-c", naive, str(path)]))
             scrub_runs.append(
-                timed([args.python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest)])
+                benchdata.timed(
+                    [args.python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest)]
+                )
             )
         ours, theirs = statistics.median(scrub_runs), statistics.median(naive_runs)
         lines.append(f"| {name} | {theirs:.2f} | {ours:.2f} | {theirs / ours:.2f}x |")
         print(lines[-1], flush=True)
     manifest.unlink(missing_ok=True)
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown_out:
-        args.markdown_out.write_text(report)
+    benchdata.report(lines, args.markdown_out)
     return 0
 
 

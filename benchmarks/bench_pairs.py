@@ -21,7 +21,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -102,15 +101,6 @@ def pairs_of(images: Path, workdir: Path, count: int) -> tuple[Path, Path]:
     return segmentation, yolo
 
 
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode not in (0, 1):
-        raise RuntimeError(f"{command[:4]} failed: {result.stderr.strip()[-400:]}")
-    return seconds
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"))
@@ -144,9 +134,9 @@ def main() -> int:
         subprocess.run(warm, stdout=subprocess.DEVNULL, check=True)  # a warm page cache
         scrub_runs, naive_runs = [], []
         for _ in range(args.repeat):
-            naive_runs.append(timed([args.python, "-c", naive, str(path)]))
+            naive_runs.append(benchdata.timed([args.python, "-c", naive, str(path)]))
             scrub_runs.append(
-                timed(
+                benchdata.timed(
                     [
                         args.python,
                         "-m",
@@ -167,10 +157,7 @@ def main() -> int:
         )
         print(lines[-1], flush=True)
     manifest.unlink(missing_ok=True)
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown_out:
-        args.markdown_out.write_text(report)
+    benchdata.report(lines, args.markdown_out)
     return 0
 
 

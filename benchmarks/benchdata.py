@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -24,3 +25,21 @@ def plain_hdf5(workdir: Path, gib: float) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     generate(path, int(gib * 2**30 / (ROW * 4)), None)
     return path
+
+
+def timed(command: list[str]) -> float:
+    """Wall seconds of one command (a scan's exit 1, "issues found", is a success here)."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(map(str, command[:5]))} failed: {done.stderr.strip()[-400:]}")
+    return seconds
+
+
+def report(lines: list[str], markdown_out: Path | None) -> None:
+    """Print a benchmark's Markdown table, and write it to ``markdown_out`` when given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if markdown_out:
+        markdown_out.write_text(text)

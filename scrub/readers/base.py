@@ -221,6 +221,20 @@ def open_reader(
     )
 
 
+def read_bytes(record: Record, path: str, shown: str, check: str = "missing-file") -> bytes | None:
+    """A record's file, or None with a problem on the record (``check``) saying why not."""
+    from scrub.checks.base import problem
+
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        record.problems.append(problem(record, check, f"no such file: {shown}"))
+    except OSError as error:
+        record.problems.append(problem(record, check, f"cannot read {shown}: {error.strerror}"))
+    return None
+
+
 GLOB_CHARACTERS = frozenset("*?[")
 #: a brace pattern, as WebDataset names shards: ``train-{000000..000099}.tar``, ``{a,b}.tar``
 BRACES = re.compile(r"\{[^{}]*(\.\.|,)[^{}]*\}")

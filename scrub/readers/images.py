@@ -28,7 +28,7 @@ from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader, read_bytes
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.lmdb import decode_value
@@ -307,20 +307,12 @@ class ImageReader(Reader[Sequence[Entry]]):
             if unsafe is not None:
                 record.problems.append(problem(record, "unsafe-path", f"not read: {unsafe}", path=entry.key))
             else:
-                try:
-                    with open(path, "rb") as file:
-                        record.payload = file.read()
-                    if self.arrays:
-                        del record.meta["kind"]  # an array, once it loads
-                        record.meta["raw"] = record.payload  # what `fix` copies
-                        decode_value(record, record.payload, "npy", False)
-                        del record.meta["label_known"]  # the folder's label, as for images
-                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                    record.problems.append(problem(record, "missing-file", f"no such file: {entry.key}"))
-                except OSError as error:
-                    record.problems.append(
-                        problem(record, "missing-file", f"cannot read {entry.key}: {error.strerror}")
-                    )
+                record.payload = read_bytes(record, path, entry.key)
+                if record.payload is not None and self.arrays:
+                    del record.meta["kind"]  # an array, once it loads
+                    record.meta["raw"] = record.payload  # what `fix` copies
+                    decode_value(record, record.payload, "npy", False)
+                    del record.meta["label_known"]  # the folder's label, as for images
             yield record
 
     def members(self, partitions: Sequence[Sequence[Entry]]) -> Iterator[str]:

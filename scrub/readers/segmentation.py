@@ -13,6 +13,7 @@ are named in a note and copied into the cleaned copy.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +21,7 @@ from typing import NamedTuple
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import DatasetInfo, Reader, read_bytes
 from scrub.readers.images import IMAGE_EXTENSIONS
 from scrub.records import Record
 
@@ -223,26 +224,18 @@ class SegmentationReader(Reader[Sequence[Pair]]):
                 )
                 yield record
                 continue
-            try:
-                with open(os.path.join(self.root, self.image_folder, pair.key), "rb") as file:
-                    record.payload = file.read()
-            except OSError as error:
-                record.problems.append(
-                    problem(record, "missing-file", f"cannot read {pair.key}: {error.strerror}")
-                )
+            record.payload = read_bytes(
+                record, os.path.join(self.root, self.image_folder, pair.key), pair.key
+            )
             if pair.partner is None:
                 record.problems.append(
                     problem(record, "missing-mask", f"no mask for {pair.key} in {self.partner_folder}/")
                 )
             else:
-                record.meta["mask_name"] = f"{self.partner_folder}/{pair.partner}"
-                try:
-                    with open(os.path.join(self.root, self.partner_folder, pair.partner), "rb") as file:
-                        record.meta["mask"] = file.read()
-                except OSError as error:
-                    record.problems.append(
-                        problem(record, "missing-mask", f"cannot read {pair.partner}: {error.strerror}")
-                    )
+                record.meta["mask_name"] = name = posixpath.join(self.partner_folder, pair.partner)
+                mask = read_bytes(record, os.path.join(self.root, name), name, "missing-mask")
+                if mask is not None:
+                    record.meta["mask"] = mask
             yield record
 
     def files_of(self, pair: Pair) -> list[tuple[str, str | None]]:

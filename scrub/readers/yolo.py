@@ -20,7 +20,7 @@ from typing import Any
 from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import DatasetInfo, Reader, read_bytes
 from scrub.readers.segmentation import IMAGE_FOLDERS, Pair, holds_a_file, pair_files
 from scrub.records import Record
 
@@ -174,13 +174,9 @@ class YoloReader(Reader[Sequence[Pair]]):
                 )
             else:
                 record.meta["kind"] = "image"
-                try:
-                    with open(os.path.join(self.root, self.image_folder, pair.key), "rb") as file:
-                        record.payload = file.read()
-                except OSError as error:
-                    record.problems.append(
-                        problem(record, "missing-file", f"cannot read {pair.key}: {error.strerror}")
-                    )
+                record.payload = read_bytes(
+                    record, os.path.join(self.root, self.image_folder, pair.key), pair.key
+                )
             if pair.partner is None:
                 record.problems.append(
                     problem(record, "missing-boxes", f"no label file for {pair.key}: a background image")
