@@ -280,18 +280,22 @@ class HDF5Reader(Reader[RowRange]):
                 yield from self._read_in_pieces(partition, data, label, first, last)
                 return
             buffer = _buffer((partition.block_rows, *data.shape[1:]), data.dtype)
-            if partition.masks:
-                yield from self._read_with_masks(partition, data, label, buffer, first, last)
-                return
             width = (partition.label_width,) if partition.label_width else ()
-            labels = np.empty((partition.block_rows, *width), dtype=np.float64) if label is not None else None
+            labels = (
+                np.empty((partition.block_rows, *width), dtype=np.float64)
+                if label is not None and not partition.masks
+                else None
+            )
             for begin in range(first, last, partition.block_rows):
                 end = min(begin + partition.block_rows, last)
                 count = end - begin
+                meta: dict[str, np.ndarray] = {}
                 try:
                     if count and buffer.size:
                         data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
-                    if labels is not None:
+                    if partition.masks and label is not None:  # (n, H, W) class maps, as stored
+                        meta["masks"] = np.asarray(label[begin:end])
+                    elif labels is not None:
                         assert label is not None  # labels are allocated only for a labelled file
                         labels[:count] = np.asarray(label[begin:end], dtype=np.float64).reshape(count, *width)
                 except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
@@ -304,26 +308,8 @@ class HDF5Reader(Reader[RowRange]):
                     begin - partition.start,
                     buffer[:count],
                     None if labels is None else labels[:count],
+                    meta,
                 )
-
-    def _read_with_masks(
-        self, partition: RowRange, data, masks, buffer: np.ndarray, first: int, last: int
-    ) -> Iterator[Batch]:
-        """Blocks of rows with their (N, H, W) masks in ``Batch.meta["masks"]``."""
-        for begin in range(first, last, partition.block_rows):
-            end = min(begin + partition.block_rows, last)
-            count = end - begin
-            try:
-                if count and buffer.size:
-                    data.read_direct(buffer, np.s_[begin:end], np.s_[0:count])
-                block = np.asarray(masks[begin:end])
-            except OSError as error:
-                raise UnusableDataset(
-                    f"{partition.source}: rows {begin}-{end - 1} cannot be read ({first_line(error)})"
-                ) from None
-            yield Batch(
-                partition.source, begin, begin - partition.start, buffer[:count], meta={"masks": block}
-            )
 
     def _read_in_pieces(self, partition: RowRange, data, label, first: int, last: int) -> Iterator[Batch]:
         """Rows larger than a block, one `Batch` each, whose data are `Pieces`: slabs of whole
