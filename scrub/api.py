@@ -428,6 +428,10 @@ def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions)
     preferred = [scan.dataset.reader.preferred_scheduler for scan in scans]
     count = sum(getattr(scan, "task_count", len(task.items)) for scan, task in zip(scans, tasks))
     scheduler = "processes" if "processes" in preferred else preferred[0]
+    work = [scan.dataset.reader.work_seconds for scan in scans]
+    known = [seconds for seconds in work if seconds is not None]
+    if run.workers is None and len(known) == len(work) and sum(known) < pipeline.IN_PROCESS_SECONDS:
+        scheduler = "sync"  # a pool would cost more than it saves
     alone = [scan.dataset.reader.format for scan in scans if scan.dataset.reader.in_one_process]
     if alone:  # its handle lives in this process: threads share it, other processes cannot
         if run.scheduler not in (None, "threads", "sync"):

@@ -36,6 +36,11 @@ from scrub.interrupt import ignore_in_worker, ignored_by_children
 from scrub.lifeline import hand_down
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
+#: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process.
+#: Measured on 2 cores, warm, whole processes, uncompressed float32 HDF5: in-process beat threads
+#: up to ~1.3 GiB (0.25 GiB: 0.58 s against 0.70; 1 GiB: 0.82 against 0.94) and lost from there
+#: (2 GiB: 1.34 against 1.01); one core checks ~2 GB/s of it (docs/benchmarks.md, HDF5).
+IN_PROCESS_SECONDS = 0.6
 #: Seconds one record may take before its decoder is deemed hung (``--timeout``).
 DEFAULT_TIMEOUT = 60.0
 

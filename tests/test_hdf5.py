@@ -12,6 +12,7 @@ from conftest import SAMPLES, findings
 
 import scrub
 from scrub.errors import UnusableDataset
+from scrub.readers.base import ReadOptions, open_reader
 
 TRAIN = {
     ("3", "nonfinite-data"),
@@ -232,3 +233,20 @@ def test_a_damaged_chunk_makes_the_file_unusable(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "d.h5: rows" in result.stderr and "cannot be read" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_scheduler_follows_the_size_and_the_compression(tmp_path):
+    """Small work runs in the scan's own process (a pool costs more than it saves); with a pool,
+    an uncompressed file runs on threads (h5py reads under its lock, NumPy checks in parallel)
+    and a compressed one on processes (decompression under h5py's lock would use one core)."""
+    rows = np.random.default_rng(0).normal(size=(256, 16)).astype(np.float32)
+    with h5py.File(tmp_path / "plain.h5", "w") as file:
+        file.create_dataset("data", data=rows, chunks=(64, 16))
+    with h5py.File(tmp_path / "gzip.h5", "w") as file:
+        file.create_dataset("data", data=rows, chunks=(64, 16), compression="gzip")
+    assert scrub.scan(tmp_path / "plain.h5").summary.scheduler == "sync"
+    assert scrub.scan(tmp_path / "plain.h5", workers=2, partition_size=64).summary.scheduler == "threads"
+    assert scrub.scan(tmp_path / "gzip.h5", workers=2, partition_size=64).summary.scheduler == "processes"
+    reader = open_reader(tmp_path / "gzip.h5", ReadOptions())
+    reader.open(64)
+    assert reader.work_seconds == pytest.approx(rows.nbytes / 0.2e9)

@@ -91,7 +91,7 @@ def test_many_one_partition_shards_share_one_pool(tmp_path):
     alone = scrub.scan(paths[0], workers=2)
     together = scrub.scan(paths, workers=2)
     assert alone.summary.scheduler == "sync"
-    assert together.summary.scheduler == "processes" and together.summary.workers == 2
+    assert together.summary.scheduler == "threads" and together.summary.workers == 2  # HDF5's pool
 
 
 def test_a_glob_that_matches_nothing_and_a_folder_of_nothing_say_what_they_found(tmp_path):

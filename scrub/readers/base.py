@@ -91,8 +91,14 @@ class Reader(ABC, Generic[PartitionT]):
 
     #: The name used by ``--format``.
     format: ClassVar[str]
-    #: The local scheduler that runs this reader's partitions fastest (measured, see docs/benchmarks.md).
-    preferred_scheduler: ClassVar[str] = "processes"
+    #: The local scheduler that runs this reader's partitions fastest (measured, see
+    #: docs/benchmarks.md). Not a ClassVar: a reader may choose for the dataset it opened (an
+    #: uncompressed HDF5 file runs on threads, a compressed one on processes).
+    preferred_scheduler: str = "processes"
+    #: How long one core would take to check the opened dataset, where its size tells (array
+    #: readers; None: unknown). A scan whose work is under `scrub.pipeline.IN_PROCESS_SECONDS`
+    #: runs in the scan's own process: a pool would cost more than it saves.
+    work_seconds: float | None = None
     #: Records per task: enough work (>= ~0.2 s) to amortize Dask's ~2 ms per task.
     records_per_task: ClassVar[int] = 1000
     #: What its records carry, matched against each check's ``needs`` ("any" and "label"

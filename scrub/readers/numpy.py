@@ -28,7 +28,13 @@ import numpy as np
 
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.hdf5 import BLOCK_BYTES, is_mask_array, row_partitioning
+from scrub.readers.hdf5 import (
+    BLOCK_BYTES,
+    COMPRESSED_BYTES_PER_SECOND,
+    PLAIN_BYTES_PER_SECOND,
+    is_mask_array,
+    row_partitioning,
+)
 from scrub.records import Batch, Pieces
 
 DATA_KEYS = ("data", "x", "X", "features", "inputs", "images", "arr_0")
@@ -134,9 +140,15 @@ def npz_members(path: str | Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]
     return members
 
 
+def _compressed(path: Path) -> bool:
+    """Whether an ``.npz`` stores a member compressed (``np.savez_compressed``)."""
+    with zipfile.ZipFile(path) as archive:
+        return any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist())
+
+
 class NumpyReader(Reader[NpyRows]):
     format = "numpy"
-    preferred_scheduler = "processes"
+    preferred_scheduler = "threads"  # an .npz switches to processes in `open`
     records_per_task = 0  # partitions are sized in bytes
     provides = frozenset({"array", "rows"})
     positional_keys = True
@@ -190,6 +202,13 @@ class NumpyReader(Reader[NpyRows]):
         ]
         labelled = label_member is not None
         info = DatasetInfo(format=self.format, layout="file", root=self.root, labelled=labelled, records=rows)
+        # as for HDF5: a memory-mapped .npy runs on threads (NumPy's reductions release the GIL),
+        # an .npz on processes (each worker decompresses its members); small work in-process
+        compressed = member is not None and _compressed(self.path)
+        self.preferred_scheduler = "processes" if member is not None else "threads"
+        self.work_seconds = (
+            rows * row_bytes / (COMPRESSED_BYTES_PER_SECOND if compressed else PLAIN_BYTES_PER_SECOND)
+        )
         info.files[source] = {
             **({"data_key": member, "label_key": label_member} if member is not None else {}),
             "dtype": str(array.dtype),
