@@ -136,8 +136,8 @@ class YoloReader(Reader[Sequence[Pair]]):
             records=len(pairs),
             classes=names,
         )
-        with_labels = sum(pair.partner is not None for pair in pairs) - len(orphans)
-        info.files[LABEL_FOLDER] = {"label_files": with_labels + len(orphans), "without_image": len(orphans)}
+        label_files = sum(pair.partner is not None for pair in pairs)
+        info.files[LABEL_FOLDER] = {"label_files": label_files, "without_image": len(orphans)}
         if names:
             info.class_range = (0, len(names))
             info.notes.append(
@@ -145,8 +145,8 @@ class YoloReader(Reader[Sequence[Pair]]):
             )
         else:
             info.notes.append(
-                "classes: no data.yaml with names: class ids are checked for being integers only "
-                "(--num-classes gives the range)"
+                "classes: no data.yaml with names: class ids are checked against --num-classes "
+                "(or --label-range) when given, else for being integers only"
             )
         return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
 
