@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -252,17 +250,8 @@ def main() -> int:
     ]
     manifest = args.workdir / "formats.jsonl"
     for name, path, naive in cases:
-        warm = sorted(map(str, path.iterdir())) if path.is_dir() else [str(path)]
-        subprocess.run(["cat", *warm], stdout=subprocess.DEVNULL, check=True)  # a warm page cache
-        scrub_runs, naive_runs = [], []
-        for _ in range(args.repeat):
-            naive_runs.append(benchdata.timed([args.python, "-c", naive, str(path)]))
-            scrub_runs.append(
-                benchdata.timed(
-                    [args.python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest)]
-                )
-            )
-        ours, theirs = statistics.median(scrub_runs), statistics.median(naive_runs)
+        benchdata.warm(path)
+        theirs, ours = benchdata.naive_and_scrub(args.python, naive, path, manifest, args.repeat)
         lines.append(f"| {name} | {theirs:.2f} | {ours:.2f} | {theirs / ours:.2f}x |")
         print(lines[-1], flush=True)
     manifest.unlink(missing_ok=True)

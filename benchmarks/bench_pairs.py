@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -130,27 +128,8 @@ def main() -> int:
     ]
     manifest = args.workdir / "pairs.jsonl"
     for name, path, naive, options in cases:
-        warm = ["find", str(path), "-type", "f", "-exec", "cat", "{}", "+"]
-        subprocess.run(warm, stdout=subprocess.DEVNULL, check=True)  # a warm page cache
-        scrub_runs, naive_runs = [], []
-        for _ in range(args.repeat):
-            naive_runs.append(benchdata.timed([args.python, "-c", naive, str(path)]))
-            scrub_runs.append(
-                benchdata.timed(
-                    [
-                        args.python,
-                        "-m",
-                        "scrub",
-                        "scan",
-                        str(path),
-                        "-q",
-                        "--manifest",
-                        str(manifest),
-                        *options,
-                    ]
-                )
-            )
-        ours, theirs = statistics.median(scrub_runs), statistics.median(naive_runs)
+        benchdata.warm(path)
+        theirs, ours = benchdata.naive_and_scrub(args.python, naive, path, manifest, args.repeat, *options)
         lines.append(
             f"| {name} | {theirs:.2f} | {args.count / theirs:,.0f} | {ours:.2f} | {args.count / ours:,.0f} "
             f"| {theirs / ours:.2f}x |"

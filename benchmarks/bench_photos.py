@@ -107,19 +107,9 @@ def main() -> int:
     manifest = args.workdir / "photos.jsonl"
     for name, count, size in SETS:
         folder = photos(args.workdir, name, count, size)
-        subprocess.run(
-            ["find", str(folder), "-type", "f", "-exec", "cat", "{}", "+"], stdout=subprocess.DEVNULL
-        )
-        naive, jpeginfo, scrub = [], [], []
-        for _ in range(args.repeat):
-            naive.append(benchdata.timed([args.python, "-c", NAIVE, str(folder)]))
-            jpeginfo.append(jpeginfo_seconds(folder))
-            scrub.append(
-                benchdata.timed(
-                    [args.python, "-m", "scrub", "scan", str(folder), "-q", "--manifest", str(manifest)]
-                )
-            )
-        theirs, c_tool, ours = (statistics.median(runs) for runs in (naive, jpeginfo, scrub))
+        benchdata.warm(folder)
+        theirs, ours = benchdata.naive_and_scrub(args.python, NAIVE, folder, manifest, args.repeat)
+        c_tool = statistics.median(jpeginfo_seconds(folder) for _ in range(args.repeat))
         lines.append(
             f"| {count:,} of {size[0]}x{size[1]} | {theirs:.2f} | {c_tool:.2f} | {ours:.2f} "
             f"| {theirs / ours:.2f}x | {c_tool / ours:.2f}x |"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -43,3 +44,24 @@ def report(lines: list[str], markdown_out: Path | None) -> None:
     print(text)
     if markdown_out:
         markdown_out.write_text(text)
+
+
+def warm(path: Path) -> None:
+    """Read every file under ``path`` (or the file itself) once: a warm page cache."""
+    subprocess.run(
+        ["find", str(path), "-type", "f", "-exec", "cat", "{}", "+"], stdout=subprocess.DEVNULL, check=True
+    )
+
+
+def naive_and_scrub(
+    python: str, naive: str, path: Path, manifest: Path, repeat: int, *options: str
+) -> tuple[float, float]:
+    """Median seconds of the naive loop (a ``python -c`` script given ``path``) and of
+    ``scrub scan path``, run ``repeat`` times each, interleaved."""
+    naive_runs, scrub_runs = [], []
+    for _ in range(repeat):
+        naive_runs.append(timed([python, "-c", naive, str(path)]))
+        scrub_runs.append(
+            timed([python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest), *options])
+        )
+    return statistics.median(naive_runs), statistics.median(scrub_runs)
