@@ -388,7 +388,6 @@ def scan(
 
     def body() -> int:
         from scrub.pipeline import start_worker_server
-        from scrub.readers.base import all_worker_imports
 
         options, datasets, notes = _resolve_many("scan", path, ctx, config)
         if options.manifest is None:
@@ -399,7 +398,7 @@ def scan(
         from scrub.cache import holds_results
 
         if not holds_results(options.cache):  # else workers start only if records are left to scan
-            start_worker_server(options.run.scheduler, options.run.workers, all_worker_imports())
+            start_worker_server(options.run.scheduler, options.run.workers)
         from scrub.api import scan as run_scan
         from scrub.api import scan_many
 
@@ -518,13 +517,12 @@ def fix(
 
     def body() -> int:
         from scrub.pipeline import start_worker_server
-        from scrub.readers.base import all_worker_imports
 
         options, datasets, notes = _resolve_many("fix", path, ctx, config)
         from scrub.cache import holds_results
 
         if options.manifest is None and not holds_results(options.scan.cache):
-            start_worker_server(options.scan.run.scheduler, options.scan.run.workers, all_worker_imports())
+            start_worker_server(options.scan.run.scheduler, options.scan.run.workers)
         from scrub.cleaning import fix as run_fix
         from scrub.cleaning import fix_many
 

@@ -189,12 +189,6 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def all_worker_imports() -> list[str]:
-    """What every registered reader's workers import (for a worker server started before the
-    dataset's format is known)."""
-    return list(dict.fromkeys(module for name in REGISTRY for module in reader_class(name).worker_imports))
-
-
 def reader_class(format_name: str) -> type[Reader]:
     try:
         target = REGISTRY[format_name]
