@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import importlib
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
@@ -219,6 +220,29 @@ def open_reader(
         f"{path}: not a dataset scrub can read (expected {', '.join(sorted(REGISTRY))}; "
         "use --format to force one)"
     )
+
+
+#: A dataset that would fill fewer tasks than this per core is split finer: 500 photos were one
+#: task of 1,000 records, so one core of two checked them all (1.49 s; 8 tasks: see
+#: docs/benchmarks.md).
+TASKS_PER_CORE = 4
+#: ...but never into tasks of fewer records than this (each task costs Dask ~2 ms).
+MIN_RECORDS_PER_TASK = 25
+
+ItemT = TypeVar("ItemT")
+
+
+def partition_size_for(records: int, most: int) -> int:
+    """Records per partition for a dataset of ``records``: at most ``most`` (the reader's default or
+    ``--partition-size``), fewer when that would leave a core of this machine without work."""
+    spread = -(-records // (TASKS_PER_CORE * (os.cpu_count() or 1)))
+    return max(1, min(most, max(MIN_RECORDS_PER_TASK, spread)))
+
+
+def split_records(items: Sequence[ItemT], most: int) -> list[Sequence[ItemT]]:
+    """``items`` in consecutive partitions of `partition_size_for` records."""
+    size = partition_size_for(len(items), most)
+    return [tuple(items[start : start + size]) for start in range(0, len(items), size)]
 
 
 def read_bytes(record: Record, path: str, shown: str, check: str = "missing-file") -> bytes | None:

@@ -24,7 +24,7 @@ import orjson
 from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import DatasetInfo, Reader, split_records
 from scrub.records import Record
 
 SNIFF_BYTES = 1 << 16
@@ -149,7 +149,7 @@ class CocoReader(Reader[Sequence[CocoImage]]):
         if orphans:
             info.notes.append(f"{orphans} annotations belong to no listed image: not checked; fix keeps them")
         info.notes.append(f"classes: category ids must be one of the {len(self.category_ids)} declared")
-        return info, [tuple(records[i : i + partition_size]) for i in range(0, len(records), partition_size)]
+        return info, split_records(records, partition_size)
 
     def read(
         self, partition: Sequence[CocoImage], start: int = 0, stop: int | None = None

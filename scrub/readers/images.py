@@ -28,7 +28,7 @@ from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader, read_bytes
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader, read_bytes, split_records
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.lmdb import decode_value
@@ -175,8 +175,7 @@ class ImageReader(Reader[Sequence[Entry]]):
             # JPEG holds 8-bit samples only: the numeric checks (for float and 16-bit images) cannot run
             self.provides = self.provides - {"array"}
         self.root = info.root
-        size = partition_size
-        return info, [tuple(entries[i : i + size]) for i in range(0, len(entries), size)]
+        return info, split_records(entries, partition_size)
 
     # -- listing (driver side) -------------------------------------------------------------
 

@@ -46,7 +46,7 @@ import xxhash
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader, ReadOptions
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader, ReadOptions, partition_size_for
 from scrub.records import Record, Severity
 
 LMDB_MAGIC = 0xBEEFC0DE
@@ -234,6 +234,7 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         try:
             with begin(environment) as transaction:
                 snapshot = transaction.id()
+                partition_size = partition_size_for(transaction.stat()["entries"], partition_size)
                 for key in transaction.cursor().iternext(keys=True, values=False):
                     if key in METADATA_KEYS:
                         skipped += 1

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import DatasetInfo, Reader, read_bytes
+from scrub.readers.base import DatasetInfo, Reader, read_bytes, split_records
 from scrub.readers.images import IMAGE_EXTENSIONS
 from scrub.records import Record
 
@@ -188,7 +188,7 @@ class SegmentationReader(Reader[Sequence[Pair]]):
                 f"{len(self.orphans)} masks pair with no image ({shown}): not records; "
                 "copied into the cleaned copy"
             )
-        return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
+        return info, split_records(pairs, partition_size)
 
     def _open_list(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Pair]]]:
         """A list file: each line an image and its mask, relative to ``--root`` or the list's
@@ -202,7 +202,7 @@ class SegmentationReader(Reader[Sequence[Pair]]):
             format=self.format, layout="list-file", root=self.root, labelled=True, records=len(pairs)
         )
         info.files[self.path.name] = {"pairs": len(pairs)}
-        return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
+        return info, split_records(pairs, partition_size)
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
         real_root = os.path.realpath(self.root)

@@ -20,7 +20,7 @@ from typing import Any
 from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
-from scrub.readers.base import DatasetInfo, Reader, read_bytes
+from scrub.readers.base import DatasetInfo, Reader, read_bytes, split_records
 from scrub.readers.segmentation import IMAGE_FOLDERS, Pair, holds_a_file, pair_files
 from scrub.records import Record
 
@@ -148,7 +148,7 @@ class YoloReader(Reader[Sequence[Pair]]):
                 "classes: no data.yaml with names: class ids are checked against --num-classes "
                 "(or --label-range) when given, else for being integers only"
             )
-        return info, [tuple(pairs[i : i + partition_size]) for i in range(0, len(pairs), partition_size)]
+        return info, split_records(pairs, partition_size)
 
     def pairs_in(self, root: Path) -> tuple[list[Pair], tuple[str, ...]]:
         """The records at ``root``: each image with its label file, then each label file
