@@ -666,10 +666,13 @@ def _rare_magnitudes(
     common in the dataset, so its rows' positions are never needed, and a partition of millions
     of narrow rows sends back its tails only."""
     offsets, values = np.asarray(offsets, np.int64), np.asarray(values, np.float64)
-    bins = magnitude_bins(values)
-    distinct, inverse, counts = np.unique(bins, return_inverse=True, return_counts=True)
-    rare = counts[inverse] <= MAGNITUDE_KEPT_PER_BIN
-    return offsets[rare], values[rare], (distinct, counts)
+    # bins of positive finite float64 magnitudes are integers in [1408, 18192]: counted with
+    # np.bincount, not np.unique (which sorts: ~3.4 ms per 32,768 rows, a tenth of a 2 GiB scan)
+    bins = magnitude_bins(values).astype(np.int64)
+    per_bin = np.bincount(bins)
+    rare = per_bin[bins] <= MAGNITUDE_KEPT_PER_BIN
+    distinct = np.flatnonzero(per_bin)
+    return offsets[rare], values[rare], (distinct.astype(np.float64), per_bin[distinct])
 
 
 def _packed(offsets: list, values: list) -> tuple[Any, Any]:

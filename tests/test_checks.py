@@ -7,9 +7,12 @@ import os
 import numpy as np
 import pytest
 from conftest import findings, image_bytes, write
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import scrub
-from scrub.checks.base import CheckOptions, Column
+from scrub.checks.base import CheckOptions, Column, sorted_unique, value_counts
 from scrub.checks.dataset import far_labels, label_outlier
 from scrub.checks.labels import label_out_of_range, missing_label, non_integer_label
 from scrub.manifest import encode_key
@@ -149,3 +152,20 @@ def test_keys_that_are_not_utf8_are_written_as_hex(tmp_path):
     lines = list(scrub.scan(tmp_path).issues())
     assert [(i.key, i.check) for i in lines] == [("hex:" + b"caf\xe9.jpg".hex(), "empty-record")]
     assert encode_key(b"ok") == "ok" and encode_key("ok") == "ok"
+
+
+@given(
+    values=hnp.arrays(
+        st.sampled_from([np.uint8, np.uint16, np.int32, np.int64, np.bool_]),
+        hnp.array_shapes(max_dims=3, max_side=20),
+    )
+)
+def test_value_counts_equals_numpy_unique(values):
+    """The bincount fast path counts exactly what np.unique counts, for every integer dtype,
+    negative and large values included (they take np.unique's path)."""
+    distinct, counts = value_counts(values)
+    flat = values.ravel().view(np.uint8) if values.dtype == bool else values.ravel()
+    expected_distinct, expected_counts = np.unique(flat, return_counts=True)
+    assert distinct.tolist() == expected_distinct.tolist()
+    assert counts.tolist() == expected_counts.tolist()
+    assert sorted_unique(flat).tolist() == expected_distinct.tolist()

@@ -250,3 +250,99 @@ def test_the_scheduler_follows_the_size_and_the_compression(tmp_path):
     reader = open_reader(tmp_path / "gzip.h5", ReadOptions())
     reader.open(64)
     assert reader.work_seconds == pytest.approx(rows.nbytes / 0.2e9)
+
+
+def _read_all(path, partition_size):
+    """Every row the reader yields, in order, and whether each partition took the pread path."""
+    from scrub.readers.hdf5 import plain_runs
+
+    reader = open_reader(path, ReadOptions())
+    _, partitions = reader.open(partition_size)
+    rows, direct = [], []
+    for partition in partitions:
+        with h5py.File(partition.path, "r") as file:
+            direct.append(plain_runs(file, file["data"], partition.start, partition.stop) is not None)
+        rows += [np.array(batch.data) for batch in reader.read(partition)]
+    return np.concatenate(rows), direct
+
+
+def _write_layout(path, layout, values):
+    """``values`` stored as ``layout`` says: a way HDF5 can lay rows out in a file."""
+    with h5py.File(path, "w", userblock_size=512 if layout == "userblock" else 0) as file:
+        if layout in ("contiguous", "userblock"):
+            file.create_dataset("data", data=values)
+        elif layout in ("chunked", "ragged-end"):
+            file.create_dataset("data", data=values, chunks=(7, *values.shape[1:]))
+        elif layout == "out-of-order":  # chunks allocated last first: runs that are not in row order
+            data = file.create_dataset(
+                "data", shape=values.shape, dtype=values.dtype, chunks=(8, *values.shape[1:])
+            )
+            for start in reversed(range(0, len(values), 8)):
+                data[start : start + 8] = values[start : start + 8]
+        elif layout == "split-rows":  # chunks that cut rows in two: only HDF5 reassembles them
+            file.create_dataset("data", data=values, chunks=(8, 1, values.shape[2]))
+        elif layout == "gzip":
+            file.create_dataset("data", data=values, chunks=(8, *values.shape[1:]), compression="gzip")
+        elif layout == "unallocated":  # chunks never written read as the fill value
+            data = file.create_dataset(
+                "data", shape=values.shape, dtype=values.dtype, chunks=(8, *values.shape[1:]), fillvalue=7
+            )
+            data[:8] = values[:8]
+        elif layout == "big-endian":
+            file.create_dataset(
+                "data", data=values.astype(values.dtype.newbyteorder(">")), chunks=(8, *values.shape[1:])
+            )
+
+
+@pytest.mark.parametrize(
+    ("layout", "direct"),
+    [
+        ("contiguous", True),
+        ("chunked", True),
+        ("ragged-end", True),
+        ("out-of-order", True),
+        ("split-rows", False),
+        ("gzip", False),
+        ("unallocated", False),
+        ("big-endian", False),
+        ("userblock", False),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.int16, np.bool_])
+def test_rows_read_with_pread_equal_what_h5py_reads(tmp_path, layout, direct, dtype):
+    """Rows stored as plain bytes are read by one pread per block, bypassing HDF5; everything
+    else goes through h5py. Either way the rows are h5py's own, at every partition edge."""
+    values = (np.random.default_rng(1).normal(size=(61, 2, 3)) * 100).astype(dtype)
+    path = tmp_path / f"{layout}.h5"
+    _write_layout(path, layout, values)
+    with h5py.File(path, "r") as file:
+        expected = file["data"][()]
+    for partition_size in (5, 16, 1000):
+        rows, took = _read_all(path, partition_size)
+        assert rows.dtype.newbyteorder("=") == expected.dtype.newbyteorder("=")
+        np.testing.assert_array_equal(rows, expected)
+        direct = direct or (layout == "big-endian" and dtype is np.bool_)  # a byte has no byte order
+        assert all(took) if direct else not any(took)
+
+
+def test_truncated_file_is_left_to_hdf5(tmp_path):
+    """A file cut short inside its data: the pread path is not taken (the bytes are not there),
+    and the scan ends with HDF5's own one-line error rather than a crash or short rows."""
+    from scrub.readers.hdf5 import plain_runs
+
+    path = tmp_path / "cut.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=np.ones((4096, 64), np.float32), chunks=(256, 64))
+        file.create_dataset("tail", data=np.zeros(16))  # metadata after the data, kept
+    size = path.stat().st_size
+    with h5py.File(path, "r") as file:
+        data = file["data"]
+        last = data.id.get_chunk_info_by_coord((4096 - 256, 0)).byte_offset
+    with open(path, "r+b") as file:
+        file.truncate(last + 100)
+    assert path.stat().st_size < size
+    try:
+        with h5py.File(path, "r") as file:
+            assert plain_runs(file, file["data"], 0, 4096) is None
+    except OSError:  # HDF5 may refuse to open it at all: the reader's error path, tested elsewhere
+        pass

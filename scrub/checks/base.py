@@ -220,6 +220,26 @@ def problem(record: Record, check_id: str, message: str, **details: Any) -> Issu
     return make_issue(check_id, record.source, record.key, record.index, Finding(message, details))
 
 
+#: `value_counts` counts with `np.bincount` up to this value: its array of counts stays small
+BINCOUNT_LIMIT = 1 << 16
+
+
+def value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_counts=True)`` of integers: with `np.bincount` when they are
+    small and non-negative (class indices, mask values), which does not sort (4,096 labels: ~15
+    against ~200 µs; a 256x256 mask: 84 against 437 µs), else with `np.unique`."""
+    values = values.ravel()
+    if values.dtype == bool:
+        values = values.view(np.uint8)
+    if values.size and values.dtype.kind in "ui":
+        small = values.dtype.kind == "u" and values.dtype.itemsize <= 2  # 8- and 16-bit: in range
+        if small or (int(values.min()) >= 0 and int(values.max()) < BINCOUNT_LIMIT):
+            counts = np.bincount(values)
+            present = np.flatnonzero(counts)
+            return present, counts[present]
+    return np.unique(values, return_counts=True)
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-D array, without its first call's import of ``numpy.ma``
     (25 ms of every scan's start-up, measured with ``-X importtime``)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check
+from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check, value_counts
 from scrub.records import Batch, Record, Severity
 
 #: Pillow modes whose pixels are class ids (a palette's indices count: VOC's masks are "P")
@@ -294,15 +294,6 @@ def mask_all_void_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, F
 
 
 def mask_pixel_counts(masks: np.ndarray) -> dict[int, int]:
-    """Pixels of each value of a mask or a block of masks (the summary's ``stats.mask_pixels``).
-
-    8- and 16-bit masks are counted with `np.bincount` (84 µs for 256x256 against `np.unique`'s
-    437 µs, which sorts); wider ones with `np.unique`."""
-    if masks.dtype == bool:
-        masks = masks.view(np.uint8)
-    if masks.dtype.kind == "u" and masks.dtype.itemsize <= 2:
-        counts = np.bincount(masks.ravel())
-        values = np.flatnonzero(counts)
-        return {int(v): int(counts[v]) for v in values}
-    values, counts = np.unique(masks, return_counts=True)
-    return {int(v): int(c) for v, c in zip(values, counts)}
+    """Pixels of each value of a mask or a block of masks (the summary's ``stats.mask_pixels``)."""
+    values, counts = value_counts(masks)
+    return dict(zip(values.tolist(), counts.tolist()))

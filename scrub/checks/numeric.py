@@ -36,6 +36,7 @@ from scrub.checks.base import (
     dataset_check,
     reader_check,
     record_check,
+    value_counts,
 )
 from scrub.checks.labels import integral_labels
 from scrub.records import Batch, Pieces, Record, Severity
@@ -675,4 +676,4 @@ def label_stats(labels: Any) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(invalid="ignore"):
             positives = (labels >= 0.5).sum(axis=0)
         return np.arange(labels.shape[1]), positives
-    return np.unique(labels[integral_labels(labels)].astype(np.int64), return_counts=True)
+    return value_counts(labels[integral_labels(labels)].astype(np.int64))
