@@ -37,10 +37,11 @@ from scrub.lifeline import hand_down
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process.
-#: Measured on 2 cores, warm, whole processes, uncompressed float32 HDF5: in-process beat threads
-#: up to ~1.3 GiB (0.25 GiB: 0.58 s against 0.70; 1 GiB: 0.82 against 0.94) and lost from there
-#: (2 GiB: 1.34 against 1.01); one core checks ~2 GB/s of it (docs/benchmarks.md, HDF5).
-IN_PROCESS_SECONDS = 0.6
+#: Measured on 2 cores, warm, whole processes, uncompressed float32 HDF5, medians of 5:
+#: in-process beat threads up to ~1.2 GiB (0.25 GiB: 0.45 s against 0.52; 1 GiB: 0.59 against
+#: 0.60) and lost from there (2 GiB: 0.88 against 0.79); one core checks ~3.5 GB/s of it, and
+#: threads pay ~0.15 s to start (Dask's import, the pool) (docs/benchmarks.md, HDF5).
+IN_PROCESS_SECONDS = 0.35
 #: Seconds one record may take before its decoder is deemed hung (``--timeout``).
 DEFAULT_TIMEOUT = 60.0
 
