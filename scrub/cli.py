@@ -206,7 +206,7 @@ PluginOpt = Annotated[
 PartitionOpt = Annotated[
     Optional[int],
     typer.Option(
-        help="Most records per Dask task (default: per format, ~0.2 s of work); a small dataset is split "
+        help="Most records per task (default: per format, ~0.2 s of work); a small dataset is split "
         "finer, into up to 4 tasks per core of at least 25 records."
     ),
 ]

@@ -1,4 +1,4 @@
-"""Map a per-partition function over Dask and hand each result back as it completes.
+"""Map a per-partition function over a pool or a Dask cluster; hand each result back as it completes.
 
 This module knows nothing of formats, records or checks. It receives a picklable
 ``work(partition_no, partition, start, stop, on_record)`` that returns a partial result, runs it
@@ -8,7 +8,7 @@ soon as it is done, so the caller aggregates incrementally.
 Schedulers:
 
 * ``sync``: in this process, one partition after another (debugging, and tiny jobs).
-* ``threads`` / ``processes``: Dask's local schedulers on ``workers`` threads or processes.
+* ``threads`` / ``processes``: a local pool of ``workers`` threads or processes.
 * ``tcp://host:port`` (any address with ``://``): an existing ``dask.distributed`` scheduler.
 
 Crashes and hangs: a record whose processing kills its worker process (a decoder segfault) or
@@ -27,7 +27,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -121,11 +128,8 @@ def run(
         run_on_cluster(work, partitions, plan, on_result, on_failure)
 
 
-TASK_PREFIX = "scrub-partition-"
-
-
 def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_failure) -> None:
-    """Dask's local scheduler; after a worker process dies, the partitions that were running
+    """A local pool; after a worker process dies, the partitions that were running
     are re-run under supervision and the ones not yet started go back to a fresh pool."""
     remaining = list(enumerate(partitions))
     while remaining:
@@ -149,54 +153,53 @@ def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_
 def _compute_local(
     work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_result, started: set, done: set
 ) -> None:
-    import dask
-    import dask.multiprocessing
-    import dask.threaded
-    from dask.callbacks import Callback
+    """The partitions on a pool of ``plan.workers`` threads or processes, one task per worker in
+    flight, as Dask's local scheduler ran them: a partition is ``started`` once it is handed to
+    the pool, so when a worker dies, the ones started and not ``done`` are the ones it may have
+    been running. Each result goes to ``on_result`` as soon as it arrives.
 
-    def number_of(key) -> int | None:
-        text = str(key)
-        return int(text[len(TASK_PREFIX) :]) if text.startswith(TASK_PREFIX) else None
-
-    def pretask(key, dsk, state) -> None:
-        if (number := number_of(key)) is not None:
-            started.add(number)
-
-    def posttask(key, result, dsk, state, worker_id) -> None:
-        if (number := number_of(key)) is not None:
-            done.add(number)
-            on_result(result)
-
+    The pools are the standard library's, not Dask's local schedulers: the tasks are
+    independent, so Dask's graph adds nothing here, and importing Dask cost 0.12 s in this
+    process and as much in the worker server, on the critical path of every local scan
+    (measured: see docs/benchmarks.md). Clusters still run on ``dask.distributed``.
+    """
     guarded = plan.scheduler == "processes"
     task = GuardedWork(work, plan.timeout) if guarded else work
-    # traverse=False: Dask would otherwise walk every record descriptor looking for collections.
-    tasks = [
-        dask.delayed(task, pure=False)(
-            number,
-            dask.delayed(partition, traverse=False, name=f"scrub-data-{number}"),
-            dask_key_name=f"{TASK_PREFIX}{number}",
-        )
-        for number, partition in numbered
-    ]
-    # The scheduler function itself: by name, Dask imports distributed (~0.4 s) to look for a client.
-    get = dask.multiprocessing.get if guarded else dask.threaded.get
-    options: dict[str, Any] = {"scheduler": get, "num_workers": plan.workers}
-    pool = None
+    pool: Executor
     if guarded:
         _start_worker_server()
         pool = ProcessPoolExecutor(plan.workers, mp_context=worker_context(), initializer=ignore_in_worker)
-        options["pool"] = pool
-        options["chunksize"] = 1  # Dask batches 6 tasks per submit by default: bad balance
+    else:
+        pool = ThreadPoolExecutor(plan.workers, thread_name_prefix="scrub-worker")
+    waiting = iter(numbered)
+    running: dict[Future, int] = {}
+
+    def hand_out() -> None:
+        for number, partition in waiting:
+            started.add(number)
+            running[pool.submit(task, number, partition)] = number
+            return
+
     interrupted = False
     try:
-        with Callback(pretask=pretask, posttask=posttask):
-            dask.compute(*tasks, **options)
+        for _ in range(plan.workers):
+            hand_out()
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                number = running.pop(future)
+                result = future.result()  # a task's error, or BrokenProcessPool for a dead worker
+                done.add(number)
+                hand_out()  # before the result is merged: the worker does not wait for the driver
+                on_result(result)
     except KeyboardInterrupt:
         interrupted = True
         raise
     finally:
-        if pool is not None:
+        if isinstance(pool, ProcessPoolExecutor):
             _stop(pool, drain=DRAIN_SECONDS if interrupted else 0.0)
+        else:  # threads cannot be stopped: the ones running finish their partition
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
 #: After Ctrl-C, seconds the workers get to finish the partition they are on (they ignore
@@ -262,7 +265,7 @@ def _unblock(manager: threading.Thread, results: Any) -> None:
 def start_worker_server(scheduler: str | None, workers: int | None, imports: Sequence[str] = ()) -> None:
     """Start the worker server before scrub's own heavy imports, when processes may be used.
 
-    It imports NumPy, scrub, Dask's worker side and ``imports`` in the background (~0.3 s of the
+    It imports NumPy, scrub and ``imports`` in the background (~0.3 s of the
     other core) while this process imports the same and lists the dataset; a scan that ends up
     in-process simply never uses it. The command line starts it before the format is known, so
     with no ``imports``: each worker imports its format's library when it first reads (h5py
@@ -316,8 +319,7 @@ def worker_context(imports: Sequence[str] = ()):
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
-    # dask.multiprocessing: what a worker unpickles its first task with (~80 ms of imports)
-    context.set_forkserver_preload(["scrub.workerserver", "scrub.runner", "dask.multiprocessing", *imports])
+    context.set_forkserver_preload(["scrub.workerserver", "scrub.runner", *imports])
     return context
 
 
