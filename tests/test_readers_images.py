@@ -113,6 +113,36 @@ def test_symlinks_inside_are_followed_outside_are_unsafe_and_never_read(tmp_path
     assert by_key["a/escape"].payload is None and by_key["a/escape"].problems[0].check == "unsafe-path"
 
 
+def test_read_ahead_once_reading_is_slow_reads_the_same_and_never_a_link(tmp_path, monkeypatch):
+    """With every read taken for a disk read, the files ahead are announced to the kernel: the
+    records are the same bytes as without, a missing file is still missing-file, and a link (read
+    only after it is checked) is never opened ahead, inside the root or not."""
+    import scrub.readers.base as base
+
+    root = tmp_path / "data"
+    for number in range(40):
+        write(root / "a" / f"{number:02d}.jpg", image_bytes(number))
+    write(tmp_path / "secret.jpg", image_bytes(99))
+    os.symlink("../../secret.jpg", root / "a" / "20-outside.jpg")
+    os.symlink("00.jpg", root / "a" / "21-inside.jpg")
+    _, before = records_of(root)
+    announced: list[str] = []
+    monkeypatch.setattr(base, "SLOW_READ_SECONDS", -1.0)
+    monkeypatch.setattr(base, "will_need", lambda path: announced.append(os.path.basename(path)))
+    (root / "a" / "05.jpg").unlink()  # listed, then gone: read ahead and read alike
+    reader = open_reader(root, ReadOptions())
+    _, partitions = reader.open(1000)
+    (root / "a" / "07.jpg").unlink()
+    after = [r for p in partitions for r in reader.read(p)]
+    assert len(partitions) == 2  # tasks of at least 25 records: each starts reading ahead
+    assert [r.key for r in after] == [r.key for r in before if r.key != "a/05.jpg"]
+    expected = {r.key: r.payload for r in before if r.key not in ("a/05.jpg", "a/07.jpg")}
+    assert {r.key: r.payload for r in after if r.key != "a/07.jpg"} == expected
+    assert [p.check for p in next(r for r in after if r.key == "a/07.jpg").problems] == ["missing-file"]
+    assert "20-outside.jpg" not in announced and "21-inside.jpg" not in announced
+    assert len(announced) > 30
+
+
 def test_list_entries_outside_root_or_missing(tmp_path):
     write(tmp_path / "outside.jpg", image_bytes(1))
     write(tmp_path / "ds" / "list.txt", b"../outside.jpg 0\n/etc/passwd 1\nmissing.jpg 2\n")

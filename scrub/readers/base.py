@@ -11,6 +11,7 @@ import glob
 import importlib
 import os
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields
@@ -262,6 +263,65 @@ def read_file(path: str) -> bytes:
         return b"".join(parts)
     finally:
         os.close(descriptor)
+
+
+#: How many files `ReadAhead` announces to the kernel ahead of the one being read
+READ_AHEAD_FILES = 16
+#: A read slower than this came from the disk, not the page cache (~15 µs for a 15 KB JPEG)
+SLOW_READ_SECONDS = 0.0005
+
+
+def will_need(path: str) -> None:
+    """Ask the kernel to start reading ``path`` now (``POSIX_FADV_WILLNEED``, asynchronous): on a
+    cold page cache the disk then has the next files queued while this one decodes, instead of
+    one small read at a time. Costs an open and a close (~3 µs) when the file is cached."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return  # the read itself will say why
+    try:
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+class ReadAhead:
+    """Reads a partition's files in order, announcing the next ones to the kernel (`will_need`)
+    once a read proves slow.
+
+    Cold, the disk then works on the next files while this one decodes (20,000 JPEGs: 4.49 ->
+    2.90 s, ``jpeginfo -c`` on 2 processes 3.01); warm, announcing costs more than it saves (an
+    open, an fadvise and a close a file: 2.45 -> 2.62 s), so it starts only at the first read
+    slower than `SLOW_READ_SECONDS`. ``paths`` holds None for a file not to touch before its
+    turn (a link checked before it is read)."""
+
+    def __init__(self, paths: Sequence[str | None]) -> None:
+        self.paths = paths
+        self.announced: int | None = None  # the next file to announce, once reading is slow
+
+    def read(self, number: int, record: Record, shown: str) -> bytes | None:
+        """File ``number`` of ``paths`` (see `read_bytes`)."""
+        path = self.paths[number]
+        assert path is not None  # only files that may be read are read here
+        if self.announced is not None:
+            self._announce(number)
+        started = time.perf_counter()
+        data = read_bytes(record, path, shown)
+        if self.announced is None and time.perf_counter() - started > SLOW_READ_SECONDS:
+            self.announced = number + 1
+            self._announce(number)
+        return data
+
+    def _announce(self, number: int) -> None:
+        assert self.announced is not None
+        end = min(len(self.paths), number + 1 + READ_AHEAD_FILES)
+        while self.announced < end:
+            path = self.paths[self.announced]
+            if path is not None:
+                will_need(path)
+            self.announced += 1
 
 
 def read_bytes(record: Record, path: str, shown: str, check: str = "missing-file") -> bytes | None:

@@ -28,7 +28,7 @@ from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader, read_bytes, split_records
+from scrub.readers.base import CacheEntry, DatasetInfo, ReadAhead, Reader, read_bytes, split_records
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.lmdb import decode_value
@@ -295,10 +295,16 @@ class ImageReader(Reader[Sequence[Entry]]):
 
     def read(self, partition: Sequence[Entry], start: int = 0, stop: int | None = None) -> Iterator[Record]:
         real_root = os.path.realpath(self.root)
-        for entry in partition[start:stop]:
+        entries = partition[start:stop]
+        paths = [os.path.join(self.root, e.key) for e in entries]
+        # a link is resolved and checked before it is read, never read ahead
+        reading = ReadAhead(
+            [p if e.unsafe is None and not e.check_link else None for p, e in zip(paths, entries)]
+        )
+        for number, entry in enumerate(entries):
             record = Record(entry.source, entry.key, entry.index, None, entry.label, {"kind": "image"})
             unsafe = entry.unsafe
-            path = os.path.join(self.root, entry.key)
+            path = paths[number]
             if unsafe is None and entry.check_link:
                 target = os.path.realpath(path)
                 if not is_within(target, real_root, itself=False):
@@ -306,7 +312,11 @@ class ImageReader(Reader[Sequence[Entry]]):
             if unsafe is not None:
                 record.problems.append(problem(record, "unsafe-path", f"not read: {unsafe}", path=entry.key))
             else:
-                record.payload = read_bytes(record, path, entry.key)
+                record.payload = (
+                    read_bytes(record, path, entry.key)
+                    if entry.check_link
+                    else reading.read(number, record, entry.key)
+                )
                 if record.payload is not None and self.arrays:
                     del record.meta["kind"]  # an array, once it loads
                     record.meta["raw"] = record.payload  # what `fix` copies
