@@ -7,8 +7,8 @@ On the data the other benchmarks generate (generated first if missing; few bad r
 * HDF5: a plain float32 file of ``--hdf5-gib`` GiB (``bench_hdf5.py``), copy = ``cp`` and an
   h5py chunk copy (``File.copy`` of every dataset, which is what the writer's own work is);
 
-it times, as whole processes with a warm page cache, outputs on tmpfs (best of ``--repeat``): ``scrub scan``,
-the copy, ``scrub fix --quarantine`` (which scans, writes both outputs and reads them back to
+it times, as whole processes with a warm page cache, outputs on tmpfs (medians of ``--repeat``):
+``scrub scan``, the copy, ``scrub fix --quarantine`` (which scans, writes both outputs and reads them back to
 verify), and ``scrub fix --manifest`` (reusing the scan). The ratio the issue sets is
 ``fix / (scan + copy)``: about 1 means fix costs no more than doing both by hand.
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -36,13 +37,13 @@ with h5py.File(sys.argv[1], "r") as source, h5py.File(sys.argv[2], "w") as targe
 """
 
 
-def best(repeat: int, command: list[str], before=None) -> float:
+def median_of(repeat: int, command: list[str], before=None) -> float:
     times = []
     for _ in range(repeat):
         if before is not None:
             before()
         times.append(benchdata.timed(command))
-    return min(times)
+    return statistics.median(times)
 
 
 def remove(*paths: Path) -> None:
@@ -69,15 +70,15 @@ def bench(
     clean, held, manifest = work / f"clean{source.suffix or '.d'}", work / "held", work / "scan.jsonl"
     warm(source)
     row = {"name": name, "records": None}
-    row["scan"] = best(repeat, [*scrub, "scan", str(source), "-q", "--manifest", str(manifest)])
+    row["scan"] = median_of(repeat, [*scrub, "scan", str(source), "-q", "--manifest", str(manifest)])
     for label, command in copies.items():
         target = Path(command[-1])
-        row[label] = best(repeat, command, before=lambda target=target: remove(target))
+        row[label] = median_of(repeat, command, before=lambda target=target: remove(target))
         remove(target)
     fix = [*scrub, "fix", str(source), "--out", str(clean), "--quarantine-dir", str(held), "-q"]
     fresh = lambda: remove(clean, held)  # noqa: E731 - timing a first fix, not a --force replacement
-    row["fix"] = best(repeat, fix, before=fresh)
-    row["fix_reuse"] = best(repeat, [*fix, "--manifest", str(manifest)], before=fresh)
+    row["fix"] = median_of(repeat, fix, before=fresh)
+    row["fix_reuse"] = median_of(repeat, [*fix, "--manifest", str(manifest)], before=fresh)
     remove(clean, held)
     copy = min(v for k, v in row.items() if k.startswith("copy"))
     row["ratio"] = row["fix"] / (row["scan"] + copy)
@@ -165,7 +166,7 @@ def main() -> int:
 
 def markdown(rows: list[dict], args) -> str:
     lines = [
-        f"`scrub fix` vs `scrub scan` + a copy; best of {args.repeat}, warm cache, {os.cpu_count()} cores",
+        f"`scrub fix` vs `scrub scan` + a copy; medians of {args.repeat}, warm cache, {os.cpu_count()} cores",
         "",
         "| dataset | scan | copy | fix --quarantine | fix / (scan + copy) | fix --manifest | fix --manifest "
         "/ copy |",

@@ -220,6 +220,30 @@ def test_hdf5_keeps_structure_filters_and_attributes(tmp_path):
     assert rescan.summary.records == 97 and rescan.summary.records_with_errors == 0
 
 
+def test_hdf5_plain_chunks_over_many_blocks_are_read_and_written_as_bytes(tmp_path):
+    """An uncompressed file chunked in whole rows, larger than one block: its rows are read by
+    pread and its outputs' whole chunks written as raw bytes (`write_direct_chunk`), block after
+    block, with carried rows between; both outputs hold exactly h5py's rows, chunked alike."""
+    from scrub.writers.hdf5 import _takes_raw_chunks
+
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(203, 128, 128)).astype(np.float32)  # 64 KiB rows: 64 rows a block
+    bad = [3, 70, 71, 150, 202]
+    data[bad, 0, 0] = np.nan
+    source = tmp_path / "wide.h5"
+    with h5py.File(source, "w") as file:
+        file.create_dataset("data", data=data, chunks=(8, 128, 128))
+        file.create_dataset("label", data=np.arange(203) % 4, chunks=(16,))
+    result = scrub.fix(source, quarantine=True, scheduler="sync")
+    keep = [i for i in range(203) if i not in bad]
+    with h5py.File(result.clean) as clean, h5py.File(result.quarantine / "wide.h5") as held:
+        assert _takes_raw_chunks(clean["data"]) and clean["data"].chunks == (8, 128, 128)
+        assert clean["data"][:].tobytes() == data[keep].tobytes()
+        assert held["data"][:].tobytes() == data[bad].tobytes()
+        assert clean["label"][:].tolist() == [i % 4 for i in keep]
+        assert held["scrub_source_row"][:].tolist() == bad
+
+
 def test_hdf5_list_and_folder(tmp_path):
     for layout in ("hdf5", "hdf5/train_list.txt"):
         source = copy_sample(tmp_path / layout.replace("/", "_"), "hdf5")

@@ -380,7 +380,8 @@ def _data_blocks(
     docs/benchmarks.md).
     """
     buffer = _buffer((block_rows, *data.shape[1:]), data.dtype)
-    runs = plain_runs(file, data, first, last)
+    layout = plain_layout(file, data)
+    runs = None if layout is None or first >= last else layout.runs(first, last)
     blocks = (
         [(begin, min(begin + block_rows, last), None) for begin in range(first, last, block_rows)]
         if runs is None
@@ -390,19 +391,30 @@ def _data_blocks(
             for begin in range(run_first, run_last, block_rows)
         ]
     )
-    with open(file.filename, "rb") as raw:
-        for begin, end, offset in blocks:
-            rows = buffer[: end - begin]
-            try:
-                if offset is not None:
-                    read_at(raw.fileno(), offset, rows)
-                elif rows.size:
-                    data.read_direct(buffer, np.s_[begin:end], np.s_[0 : end - begin])
-            except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
-                raise UnusableDataset(
-                    f"{source}: rows {begin}-{end - 1} cannot be read ({first_line(error)})"
-                ) from None
-            yield begin, end, rows
+    for begin, end, offset in blocks:
+        rows = buffer[: end - begin]
+        try:
+            if offset is not None:  # HDF5's own descriptor (sec2): pread leaves its position alone
+                assert layout is not None
+                read_at(layout.descriptor, offset, rows)
+            elif rows.size:
+                data.read_direct(buffer, np.s_[begin:end], np.s_[0 : end - begin])
+        except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
+            raise UnusableDataset(
+                f"{source}: rows {begin}-{end - 1} cannot be read ({first_line(error)})"
+            ) from None
+        yield begin, end, rows
+
+
+def read_rows(data, layout: PlainLayout | None, begin: int, end: int, into: np.ndarray) -> None:
+    """Rows ``begin:end`` of ``data`` into the C-contiguous array ``into``: by ``pread`` where
+    ``layout`` (`plain_layout`) says they are stored as plain bytes, else by HDF5."""
+    runs = None if layout is None or begin >= end else layout.runs(begin, end)
+    if layout is None or runs is None:
+        data.read_direct(into, np.s_[begin:end], np.s_[0 : end - begin])
+        return
+    for first, last, offset in runs:
+        read_at(layout.descriptor, offset, into[first - begin : last - begin])
 
 
 def _row_bytes(data) -> int:
@@ -424,52 +436,80 @@ def read_at(descriptor: int, offset: int, into: np.ndarray) -> None:
 PLAIN_KINDS = frozenset("biuf")
 
 
-def plain_runs(file, data, first: int, last: int) -> list[tuple[int, int, int]] | None:
-    """Where rows ``first:last`` lie in the file as plain bytes: (first row, end row, file
-    offset) of each stretch of consecutive rows stored one after the other, or None when only
-    HDF5 can read them: filters (compression, shuffle, checksums), chunks that split rows,
-    unallocated storage (read as the fill value), external or virtual storage, a user block,
-    non-native byte order, compound or variable-length types, or bytes beyond the end of the
-    file (a truncated file: HDF5 reports it)."""
+@dataclass(frozen=True)
+class PlainLayout:
+    """Where a dataset's rows lie in its file as plain bytes (see `plain_layout`)."""
+
+    descriptor: int  # HDF5's own file descriptor (the sec2 driver's)
+    row_bytes: int
+    file_size: int
+    offset: int | None  # contiguous storage: where row 0 starts
+    chunk_rows: int = 0
+    addresses: np.ndarray | None = None  # chunked storage: each chunk's offset, by chunk number
+
+    def runs(self, first: int, last: int) -> list[tuple[int, int, int]] | None:
+        """(first row, end row, file offset) of each stretch of rows ``first:last`` stored one
+        after the other; None when some lie beyond the end of the file (a truncated file: HDF5
+        reports it)."""
+        runs: list[tuple[int, int, int]] = []
+        row_bytes = self.row_bytes
+        if self.offset is not None:
+            runs.append((first, last, self.offset + first * row_bytes))
+        else:
+            assert self.addresses is not None
+            step = self.chunk_rows
+            for chunk in range(first // step, -(-last // step)):
+                begin, end = max(first, chunk * step), min(last, (chunk + 1) * step)
+                offset = int(self.addresses[chunk]) + (begin - chunk * step) * row_bytes
+                if runs and runs[-1][2] + (begin - runs[-1][0]) * row_bytes == offset:
+                    runs[-1] = (runs[-1][0], end, runs[-1][2])
+                else:
+                    runs.append((begin, end, offset))
+        if any(offset + (end - begin) * row_bytes > self.file_size for begin, end, offset in runs):
+            return None
+        return runs
+
+
+def plain_layout(file, data) -> PlainLayout | None:
+    """Where ``data``'s rows lie in ``file`` when they are stored as plain bytes, or None when
+    only HDF5 can read them: filters (compression, shuffle, checksums), chunks that split rows,
+    unallocated storage (read as the fill value), external or virtual storage, a user block, a
+    driver other than the default one, non-native byte order, compound or variable-length
+    types. Ask once per dataset: its h5py properties cost ~0.2 ms a call."""
     import h5py
 
     dtype = data.dtype
-    if dtype.kind not in PLAIN_KINDS or not dtype.isnative or dtype.fields is not None or first >= last:
+    if dtype.kind not in PLAIN_KINDS or not dtype.isnative or dtype.fields is not None:
+        return None
+    if file.driver != "sec2":  # the others' handle is not a file descriptor (core: memory)
         return None
     plist = data.id.get_create_plist()
     if plist.get_nfilters() or plist.get_external_count() or data.is_virtual or file.userblock_size:
         return None
     row_bytes = _row_bytes(data)
-    status = os.fstat(file.id.get_vfd_handle())
-    runs: list[tuple[int, int, int]] = []
+    descriptor = file.id.get_vfd_handle()
+    status = os.fstat(descriptor)
     layout = plist.get_layout()
     if layout == h5py.h5d.CONTIGUOUS:
         offset = data.id.get_offset()
-        if offset is None:
-            return None
-        runs.append((first, last, offset + first * row_bytes))
-    elif layout == h5py.h5d.CHUNKED and tuple(data.chunks[1:]) == tuple(data.shape[1:]):
-        key = (file.filename, data.name, status.st_mtime_ns, status.st_size)
-        if key not in _CHUNK_ADDRESSES:
-            if len(_CHUNK_ADDRESSES) >= 64:
-                _CHUNK_ADDRESSES.clear()
-            _CHUNK_ADDRESSES[key] = chunk_addresses(data, row_bytes)
-        addresses = _CHUNK_ADDRESSES[key]
-        if addresses is None:
-            return None
-        chunk_rows = data.chunks[0]
-        for chunk in range(first // chunk_rows, -(-last // chunk_rows)):
-            begin, end = max(first, chunk * chunk_rows), min(last, (chunk + 1) * chunk_rows)
-            offset = int(addresses[chunk]) + (begin - chunk * chunk_rows) * row_bytes
-            if runs and runs[-1][2] + (begin - runs[-1][0]) * row_bytes == offset:
-                runs[-1] = (runs[-1][0], end, runs[-1][2])
-            else:
-                runs.append((begin, end, offset))
-    else:
+        return None if offset is None else PlainLayout(descriptor, row_bytes, status.st_size, offset)
+    if layout != h5py.h5d.CHUNKED or tuple(data.chunks[1:]) != tuple(data.shape[1:]):
         return None
-    if any(offset + (end - begin) * row_bytes > status.st_size for begin, end, offset in runs):
+    key = (file.filename, data.name, status.st_mtime_ns, status.st_size)
+    if key not in _CHUNK_ADDRESSES:
+        if len(_CHUNK_ADDRESSES) >= 64:
+            _CHUNK_ADDRESSES.clear()
+        _CHUNK_ADDRESSES[key] = chunk_addresses(data, row_bytes)
+    addresses = _CHUNK_ADDRESSES[key]
+    if addresses is None:
         return None
-    return runs
+    return PlainLayout(descriptor, row_bytes, status.st_size, None, data.chunks[0], addresses)
+
+
+def plain_runs(file, data, first: int, last: int) -> list[tuple[int, int, int]] | None:
+    """`PlainLayout.runs` of rows ``first:last``, or None where only HDF5 can read them."""
+    layout = plain_layout(file, data)
+    return None if layout is None or first >= last else layout.runs(first, last)
 
 
 #: (file, dataset, mtime, size) -> `chunk_addresses`, per process
