@@ -44,11 +44,12 @@ from scrub.lifeline import hand_down
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process.
-#: Measured on 2 cores, warm, whole processes, uncompressed float32 HDF5, medians of 5:
-#: in-process beat threads up to ~1.2 GiB (0.25 GiB: 0.45 s against 0.52; 1 GiB: 0.59 against
-#: 0.60) and lost from there (2 GiB: 0.88 against 0.79); one core checks ~3.5 GB/s of it, and
-#: threads pay ~0.15 s to start (Dask's import, the pool) (docs/benchmarks.md, HDF5).
-IN_PROCESS_SECONDS = 0.35
+#: Measured on 2 cores, warm, whole processes, uncompressed float32 HDF5, medians of 7: in-process
+#: ties with threads at 0.1 GiB (0.274 s against 0.278) and loses from there (0.25 GiB: 0.336
+#: against 0.318; 1 GiB: 0.53 against 0.44; 2 GiB: 0.75 against 0.59; a 245 MB .npy: 0.349
+#: against 0.336); one core checks ~3.5 GB/s. (With Dask's local scheduler, whose import cost
+#: 0.12 s, the crossover was ~1.2 GiB.)
+IN_PROCESS_SECONDS = 0.05
 #: Seconds one record may take before its decoder is deemed hung (``--timeout``).
 DEFAULT_TIMEOUT = 60.0
 
