@@ -346,3 +346,23 @@ def test_truncated_file_is_left_to_hdf5(tmp_path):
             assert plain_runs(file, file["data"], 0, 4096) is None
     except OSError:  # HDF5 may refuse to open it at all: the reader's error path, tested elsewhere
         pass
+
+
+def test_chunk_addresses_of_a_file_rewritten_in_place_are_not_reused(tmp_path):
+    """The chunk addresses a process remembers are checked against the file's first and last
+    chunks: a file rewritten in place (same inode, same size, times within one clock tick) with
+    its chunks in another order is read where its rows now are."""
+    from scrub.readers.hdf5 import _same_ends, chunk_addresses
+
+    values = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
+    path = tmp_path / "again.h5"
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=values, chunks=(8, 4))
+    with h5py.File(path, "r") as file:
+        remembered = chunk_addresses(file["data"], 16)
+        assert len(remembered) == 8 and _same_ends(file["data"], remembered)
+    _write_layout(path, "out-of-order", values[::-1].copy())  # chunks of 8 rows, allocated last first
+    with h5py.File(path, "r") as file:
+        assert not _same_ends(file["data"], remembered)
+    rows, took = _read_all(path, 16)
+    assert all(took) and rows.tolist() == values[::-1].tolist()

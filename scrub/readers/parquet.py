@@ -72,9 +72,9 @@ def table_files(folder: Path, suffix: str = ".parquet") -> list[Path]:
 
 
 def first_table_file(folder: Path, suffix: str) -> Path | None:
-    """The first ``suffix`` file `table_files` would find, without listing the whole tree: the
-    sniff runs on every folder given, and a folder of 20,000 images took `table_files` ~22 ms a
-    suffix (~11 ms so, and it stops at the first table)."""
+    """A ``suffix`` file of those `table_files` lists (any one: the sniff reads one), found
+    without listing the whole tree: the sniff runs on every folder given, and a folder of 20,000
+    images took `table_files` ~22 ms a suffix (~11 ms so, and it stops at the first table)."""
     folders = [str(folder)]
     while folders:
         with os.scandir(folders.pop()) as entries:
