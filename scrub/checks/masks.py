@@ -296,4 +296,4 @@ def mask_all_void_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, F
 def mask_pixel_counts(masks: np.ndarray) -> dict[int, int]:
     """Pixels of each value of a mask or a block of masks (the summary's ``stats.mask_pixels``)."""
     values, counts = value_counts(masks)
-    return dict(zip(values.tolist(), counts.tolist()))
+    return {int(value): int(count) for value, count in zip(values.tolist(), counts.tolist())}
