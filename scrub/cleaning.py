@@ -97,7 +97,7 @@ def fix(
         path, scan_options, before_open=worker_starter(scan_options.run) if early else None
     )
     try:
-        writer = writer_for(dataset)
+        writer = writer_for(dataset, scan_options.run)
         if options.link and not writer.links:
             raise UsageError(
                 f"--link: hard-links the kept files of image folders and lists; {dataset.path} "

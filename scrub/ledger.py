@@ -97,6 +97,11 @@ class Ledger:
     def add_record(self, seed: int, *contents: bytes | memoryview | None) -> None:
         self.add(record_hash(seed, *contents))
 
+    def merge(self, other: "Ledger") -> None:
+        """Add the records ``other`` tallied (a sum: the order records are tallied in is free)."""
+        self.count += other.count
+        self.total = (self.total + other.total) & MASK
+
     def add_values(self, values: np.ndarray) -> None:
         """Many records' values at once (see `row_values`)."""
         self.count += len(values)

@@ -168,8 +168,9 @@ def _compute_local(
     task = GuardedWork(work, plan.timeout) if guarded else work
     pool: Executor
     if guarded:
+        context = worker_context()  # before the server starts: its preload ties it to this process
         _start_worker_server()
-        pool = ProcessPoolExecutor(plan.workers, mp_context=worker_context(), initializer=ignore_in_worker)
+        pool = ProcessPoolExecutor(plan.workers, mp_context=context, initializer=ignore_in_worker)
     else:
         pool = ThreadPoolExecutor(plan.workers, thread_name_prefix="scrub-worker")
     waiting = iter(numbered)

@@ -484,3 +484,39 @@ def test_link_on_a_dataset_that_is_rewritten_is_an_error(tmp_path):
     np.save(path, np.arange(12, dtype=np.float32).reshape(4, 3))
     assert "--link" in one_line_error("fix", path, "--link")
     assert not (tmp_path / "rows.clean.npy").exists()
+
+
+@pytest.mark.parametrize("layout", ["folder", "list"])
+def test_fix_copies_images_on_worker_processes_in_order(tmp_path, layout):
+    """Images are copied by worker processes, partition by partition: from the command line with
+    a reused manifest (no scan started the worker server first) and from the API, the outputs
+    hold every file once and a list file's lines keep the source's order on both sides."""
+    root = tmp_path / "data"
+    lines = []
+    for number in range(90):
+        name = f"{'ab'[number % 2]}/{number:03d}.jpg"
+        write(root / name, image_bytes(number) if number % 17 else image_bytes(number)[:150])
+        lines.append(f"{name} {number % 2}")
+    source = root if layout == "folder" else root / "train.txt"
+    if layout == "list":
+        source.write_text("\n".join(lines) + "\n")
+    manifest = tmp_path / "scan.jsonl"
+    assert run_cli("scan", source, "--manifest", manifest, "--partition-size", 30).returncode == 1
+    out, held = tmp_path / "out", tmp_path / "held"
+    done = run_cli(
+        "fix", source, "--manifest", manifest, "--out", out, "--quarantine-dir", held, "--partition-size", 30
+    )
+    assert done.returncode == 0, done.stderr
+    bad = [name for number, name in enumerate(n.split()[0] for n in lines) if number % 17 == 0]
+    good = [name for name in (n.split()[0] for n in lines) if name not in bad]
+    kept = {k: v for k, v in files_of(out).items() if k.endswith(".jpg")}
+    assert sorted(kept) == sorted(good) and all(kept[k] == (root / k).read_bytes() for k in kept)
+    if layout == "list":
+        assert (out / "train.txt").read_text().splitlines() == [n for n in lines if n.split()[0] in good]
+        assert (held / "train" / "train.txt").read_text().splitlines() == [
+            n for n in lines if n.split()[0] in bad
+        ]
+    else:
+        assert sorted(k for k in files_of(held / "data") if k.endswith(".jpg")) == sorted(bad)
+    result = scrub.fix(source, out=tmp_path / "api", scheduler="processes", workers=2, partition_size=30)
+    assert sorted(k for k in files_of(result.clean) if k.endswith(".jpg")) == sorted(good)

@@ -5,7 +5,8 @@ aside) it writes the cleaned copy and, optionally, the quarantine, both in the s
 format, and tallies every source record it wrote (see `scrub.ledger`). It can then read an
 output back and tally it again, so that `fix` verifies what landed on disk rather than what it
 meant to write. Writers run in the driver, one sequential pass: writing is bounded by the
-output, like ``cp``.
+output, like ``cp``; writers whose records are files copy them on local worker processes
+(images: `scrub.writers.images.CopyImages`), as ``run`` (the scan's run options) allows.
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ class Writer(ABC):
     #: a file whose writes failed): then the command line exits at once after its error line.
     unsafe_after_write_failure: ClassVar[bool] = False
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, run: Any = None) -> None:
         self.dataset = dataset  # scrub.api.OpenedDataset
         self.reader = dataset.reader
         self.info = dataset.info
         self.source = Path(dataset.path)
+        self.run = run  # scrub.options.RunOptions of the fix, or None: its defaults
 
     @property
     def output_is_folder(self) -> bool:
@@ -134,8 +136,8 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def writer_for(dataset: Any) -> Writer:
-    """The writer for an opened dataset's format."""
+def writer_for(dataset: Any, run: Any = None) -> Writer:
+    """The writer for an opened dataset's format (``run``: the fix's `RunOptions`)."""
     target = REGISTRY[dataset.reader.format]
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(dataset)
+    return getattr(importlib.import_module(module), name)(dataset, run)

@@ -58,8 +58,8 @@ class HDF5Writer(Writer):
     format = "hdf5"
     unsafe_after_write_failure = True  # HDF5 segfaults closing a file whose writes failed (measured)
 
-    def __init__(self, dataset: Any) -> None:
-        super().__init__(dataset)
+    def __init__(self, dataset: Any, run: Any = None) -> None:
+        super().__init__(dataset, run)
         self._aligned: dict[str, list[str]] = {}  # relative name -> row-aligned dataset paths
 
     @property
