@@ -105,11 +105,9 @@ class ImageWriter(Writer):
             _, partitions = reader.open(1000)
         except UnusableDataset:  # an empty output: nothing went to this side
             return ledger
-        for partition in partitions:
-            for record in reader.read(partition):
-                ledger.add_record(
-                    identity_seed(portable_key(reader.root, record), repr(record.label)), _content(record)
-                )
+        pipeline.run(
+            TallyImages(reader), partitions, copy_plan(self.run, len(partitions)), ledger.merge, _copy_failed
+        )
         return ledger
 
     def _list_lines(self) -> Iterator[str]:
@@ -228,6 +226,31 @@ class CopyImages:
         return copied
 
 
+@dataclass(frozen=True)
+class TallyImages:
+    """Tallies one partition of a written output, as `CopyImages` tallied the source (the
+    `pipeline.Work` of `fix`'s verification for images: outputs are read back in parallel)."""
+
+    reader: ImageReader
+
+    def __call__(
+        self,
+        partition_no: int,
+        partition: Sequence[Entry],
+        start: int = 0,
+        stop: int | None = None,
+        on_record=None,
+    ) -> Ledger:
+        ledger = Ledger()
+        for offset, record in enumerate(self.reader.read(partition, start, stop), start):
+            if on_record is not None:
+                on_record(offset)
+            ledger.add_record(
+                identity_seed(portable_key(self.reader.root, record), repr(record.label)), _content(record)
+            )
+        return ledger
+
+
 def copy_plan(run: RunOptions | None, partitions: int) -> pipeline.Plan:
     """How `fix` copies images: on local worker processes (writing a file holds the GIL ~50 µs,
     so threads made it 2x slower; a cluster's workers cannot write this machine's outputs), in
@@ -240,10 +263,11 @@ def copy_plan(run: RunOptions | None, partitions: int) -> pipeline.Plan:
     return pipeline.Plan("processes", workers, timeout)
 
 
-def _copy_failed(partition_no: int, item: CopyItem, offset: int, reason: str) -> Copied:
-    """A worker died copying (the scan's decoders are not involved here): fix stops, and the
+def _copy_failed(partition_no: int, item: CopyItem | Sequence[Entry], offset: int, reason: str) -> Copied:
+    """A worker died copying or reading back (no decoder runs there): fix stops, and the
     outputs it staged are removed."""
-    raise ScrubError(f"{item.entries[offset].key}: copying it ended its worker ({reason})")
+    entries = item.entries if isinstance(item, CopyItem) else item
+    raise ScrubError(f"{entries[offset].key}: copying or verifying it ended its worker ({reason})")
 
 
 def _list_line(form: ListFormat, line: str, relative: str, record: Record) -> str:
