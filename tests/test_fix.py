@@ -520,3 +520,21 @@ def test_fix_copies_images_on_worker_processes_in_order(tmp_path, layout):
         assert sorted(k for k in files_of(held / "data") if k.endswith(".jpg")) == sorted(bad)
     result = scrub.fix(source, out=tmp_path / "api", scheduler="processes", workers=2, partition_size=30)
     assert sorted(k for k in files_of(result.clean) if k.endswith(".jpg")) == sorted(good)
+
+
+def test_fix_on_threads_from_a_script_without_the_main_guard(tmp_path):
+    """A script without ``if __name__ == '__main__':`` cannot start worker processes, which is why
+    it asks for threads: the copy and the verification then run on threads too."""
+    root = tmp_path / "data"
+    for number in range(60):
+        write(root / f"{number:02d}.jpg", image_bytes(number) if number % 20 else b"not a jpeg")
+    script = tmp_path / "clean.py"
+    script.write_text(
+        "import scrub\n"
+        f"result = scrub.fix({str(root)!r}, quarantine=True, scheduler='threads', partition_size=25)\n"
+        "report = result.report\n"
+        "print(report['kept'], report['quarantined'], report['verification']['verified'])\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["57", "3", "True"]

@@ -220,7 +220,8 @@ class CopyImages:
                 _place(content, source_path, target / relative, self.link, folders)
             elif not listed:
                 _keep_unreadable(record, source_path, target / relative)
-            if item.lines is not None:
+            if listed:
+                assert item.lines is not None
                 line = _list_line(self.reader.list_format, item.lines[offset], relative, record)
                 copied.lines.append((quarantined, line))
         return copied
@@ -253,14 +254,17 @@ class TallyImages:
 
 def copy_plan(run: RunOptions | None, partitions: int) -> pipeline.Plan:
     """How `fix` copies images: on local worker processes (writing a file holds the GIL ~50 µs,
-    so threads made it 2x slower; a cluster's workers cannot write this machine's outputs), in
-    this process for a single partition or with ``--workers 1`` or ``--scheduler sync``."""
+    so threads made it 2x slower; a cluster's workers cannot write this machine's outputs), on
+    threads when the scan was asked to run on threads (a script without the main-module guard
+    cannot start processes), in this process for a single partition, ``--workers 1`` or
+    ``--scheduler sync``."""
     cores = os.cpu_count() or 1
     workers = min(run.workers, cores) if run is not None and run.workers else cores
     timeout = run.timeout if run is not None else pipeline.DEFAULT_TIMEOUT
-    if partitions <= 1 or workers == 1 or (run is not None and run.scheduler == "sync"):
+    scheduler = run.scheduler if run is not None else None
+    if partitions <= 1 or workers == 1 or scheduler == "sync":
         return pipeline.Plan("sync", 1, timeout)
-    return pipeline.Plan("processes", workers, timeout)
+    return pipeline.Plan("threads" if scheduler == "threads" else "processes", workers, timeout)
 
 
 def _copy_failed(partition_no: int, item: CopyItem | Sequence[Entry], offset: int, reason: str) -> Copied:
