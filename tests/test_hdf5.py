@@ -252,9 +252,16 @@ def test_the_scheduler_follows_the_size_and_the_compression(tmp_path):
     assert reader.work_seconds == pytest.approx(rows.nbytes / 0.2e9)
 
 
+def plain_runs(file, data, first, last):
+    """Where the reader preads rows ``first:last`` from, or None where HDF5 reads them."""
+    from scrub.readers.hdf5 import plain_layout
+
+    layout = plain_layout(file, data)
+    return None if layout is None else layout.runs(first, last)
+
+
 def _read_all(path, partition_size):
     """Every row the reader yields, in order, and whether each partition took the pread path."""
-    from scrub.readers.hdf5 import plain_runs
 
     reader = open_reader(path, ReadOptions())
     _, partitions = reader.open(partition_size)
@@ -328,8 +335,6 @@ def test_rows_read_with_pread_equal_what_h5py_reads(tmp_path, layout, direct, dt
 def test_truncated_file_is_left_to_hdf5(tmp_path):
     """A file cut short inside its data: the pread path is not taken (the bytes are not there),
     and the scan ends with HDF5's own one-line error rather than a crash or short rows."""
-    from scrub.readers.hdf5 import plain_runs
-
     path = tmp_path / "cut.h5"
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=np.ones((4096, 64), np.float32), chunks=(256, 64))

@@ -371,8 +371,8 @@ class HDF5Reader(Reader[RowRange]):
 def _data_blocks(
     file, data, source: str, first: int, last: int, block_rows: int
 ) -> Iterator[tuple[int, int, np.ndarray]]:
-    """(begin, end, rows) blocks of rows ``first:last``, read into this thread's reused buffer:
-    by one ``pread`` each where `plain_runs` finds the rows stored as plain bytes, else by HDF5.
+    """(begin, end, rows) blocks of rows ``first:last``, read into this thread's reused buffer by
+    `read_rows`: one ``pread`` a stretch of plain bytes (`plain_layout`), else HDF5.
 
     HDF5's own read of plain bytes costs ~1.4x a ``pread`` (its selection and copy: 0.43 of a
     1.15 s scan of 2 GiB). A memory map saves the copy but pays as much in page faults, and
@@ -381,24 +381,12 @@ def _data_blocks(
     """
     buffer = _buffer((block_rows, *data.shape[1:]), data.dtype)
     layout = plain_layout(file, data)
-    runs = None if layout is None or first >= last else layout.runs(first, last)
-    blocks = (
-        [(begin, min(begin + block_rows, last), None) for begin in range(first, last, block_rows)]
-        if runs is None
-        else [
-            (begin, min(begin + block_rows, run_last), offset + (begin - run_first) * _row_bytes(data))
-            for run_first, run_last, offset in runs
-            for begin in range(run_first, run_last, block_rows)
-        ]
-    )
-    for begin, end, offset in blocks:
+    for begin in range(first, last, block_rows):
+        end = min(begin + block_rows, last)
         rows = buffer[: end - begin]
         try:
-            if offset is not None:  # HDF5's own descriptor (sec2): pread leaves its position alone
-                assert layout is not None
-                read_at(layout.descriptor, offset, rows)
-            elif rows.size:
-                data.read_direct(buffer, np.s_[begin:end], np.s_[0 : end - begin])
+            if rows.size:
+                read_rows(data, layout, begin, end, rows)
         except OSError as error:  # a damaged chunk: the file cannot be trusted as a whole
             raise UnusableDataset(
                 f"{source}: rows {begin}-{end - 1} cannot be read ({first_line(error)})"
@@ -407,8 +395,9 @@ def _data_blocks(
 
 
 def read_rows(data, layout: PlainLayout | None, begin: int, end: int, into: np.ndarray) -> None:
-    """Rows ``begin:end`` of ``data`` into the C-contiguous array ``into``: by ``pread`` where
-    ``layout`` (`plain_layout`) says they are stored as plain bytes, else by HDF5."""
+    """Rows ``begin:end`` of ``data`` into the C-contiguous array ``into``: by ``pread`` on
+    HDF5's own descriptor (sec2: pread leaves its position alone) where ``layout``
+    (`plain_layout`) says they are stored as plain bytes, else by HDF5."""
     runs = None if layout is None or begin >= end else layout.runs(begin, end)
     if layout is None or runs is None:
         data.read_direct(into, np.s_[begin:end], np.s_[0 : end - begin])
@@ -506,12 +495,6 @@ def plain_layout(file, data) -> PlainLayout | None:
     if addresses is None or not len(addresses):
         return None
     return PlainLayout(descriptor, row_bytes, status.st_size, None, data.chunks[0], addresses)
-
-
-def plain_runs(file, data, first: int, last: int) -> list[tuple[int, int, int]] | None:
-    """`PlainLayout.runs` of rows ``first:last``, or None where only HDF5 can read them."""
-    layout = plain_layout(file, data)
-    return None if layout is None or first >= last else layout.runs(first, last)
 
 
 #: (file, dataset, inode, size, mtime, ctime) -> `chunk_addresses`, per process; an empty array
