@@ -202,7 +202,7 @@ class CopyImages:
                 quarantined = True
                 copied.forced.append(f"{record.key}: {record.problems[0].message}")
             relative = portable_key(root, record)
-            seed = identity_seed(relative, repr(record.label))
+            seed = record_seed(relative, record)
             content = _content(record)
             if quarantined:
                 copied.records_quarantined += 1
@@ -246,10 +246,14 @@ class TallyImages:
         for offset, record in enumerate(self.reader.read(partition, start, stop), start):
             if on_record is not None:
                 on_record(offset)
-            ledger.add_record(
-                identity_seed(portable_key(self.reader.root, record), repr(record.label)), _content(record)
-            )
+            ledger.add_record(record_seed(portable_key(self.reader.root, record), record), _content(record))
         return ledger
+
+
+def record_seed(relative: str, record: Record) -> int:
+    """A record's identity in the ledgers: its path as written and its label. The source's tally
+    (`CopyImages`) and the outputs' (`TallyImages`) must compute it alike."""
+    return identity_seed(relative, repr(record.label))
 
 
 def copy_plan(run: RunOptions | None, partitions: int) -> pipeline.Plan:
