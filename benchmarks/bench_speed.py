@@ -30,7 +30,6 @@ import os
 import platform
 import shlex
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -97,19 +96,6 @@ def evict(path: Path) -> None:
             os.close(descriptor)
 
 
-def medians(
-    repeat: int, commands: dict[str, Callable[[], float]], before: Callable[[], None] | None = None
-) -> dict[str, float]:
-    """Median seconds of each command, run ``repeat`` times, interleaved (``before`` each run)."""
-    runs: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(repeat):
-        for name, command in commands.items():
-            if before is not None:
-                before()
-            runs[name].append(command())
-    return {name: statistics.median(times) for name, times in runs.items()}
-
-
 def decode_floor(folder: Path) -> tuple[int, float]:
     """(files, seconds) of reading and verifying every JPEG below ``folder`` in this process,
     on one core, with scrub's own decoder (libjpeg-turbo, strict, 1/8 scale): the work no JPEG
@@ -159,7 +145,7 @@ def main() -> int:
     images = benchdata.images(args.workdir, python)
     count = sum(1 for _ in images.rglob("*.jpg"))
     benchdata.warm(images)
-    warm = medians(
+    warm = benchdata.medians(
         repeat,
         {"scrub": scrub(images), "naive": naive(NAIVE_IMAGES, images), "jpeginfo": jpeginfo(images, 250)},
     )
@@ -185,7 +171,7 @@ def main() -> int:
         )
     )
     if not args.skip_cold:
-        cold = medians(
+        cold = benchdata.medians(
             repeat, {"scrub": scrub(images), "jpeginfo": jpeginfo(images, 250)}, before=lambda: evict(images)
         )
         rows.append(
@@ -203,7 +189,7 @@ def main() -> int:
     database = args.workdir / "datum_lmdb"
     records = bench_lmdb.build(images, database)
     benchdata.warm(database)
-    lmdb = medians(repeat, {"scrub": scrub(database), "naive": naive(bench_lmdb.NAIVE, database)})
+    lmdb = benchdata.medians(repeat, {"scrub": scrub(database), "naive": naive(bench_lmdb.NAIVE, database)})
     rows.append(
         Row(
             f"{records:,} encoded-JPEG Datums (LMDB)",
@@ -217,7 +203,7 @@ def main() -> int:
 
     two, four = benchdata.plain_hdf5(args.workdir, 2), benchdata.plain_hdf5(args.workdir, 4)
     benchdata.warm(two)
-    hdf5 = medians(
+    hdf5 = benchdata.medians(
         repeat, {"scrub": scrub(two), "naive": naive(NAIVE_HDF5, two), "cat": shell(f"cat {two} > /dev/null")}
     )
     rows.append(
@@ -231,9 +217,9 @@ def main() -> int:
         )
     )
     benchdata.warm(four)
-    big = medians(repeat, {"scrub": scrub(four), "cat": shell(f"cat {four} > /dev/null")})
+    big = benchdata.medians(repeat, {"scrub": scrub(four), "cat": shell(f"cat {four} > /dev/null")})
     benchdata.warm(two)
-    again = medians(repeat, {"scrub": scrub(two), "cat": shell(f"cat {two} > /dev/null")})
+    again = benchdata.medians(repeat, {"scrub": scrub(two), "cat": shell(f"cat {two} > /dev/null")})
     extra_scrub, extra_cat = big["scrub"] - again["scrub"], big["cat"] - again["cat"]
     rows.append(
         Row(
@@ -247,7 +233,7 @@ def main() -> int:
         )
     )
     if not args.skip_cold:
-        cold = medians(
+        cold = benchdata.medians(
             repeat,
             {"scrub": scrub(two), "naive": naive(NAIVE_HDF5, two), "cat": shell(f"cat {two} > /dev/null")},
             before=lambda: evict(two),
@@ -294,7 +280,7 @@ def main() -> int:
     few.mkdir()
     for path in sorted(images.rglob("*.jpg"))[:20]:
         shutil.copy(path, few / path.name)
-    small = medians(max(repeat, 11), {"scrub": scrub(few)})
+    small = benchdata.medians(max(repeat, 11), {"scrub": scrub(few)})
     rows.append(
         Row(
             "20-file folder, whole process",
@@ -309,7 +295,9 @@ def main() -> int:
     for name, number, size in bench_photos.SETS:
         folder = bench_photos.photos(args.workdir, name, number, size)
         benchdata.warm(folder)
-        photo = medians(repeat, {"scrub": scrub(folder), "naive": naive(bench_photos.NAIVE, folder)})
+        photo = benchdata.medians(
+            repeat, {"scrub": scrub(folder), "naive": naive(bench_photos.NAIVE, folder)}
+        )
         rows.append(
             Row(
                 f"{number:,} photos {size[0]}x{size[1]}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,15 +54,27 @@ def warm(path: Path) -> None:
     )
 
 
+def medians(
+    repeat: int, commands: dict[str, Callable[[], float]], before: Callable[[], None] | None = None
+) -> dict[str, float]:
+    """Median seconds of each command, run ``repeat`` times, interleaved (``before`` each run)."""
+    runs: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeat):
+        for name, command in commands.items():
+            if before is not None:
+                before()
+            runs[name].append(command())
+    return {name: statistics.median(times) for name, times in runs.items()}
+
+
 def naive_and_scrub(
     python: str, naive: str, path: Path, manifest: Path, repeat: int, *options: str
 ) -> tuple[float, float]:
     """Median seconds of the naive loop (a ``python -c`` script given ``path``) and of
     ``scrub scan path``, run ``repeat`` times each, interleaved."""
-    naive_runs, scrub_runs = [], []
-    for _ in range(repeat):
-        naive_runs.append(timed([python, "-c", naive, str(path)]))
-        scrub_runs.append(
-            timed([python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest), *options])
-        )
-    return statistics.median(naive_runs), statistics.median(scrub_runs)
+    scan = [python, "-m", "scrub", "scan", str(path), "-q", "--manifest", str(manifest), *options]
+    found = medians(
+        repeat,
+        {"naive": lambda: timed([python, "-c", naive, str(path)]), "scrub": lambda: timed(scan)},
+    )
+    return found["naive"], found["scrub"]
