@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scrub.baseline import Baseline
-from scrub.checks.base import Check, CheckOptions, Column, make_issue
+from scrub.checks.base import RARE_KEPT, Check, CheckOptions, Column, make_issue
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
@@ -85,7 +85,7 @@ class RareValueStore:
 
     def __init__(
         self,
-        cap: int = 1000,
+        cap: int = RARE_KEPT,
         bins: Callable[[np.ndarray], np.ndarray] | None = None,
         keep_negative: bool = True,
     ) -> None:

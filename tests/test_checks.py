@@ -97,6 +97,38 @@ def test_rare_value_store_keeps_only_rare_positions_but_every_count():
     )
 
 
+@pytest.mark.parametrize(
+    "labels, kept_here",
+    [
+        (np.r_[np.arange(3003) % 3, 8000, -1, -1], 3),  # class indices: counted by np.bincount
+        (np.r_[np.arange(3000) % 3, 8000], 3001),  # 1,000 of each: rare in this partition still
+        (np.r_[np.arange(3003) % 3, 1e12, -5], 2),  # beyond bincount's range: by np.unique
+        (np.r_[np.arange(3003) % 3 + 0.5, 7.25], 1),  # not integers (the store takes any numbers)
+        (np.empty(0), 0),
+    ],
+)
+def test_a_partition_counts_its_rare_column_and_the_store_ends_as_without_it(labels, kept_here):
+    """The worker's histogram (`rare_only`) must leave the store exactly as the driver's own
+    counting did: the same histogram, the same positions kept."""
+    from scrub.runner import rare_only
+    from scrub.summary import RareValueStore
+
+    offsets = np.arange(len(labels))
+    by_worker, by_driver = RareValueStore(), RareValueStore()
+    for partition in range(3):  # three partitions: common values become common across them
+        by_worker.add(partition, *rare_only(offsets, labels, "rare"))
+        by_driver.add(partition, offsets, labels)
+    worker, driver = by_worker.column(), by_driver.column()
+    assert [a.tolist() for a in worker.histogram] == [a.tolist() for a in driver.histogram]
+    assert sorted(map(tuple, worker.positions.tolist())) == sorted(map(tuple, driver.positions.tolist()))
+    assert sorted(worker.values.tolist()) == sorted(driver.values.tolist())
+    _, kept, (distinct, counts) = rare_only(offsets, labels, "rare")
+    values, each = np.unique(labels, return_counts=True)
+    common = values[(each > 1000) & (values >= 0)]
+    assert counts.sum() == len(labels) and len(kept) == kept_here
+    assert sorted(kept.tolist()) == sorted(labels[~np.isin(labels, common)].tolist())
+
+
 def test_label_outlier_across_partitions_with_bounded_memory(tmp_path):
     import h5py
 

@@ -293,12 +293,12 @@ def test_the_profile_matches_a_reference(dtype, width):
 def test_a_partition_sends_back_only_the_tails_of_its_magnitudes():
     """Millions of narrow rows must not travel to the driver one value each: common bins go
     back as counts, only rows of rare bins with their positions."""
-    from scrub.runner import _rare_magnitudes
+    from scrub.runner import rare_only
 
     rng = np.random.default_rng(6)
     values = np.abs(rng.normal(size=200_000)) + 1
     values[[10, 20]] = [1e6, 3e7]
-    offsets, kept, (bins, counts) = _rare_magnitudes(np.arange(len(values)), values)
+    offsets, kept, (bins, counts) = rare_only(np.arange(len(values)), values, "magnitude")
     assert counts.sum() == len(values) and len(kept) < 3000
     assert {10, 20} <= set(offsets.tolist()) and set(kept.tolist()) >= {1e6, 3e7}
 

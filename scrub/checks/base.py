@@ -125,6 +125,11 @@ def record_check(id: str, severity: Severity, needs: str = "any") -> Callable:
     return decorate
 
 
+#: A ``"rare"`` column keeps the positions of a value's records until it has seen more than this
+#: many of them: beyond, the value is common and only counted.
+RARE_KEPT = 1000
+
+
 def dataset_check(
     id: str, severity: Severity, collect: Callable[[Record], Any], dtype: str, needs: str = "any"
 ) -> Callable:
