@@ -391,18 +391,12 @@ def scan(
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
     def body() -> int:
-        from scrub.pipeline import start_worker_server
-
         options, datasets, notes = _resolve_many("scan", path, ctx, config)
         if options.manifest is None:
             from scrub.manifest import default_manifest
 
             named = path[0] if len(path) == 1 and path[0].exists() else Path("datasets")
             options = replace(options, manifest=default_manifest(named))
-        from scrub.cache import holds_results
-
-        if not holds_results(options.cache):  # else workers start only if records are left to scan
-            start_worker_server(options.run.scheduler, options.run.workers)
         from scrub.api import scan as run_scan
         from scrub.api import scan_many
 
@@ -520,13 +514,7 @@ def fix(
     apart), in the dataset's own format; verify that every record landed in exactly one."""
 
     def body() -> int:
-        from scrub.pipeline import start_worker_server
-
         options, datasets, notes = _resolve_many("fix", path, ctx, config)
-        from scrub.cache import holds_results
-
-        if options.manifest is None and not holds_results(options.scan.cache):
-            start_worker_server(options.scan.run.scheduler, options.scan.run.workers)
         from scrub.cleaning import fix as run_fix
         from scrub.cleaning import fix_many
 
