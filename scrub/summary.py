@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scrub.baseline import Baseline
-from scrub.checks.base import RARE_KEPT, Check, CheckOptions, Column, make_issue
+from scrub.checks.base import RARE_KEPT, Check, CheckOptions, Column, in_sorted, make_issue, sorted_unique
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
 from scrub.manifest import ManifestWriter
 from scrub.readers.base import DatasetInfo
@@ -114,17 +114,17 @@ class RareValueStore:
         distinct, counts = histogram if histogram is not None else np.unique(keys, return_counts=True)
         self.counts.update(dict(zip(distinct.tolist(), counts.tolist())))
         totals = np.fromiter((self.counts[v] for v in distinct.tolist()), dtype=np.int64, count=len(distinct))
-        newly_common = distinct[(totals > self.cap) & ((distinct >= 0) | (not self.keep_negative))]
+        newly_common = np.sort(distinct[(totals > self.cap) & ((distinct >= 0) | (not self.keep_negative))])
         if len(newly_common):
-            self.common = np.union1d(self.common, newly_common)
+            self.common = sorted_unique(np.concatenate((self.common, newly_common)))  # not union1d: see there
             for i, kept in enumerate(self._keys):
-                rare = ~np.isin(kept, newly_common)
+                rare = ~in_sorted(kept, newly_common)
                 self._keys[i], self._values[i], self._positions[i] = (
                     kept[rare],
                     self._values[i][rare],
                     self._positions[i][rare],
                 )
-        rare = ~np.isin(keys, self.common)
+        rare = ~in_sorted(keys, self.common)
         if rare.any():
             positions = np.empty((int(rare.sum()), 2), dtype=np.int32)
             positions[:, 0], positions[:, 1] = partition, np.asarray(offsets)[rare]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import scrub
-from scrub.checks.base import CheckOptions, Column, sorted_unique, value_counts
+from scrub.checks.base import CheckOptions, Column, in_sorted, sorted_unique, value_counts
 from scrub.checks.dataset import far_labels, label_outlier
 from scrub.checks.labels import label_out_of_range, missing_label, non_integer_label
 from scrub.manifest import encode_key
@@ -201,3 +201,13 @@ def test_value_counts_equals_numpy_unique(values):
     assert distinct.tolist() == expected_distinct.tolist()
     assert counts.tolist() == expected_counts.tolist()
     assert sorted_unique(flat).tolist() == expected_distinct.tolist()
+
+
+@given(
+    values=hnp.arrays(np.float64, st.integers(0, 60), elements=st.floats(-5, 5).map(round)),
+    members=hnp.arrays(np.float64, st.integers(0, 30), elements=st.floats(-6, 6).map(round)),
+)
+def test_in_sorted_equals_numpy_isin(values, members):
+    """The driver's membership test (binary search in a sorted set) against np.isin."""
+    members = np.unique(members)
+    assert in_sorted(values, members).tolist() == np.isin(values, members).tolist()

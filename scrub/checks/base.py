@@ -245,6 +245,17 @@ def value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(values, return_counts=True)
 
 
+def in_sorted(values: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_values)`` for a sorted 1-D ``sorted_values``, by binary search:
+    `np.isin` sorts both sides with `np.unique` once the second is more than a few values, and
+    its first call imports ``numpy.ma`` (see `sorted_unique`)."""
+    values = np.asarray(values)
+    if not len(sorted_values):
+        return np.zeros(values.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[at] == values
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-D array, without its first call's import of ``numpy.ma``
     (25 ms of every scan's start-up, measured with ``-X importtime``)."""
