@@ -220,10 +220,13 @@ def test_hdf5_keeps_structure_filters_and_attributes(tmp_path):
     assert rescan.summary.records == 97 and rescan.summary.records_with_errors == 0
 
 
-def test_hdf5_plain_chunks_over_many_blocks_are_read_and_written_as_bytes(tmp_path):
+@pytest.mark.parametrize("fill", [None, 7.0])
+def test_hdf5_plain_chunks_over_many_blocks_are_read_and_written_as_bytes(tmp_path, fill):
     """An uncompressed file chunked in whole rows, larger than one block: its rows are read by
-    pread and its outputs' whole chunks written as raw bytes (`write_direct_chunk`), block after
-    block, with carried rows between; both outputs hold exactly h5py's rows, chunked alike."""
+    pread and its outputs' whole chunks written as raw bytes, block after block, with carried
+    rows between: by pwrite into chunks allocated at creation, or, where allocating would write
+    the source's own fill value, by `write_direct_chunk`. Both outputs hold exactly h5py's rows,
+    chunked alike, with the source's fill value."""
     from scrub.writers.hdf5 import _takes_raw_chunks
 
     rng = np.random.default_rng(3)
@@ -232,12 +235,15 @@ def test_hdf5_plain_chunks_over_many_blocks_are_read_and_written_as_bytes(tmp_pa
     data[bad, 0, 0] = np.nan
     source = tmp_path / "wide.h5"
     with h5py.File(source, "w") as file:
-        file.create_dataset("data", data=data, chunks=(8, 128, 128))
+        file.create_dataset("data", data=data, chunks=(8, 128, 128), fillvalue=fill)
         file.create_dataset("label", data=np.arange(203) % 4, chunks=(16,))
     result = scrub.fix(source, quarantine=True, scheduler="sync")
     keep = [i for i in range(203) if i not in bad]
     with h5py.File(result.clean) as clean, h5py.File(result.quarantine / "wide.h5") as held:
         assert _takes_raw_chunks(clean["data"]) and clean["data"].chunks == (8, 128, 128)
+        allocated = clean["data"].id.get_create_plist().get_alloc_time() == h5py.h5d.ALLOC_TIME_EARLY
+        assert allocated == (fill is None)  # by pwrite, or by HDF5 where it would write the fill
+        assert clean["data"].fillvalue == (fill or 0.0)
         assert clean["data"][:].tobytes() == data[keep].tobytes()
         assert held["data"][:].tobytes() == data[bad].tobytes()
         assert clean["label"][:].tolist() == [i % 4 for i in keep]
