@@ -4,10 +4,11 @@
 def main() -> None:
     import signal
 
-    from scrub.interrupt import install, leave_interrupted, requested
+    from scrub.interrupt import import_blocked, install, leave_interrupted, requested
 
     install()
     try:
+        import_blocked("numpy")  # its BLAS threads must never take a Ctrl-C
         from scrub.cli import app
 
         app(prog_name="scrub")

@@ -280,12 +280,28 @@ def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
 def _start_worker_server() -> None:
     """The server, and every worker forked from it, ignores SIGINT: Ctrl-C is the driver's (see
     `scrub.interrupt`)."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     hand_down()  # the server dies with this process (see `scrub.lifeline`)
     _own_scratch_folder()
+    if _server_running(forkserver):
+        return  # no window with SIGINT ignored: a Ctrl-C taken by another thread then is lost
+    # The resource tracker first: its start unblocks SIGINT when it is done, which inside the
+    # window below delivered a pending Ctrl-C while it was ignored (lost: exit 0, measured)
+    resource_tracker.ensure_running()
     with ignored_by_children():
         forkserver.ensure_running()
+
+
+def _server_running(forkserver) -> bool:
+    """Whether this process's worker server is up (multiprocessing keeps its pid privately)."""
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid is None:
+        return False
+    try:  # without reaping it: multiprocessing's own check waits for a dead one
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
 
 
 def _own_scratch_folder() -> None:
