@@ -139,12 +139,38 @@ def exit_now() -> NoReturn:
     os._exit(EXIT_CODE)
 
 
+class deferred:
+    """A Ctrl-C pressed inside the block takes effect as the block ends: for exchanges with a
+    helper process that must not be cut in half (handing a task to a process pool may start a
+    worker: cut between connecting to the worker server and sending it the worker's pipes, the
+    server died with a traceback on the terminal). Main thread only, like the handler."""
+
+    def __enter__(self) -> None:
+        global _deferring
+        _deferring += 1
+
+    def __exit__(self, exc_type, *rest) -> None:
+        global _deferring, _deferred
+        _deferring -= 1
+        if not _deferring and _deferred:
+            _deferred = False
+            if exc_type is None:
+                raise KeyboardInterrupt
+
+
+_deferring = 0
+_deferred = False
+
+
 def _on_interrupt(signum, frame) -> None:
-    global _requested
+    global _requested, _deferred
     _requested = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # one Ctrl-C is enough
     threading.Thread(target=_exit_after, args=(GRACE,), name="scrub-interrupt", daemon=True).start()
     sys.unraisablehook = _unraisable
+    if _deferring:
+        _deferred = True
+        return
     raise KeyboardInterrupt
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scrub.errors import UsageError
-from scrub.interrupt import ignore_in_worker, ignored_by_children
+from scrub.interrupt import deferred, ignore_in_worker, ignored_by_children
 from scrub.lifeline import hand_down
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
@@ -179,7 +179,8 @@ def _compute_local(
     def hand_out() -> None:
         for number, partition in waiting:
             started.add(number)
-            running[pool.submit(task, number, partition)] = number
+            with deferred():  # submitting may start a worker: an exchange not to cut in half
+                running[pool.submit(task, number, partition)] = number
             return
 
     interrupted = False

@@ -182,3 +182,30 @@ def test_a_ctrl_c_while_the_worker_server_starts_is_not_lost(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["['handled']", "True"]
+
+
+CTRL_C_IN_A_DEFERRED_BLOCK = r"""
+import os, signal, time
+from scrub import interrupt
+
+interrupt.install()
+steps = []
+try:
+    with interrupt.deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler has run by now
+        steps.append("the block ran to its end")
+    steps.append("not reached")
+except KeyboardInterrupt:
+    steps.append("interrupted as it ended")
+print(steps, interrupt.requested())
+"""
+
+
+def test_a_ctrl_c_inside_a_deferred_block_takes_effect_as_it_ends():
+    """Handing a task to the process pool may start a worker: a Ctrl-C cut that exchange with
+    the worker server in half, and the server printed a traceback (1 Ctrl-C in 80 sent while
+    the workers started). The exchange now runs in `deferred`, which holds the interrupt back
+    until the block ends."""
+    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_DEFERRED_BLOCK], capture_output=True, text=True)
+    assert done.stdout.strip() == "['the block ran to its end', 'interrupted as it ended'] True", done.stderr
