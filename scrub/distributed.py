@@ -33,6 +33,7 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
 
     import dask
     from distributed import Client
+    from distributed.comm import CommClosedError
 
     from scrub.pipeline import GuardedWork
 
@@ -51,7 +52,9 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     try:
         _run(client, work, partitions, on_result, on_failure)
     except Exception as error:
-        if client.status == "running" and not isinstance(error, (Cancelled, CancelledError)):
+        # a closed connection to the scheduler can surface before the client's status says so
+        lost = isinstance(error, (Cancelled, CancelledError, CommClosedError))
+        if client.status == "running" and not lost:
             raise  # the scan's own error, or a task's
         raise ClusterLost(
             f"the dask scheduler at {plan.scheduler} went away mid-scan ({_reason(error)})"
