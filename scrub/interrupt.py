@@ -147,12 +147,13 @@ class deferred:
 
     def __enter__(self) -> None:
         global _deferring
-        _deferring += 1
+        self.active = threading.current_thread() is threading.main_thread()  # else: no effect
+        _deferring += self.active
 
     def __exit__(self, exc_type, *rest) -> None:
         global _deferring, _deferred
-        _deferring -= 1
-        if not _deferring and _deferred:
+        _deferring -= self.active
+        if self.active and not _deferring and _deferred:
             _deferred = False
             if exc_type is None:
                 raise KeyboardInterrupt
