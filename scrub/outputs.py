@@ -9,10 +9,12 @@ process is gone) are removed by the next run.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -169,21 +171,42 @@ def scratch_directory(purpose: str) -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{purpose}-")
 
 
+#: where Linux keeps named POSIX semaphores, as ``sem.NAME``
+SEMAPHORES = Path("/dev/shm")
+
+
+def semaphore_prefix(pid: int) -> str:
+    """The start of the names of a run's named semaphores (see `scrub.pipeline`)."""
+    return f"{SCRATCH_PREFIX}{pid}"
+
+
 def remove_abandoned_scratch() -> list[Path]:
-    """Delete the scratch folders of runs that no longer run (this user's only)."""
+    """Delete the scratch folders, and the named semaphores, of runs that no longer run (this
+    user's only)."""
     removed: list[Path] = []
     try:
         entries = list(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"))
+        if SEMAPHORES.is_dir():
+            entries += SEMAPHORES.glob(f"sem.{SCRATCH_PREFIX}*")
     except OSError:
         return removed
     for entry in entries:
-        pid_text = entry.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        semaphore = entry.parent == SEMAPHORES and entry.name.startswith("sem.")
+        name = entry.name[len("sem.") :] if semaphore else entry.name
+        pid_text = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         try:
-            owned = entry.lstat().st_uid == os.getuid() and entry.is_dir() and not entry.is_symlink()
+            status = entry.lstat()
         except OSError:
             continue
-        if owned and pid_text.isdigit() and not process_alive(int(pid_text)):
-            shutil.rmtree(entry, ignore_errors=True)
+        kind_ok = stat.S_ISREG(status.st_mode) if semaphore else stat.S_ISDIR(status.st_mode)
+        if status.st_uid != os.getuid() or not kind_ok or not pid_text.isdigit():
+            continue
+        if not process_alive(int(pid_text)):
+            if semaphore:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
 

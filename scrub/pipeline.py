@@ -308,18 +308,24 @@ def _server_running(forkserver) -> bool:
 def _own_scratch_folder() -> None:
     """multiprocessing keeps the worker server's socket in a ``pymp-XXXX`` folder that only a
     normal exit removes; a killed scan left one behind in /tmp for good. Named after this process
-    instead (`scrub.outputs.scratch_folder`), the next run removes it. (``_config`` is private:
-    without it, multiprocessing's own folder is used.)"""
+    instead (`scrub.outputs.scratch_folder`), the next run removes it. The same for the pool's
+    named semaphores (``/dev/shm/sem.mp-XXXX``): when the whole process group is killed (an OOM
+    killer, a CI timeout), the resource tracker that would unlink them dies too, and each such
+    scan left 5 for good; named after this process, the next run removes them
+    (`scrub.outputs.remove_abandoned_scratch`). (``_config`` is private: without it,
+    multiprocessing's own names are used.)"""
     import shutil
     from multiprocessing import process, util
 
-    from scrub.outputs import scratch_folder
+    from scrub.outputs import scratch_folder, semaphore_prefix
 
     config = getattr(process.current_process(), "_config", None)
     if isinstance(config, dict) and config.get("tempdir") is None:
         folder = scratch_folder("workers")
         util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
         config["tempdir"] = folder
+    if isinstance(config, dict) and config.get("semprefix") == "/mp":
+        config["semprefix"] = "/" + semaphore_prefix(os.getpid())
 
 
 def worker_context(imports: Sequence[str] = ()):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -110,7 +111,9 @@ def test_ctrl_c_prints_one_line_and_leaves_nothing(images, tmp_path, where, args
 
 def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_path):
     """kill -9 (an OOM killer, a CI timeout) leaves the manifest's temporary sibling; the next
-    scan writing that manifest removes it (its process is gone)."""
+    scan writing that manifest removes it (its process is gone). The whole group killed, the
+    worker pool's named semaphores stay too (their resource tracker died with it): the next
+    scan removes them."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     process = subprocess.Popen(
         [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]],
@@ -127,6 +130,8 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     process.wait()
     left = list(tmp_path.glob(".m.jsonl.scrub-*.tmp"))
     assert len(left) == 1 and str(process.pid) in left[0].name
+    semaphores = Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")
+    assert list(semaphores) or not sys.platform.startswith("linux")
     done = subprocess.run(
         [sys.executable, "-m", "scrub", "scan", str(images / "c0"), "--manifest", "m.jsonl", "-q"],
         cwd=tmp_path,
@@ -136,6 +141,7 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     )
     assert done.returncode in (0, 1), done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl", "m.scan.json"]
+    assert list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")) == []
 
 
 CTRL_C_WHILE_THE_SERVER_STARTS = r"""
