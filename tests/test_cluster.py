@@ -99,10 +99,16 @@ def cluster(tmp_path):
             client.wait_for_workers(2, timeout=60)
         yield address, scheduler
     finally:
+        # SIGTERM first: killed, the workers' nannies leave their named semaphores in /dev/shm
         for process in (worker, scheduler):
             if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in (worker, scheduler):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+                process.wait()
 
 
 def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cluster):
