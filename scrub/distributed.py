@@ -7,7 +7,8 @@ process (a shared file system), since they read it themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from scrub.errors import IncompleteScan, ScrubError
@@ -53,9 +54,11 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
         _run(client, work, partitions, on_result, on_failure)
     except Exception as error:
         # a closed connection to the scheduler can surface before the client's status says so
-        lost = isinstance(error, (Cancelled, CancelledError, CommClosedError))
+        lost = isinstance(error, (Cancelled, CancelledError, CommClosedError, NoWorkers))
         if client.status == "running" and not lost:
             raise  # the scan's own error, or a task's
+        if isinstance(error, NoWorkers):
+            raise ClusterLost(f"the dask cluster at {plan.scheduler} has no workers ({error})") from None
         raise ClusterLost(
             f"the dask scheduler at {plan.scheduler} went away mid-scan ({_reason(error)})"
         ) from None
@@ -75,9 +78,45 @@ def _reason(error: BaseException) -> str:
     return text[:200]
 
 
+#: How long the scan waits for a worker when the cluster has none left (every worker died, or
+#: none ever joined): Dask itself would wait for one forever.
+NO_WORKERS_SECONDS = 60.0
+
+
+class NoWorkers(Exception):
+    """The cluster has had no worker for `NO_WORKERS_SECONDS`: its tasks would wait forever."""
+
+
+def _completed(client, futures) -> Iterator[Any]:
+    """Each of ``futures`` as it completes (``distributed.as_completed``, polled as its own
+    iterator polls), watching the cluster meanwhile: `NoWorkers` once it has had no worker for
+    `NO_WORKERS_SECONDS`, where Dask would wait for one forever."""
+    from distributed import as_completed
+
+    found = as_completed(futures)
+    checked = time.monotonic()
+    without_workers_since: float | None = None
+    while not found.is_empty():
+        batch = found.next_batch(block=False)
+        if batch:
+            yield from batch
+            without_workers_since = None
+            continue
+        time.sleep(0.05)
+        now = time.monotonic()
+        if now - checked < 1.0:
+            continue
+        checked = now
+        if client.nthreads():
+            without_workers_since = None
+        elif without_workers_since is None:
+            without_workers_since = now
+        elif now - without_workers_since > NO_WORKERS_SECONDS:
+            raise NoWorkers(f"no worker for {NO_WORKERS_SECONDS:g} s: every worker died or left")
+
+
 def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failure: Callable) -> None:
     """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`)."""
-    from distributed import as_completed
     from distributed.scheduler import KilledWorker
 
     suspects: list[tuple[int, Any, int, int]] = []
@@ -85,7 +124,7 @@ def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failur
         client.submit(work, number, partition, 0, len(partition), pure=False): (number, partition)
         for number, partition in enumerate(partitions)
     }
-    for future in as_completed(futures):
+    for future in _completed(client, list(futures)):
         number, partition = futures.pop(future)
         if future.status == "finished":
             on_result(future.result())
@@ -100,7 +139,8 @@ def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failur
         number, partition, start, stop = suspects.pop()
         future = client.submit(work, number, partition, start, stop, pure=False)
         try:
-            on_result(future.result())
+            for _ in _completed(client, [future]):
+                on_result(future.result())
         except KilledWorker:
             if stop - start == 1:
                 on_result(on_failure(number, partition, start, WORKER_DIED))

@@ -97,7 +97,7 @@ def cluster(tmp_path):
         address = json.loads(address_file.read_text())["address"]
         with distributed.Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
-        yield address, scheduler
+        yield address, scheduler, worker
     finally:
         # SIGTERM first: killed, the workers' nannies leave their named semaphores in /dev/shm
         for process in (worker, scheduler):
@@ -112,7 +112,7 @@ def cluster(tmp_path):
 
 
 def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cluster):
-    address, scheduler = cluster
+    address, scheduler, _ = cluster
     lmdb = tmp_path / "lmdb"
     shutil.copytree(SAMPLES / "lmdb", lmdb)
     result = scrub.scan([lmdb], scheduler=address, partition_size=4)
@@ -156,3 +156,38 @@ def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cl
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and "went away mid-scan" in lines[0] and address in lines[0], stderr
     assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_a_cluster_whose_workers_all_die_ends_the_scan(tmp_path, cluster, monkeypatch):
+    """Dask waits for a worker forever; a nightly scan must not: once the cluster has had no
+    worker for `NO_WORKERS_SECONDS`, the scan ends, incomplete (exit 3), and says why."""
+    import threading
+
+    from scrub import distributed as on_cluster
+    from scrub.errors import IncompleteScan
+
+    monkeypatch.setattr(on_cluster, "NO_WORKERS_SECONDS", 2.0)
+    address, _, worker = cluster
+    images = tmp_path / "slow"
+    images.mkdir()
+    for number in range(600):  # 600 x 20 ms on 2 workers: ~6 s
+        Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(images / f"{number}.png")
+    ended: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            scrub.scan(images, scheduler=address, plugins=["plugins.slow"], partition_size=20)
+            ended.append(None)
+        except BaseException as error:  # handed to the test's thread
+            ended.append(error)
+
+    scan = threading.Thread(target=run, daemon=True)  # (without the watch it would never end)
+    scan.start()
+    time.sleep(3)  # the scan is under way
+    assert scan.is_alive()
+    os.killpg(worker.pid, signal.SIGKILL)  # every worker, and the nannies that would restart them
+    killed = time.monotonic()
+    scan.join(timeout=30)
+    assert not scan.is_alive() and time.monotonic() - killed < 30
+    assert isinstance(ended[0], IncompleteScan), ended
+    assert "has no workers" in str(ended[0]) and address in str(ended[0])
