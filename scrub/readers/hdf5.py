@@ -262,7 +262,7 @@ class HDF5Reader(Reader[RowRange]):
                 "data": _describe(data),
                 **({"mask" if masks else "label": _describe(label)} if has_labels else {}),
             }
-            row_bytes = max(1, int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize)
+            row_bytes = max(1, row_bytes_of(data))
             filtered = data.id.get_create_plist().get_nfilters() > 0  # gzip, lzf, blosc, ...
             plain, compressed = self._data_bytes
             self._data_bytes = (
@@ -406,7 +406,8 @@ def read_rows(data, layout: PlainLayout | None, begin: int, end: int, into: np.n
         read_at(layout.descriptor, offset, into[first - begin : last - begin])
 
 
-def _row_bytes(data) -> int:
+def row_bytes_of(data) -> int:
+    """The bytes of one row of an h5py dataset (of its data: a variable-length one's handles)."""
     return int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize
 
 
@@ -475,7 +476,7 @@ def plain_layout(file, data) -> PlainLayout | None:
     plist = data.id.get_create_plist()
     if plist.get_nfilters() or plist.get_external_count() or data.is_virtual or file.userblock_size:
         return None
-    row_bytes = _row_bytes(data)
+    row_bytes = row_bytes_of(data)
     descriptor = file.id.get_vfd_handle()
     status = os.fstat(descriptor)
     layout = plist.get_layout()

@@ -52,6 +52,7 @@ from scrub.readers.hdf5 import (
     plain_layout,
     read_rows,
     round_up,
+    row_bytes_of,
     row_slabs,
     slab_shape,
 )
@@ -284,7 +285,7 @@ class _Sinks:
     def add_row(self, aligned: list, row: int) -> None:
         """Append source row ``row`` of each dataset: a row larger than a block slab by slab."""
         for sink, dataset in zip(self.sinks, aligned):
-            if _row_size(dataset) > BLOCK_BYTES:
+            if row_bytes_of(dataset) > BLOCK_BYTES:
                 sink.add_in_slabs(dataset, row)
             else:
                 sink.add(np.asarray(dataset[row : row + 1]))
@@ -399,8 +400,7 @@ def _allocated_chunks(dataset) -> np.ndarray | None:
         return None
     if dataset.id.get_create_plist().get_alloc_time() != h5py.h5d.ALLOC_TIME_EARLY:
         return None
-    row_bytes = dataset.dtype.itemsize * int(np.prod(dataset.shape[1:], dtype=np.int64))
-    addresses = chunk_addresses(dataset, row_bytes)
+    addresses = chunk_addresses(dataset, row_bytes_of(dataset))
     return addresses if len(addresses) else None
 
 
@@ -510,7 +510,7 @@ def _blocks(
     until the next is asked for. Close the iterator before the file (its helpers end then)."""
     data = aligned[0]
     chunk_rows = data.chunks[0] if data.chunks else 1
-    block_rows = max(1, min(rows, round_up(max(1, BLOCK_BYTES // max(1, _row_size(data))), chunk_rows)))
+    block_rows = max(1, min(rows, round_up(max(1, BLOCK_BYTES // max(1, row_bytes_of(data))), chunk_rows)))
     layouts = [plain_layout(d.file, d) for d in aligned]
     starts = range(0, rows, block_rows)
     ahead = max(1, min(ahead, len(starts) - 1))
@@ -544,7 +544,7 @@ def _blocks(
 
 
 def _has_big_rows(aligned: list) -> bool:
-    return any(_row_size(dataset) > BLOCK_BYTES for dataset in aligned)
+    return any(row_bytes_of(dataset) > BLOCK_BYTES for dataset in aligned)
 
 
 def _split_big_rows(aligned: list, rows: int, bad: np.ndarray, seed: int, kept, held, tally: Tally) -> None:
@@ -567,7 +567,7 @@ def _big_row_digests(aligned: list, row: int) -> list[np.ndarray]:
     of the comparison: source and outputs have the same shapes)."""
     digests = []
     for dataset in aligned:
-        if _row_size(dataset) <= BLOCK_BYTES or dataset.dtype.hasobject:
+        if row_bytes_of(dataset) <= BLOCK_BYTES or dataset.dtype.hasobject:
             digests.append(row_digests(np.asarray(dataset[row : row + 1])))
             continue
         plan = piece_plan(dataset.shape, dataset.chunks, dataset.dtype.itemsize)
@@ -577,10 +577,6 @@ def _big_row_digests(aligned: list, row: int) -> list[np.ndarray]:
             digest.update(np.ascontiguousarray(slab).data)
         digests.append(np.array([digest.intdigest()], np.uint64))
     return digests
-
-
-def _row_size(dataset) -> int:
-    return int(np.prod(dataset.shape[1:], dtype=np.int64)) * dataset.dtype.itemsize
 
 
 def _tally_file(ledger: Ledger, name: str, path: str, inside: bool) -> None:
