@@ -69,8 +69,8 @@ class ColumnStore:
         positions = np.concatenate(self._positions)
         values = np.concatenate(self._values)
         if self.dtype == "category":
-            names = np.array(list(self.categories), dtype=object)
-            values = names[values]
+            names = list(self.categories)
+            return Column(positions, np.array(names, dtype=object)[values], categories=(values, names))
         return Column(positions, values)
 
 
@@ -248,9 +248,10 @@ class ScanAggregate:
             if issue.check in self.by_check:
                 self.add_issue(issue)
 
-    def add_issue(self, issue: Issue, position: tuple[int, int] | None = None) -> None:
+    def add_issue(self, issue: Issue, position: tuple[int, int] | None = None, placed: bool = False) -> None:
         """Stream one issue to the manifest and count it (classed against the baseline);
-        ``position``: its record's (partition, offset), when it has one."""
+        ``position``: its record's (partition, offset), when it has one; ``placed``: the caller
+        marks the position itself (many at once, `_mark`)."""
         if issue.check in self.severities:
             issue.severity = self.severities[issue.check]
         if self.dataset is not None:
@@ -265,7 +266,7 @@ class ScanAggregate:
         self.by_severity[issue.severity.value] += 1
         if position is not None:
             self._mark(issue.severity.value, position[0], np.asarray([position[1]]))
-        else:
+        elif not placed:
             self.unplaced[issue.severity.value].add((issue.source, issue.key, issue.index))
 
     def _mark(self, severity: str, partition: int, offsets: np.ndarray) -> None:
@@ -300,10 +301,14 @@ class ScanAggregate:
             positions = [position for position, _ in judgement]
             identities = locate(positions)
             hashes = contents(positions) if contents is not None else [None] * len(positions)
+            marked: dict[tuple[str, int], list[int]] = defaultdict(list)  # (severity, partition) -> offsets
             for (source, key, index), content, (position, finding) in zip(identities, hashes, judgement):
                 issue = make_issue(check.id, source, key, index, finding)
                 issue.content = content
-                self.add_issue(issue, (int(position[0]), int(position[1])))
+                self.add_issue(issue, placed=True)
+                marked[issue.severity.value, int(position[0])].append(int(position[1]))
+            for (severity, partition), offsets in marked.items():
+                self._mark(severity, partition, np.asarray(offsets))
             self.columns[check.id] = _column_store(check)  # free the memory
 
     def finish_baseline(self, path) -> dict[str, Any] | None:

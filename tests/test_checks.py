@@ -13,10 +13,11 @@ from hypothesis.extra import numpy as hnp
 
 import scrub
 from scrub.checks.base import CheckOptions, Column, in_sorted, sorted_unique, value_counts
-from scrub.checks.dataset import far_labels, label_outlier
+from scrub.checks.dataset import far_labels, label_outlier, shape_mismatch
 from scrub.checks.labels import label_out_of_range, missing_label, non_integer_label
 from scrub.manifest import encode_key
 from scrub.records import Record
+from scrub.summary import ColumnStore
 
 
 def record(label) -> Record:
@@ -156,6 +157,46 @@ def test_shape_mismatch_against_the_dominant_mode(tmp_path):
         write(tmp_path / f"{i}.jpg", image_bytes(i, mode="L"))
     write(tmp_path / "rgb.jpg", image_bytes(9))
     assert findings(scrub.scan(tmp_path)) == {("rgb.jpg", "shape-mismatch")}
+
+
+def _shape_mismatch_by_rows(values: list[str]) -> list[tuple[int, str, str, float]]:
+    """The rule spelled out per row (what `shape_mismatch` computed before it worked per distinct
+    value): per kind, the most frequent value (ties: the first in sorted order) is dominant."""
+    expected = []
+    for kind in sorted({value.partition("|")[0] for value in values}):
+        members = [i for i, value in enumerate(values) if value.partition("|")[0] == kind]
+        names, counts = np.unique([values[i].partition("|")[2] for i in members], return_counts=True)
+        dominant = str(names[int(np.argmax(counts))])
+        share = round(float(counts.max() / counts.sum()), 4)
+        expected += [
+            (i, values[i].partition("|")[2], dominant, share)
+            for i in members
+            if not values[i].endswith("|" + dominant)
+        ]
+    return expected
+
+
+@given(
+    st.lists(
+        st.sampled_from(["image|RGB", "image|L", "image|CMYK", "array|3x4|<f4", "array|2|<f4"]), max_size=40
+    )
+)
+def test_shape_mismatch_matches_the_rule_per_row(values):
+    store = ColumnStore("category")
+    for partition, start in enumerate(range(0, len(values), 7)):
+        piece = values[start : start + 7]
+        store.add(partition, list(range(len(piece))), piece)
+    stored = store.column()
+    plain = Column(stored.positions, stored.values)  # no codes: factorized from the values
+    for column in (stored, plain):
+        judged = [
+            (7 * partition + offset, found.details.get("mode") or found.details["shape"], found.details)
+            for (partition, offset), found in shape_mismatch(column, CheckOptions(), lambda positions: [])
+        ]
+        found = [
+            (row, value, details["dominant"], details["dominant_share"]) for row, value, details in judged
+        ]
+        assert found == _shape_mismatch_by_rows(values)
 
 
 def test_format_mismatch_and_empty_and_bomb(tmp_path):

@@ -99,6 +99,22 @@ class Column:
     values: np.ndarray
     #: (distinct values, counts) over every record, when ``values`` holds only some of them
     histogram: tuple[np.ndarray, np.ndarray] | None = None
+    #: a ``"category"`` column's (codes, names): ``values[i] == names[codes[i]]``
+    categories: tuple[np.ndarray, list] | None = None
+
+    def factorized(self) -> tuple[np.ndarray, list]:
+        """(codes, names) of the values, names in first-seen order: a few distinct values among
+        many rows are then judged per name, without sorting the rows' Python strings (sorting
+        20,000 of them cost 40 ms of the driver's end of a scan)."""
+        if self.categories is not None:
+            return self.categories
+        names: dict[Any, int] = {}
+        codes = np.fromiter(
+            (names.setdefault(value, len(names)) for value in self.values.tolist()),
+            dtype=np.intp,
+            count=len(self.values),
+        )
+        return codes, list(names)
 
 
 Locate = Callable[[Sequence[Position]], list[tuple[str, str, int]]]

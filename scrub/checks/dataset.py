@@ -7,7 +7,7 @@ with `--ignore`). `label-outlier` keeps a label histogram and the positions of r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from scrub.checks.base import (
     Position,
     batch_collector,
     dataset_check,
-    sorted_unique,
 )
 from scrub.checks.labels import integer_label, integral_labels
 from scrub.records import Batch, Record, Severity
@@ -32,8 +31,9 @@ def _dataset_order(column: Column) -> np.ndarray:
     return np.lexsort((column.positions[:, 1], column.positions[:, 0]))
 
 
-def _positions(column: Column, indices: Iterable[int]) -> list[Position]:
-    return [(int(column.positions[i, 0]), int(column.positions[i, 1])) for i in indices]
+def _positions(column: Column, indices: Sequence[int] | np.ndarray) -> list[Position]:
+    rows = column.positions[np.asarray(indices, dtype=np.intp)].tolist()
+    return [(partition, offset) for partition, offset in rows]
 
 
 def _digest(record: Record) -> bytes | None:
@@ -73,10 +73,10 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
     firsts = by_digest[group_starts[group_ids[duplicates]]]
     first_identities = locate(_positions(column, firsts))
     judgement: Judgement = []
-    for dup_index, (source, key, index) in zip(by_digest[duplicates], first_identities):
+    for position, (source, key, index) in zip(_positions(column, by_digest[duplicates]), first_identities):
         judgement.append(
             (
-                _positions(column, [dup_index])[0],
+                position,
                 Finding(
                     f"same bytes as {key}",
                     {"first": {"source": source, "key": key, "index": index}},
@@ -116,21 +116,29 @@ def shape_mismatch(column: Column, options: CheckOptions, locate: Locate) -> Jud
         Nothing by default (a warning); with `--severity warning` the record is quarantined.
     """
     judgement: Judgement = []
-    kinds = np.array([value.partition("|")[0] for value in column.values], dtype=object)
-    for kind in sorted_unique(kinds) if len(kinds) else []:  # images against images, arrays against arrays
-        members = np.flatnonzero(kinds == kind)
-        values = np.array([v.partition("|")[2] for v in column.values[members]], dtype=object)
-        names, counts = np.unique(values, return_counts=True)
-        dominant = str(names[int(np.argmax(counts))])
-        share = round(float(counts.max() / counts.sum()), 4)
+    codes, names = column.factorized()
+    counts = np.bincount(codes, minlength=len(names))
+    kinds: dict[str, list[int]] = {}  # images against images, arrays against arrays
+    for code, name in enumerate(names):
+        if counts[code]:
+            kinds.setdefault(name.partition("|")[0], []).append(code)
+    for kind, members in sorted(kinds.items()):
+        # the most frequent; among equals, the first in sorted order
+        dominant = min(members, key=lambda code: (-counts[code], names[code]))
+        share = round(float(counts[dominant] / counts[members].sum()), 4)
         what = "mode" if kind == "image" else "shape"
-        for i in np.flatnonzero(values != dominant):
+        differs = np.zeros(len(names), dtype=bool)
+        differs[[code for code in members if code != dominant]] = True
+        rows = np.flatnonzero(differs[codes])
+        common = names[dominant].partition("|")[2]
+        for position, code in zip(_positions(column, rows), codes[rows].tolist()):
+            value = names[code].partition("|")[2]
             judgement.append(
                 (
-                    _positions(column, [members[i]])[0],
+                    position,
                     Finding(
-                        f"{what} {values[i]} differs from the dataset's dominant {dominant}",
-                        {what: str(values[i]), "dominant": dominant, "dominant_share": share},
+                        f"{what} {value} differs from the dataset's dominant {common}",
+                        {what: value, "dominant": common, "dominant_share": share},
                     ),
                 )
             )
