@@ -123,15 +123,22 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
         start_new_session=True,
         env=env,
     )
+    linux = sys.platform.startswith("linux")
+
+    def semaphores() -> list[Path]:
+        return list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*"))
+
+    # killed once the manifest's temporary sibling and (a moment later) the pool's semaphores exist
     deadline = time.monotonic() + 30
-    while not list(tmp_path.glob(".m.jsonl.scrub-*.tmp")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while time.monotonic() < deadline:
+        if list(tmp_path.glob(".m.jsonl.scrub-*.tmp")) and (semaphores() or not linux):
+            break
+        time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     left = list(tmp_path.glob(".m.jsonl.scrub-*.tmp"))
     assert len(left) == 1 and str(process.pid) in left[0].name
-    semaphores = Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")
-    assert list(semaphores) or not sys.platform.startswith("linux")
+    assert semaphores() or not linux
     done = subprocess.run(
         [sys.executable, "-m", "scrub", "scan", str(images / "c0"), "--manifest", "m.jsonl", "-q"],
         cwd=tmp_path,
