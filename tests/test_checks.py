@@ -245,6 +245,31 @@ def test_value_counts_equals_numpy_unique(values):
 
 
 @given(
+    st.lists(
+        st.lists(st.tuples(st.integers(-3, 70_000), st.integers(1, 5)), max_size=8, unique_by=lambda p: p[0]),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_merged_label_histograms_equal_a_counter(pieces):
+    """A partition's per-block label histograms merged (by bincount for class ids, else by
+    np.unique) count what a Counter counts."""
+    from collections import Counter
+
+    from scrub.runner import _merge_counts
+
+    arrays = [
+        (np.array([v for v, _ in piece], dtype=np.int64), np.array([c for _, c in piece], dtype=np.int64))
+        for piece in pieces
+    ]
+    expected: Counter = Counter()
+    for piece in pieces:
+        for value, count in piece:
+            expected[value] += count
+    assert _merge_counts(arrays) == dict(expected)
+
+
+@given(
     values=hnp.arrays(np.float64, st.integers(0, 60), elements=st.floats(-5, 5).map(round)),
     members=hnp.arrays(np.float64, st.integers(0, 30), elements=st.floats(-6, 6).map(round)),
 )

@@ -290,6 +290,26 @@ def test_the_profile_matches_a_reference(dtype, width):
     assert found.high == np.nanmax(np.where(np.isfinite(values), values, np.nan))
 
 
+@pytest.mark.parametrize("dtype", ["<f2", "<f4", "<f8", ">f4", "<i4", "<u2"])
+@pytest.mark.parametrize("width", [1, 64, 128, 1024])
+def test_the_sum_behind_the_mean_matches_a_float64_sum(dtype, width):
+    """The total of clean rows (einsum for native float32 and float64), against NumPy's float64
+    sum: integers near their type's limit must not wrap, float16 must not lose its sum, and
+    float32 values whose sum overflows float32 fall back to float64."""
+    from scrub.checks.numeric import profile
+    from scrub.records import Batch
+
+    rng = np.random.default_rng(width)
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else np.finfo(dtype)
+    data = rng.uniform(0.5, 1.0, size=(4096 // width + 3, width)) * min(float(info.max) / 2, 1e300)
+    data = data.astype(dtype)
+    found = profile(Batch("s", 0, 0, data))
+    assert found.total == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
+    rows = (rng.normal(size=(50, width)) * 100).astype(dtype)
+    found = profile(Batch("s", 0, 0, rows))
+    assert found.total == pytest.approx(float(rows.sum(dtype=np.float64)), rel=1e-6, abs=1e-3)
+
+
 def test_a_partition_sends_back_only_the_tails_of_its_magnitudes():
     """Millions of narrow rows must not travel to the driver one value each: common bins go
     back as counts, only rows of rare bins with their positions."""
