@@ -12,6 +12,7 @@ import scrub
 from scrub.errors import UnusableDataset
 from scrub.readers.base import ReadOptions, open_reader
 from scrub.readers.images import ImageReader, parse_label, split_list_line
+from scrub.records import Record
 
 
 def records_of(path, **options):
@@ -127,7 +128,8 @@ def test_read_ahead_once_reading_is_slow_reads_the_same_and_never_a_link(tmp_pat
     os.symlink("00.jpg", root / "a" / "21-inside.jpg")
     _, before = records_of(root)
     announced: list[str] = []
-    monkeypatch.setattr(base, "SLOW_READ_SECONDS", -1.0)
+    blocks = iter(range(10**6))
+    monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))  # each read from the disk
     monkeypatch.setattr(base, "will_need", lambda path: announced.append(os.path.basename(path)))
     (root / "a" / "05.jpg").unlink()  # listed, then gone: read ahead and read alike
     reader = open_reader(root, ReadOptions())
@@ -141,6 +143,38 @@ def test_read_ahead_once_reading_is_slow_reads_the_same_and_never_a_link(tmp_pat
     assert [p.check for p in next(r for r in after if r.key == "a/07.jpg").problems] == ["missing-file"]
     assert "20-outside.jpg" not in announced and "21-inside.jpg" not in announced
     assert len(announced) > 30
+
+
+@pytest.mark.parametrize(
+    "blocks, seconds, first_announced",
+    [
+        ([5] * 21, [0.0] * 20, None),  # warm: no block read from the disk
+        ([5] * 21, [1.0] * 20, None),  # ...however slow a read was (it lost its core)
+        ([5, 5, 5, 9] + [9] * 17, [0.0] * 20, 3),  # the third read came from the disk
+        ([None] * 21, [0.0, 0.0, 1.0] + [0.0] * 17, 3),  # no block counts: the first slow read
+    ],
+)
+def test_read_ahead_starts_at_the_first_read_from_the_disk(
+    tmp_path, monkeypatch, blocks, seconds, first_announced
+):
+    import types
+
+    import scrub.readers.base as base
+
+    paths = []
+    for number in range(len(seconds)):
+        write(tmp_path / f"{number:02d}.jpg", image_bytes(number))
+        paths.append(str(tmp_path / f"{number:02d}.jpg"))
+    counts = iter(blocks)
+    monkeypatch.setattr(base, "blocks_read", lambda: next(counts))
+    clock = iter(moment for took in seconds for moment in (0.0, took))
+    monkeypatch.setattr(base, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    announced: list[str] = []
+    monkeypatch.setattr(base, "will_need", announced.append)
+    reading = base.ReadAhead(paths)
+    for number, path in enumerate(paths):
+        assert reading.read(number, Record("s", str(number), number, None), path) == image_bytes(number)
+    assert announced == ([] if first_announced is None else paths[first_announced:])
 
 
 def test_list_entries_outside_root_or_missing(tmp_path):
