@@ -252,3 +252,34 @@ def test_rgb_masks_are_read_through_a_palette(tmp_path):
     unmapped = [issue for issue in result.issues() if issue.check == "mask-not-class-map"]
     assert {issue.key for issue in unmapped} == {"0.jpg", "1.jpg", "2.jpg"}  # no 255's colour in this one
     assert "palette" in one_line_error("scan", root, "--mask-palette", tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("layout", ["segmentation", "yolo"])
+def test_a_link_out_of_the_folders_is_never_read_and_set_aside_as_a_link(tmp_path, layout):
+    """A file of the images or masks (labels) folder that is a link leaving the dataset is
+    `unsafe-path`, never read (its target is not checked, not copied); `fix` sets the record
+    aside with the link recreated, and verifies."""
+    root = tmp_path / "ds"
+    partner, suffix = ("masks", ".png") if layout == "segmentation" else ("labels", ".txt")
+    (root / "images").mkdir(parents=True)
+    (root / partner).mkdir()
+    for name in ("a", "b"):
+        Image.fromarray(np.full((8, 8, 3), 40, np.uint8)).save(root / "images" / f"{name}.png")
+        if layout == "segmentation":
+            Image.fromarray(np.full((8, 8), 1, np.uint8)).save(root / partner / f"{name}.png")
+        else:
+            (root / partner / f"{name}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (tmp_path / "secret.png").write_bytes(b"not an image: must never be read")
+    (tmp_path / f"secret{suffix}").write_bytes(b"never read either")
+    (root / "images" / "image-out.png").symlink_to("../../secret.png")
+    Image.fromarray(np.full((8, 8, 3), 40, np.uint8)).save(root / "images" / "partner-out.png")
+    (root / partner / f"partner-out{suffix}").symlink_to(f"../../secret{suffix}")
+    result = scrub.scan(root, scheduler="sync")
+    assert result.summary.dataset.format == layout
+    found = sorted((issue.key, issue.check) for issue in result.issues() if issue.severity.value == "error")
+    assert found == [("image-out.png", "unsafe-path"), ("partner-out.png", "unsafe-path")]
+    fixed = scrub.fix(root, quarantine=True, scheduler="sync")
+    assert fixed.verified and fixed.report["kept"] == 2 and fixed.report["quarantined"] == 2
+    held = sorted(str(p.relative_to(fixed.quarantine)) for p in fixed.quarantine.rglob("*") if p.is_symlink())
+    assert held == sorted([f"ds/{partner}/partner-out{suffix}", "ds/images/image-out.png"])
+    assert not [p for p in fixed.clean.rglob("*") if p.is_symlink() or "out" in p.name]

@@ -123,6 +123,16 @@ def find_folders(path: Path) -> tuple[Path, Path] | None:
     return None
 
 
+def first_outside(real_root: str, files: Sequence[tuple[str | None, str | None]]) -> str | None:
+    """The first of a record's files, as (shown, path to read), whose path leads out of the
+    dataset's ``real_root`` (its real path), through any link: a list line's ``../x``, or a file
+    of the folders that is a link to elsewhere. Such a file is never read (`unsafe-path`)."""
+    for shown, path in files:
+        if path is not None and not is_within(os.path.realpath(path), real_root, itself=False):
+            return shown
+    return None
+
+
 def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) -> bool:
     """Whether a file whose name is ``wanted`` lies below ``folder`` (stops at the first)."""
     for _directory, folders, files in os.walk(folder):
@@ -210,29 +220,24 @@ class SegmentationReader(Reader[Sequence[Pair]]):
             record = Record(
                 pair.key, pair.key, pair.index, None, None, {"kind": "image", "label_known": False}
             )
-            outside = [
-                path
-                for path in (pair.key, pair.partner)
-                if path is not None
-                and not is_within(os.path.realpath(os.path.join(self.root, path)), real_root, itself=False)
-            ]
-            if outside:
+            image = os.path.join(self.root, self.image_folder, pair.key)
+            name = None if pair.partner is None else posixpath.join(self.partner_folder, pair.partner)
+            outside = first_outside(
+                real_root, [(pair.key, image), (name, name and os.path.join(self.root, name))]
+            )
+            if outside is not None:
                 record.problems.append(
-                    problem(
-                        record, "unsafe-path", f"not read: {outside[0]} resolves outside the dataset root"
-                    )
+                    problem(record, "unsafe-path", f"not read: {outside} resolves outside the dataset root")
                 )
                 yield record
                 continue
-            record.payload = read_bytes(
-                record, os.path.join(self.root, self.image_folder, pair.key), pair.key
-            )
-            if pair.partner is None:
+            record.payload = read_bytes(record, image, pair.key)
+            if name is None:
                 record.problems.append(
                     problem(record, "missing-mask", f"no mask for {pair.key} in {self.partner_folder}/")
                 )
             else:
-                record.meta["mask_name"] = name = posixpath.join(self.partner_folder, pair.partner)
+                record.meta["mask_name"] = name
                 mask = read_bytes(record, os.path.join(self.root, name), name, "missing-mask")
                 if mask is not None:
                     record.meta["mask"] = mask

@@ -21,7 +21,7 @@ from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
 from scrub.readers.base import DatasetInfo, Reader, read_bytes, split_records
-from scrub.readers.segmentation import IMAGE_FOLDERS, Pair, holds_a_file, pair_files
+from scrub.readers.segmentation import IMAGE_FOLDERS, Pair, first_outside, holds_a_file, pair_files
 from scrub.records import Record
 
 LABEL_FOLDER = "labels"
@@ -166,24 +166,33 @@ class YoloReader(Reader[Sequence[Pair]]):
         return pair.key.startswith(f"{LABEL_FOLDER}/") and pair.key == f"{LABEL_FOLDER}/{pair.partner}"
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        real_root = os.path.realpath(self.root)
         for pair in partition[start:stop]:
             record = Record(pair.key, pair.key, pair.index, None, None, {"label_known": False})
-            if self.is_orphan(pair):
+            image = None if self.is_orphan(pair) else os.path.join(self.root, self.image_folder, pair.key)
+            label = None if pair.partner is None else os.path.join(self.root, LABEL_FOLDER, pair.partner)
+            outside = first_outside(real_root, [(pair.key, image), (f"{LABEL_FOLDER}/{pair.partner}", label)])
+            if outside is not None:
+                record.problems.append(
+                    problem(record, "unsafe-path", f"not read: {outside} resolves outside the dataset root")
+                )
+                yield record
+                continue
+            if image is None:
                 record.problems.append(
                     problem(record, "label-without-image", f"no image for {pair.key} in {self.image_folder}/")
                 )
             else:
                 record.meta["kind"] = "image"
-                record.payload = read_bytes(
-                    record, os.path.join(self.root, self.image_folder, pair.key), pair.key
-                )
+                record.payload = read_bytes(record, image, pair.key)
             if pair.partner is None:
                 record.problems.append(
                     problem(record, "missing-boxes", f"no label file for {pair.key}: a background image")
                 )
             else:
+                assert label is not None  # the record has a label file
                 try:
-                    with open(os.path.join(self.root, LABEL_FOLDER, pair.partner), "rb") as file:
+                    with open(label, "rb") as file:
                         text = file.read()
                 except OSError as error:
                     record.meta["malformed_boxes"] = [("file", f"cannot read: {error.strerror}")]

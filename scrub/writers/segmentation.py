@@ -50,10 +50,14 @@ class PairsWriter(Writer):
                 if target is None:
                     continue
                 for (folder, relative), data in zip(files, contents):
-                    if relative is not None and data is not None and _inside(str(target), folder, relative):
+                    if relative is None:
+                        continue
+                    if data is not None and _inside(str(target), folder, relative):
                         destination = target / folder / relative
                         destination.parent.mkdir(parents=True, exist_ok=True)
                         destination.write_bytes(data)
+                    elif data is None:
+                        _link_again(reader.root, folder, relative, target)
         if getattr(reader, "list_file", None) is not None:
             self._write_lists(went, clean, quarantine)
         else:
@@ -133,6 +137,20 @@ def _read(root: str, folder: str, relative: str | None) -> bytes | None:
             return file.read()
     except OSError:
         return None
+
+
+def _link_again(root: str, folder: str, relative: str, target: Path) -> None:
+    """A file of the folders that is a link leaving the dataset (never read: `unsafe-path`) is
+    recreated in the output, pointing where it pointed, so that the output still lists it (as
+    `scrub.writers.images` does); anything else that could not be read is simply not there."""
+    source = os.path.join(root, folder, relative)
+    if not os.path.islink(source) or not is_within(
+        os.path.abspath(source), os.path.abspath(root), itself=False
+    ):
+        return
+    destination = target / folder / relative
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.join(os.path.dirname(os.path.abspath(source)), os.readlink(source)), destination)
 
 
 def _inside(root: str, folder: str, relative: str) -> bool:
