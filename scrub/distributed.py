@@ -120,21 +120,26 @@ def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failur
     from distributed.scheduler import KilledWorker
 
     suspects: list[tuple[int, Any, int, int]] = []
-    futures = {
-        client.submit(work, number, partition, 0, len(partition), pure=False): (number, partition)
-        for number, partition in enumerate(partitions)
-    }
-    for future in _completed(client, list(futures)):
-        number, partition = futures.pop(future)
-        if future.status == "finished":
-            on_result(future.result())
-        elif future.status == "error" and isinstance(future.exception(), KilledWorker):
-            suspects.append((number, partition, 0, len(partition)))
-        elif future.status == "error":
-            raise future.exception()
-        else:  # "cancelled", "lost": no result will come
-            raise Cancelled(f"task of partition {number} {future.status}")
-        future.release()
+    pending = list(enumerate(partitions))
+    while pending:
+        futures = {
+            client.submit(work, number, partition, 0, len(partition), pure=False): (number, partition)
+            for number, partition in pending
+        }
+        pending = []
+        for future in _completed(client, list(futures)):
+            number, partition = futures.pop(future)
+            if future.status == "finished":
+                on_result(future.result())
+            elif future.status == "error" and isinstance(future.exception(), KilledWorker):
+                suspects.append((number, partition, 0, len(partition)))
+            elif future.status == "error":
+                raise future.exception()
+            elif future.status == "lost":  # done, but its result died with its worker: again
+                pending.append((number, partition))
+            else:  # "cancelled": no result will come
+                raise Cancelled(f"task of partition {number} {future.status}")
+            future.release()
     while suspects:
         number, partition, start, stop = suspects.pop()
         future = client.submit(work, number, partition, start, stop, pure=False)
