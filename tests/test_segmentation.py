@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -283,3 +284,34 @@ def test_a_link_out_of_the_folders_is_never_read_and_set_aside_as_a_link(tmp_pat
     held = sorted(str(p.relative_to(fixed.quarantine)) for p in fixed.quarantine.rglob("*") if p.is_symlink())
     assert held == sorted([f"ds/{partner}/partner-out{suffix}", "ds/images/image-out.png"])
     assert not [p for p in fixed.clean.rglob("*") if p.is_symlink() or "out" in p.name]
+
+
+def test_images_and_masks_are_read_ahead_from_the_disk_but_never_a_link_out(tmp_path, monkeypatch):
+    """Cold (every read taken for a read from the disk), the images and masks ahead are announced
+    to the kernel; a file leading out of the dataset never is (nor read), and the findings are
+    those of a scan that reads nothing ahead."""
+    import scrub.readers.base as base
+
+    root = tmp_path / "ds"
+    (root / "images").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for number in range(30):
+        Image.fromarray(np.full((8, 8, 3), number, np.uint8)).save(root / "images" / f"{number:02d}.png")
+        if number != 7:
+            Image.fromarray(np.full((8, 8), number % 3, np.uint8)).save(root / "masks" / f"{number:02d}.png")
+    (tmp_path / "secret.png").write_bytes(b"never read")
+    (root / "masks" / "12.png").unlink()
+    (root / "masks" / "12.png").symlink_to("../../secret.png")
+    (root / "images" / "20.png").unlink()
+    (root / "images" / "20.png").symlink_to("../../secret.png")
+    before = sorted((i.key, i.check) for i in scrub.scan(root, scheduler="sync").issues())
+    blocks = iter(range(10**6))
+    monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))
+    announced: list[str] = []
+    monkeypatch.setattr(base, "will_need", lambda path: announced.append(os.path.relpath(path, root)))
+    after = sorted((i.key, i.check) for i in scrub.scan(root, scheduler="sync").issues())
+    assert after == before
+    assert ("07.png", "missing-mask") in after and ("20.png", "unsafe-path") in after
+    assert ("12.png", "unsafe-path") in after
+    assert "images/05.png" in announced and "masks/05.png" in announced
+    assert not {"masks/12.png", "images/12.png", "images/20.png", "masks/20.png"} & set(announced)

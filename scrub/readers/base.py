@@ -325,15 +325,15 @@ class ReadAhead:
         self.announced: int | None = None  # the next file to announce, once reading is slow
         self.blocks = blocks_read()
 
-    def read(self, number: int, record: Record, shown: str) -> bytes | None:
+    def read(self, number: int, record: Record, shown: str, check: str = "missing-file") -> bytes | None:
         """File ``number`` of ``paths`` (see `read_bytes`)."""
         path = self.paths[number]
         assert path is not None  # only files that may be read are read here
         if self.announced is not None:
             self._announce(number)
-            return read_bytes(record, path, shown)
+            return read_bytes(record, path, shown, check)
         started = time.perf_counter()
-        data = read_bytes(record, path, shown)
+        data = read_bytes(record, path, shown, check)
         if self.blocks is None:
             cold = time.perf_counter() - started > SLOW_READ_SECONDS
         else:

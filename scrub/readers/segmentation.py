@@ -21,7 +21,7 @@ from typing import NamedTuple
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import DatasetInfo, Reader, read_bytes, split_records
+from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
 from scrub.readers.images import IMAGE_EXTENSIONS
 from scrub.records import Record
 
@@ -216,29 +216,43 @@ class SegmentationReader(Reader[Sequence[Pair]]):
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
         real_root = os.path.realpath(self.root)
-        for pair in partition[start:stop]:
+        pairs = partition[start:stop]
+        images = [os.path.join(self.root, self.image_folder, pair.key) for pair in pairs]
+        names = [
+            None if pair.partner is None else posixpath.join(self.partner_folder, pair.partner)
+            for pair in pairs
+        ]
+        masks = [None if name is None else os.path.join(self.root, name) for name in names]
+        # checked before anything is read ahead: a file leading out of the root is never opened
+        outside = [
+            first_outside(real_root, [(pair.key, image), (name, mask)])
+            for pair, image, name, mask in zip(pairs, images, names, masks)
+        ]
+        image_reading = ReadAhead([None if out else image for out, image in zip(outside, images)])
+        mask_reading = ReadAhead([None if out else mask for out, mask in zip(outside, masks)])
+        for number, pair in enumerate(pairs):
             record = Record(
                 pair.key, pair.key, pair.index, None, None, {"kind": "image", "label_known": False}
             )
-            image = os.path.join(self.root, self.image_folder, pair.key)
-            name = None if pair.partner is None else posixpath.join(self.partner_folder, pair.partner)
-            outside = first_outside(
-                real_root, [(pair.key, image), (name, name and os.path.join(self.root, name))]
-            )
-            if outside is not None:
+            if outside[number] is not None:
                 record.problems.append(
-                    problem(record, "unsafe-path", f"not read: {outside} resolves outside the dataset root")
+                    problem(
+                        record,
+                        "unsafe-path",
+                        f"not read: {outside[number]} resolves outside the dataset root",
+                    )
                 )
                 yield record
                 continue
-            record.payload = read_bytes(record, image, pair.key)
+            record.payload = image_reading.read(number, record, pair.key)
+            name = names[number]
             if name is None:
                 record.problems.append(
                     problem(record, "missing-mask", f"no mask for {pair.key} in {self.partner_folder}/")
                 )
             else:
                 record.meta["mask_name"] = name
-                mask = read_bytes(record, os.path.join(self.root, name), name, "missing-mask")
+                mask = mask_reading.read(number, record, name, "missing-mask")
                 if mask is not None:
                     record.meta["mask"] = mask
             yield record
