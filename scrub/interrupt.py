@@ -53,16 +53,15 @@ def import_blocked(*modules: str) -> None:
     sent at start-up, exit 0). A Ctrl-C pressed meanwhile stays pending and arrives right after."""
     import importlib
 
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        for name in modules:
-            importlib.import_module(name)
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    block = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    if block:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         for name in modules:
             importlib.import_module(name)
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if block:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def requested() -> bool:

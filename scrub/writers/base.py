@@ -12,6 +12,7 @@ output, like ``cp``; writers whose records are files copy them on local worker p
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -134,6 +135,14 @@ REGISTRY: dict[str, str] = {
     "coco": "scrub.writers.coco:CocoWriter",
     "images": "scrub.writers.images:ImageWriter",
 }
+
+
+def link_again(source: str, destination: Path) -> None:
+    """Recreate the link ``source`` (never followed: it leaves the dataset) at ``destination``,
+    pointing at the same target by an absolute path, so that an output still lists what could
+    not be read."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.join(os.path.dirname(os.path.abspath(source)), os.readlink(source)), destination)
 
 
 def writer_for(dataset: Any, run: Any = None) -> Writer:

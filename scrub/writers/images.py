@@ -34,7 +34,7 @@ from scrub.readers.base import ReadOptions
 from scrub.readers.images import Entry, ImageReader
 from scrub.readers.listfile import ListFormat
 from scrub.records import Record
-from scrub.writers.base import Tally, Verdicts, Writer
+from scrub.writers.base import Tally, Verdicts, Writer, link_again
 
 
 class ImageWriter(Writer):
@@ -294,9 +294,7 @@ def _keep_unreadable(record: Record, source_path: str, destination: Path) -> Non
     if not os.path.islink(source_path):
         reason = record.problems[0].message if record.problems else "unreadable"
         raise ScrubError(f"{source_path}: {reason}; fix needs every file of a folder dataset readable")
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    target = os.readlink(source_path)
-    os.symlink(os.path.join(os.path.dirname(os.path.abspath(source_path)), target), destination)
+    link_again(source_path, destination)
 
 
 def portable_key(root: str, record: Record) -> str:

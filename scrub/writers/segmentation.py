@@ -14,7 +14,7 @@ from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.paths import is_within
-from scrub.writers.base import Tally, Verdicts, Writer
+from scrub.writers.base import Tally, Verdicts, Writer, link_again
 
 
 class PairsWriter(Writer):
@@ -141,16 +141,11 @@ def _read(root: str, folder: str, relative: str | None) -> bytes | None:
 
 def _link_again(root: str, folder: str, relative: str, target: Path) -> None:
     """A file of the folders that is a link leaving the dataset (never read: `unsafe-path`) is
-    recreated in the output, pointing where it pointed, so that the output still lists it (as
-    `scrub.writers.images` does); anything else that could not be read is simply not there."""
+    recreated in the output (`link_again`, as `scrub.writers.images` does); anything else that
+    could not be read is simply not there."""
     source = os.path.join(root, folder, relative)
-    if not os.path.islink(source) or not is_within(
-        os.path.abspath(source), os.path.abspath(root), itself=False
-    ):
-        return
-    destination = target / folder / relative
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.join(os.path.dirname(os.path.abspath(source)), os.readlink(source)), destination)
+    if os.path.islink(source) and is_within(os.path.abspath(source), os.path.abspath(root), itself=False):
+        link_again(source, target / folder / relative)
 
 
 def _inside(root: str, folder: str, relative: str) -> bool:
