@@ -286,24 +286,34 @@ def test_a_link_out_of_the_folders_is_never_read_and_set_aside_as_a_link(tmp_pat
     assert not [p for p in fixed.clean.rglob("*") if p.is_symlink() or "out" in p.name]
 
 
-def test_images_and_masks_are_read_ahead_from_the_disk_but_never_a_link_out(tmp_path, monkeypatch):
-    """Cold (every read taken for a read from the disk), the images and masks ahead are announced
-    to the kernel; a file leading out of the dataset never is (nor read), and the findings are
-    those of a scan that reads nothing ahead."""
+@pytest.mark.parametrize("layout", ["segmentation", "yolo"])
+def test_images_and_masks_are_read_ahead_from_the_disk_but_never_a_link_out(tmp_path, monkeypatch, layout):
+    """Cold (every read taken for a read from the disk), the images and masks (labels) ahead are
+    announced to the kernel; a file leading out of the dataset never is (nor read), and the
+    findings are those of a scan that reads nothing ahead."""
     import scrub.readers.base as base
 
     root = tmp_path / "ds"
+    partner, suffix = ("masks", ".png") if layout == "segmentation" else ("labels", ".txt")
     (root / "images").mkdir(parents=True)
-    (root / "masks").mkdir()
+    (root / partner).mkdir()
     for number in range(30):
         Image.fromarray(np.full((8, 8, 3), number, np.uint8)).save(root / "images" / f"{number:02d}.png")
-        if number != 7:
-            Image.fromarray(np.full((8, 8), number % 3, np.uint8)).save(root / "masks" / f"{number:02d}.png")
-    (tmp_path / "secret.png").write_bytes(b"never read")
-    (root / "masks" / "12.png").unlink()
-    (root / "masks" / "12.png").symlink_to("../../secret.png")
+        if number == 7:
+            continue
+        if layout == "segmentation":
+            Image.fromarray(np.full((8, 8), number % 3, np.uint8)).save(root / partner / f"{number:02d}.png")
+        else:  # one label file unreadable (a dangling link), one with a box of no area
+            size = "0.0" if number == 9 else "0.2"
+            (root / partner / f"{number:02d}{suffix}").write_text(f"0 0.5 0.5 {size} 0.2\n")
+    if layout == "yolo":
+        (root / partner / f"08{suffix}").unlink()
+        (root / partner / f"08{suffix}").symlink_to("gone.txt")  # dangling
+    (tmp_path / f"secret{suffix}").write_bytes(b"never read")
+    (root / partner / f"12{suffix}").unlink()
+    (root / partner / f"12{suffix}").symlink_to(f"../../secret{suffix}")
     (root / "images" / "20.png").unlink()
-    (root / "images" / "20.png").symlink_to("../../secret.png")
+    (root / "images" / "20.png").symlink_to(f"../../secret{suffix}")
     before = sorted((i.key, i.check) for i in scrub.scan(root, scheduler="sync").issues())
     blocks = iter(range(10**6))
     monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))
@@ -311,7 +321,16 @@ def test_images_and_masks_are_read_ahead_from_the_disk_but_never_a_link_out(tmp_
     monkeypatch.setattr(base, "will_need", lambda path: announced.append(os.path.relpath(path, root)))
     after = sorted((i.key, i.check) for i in scrub.scan(root, scheduler="sync").issues())
     assert after == before
-    assert ("07.png", "missing-mask") in after and ("20.png", "unsafe-path") in after
-    assert ("12.png", "unsafe-path") in after
-    assert "images/05.png" in announced and "masks/05.png" in announced
-    assert not {"masks/12.png", "images/12.png", "images/20.png", "masks/20.png"} & set(announced)
+    assert ("20.png", "unsafe-path") in after and ("12.png", "unsafe-path") in after
+    if layout == "segmentation":
+        assert ("07.png", "missing-mask") in after
+    else:
+        assert {
+            ("07.png", "missing-boxes"),
+            ("08.png", "box-malformed"),
+            ("09.png", "box-degenerate"),
+        } <= set(after)
+    assert "images/05.png" in announced and f"{partner}/05{suffix}" in announced
+    assert not {f"{partner}/12{suffix}", "images/12.png", "images/20.png", f"{partner}/20{suffix}"} & set(
+        announced
+    )

@@ -326,23 +326,33 @@ class ReadAhead:
         self.blocks = blocks_read()
 
     def read(self, number: int, record: Record, shown: str, check: str = "missing-file") -> bytes | None:
-        """File ``number`` of ``paths`` (see `read_bytes`)."""
+        """File ``number`` of ``paths``, or None with a problem on the record (see `read_bytes`)."""
+        try:
+            return self.read_or_raise(number)
+        except OSError as error:
+            report_unreadable(record, error, shown, check)
+            return None
+
+    def read_or_raise(self, number: int) -> bytes:
+        """File ``number`` of ``paths``; OSError as `read_file` raises it, for a reader that
+        words its own problem (a YOLO label file)."""
         path = self.paths[number]
         assert path is not None  # only files that may be read are read here
         if self.announced is not None:
             self._announce(number)
-            return read_bytes(record, path, shown, check)
+            return read_file(path)
         started = time.perf_counter()
-        data = read_bytes(record, path, shown, check)
-        if self.blocks is None:
-            cold = time.perf_counter() - started > SLOW_READ_SECONDS
-        else:
-            blocks = blocks_read()
-            cold, self.blocks = blocks is None or blocks > self.blocks, blocks
-        if cold:
-            self.announced = number + 1
-            self._announce(number)
-        return data
+        try:
+            return read_file(path)
+        finally:
+            if self.blocks is None:
+                cold = time.perf_counter() - started > SLOW_READ_SECONDS
+            else:
+                blocks = blocks_read()
+                cold, self.blocks = blocks is None or blocks > self.blocks, blocks
+            if cold:
+                self.announced = number + 1
+                self._announce(number)
 
     def _announce(self, number: int) -> None:
         assert self.announced is not None
@@ -356,15 +366,21 @@ class ReadAhead:
 
 def read_bytes(record: Record, path: str, shown: str, check: str = "missing-file") -> bytes | None:
     """A record's file, or None with a problem on the record (``check``) saying why not."""
-    from scrub.checks.base import problem
-
     try:
         return read_file(path)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        record.problems.append(problem(record, check, f"no such file: {shown}"))
     except OSError as error:
+        report_unreadable(record, error, shown, check)
+        return None
+
+
+def report_unreadable(record: Record, error: OSError, shown: str, check: str) -> None:
+    """The problem a file that could not be read puts on its record."""
+    from scrub.checks.base import problem
+
+    if isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        record.problems.append(problem(record, check, f"no such file: {shown}"))
+    else:
         record.problems.append(problem(record, check, f"cannot read {shown}: {error.strerror}"))
-    return None
 
 
 GLOB_CHARACTERS = frozenset("*?[")

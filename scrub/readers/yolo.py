@@ -20,7 +20,7 @@ from typing import Any
 from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
-from scrub.readers.base import DatasetInfo, Reader, read_bytes, split_records
+from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
 from scrub.readers.segmentation import IMAGE_FOLDERS, Pair, first_outside, holds_a_file, pair_files
 from scrub.records import Record
 
@@ -167,33 +167,48 @@ class YoloReader(Reader[Sequence[Pair]]):
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
         real_root = os.path.realpath(self.root)
-        for pair in partition[start:stop]:
+        pairs = partition[start:stop]
+        images = [
+            None if self.is_orphan(pair) else os.path.join(self.root, self.image_folder, pair.key)
+            for pair in pairs
+        ]
+        labels = [
+            None if pair.partner is None else os.path.join(self.root, LABEL_FOLDER, pair.partner)
+            for pair in pairs
+        ]
+        # checked before anything is read ahead: a file leading out of the root is never opened
+        outside = [
+            first_outside(real_root, [(pair.key, image), (f"{LABEL_FOLDER}/{pair.partner}", label)])
+            for pair, image, label in zip(pairs, images, labels)
+        ]
+        image_reading = ReadAhead([None if out else image for out, image in zip(outside, images)])
+        label_reading = ReadAhead([None if out else label for out, label in zip(outside, labels)])
+        for number, pair in enumerate(pairs):
             record = Record(pair.key, pair.key, pair.index, None, None, {"label_known": False})
-            image = None if self.is_orphan(pair) else os.path.join(self.root, self.image_folder, pair.key)
-            label = None if pair.partner is None else os.path.join(self.root, LABEL_FOLDER, pair.partner)
-            outside = first_outside(real_root, [(pair.key, image), (f"{LABEL_FOLDER}/{pair.partner}", label)])
-            if outside is not None:
+            if outside[number] is not None:
                 record.problems.append(
-                    problem(record, "unsafe-path", f"not read: {outside} resolves outside the dataset root")
+                    problem(
+                        record,
+                        "unsafe-path",
+                        f"not read: {outside[number]} resolves outside the dataset root",
+                    )
                 )
                 yield record
                 continue
-            if image is None:
+            if images[number] is None:
                 record.problems.append(
                     problem(record, "label-without-image", f"no image for {pair.key} in {self.image_folder}/")
                 )
             else:
                 record.meta["kind"] = "image"
-                record.payload = read_bytes(record, image, pair.key)
-            if pair.partner is None:
+                record.payload = image_reading.read(number, record, pair.key)
+            if labels[number] is None:
                 record.problems.append(
                     problem(record, "missing-boxes", f"no label file for {pair.key}: a background image")
                 )
             else:
-                assert label is not None  # the record has a label file
                 try:
-                    with open(label, "rb") as file:
-                        text = file.read()
+                    text = label_reading.read_or_raise(number)
                 except OSError as error:
                     record.meta["malformed_boxes"] = [("file", f"cannot read: {error.strerror}")]
                 else:
