@@ -58,13 +58,21 @@ def medians(
     repeat: int, commands: dict[str, Callable[[], float]], before: Callable[[], None] | None = None
 ) -> dict[str, float]:
     """Median seconds of each command, run ``repeat`` times, interleaved (``before`` each run)."""
-    runs: dict[str, list[float]] = {name: [] for name in commands}
+    return {name: statistics.median(times) for name, times in runs(repeat, commands, before).items()}
+
+
+def runs(
+    repeat: int, commands: dict[str, Callable[[], float]], before: Callable[[], None] | None = None
+) -> dict[str, list[float]]:
+    """Seconds of each run of each command, ``repeat`` rounds of all of them in order (``before``
+    each run): the n-th runs of two commands ran side by side in time, for paired differences."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(repeat):
         for name, command in commands.items():
             if before is not None:
                 before()
-            runs[name].append(command())
-    return {name: statistics.median(times) for name, times in runs.items()}
+            times[name].append(command())
+    return times
 
 
 def naive_and_scrub(
