@@ -22,6 +22,20 @@ def crashing_dataset(tmp_path):
     return root
 
 
+def test_a_check_that_raises_stops_the_scan_naming_the_check_and_the_record(tmp_path):
+    """A bug in a check is scrub's bug, not the data's: the scan stops and says where."""
+    import plugins.crashing  # noqa: F401 - registers the check
+
+    root = tmp_path / "data"
+    for name in ("0.jpg", "bug.jpg", "2.jpg"):
+        write(root / "a" / name, image_bytes(len(name)))
+    with pytest.raises(scrub.ScrubError) as raised:
+        scrub.scan(root, scheduler="sync", select=["test-crash-or-hang"])
+    assert str(raised.value) == (
+        "internal error: check test-crash-or-hang failed on a/bug.jpg: ValueError('a bug in this check')"
+    )
+
+
 def test_crash_and_hang_are_reported_and_the_scan_goes_on(crashing_dataset):
     result = scrub.scan(
         crashing_dataset,

@@ -116,7 +116,7 @@ import io
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simplejpeg
@@ -221,8 +221,7 @@ _NO_SOF = "no readable SOF marker in the JPEG header"
 _MPF_SEGMENT = re.compile(rb"\xff\xe2..MPF\x00", re.DOTALL)  # APP2, length, MP Format identifier
 
 
-@dataclass(frozen=True)
-class _Sof:
+class _Sof(NamedTuple):  # a tuple: a frozen dataclass took 1 µs more a JPEG to build
     marker: int
     precision: int
     width: int

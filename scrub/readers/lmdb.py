@@ -47,6 +47,7 @@ from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
 from scrub.readers.base import CacheEntry, DatasetInfo, Reader, ReadOptions, partition_size_for
+from scrub.readers.caffe_datum import DatumError, looks_like_datum, parse_datum
 from scrub.records import Record, Severity
 
 LMDB_MAGIC = 0xBEEFC0DE
@@ -62,6 +63,7 @@ IMAGE_MAGIC = (
     (b"MM\x00*", "TIFF"),
 )
 PICKLE_PROTOCOLS = frozenset(range(2, 6))
+NPY_MAGIC = np.lib.format.MAGIC_PREFIX
 #: First bytes of a Datum's fields (tag = field number << 3 | wire type): a value starting with
 #: one is parsed as a Datum, so that a damaged one says why it does not parse.
 DATUM_TAGS = frozenset({0x08, 0x10, 0x18, 0x22, 0x28, 0x32, 0x35, 0x38})
@@ -457,23 +459,18 @@ def decode_value(
     if codec in ("auto", "image") and _image_format(value):
         record.payload, record.meta["kind"] = value, "image"
         return
-    if codec in ("auto", "npy") and value.startswith(np.lib.format.MAGIC_PREFIX):
+    if codec in ("auto", "npy") and value.startswith(NPY_MAGIC):
         _decode_npy(record, value)
         return
     if codec in ("auto", "pickle") and len(value) > 1 and value[0] == 0x80 and value[1] in PICKLE_PROTOCOLS:
         _decode_pickle(record, value, allow_pickle, fields)
         return
-    if codec in ("auto", "datum"):
-        from scrub.readers.caffe_datum import DatumError, looks_like_datum, parse_datum
-
-        if codec == "datum" or value[0] in DATUM_TAGS or looks_like_datum(value):
-            try:
-                _use_datum(record, parse_datum(value))
-            except DatumError as error:
-                record.problems.append(
-                    problem(record, "undecodable-record", f"Datum does not parse: {error}")
-                )
-            return
+    if codec == "datum" or (codec == "auto" and (value[0] in DATUM_TAGS or looks_like_datum(value))):
+        try:
+            _use_datum(record, parse_datum(value))
+        except DatumError as error:
+            record.problems.append(problem(record, "undecodable-record", f"Datum does not parse: {error}"))
+        return
     expected = "any known codec" if codec == "auto" else f"codec {codec!r}"
     record.problems.append(
         problem(

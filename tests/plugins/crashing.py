@@ -13,7 +13,8 @@ from scrub.records import Severity
 
 @record_check("test-crash-or-hang", Severity.ERROR)
 def crash_or_hang(record, options):
-    """Aborts the process on keys ending in crash.jpg, hangs on keys ending in hang.jpg.
+    """Aborts the process on keys ending in crash.jpg, hangs on keys ending in hang.jpg,
+    raises (a bug in a check) on keys ending in bug.jpg.
 
     What it finds:
         Nothing; it exists for tests.
@@ -28,4 +29,6 @@ def crash_or_hang(record, options):
         os.abort()
     if record.key.endswith("hang.jpg"):
         time.sleep(3600)
+    if record.key.endswith("bug.jpg"):
+        raise ValueError("a bug in this check")
     return None
