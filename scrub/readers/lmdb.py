@@ -62,6 +62,7 @@ IMAGE_MAGIC = (
     (b"II*\x00", "TIFF"),
     (b"MM\x00*", "TIFF"),
 )
+IMAGE_FIRST_BYTES = frozenset([magic[0] for magic, _ in IMAGE_MAGIC] + [ord("R")])  # R: RIFF (WEBP)
 PICKLE_PROTOCOLS = frozenset(range(2, 6))
 NPY_MAGIC = np.lib.format.MAGIC_PREFIX
 #: First bytes of a Datum's fields (tag = field number << 3 | wire type): a value starting with
@@ -483,6 +484,8 @@ def decode_value(
 
 
 def _image_format(value: bytes) -> str | None:
+    if value[0] not in IMAGE_FIRST_BYTES:  # a Datum, an array, a pickle: no magic to try
+        return None
     for magic, name in IMAGE_MAGIC:
         if value.startswith(magic):
             return name
