@@ -117,8 +117,6 @@ def _completed(client, futures) -> Iterator[Any]:
 
 def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failure: Callable) -> None:
     """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`)."""
-    from distributed.scheduler import KilledWorker
-
     suspects: list[tuple[int, Any, int, int]] = []
     pending = list(enumerate(partitions))
     while pending:
@@ -129,28 +127,43 @@ def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failur
         pending = []
         for future in _completed(client, list(futures)):
             number, partition = futures.pop(future)
-            if future.status == "finished":
+            outcome = _outcome(future)
+            if outcome == "finished":
                 on_result(future.result())
-            elif future.status == "error" and isinstance(future.exception(), KilledWorker):
+            elif outcome == "killed":
                 suspects.append((number, partition, 0, len(partition)))
-            elif future.status == "error":
-                raise future.exception()
-            elif future.status == "lost":  # done, but its result died with its worker: again
+            else:
                 pending.append((number, partition))
-            else:  # "cancelled": no result will come
-                raise Cancelled(f"task of partition {number} {future.status}")
             future.release()
     while suspects:
         number, partition, start, stop = suspects.pop()
         future = client.submit(work, number, partition, start, stop, pure=False)
         try:
             for _ in _completed(client, [future]):
-                on_result(future.result())
-        except KilledWorker:
-            if stop - start == 1:
-                on_result(on_failure(number, partition, start, WORKER_DIED))
-            else:
-                middle = (start + stop) // 2
-                suspects += [(number, partition, middle, stop), (number, partition, start, middle)]
+                outcome = _outcome(future)
+                if outcome == "finished":
+                    on_result(future.result())
+                elif outcome == "lost":
+                    suspects.append((number, partition, start, stop))
+                elif stop - start == 1:
+                    on_result(on_failure(number, partition, start, WORKER_DIED))
+                else:
+                    middle = (start + stop) // 2
+                    suspects += [(number, partition, middle, stop), (number, partition, start, middle)]
         finally:
             future.release()
+
+
+def _outcome(future) -> str:
+    """How a completed task ended: "finished"; "killed" (its worker died while running it:
+    a suspect); "lost" (it finished, but its result died with its worker: to compute again).
+    A task's own error is raised, as is `Cancelled` when no result will come."""
+    from distributed.scheduler import KilledWorker
+
+    if future.status == "error":
+        if isinstance(future.exception(), KilledWorker):
+            return "killed"
+        raise future.exception()
+    if future.status in ("finished", "lost"):
+        return future.status
+    raise Cancelled(f"a task ended {future.status}, without a result")
