@@ -539,8 +539,8 @@ class _Plan:
 
     def __init__(self, checks: Sequence[Check]) -> None:
         self.ids = {c.id for c in checks}
-        self.record = [c for c in checks if c.kind == "record" and c.func is not None]
-        self.record_functions = [(c, c.func) for c in self.record if c.func is not None]
+        #: each record check with its function (called directly: `_check_record`)
+        self.record_functions = [(c, c.func) for c in checks if c.kind == "record" and c.func is not None]
         self.batch = [c for c in checks if c.batch is not None]
         # Array values of record datasets get the checks that exist only in batch form; the
         # others (labels, empty-record) already ran on the record.
