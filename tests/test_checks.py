@@ -98,6 +98,24 @@ def test_rare_value_store_keeps_only_rare_positions_but_every_count():
     )
 
 
+def test_merged_histograms_are_the_sum_of_the_counts():
+    """`merge_histograms` (the rare-value store's NumPy histogram) against a Counter, over many
+    random partitions of overlapping, negative, fractional and huge values."""
+    from collections import Counter
+
+    from scrub.summary import merge_histograms
+
+    rng = np.random.default_rng(7)
+    distinct, counts, expected = np.empty(0), np.empty(0, np.int64), Counter()
+    for _ in range(60):
+        values = rng.choice(np.r_[np.arange(-3, 40), 0.5, 2.25, 1e12, 8000], size=rng.integers(0, 50))
+        more, more_counts = np.unique(values, return_counts=True)
+        distinct, counts = merge_histograms(distinct, counts, more, more_counts)
+        expected.update(values.tolist())
+        assert distinct.tolist() == sorted(expected)
+        assert counts.tolist() == [expected[v] for v in sorted(expected)]
+
+
 @pytest.mark.parametrize(
     "labels, kept_here",
     [
