@@ -7,7 +7,8 @@ On the data the other benchmarks generate (generated first if missing; few bad r
 * HDF5: a plain float32 file of ``--hdf5-gib`` GiB (``bench_hdf5.py``), copy = ``cp`` and an
   h5py chunk copy (``File.copy`` of every dataset, which is what the writer's own work is);
 
-it times, as whole processes with a warm page cache, outputs on tmpfs (medians of ``--repeat``):
+it times, as whole processes with a warm page cache, outputs on tmpfs (medians of ``--repeat``
+rounds, each round running every command once):
 ``scrub scan``, the copy, ``scrub fix --quarantine`` (which scans, writes both outputs and reads them back to
 verify), and ``scrub fix --manifest`` (reusing the scan). The ratio the issue sets is
 ``fix / (scan + copy)``: about 1 means fix costs no more than doing both by hand.
@@ -37,15 +38,6 @@ with h5py.File(sys.argv[1], "r") as source, h5py.File(sys.argv[2], "w") as targe
 """
 
 
-def median_of(repeat: int, command: list[str], before=None) -> float:
-    times = []
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        times.append(benchdata.timed(command))
-    return statistics.median(times)
-
-
 def remove(*paths: Path) -> None:
     for path in paths:
         if path.is_dir():
@@ -70,15 +62,29 @@ def bench(
     clean, held, manifest = work / f"clean{source.suffix or '.d'}", work / "held", work / "scan.jsonl"
     warm(source)
     row = {"name": name, "records": None}
-    row["scan"] = median_of(repeat, [*scrub, "scan", str(source), "-q", "--manifest", str(manifest)])
-    for label, command in copies.items():
-        target = Path(command[-1])
-        row[label] = median_of(repeat, command, before=lambda target=target: remove(target))
-        remove(target)
     fix = [*scrub, "fix", str(source), "--out", str(clean), "--quarantine-dir", str(held), "-q"]
     fresh = lambda: remove(clean, held)  # noqa: E731 - timing a first fix, not a --force replacement
-    row["fix"] = median_of(repeat, fix, before=fresh)
-    row["fix_reuse"] = median_of(repeat, [*fix, "--manifest", str(manifest)], before=fresh)
+    # (command, what to remove after it) in the order of one round; the rounds interleave them,
+    # so that the ratio's parts share this VM's drift (separate series measured it too)
+    commands = {
+        "scan": ([*scrub, "scan", str(source), "-q", "--manifest", str(manifest)], None),
+        **{
+            label: (command, lambda target=Path(command[-1]): remove(target))
+            for label, command in copies.items()
+        },
+        "fix": (fix, fresh),
+        "fix_reuse": ([*fix, "--manifest", str(manifest)], fresh),  # the round's scan wrote it
+    }
+    times: dict[str, list[float]] = {label: [] for label in commands}
+    fresh()
+    for command in copies.values():  # `cp -r` into a folder left by an aborted run would nest
+        remove(Path(command[-1]))
+    for _ in range(repeat):
+        for label, (command, after) in commands.items():
+            times[label].append(benchdata.timed(command))
+            if after is not None:
+                after()
+    row.update({label: statistics.median(runs) for label, runs in times.items()})
     remove(clean, held)
     copy = min(v for k, v in row.items() if k.startswith("copy"))
     row["ratio"] = row["fix"] / (row["scan"] + copy)
