@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -330,6 +331,20 @@ def test_rows_read_with_pread_equal_what_h5py_reads(tmp_path, layout, direct, dt
         np.testing.assert_array_equal(rows, expected)
         direct = direct or (layout == "big-endian" and dtype is np.bool_)  # a byte has no byte order
         assert all(took) if direct else not any(took)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "out-of-order"])
+def test_rows_read_where_python_has_no_preadv_are_the_same(tmp_path, monkeypatch, layout):
+    """Where Python has no ``os.preadv``, plain rows are read by ``os.pread`` and copied into the
+    block: the same rows (before, such a system failed on the first block)."""
+    values = (np.random.default_rng(2).normal(size=(61, 2, 3)) * 100).astype(np.float32)
+    path = tmp_path / f"{layout}.h5"
+    _write_layout(path, layout, values)
+    monkeypatch.delattr(os, "preadv", raising=False)
+    for partition_size in (5, 16, 1000):
+        rows, took = _read_all(path, partition_size)
+        np.testing.assert_array_equal(rows, values)
+        assert all(took)
 
 
 def test_truncated_file_is_left_to_hdf5(tmp_path):

@@ -177,6 +177,26 @@ def test_read_ahead_starts_at_the_first_read_from_the_disk(
     assert announced == ([] if first_announced is None else paths[first_announced:])
 
 
+def test_a_scan_read_ahead_where_the_system_has_no_posix_fadvise(tmp_path, monkeypatch):
+    """macOS and others have no ``os.posix_fadvise``: reading ahead announces nothing there (it
+    raised AttributeError on the first slow read), and the scan finds what it finds elsewhere."""
+    import scrub.readers.base as base
+
+    for number in range(30):
+        write(tmp_path / "a" / f"{number:02d}.jpg", image_bytes(number))
+    write(tmp_path / "a" / "cut.jpg", image_bytes(40)[:-200])
+    before = findings(scrub.scan(tmp_path, scheduler="sync"))
+    blocks = iter(range(10**6))
+    monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))  # every read from the disk
+    monkeypatch.delattr(os, "posix_fadvise", raising=False)
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+    assert findings(scrub.scan(tmp_path, scheduler="sync")) == before == {("a/cut.jpg", "corrupt-image")}
+    images = [path for path in map(str, opened) if path.startswith(str(tmp_path / "a"))]
+    assert len(images) == 31  # each file opened once, to be read: none opened to be announced
+
+
 def test_list_entries_outside_root_or_missing(tmp_path):
     write(tmp_path / "outside.jpg", image_bytes(1))
     write(tmp_path / "ds" / "list.txt", b"../outside.jpg 0\n/etc/passwd 1\nmissing.jpg 2\n")

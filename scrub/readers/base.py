@@ -293,13 +293,17 @@ def blocks_read() -> int | None:
 def will_need(path: str) -> None:
     """Ask the kernel to start reading ``path`` now (``POSIX_FADV_WILLNEED``, asynchronous): on a
     cold page cache the disk then has the next files queued while this one decodes, instead of
-    one small read at a time. Costs an open and a close (~3 µs) when the file is cached."""
+    one small read at a time. Costs an open and a close (~3 µs) when the file is cached. Does
+    nothing where the system has no ``posix_fadvise`` (macOS, Windows)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return  # the read itself will say why
     try:
-        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+        advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
     finally:

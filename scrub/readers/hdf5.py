@@ -414,9 +414,15 @@ def row_bytes_of(data) -> int:
 def read_at(descriptor: int, offset: int, into: np.ndarray) -> None:
     """Fill the C-contiguous array ``into`` with the bytes stored at ``offset``."""
     target = memoryview(into.reshape(-1).view(np.uint8).data)
+    preadv = getattr(os, "preadv", None)  # into the buffer, without a copy: not on every system
     done = 0
     while done < target.nbytes:
-        got = os.preadv(descriptor, [target[done:]], offset + done)
+        if preadv is not None:
+            got = preadv(descriptor, [target[done:]], offset + done)
+        else:  # a system without preadv: read, then copy
+            data = os.pread(descriptor, target.nbytes - done, offset + done)
+            got = len(data)
+            target[done : done + got] = data
         if got == 0:
             raise OSError(f"the file ends {target.nbytes - done} bytes short of the block at {offset}")
         done += got
