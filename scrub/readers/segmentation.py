@@ -133,6 +133,28 @@ def first_outside(real_root: str, files: Sequence[tuple[str | None, str | None]]
     return None
 
 
+def read_ahead_pairs(
+    root: str | Path, files: Sequence[tuple[tuple[str | None, str | None], tuple[str | None, str | None]]]
+) -> tuple[list[str | None], ReadAhead, ReadAhead]:
+    """For a partition's records, each with two files as (shown, path to read): which file of
+    each leads out of the dataset (`first_outside`, checked before anything is read ahead), and
+    a `ReadAhead` over each side that never opens a file of such a record."""
+    real_root = os.path.realpath(root)
+    outside = [first_outside(real_root, record_files) for record_files in files]
+    first, second = (
+        ReadAhead([None if out else record_files[side][1] for out, record_files in zip(outside, files)])
+        for side in (0, 1)
+    )
+    return outside, first, second
+
+
+def unsafe_file(record: Record, shown: str) -> None:
+    """The problem of a record whose file leads out of the dataset: it is not read."""
+    record.problems.append(
+        problem(record, "unsafe-path", f"not read: {shown} resolves outside the dataset root")
+    )
+
+
 def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) -> bool:
     """Whether a file whose name is ``wanted`` lies below ``folder`` (stops at the first)."""
     for _directory, folders, files in os.walk(folder):
@@ -215,33 +237,28 @@ class SegmentationReader(Reader[Sequence[Pair]]):
         return info, split_records(pairs, partition_size)
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        real_root = os.path.realpath(self.root)
         pairs = partition[start:stop]
-        images = [os.path.join(self.root, self.image_folder, pair.key) for pair in pairs]
         names = [
             None if pair.partner is None else posixpath.join(self.partner_folder, pair.partner)
             for pair in pairs
         ]
-        masks = [None if name is None else os.path.join(self.root, name) for name in names]
-        # checked before anything is read ahead: a file leading out of the root is never opened
-        outside = [
-            first_outside(real_root, [(pair.key, image), (name, mask)])
-            for pair, image, name, mask in zip(pairs, images, names, masks)
-        ]
-        image_reading = ReadAhead([None if out else image for out, image in zip(outside, images)])
-        mask_reading = ReadAhead([None if out else mask for out, mask in zip(outside, masks)])
+        outside, image_reading, mask_reading = read_ahead_pairs(
+            self.root,
+            [
+                (
+                    (pair.key, os.path.join(self.root, self.image_folder, pair.key)),
+                    (name, None if name is None else os.path.join(self.root, name)),
+                )
+                for pair, name in zip(pairs, names)
+            ],
+        )
         for number, pair in enumerate(pairs):
             record = Record(
                 pair.key, pair.key, pair.index, None, None, {"kind": "image", "label_known": False}
             )
-            if outside[number] is not None:
-                record.problems.append(
-                    problem(
-                        record,
-                        "unsafe-path",
-                        f"not read: {outside[number]} resolves outside the dataset root",
-                    )
-                )
+            shown = outside[number]
+            if shown is not None:
+                unsafe_file(record, shown)
                 yield record
                 continue
             record.payload = image_reading.read(number, record, pair.key)

@@ -20,8 +20,15 @@ from typing import Any
 from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
-from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
-from scrub.readers.segmentation import IMAGE_FOLDERS, Pair, first_outside, holds_a_file, pair_files
+from scrub.readers.base import DatasetInfo, Reader, split_records
+from scrub.readers.segmentation import (
+    IMAGE_FOLDERS,
+    Pair,
+    holds_a_file,
+    pair_files,
+    read_ahead_pairs,
+    unsafe_file,
+)
 from scrub.records import Record
 
 LABEL_FOLDER = "labels"
@@ -166,7 +173,6 @@ class YoloReader(Reader[Sequence[Pair]]):
         return pair.key.startswith(f"{LABEL_FOLDER}/") and pair.key == f"{LABEL_FOLDER}/{pair.partner}"
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        real_root = os.path.realpath(self.root)
         pairs = partition[start:stop]
         images = [
             None if self.is_orphan(pair) else os.path.join(self.root, self.image_folder, pair.key)
@@ -176,23 +182,18 @@ class YoloReader(Reader[Sequence[Pair]]):
             None if pair.partner is None else os.path.join(self.root, LABEL_FOLDER, pair.partner)
             for pair in pairs
         ]
-        # checked before anything is read ahead: a file leading out of the root is never opened
-        outside = [
-            first_outside(real_root, [(pair.key, image), (f"{LABEL_FOLDER}/{pair.partner}", label)])
-            for pair, image, label in zip(pairs, images, labels)
-        ]
-        image_reading = ReadAhead([None if out else image for out, image in zip(outside, images)])
-        label_reading = ReadAhead([None if out else label for out, label in zip(outside, labels)])
+        outside, image_reading, label_reading = read_ahead_pairs(
+            self.root,
+            [
+                ((pair.key, image), (f"{LABEL_FOLDER}/{pair.partner}", label))
+                for pair, image, label in zip(pairs, images, labels)
+            ],
+        )
         for number, pair in enumerate(pairs):
             record = Record(pair.key, pair.key, pair.index, None, None, {"label_known": False})
-            if outside[number] is not None:
-                record.problems.append(
-                    problem(
-                        record,
-                        "unsafe-path",
-                        f"not read: {outside[number]} resolves outside the dataset root",
-                    )
-                )
+            shown = outside[number]
+            if shown is not None:
+                unsafe_file(record, shown)
                 yield record
                 continue
             if images[number] is None:
