@@ -91,6 +91,15 @@ def fix(
         options = merged(options if options is not None else FixOptions(), keywords)
     scan_options = options.scan
     manifest = options.manifest
+    notes = []
+    if manifest is not None and scan_options.cache is not None:
+        # only a config file sets both (as flags they conflict, see `scrub.options.build`): the
+        # file serves the nightly scans, and this fix scans nothing
+        notes.append(
+            f"{scan_options.origin('cache')} is not used: fix --manifest reuses the scan in {manifest} "
+            "instead of scanning"
+        )
+        scan_options = replace(scan_options, cache=None)
     load_plugins(scan_options.selection.plugins)
     early = manifest is None and not holds_results(scan_options.cache)  # see `scrub.api.scan`
     dataset = open_dataset(
@@ -168,7 +177,7 @@ def fix(
                 "quarantined": tally.records_quarantined,
                 "forced": tally.forced,
                 "other_files": tally.other_files,
-                "notes": tally.notes,
+                "notes": notes + tally.notes,
                 "verification": verification,
                 "seconds": round(time.perf_counter() - started, 3),
             }

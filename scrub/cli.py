@@ -287,6 +287,13 @@ ConfigOpt = Annotated[
         ),
     ),
 ]
+IsolatedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--isolated",
+        help="Read no config file (neither --config nor a scrub.toml or pyproject.toml found): flags only.",
+    ),
+]
 CheckSeverityOpt = Annotated[
     Optional[list[str]],
     typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable)."),
@@ -302,7 +309,7 @@ CacheOpt = Annotated[
     ),
 ]
 #: parameters that are not options of the model (the dataset, the config file itself)
-NOT_OPTIONS = frozenset({"path", "config"})
+NOT_OPTIONS = frozenset({"path", "config", "isolated"})
 
 
 def given_options(ctx: typer.Context) -> dict[str, object]:
@@ -327,6 +334,7 @@ def scan(
     ctx: typer.Context,
     path: PathsArg,
     config: ConfigOpt = None,
+    isolated: IsolatedOpt = False,
     format: FormatOpt = "auto",
     root: RootOpt = None,
     data_key: DataKeyOpt = None,
@@ -410,7 +418,7 @@ def scan(
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
     def body() -> int:
-        options, datasets, notes = _resolve_many("scan", path, ctx, config)
+        options, datasets, notes = _resolve_many("scan", path, ctx, _config_choice(config, isolated))
         if options.manifest is None:
             from scrub.manifest import default_manifest
 
@@ -448,6 +456,7 @@ def fix(
     ctx: typer.Context,
     path: PathsArg,
     config: ConfigOpt = None,
+    isolated: IsolatedOpt = False,
     out_path: Annotated[
         Optional[Path],
         typer.Option(
@@ -533,7 +542,7 @@ def fix(
     apart), in the dataset's own format; verify that every record landed in exactly one."""
 
     def body() -> int:
-        options, datasets, notes = _resolve_many("fix", path, ctx, config)
+        options, datasets, notes = _resolve_many("fix", path, ctx, _config_choice(config, isolated))
         from scrub.cleaning import fix as run_fix
         from scrub.cleaning import fix_many
 
@@ -581,7 +590,14 @@ def _print_fixed(result, show: int) -> None:
     _print_fix(result.report)
 
 
-def _resolve_many(command: str, paths: list[Path], ctx: typer.Context, config: Path | None):
+def _config_choice(config: Path | None, isolated: bool) -> Path | bool | None:
+    """Which config file to read: ``--config FILE``, False for none (``--isolated``), None to find one."""
+    if isolated and config is not None:
+        raise ScrubError("--isolated reads no config file and --config names one: drop one of them")
+    return False if isolated else config
+
+
+def _resolve_many(command: str, paths: list[Path], ctx: typer.Context, config: Path | bool | None):
     """The run's options and, when the paths name more than one dataset (several paths, a glob
     pattern, a folder of datasets), each dataset's own options (a config file's sections may
     differ per dataset) and the notes of what was passed over; else None and []."""
@@ -596,7 +612,7 @@ def _resolve_many(command: str, paths: list[Path], ctx: typer.Context, config: P
     return options, datasets, [found.note()] if found.note() else []
 
 
-def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | None):
+def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | bool | None):
     """The options of this run: the config file's, overridden by the flags typed."""
     from scrub.config import resolve
 
@@ -610,6 +626,7 @@ def show_config(
         Path, typer.Argument(help="The dataset the configuration is for (default: the working directory).")
     ] = Path("."),
     config: ConfigOpt = None,
+    isolated: IsolatedOpt = False,
     command: Annotated[
         str, typer.Option("--command", help="Show the options of this command: scan or fix.")
     ] = "scan",
@@ -622,12 +639,14 @@ def show_config(
 
         if command not in ("scan", "fix"):
             raise ScrubError(f"--command {command!r}: choose scan or fix")
-        resolved = resolve(command, path, {}, config)
+        resolved = resolve(command, path, {}, _config_choice(config, isolated))
         source = resolved.config.path if resolved.config else None
         out.print(f"# scrub {command} {path}", markup=False)
         nothing = (
-            "none found (scrub.toml, or [tool.scrub] in pyproject.toml, in the dataset's folder, above it, "
-            "or here)"
+            "none read (--isolated)"
+            if isolated
+            else "none found (scrub.toml, or [tool.scrub] in pyproject.toml, in the dataset's folder, above "
+            "it, or here)"
         )
         out.print(f"# config file: {source or nothing}", markup=False, soft_wrap=True)
         flat = flatten(resolved.options)

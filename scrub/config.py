@@ -89,10 +89,13 @@ def _normal(table: str) -> str:
     return table.replace('"', "").replace("'", "").replace(" ", "")
 
 
-def find(dataset: Path, explicit: Path | None = None, cwd: Path | None = None) -> ConfigFile | None:
-    """The config file that applies to ``dataset`` (see the module's docstring), or None."""
-    if explicit is not None:
-        if not explicit.is_file():
+def find(dataset: Path, explicit: Path | bool | None = None, cwd: Path | None = None) -> ConfigFile | None:
+    """The config file that applies to ``dataset`` (see the module's docstring), or None;
+    ``explicit`` is the file ``--config`` names, or False for none (``--isolated``)."""
+    if explicit is False:
+        return None
+    if isinstance(explicit, Path):
+        if not explicit.exists() or explicit.is_dir():  # /dev/null (no file) reads as an empty one
             raise UsageError(f"--config {explicit}: no such file")
         return ConfigFile.read(explicit)
     cwd = (cwd or Path.cwd()).resolve()
@@ -182,9 +185,11 @@ class Resolved:
     origins: dict[str, str]  # key -> "--flag" or "file:line: key"
 
 
-def resolve(command: str, dataset: Path, given: dict[str, Any], explicit: Path | None = None) -> Resolved:
+def resolve(
+    command: str, dataset: Path, given: dict[str, Any], explicit: Path | bool | None = None
+) -> Resolved:
     """Options for ``command`` on ``dataset``: the config file's, overridden by ``given`` (the
-    flags typed on the command line, by key name)."""
+    flags typed on the command line, by key name); ``explicit``: see `find`."""
     config = find(dataset, explicit)
     found, where = values(config, dataset, command) if config is not None else ({}, {})
     for name, value in given.items():

@@ -152,3 +152,36 @@ def test_hdf5_dataset_root_is_its_folder(tmp_path, monkeypatch):
     )
     with pytest.raises(UsageError, match="no such file"):
         find(path, tmp_path / "missing.toml")
+
+
+def test_fix_manifest_with_a_config_cache_reuses_the_manifest_and_says_so(tmp_path, monkeypatch):
+    """The README's nightly config (a cache) and its scan -> fix steps: the config's cache cannot
+    apply to a fix that reuses a manifest (it scans nothing): a note says so, never a crash."""
+    import shutil
+
+    from conftest import SAMPLES
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SAMPLES / "images", tmp_path / "data", symlinks=True)
+    Path("scrub.toml").write_text('num-classes = 3\ncache = ".scrub-cache"\n')
+    assert run("scan", "data", "--manifest", "m.jsonl", "-q").exit_code == 1
+    result = run("fix", "data", "--manifest", "m.jsonl", "--quarantine")
+    assert result.exit_code == 0, result.output
+    assert "reused the scan in m.jsonl" in result.output
+    assert "scrub.toml:2: cache is not used: fix --manifest reuses the scan in m.jsonl" in result.output
+    assert (tmp_path / "data.clean").is_dir() and (tmp_path / "data.quarantine" / "fix.json").is_file()
+    # as flags the two still conflict: one line, exit 2
+    conflict = run("fix", "data", "--manifest", "m.jsonl", "--cache", ".c", "--out", "elsewhere")
+    assert conflict.exit_code == 2 and "drop one of them" in conflict.output
+
+
+def test_isolated_reads_no_config_file(folder):
+    Path("scrub.toml").write_text("num-classes = 1\n")  # label 1 would be out of range
+    assert run("scan", folder, "-q").exit_code == 1
+    assert run("scan", folder, "-q", "--isolated").exit_code == 0
+    shown = run("config", folder, "--isolated").output
+    assert "# config file: none read (--isolated)" in shown and "# num-classes = (not set)" in shown
+    # /dev/null, the other habit, is an empty config file
+    assert run("scan", folder, "-q", "--config", "/dev/null").exit_code == 0
+    both = run("scan", folder, "--isolated", "--config", "scrub.toml")
+    assert both.exit_code == 2 and "--isolated reads no config file and --config names one" in both.output
