@@ -26,6 +26,7 @@ from scrub.errors import (
     IncompleteScan,
     OutputError,
     ScrubError,
+    UnopenedDataset,
     UnusableDataset,
     UsageError,
     first_line,
@@ -119,10 +120,16 @@ def open_dataset(
     path = Path(path)
     if path.name in ("", ".", ".."):  # `scrub fix .` inside a dataset: outputs are named after it
         path = path.resolve()
-    reader = open_reader(path, options.read, options.origin)
+    try:
+        reader = open_reader(path, options.read, options.origin)
+    except UnusableDataset as error:
+        raise UnopenedDataset(str(error)) from None
     if before_open is not None:
         before_open(reader)
-    info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
+    try:
+        info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
+    except UnusableDataset as error:
+        raise UnopenedDataset(str(error), reader.format) from None
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
     taken = None if cached else fingerprint(reader, partitions, info.root)
     return OpenedDataset(path, reader, info, partitions, taken)
@@ -189,14 +196,76 @@ def scan_many(
     plugins = [module for _, own in datasets for module in own.selection.plugins]
     load_plugins(dict.fromkeys(plugins))
     opened: list[OpenedDataset] = []
+    per_dataset: list[ScanOptions] = []
+    unopened: list[Unopened] = []
     try:
-        for path, own in datasets:
-            opened.append(open_dataset(path, own))
-        per_dataset = [replace(dataset_options, **_run_wide(options)) for _, dataset_options in datasets]
-        return _scan_opened(opened, per_dataset, options, progress, started, list(notes), several=True)
+        for position, (path, own) in enumerate(datasets):
+            try:
+                opened.append(open_dataset(path, own))
+            except UnopenedDataset as error:
+                if len(datasets) == 1:
+                    raise
+                unopened.append(Unopened(position, Path(path), error))
+                continue
+            per_dataset.append(replace(own, **_run_wide(options)))
+        if not opened:
+            first = unopened[0].error
+            raise UnusableDataset(f"none of the {len(unopened)} datasets can be read; the first: {first}")
+        return _scan_opened(
+            opened, per_dataset, options, progress, started, list(notes), several=True, unopened=unopened
+        )
     finally:
         for dataset in opened:
             dataset.reader.close()
+
+
+@dataclass
+class Unopened:
+    """One of several datasets of a run that could not be opened: an `unreadable-dataset`
+    finding of its own, so that the others are scanned and a nightly job sees all of it."""
+
+    position: int  # among the run's datasets, as named
+    path: Path
+    error: UnopenedDataset
+
+    def issue(self) -> Issue:
+        from scrub.checks.base import Finding, make_issue
+
+        message = str(self.error)
+        return make_issue(
+            "unreadable-dataset",
+            self.path.name,
+            "*",
+            None,
+            Finding(message, {"format": self.error.format} if self.error.format else {}),
+        )
+
+    def summary(self, aggregate: ScanAggregate, options: ScanOptions, plan: pipeline.Plan) -> Summary:
+        """Its part of the run's summary: no record read, its one error."""
+        info = DatasetInfo(
+            format=self.error.format or "unknown",
+            layout="unreadable",
+            root=str(self.path),
+            labelled=False,
+            records=0,
+        )
+        return Summary(
+            dataset=info,
+            path=str(self.path),
+            records=0,
+            issues_by_check=dict(aggregate.by_check),
+            issues_by_severity=dict(aggregate.by_severity),
+            records_with_errors=aggregate.records_with(Severity.ERROR),
+            records_with_warnings=aggregate.records_with(Severity.WARNING),
+            stats={},
+            checks=["unreadable-dataset"],
+            options=options.verdict_options(),
+            scheduler=plan.scheduler,
+            workers=plan.workers,
+            seconds=0.0,
+            manifest=None,
+            notes=aggregate.notes,
+        )
 
 
 def _run_wide(options: ScanOptions) -> dict[str, Any]:
@@ -423,6 +492,31 @@ class DatasetScan:
         )
 
 
+def _unreadable_aggregate(
+    dataset: Unopened, options: ScanOptions, writer: ManifestWriter, baseline: Baseline | None
+) -> ScanAggregate:
+    """A dataset that could not be opened, as the aggregate of its one finding (written to the
+    manifest, classed against the baseline, counted and kept for the reports like any other);
+    ``--ignore unreadable-dataset`` makes it a note, never nothing."""
+    from scrub.checks import REGISTRY
+
+    check = REGISTRY["unreadable-dataset"]
+    aggregate = ScanAggregate(
+        [check],
+        options.checks,
+        writer,
+        severities=options.selection.overrides,
+        baseline=baseline,
+        dataset=str(dataset.path),
+        collector=Collector(options.show, KEYS_PER_CHECK, 0),
+    )
+    if check.id in options.selection.ignored:
+        aggregate.notes.append(f"not scanned: it cannot be read ({dataset.error}); --ignore {check.id}")
+    else:
+        aggregate.add_issue(dataset.issue())
+    return aggregate
+
+
 def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions) -> pipeline.Plan:
     """One plan for every dataset's tasks: the schedulers the readers prefer, the tasks' count."""
     preferred = [scan.dataset.reader.preferred_scheduler for scan in scans]
@@ -474,10 +568,12 @@ def _scan_opened(
     manifest: str | Path | None = None,
     *,
     several: bool,
+    unopened: Sequence[Unopened] = (),
 ) -> ScanResult:
     """Scan opened datasets in one run: their tasks share one pool, their issues one manifest.
     ``several``: the run named its datasets as several (paths, a pattern, a folder of datasets),
-    so every issue names its dataset and the summary has a part per dataset, even if one."""
+    so every issue names its dataset and the summary has a part per dataset, even if one;
+    ``unopened``: the datasets of the run that could not be opened, each an error of its own."""
     baseline = Baseline.load(options.baseline) if options.baseline is not None else None
     manifest = manifest if manifest is not None else options.manifest
     keepalive = None
@@ -499,6 +595,7 @@ def _scan_opened(
                     str(dataset.path) if several else None,
                 )
             )
+        unreadable = [_unreadable_aggregate(dataset, options, writer, baseline) for dataset in unopened]
         tasks = [scan.tasks() for scan in scans]
         plan = _plan(scans, tasks, options.run)
         try:
@@ -522,6 +619,8 @@ def _scan_opened(
     manifest_path = writer.commit()
     seconds = time.perf_counter() - started
     parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
+    for unread, aggregate in zip(unopened, unreadable):  # each in its place among the datasets named
+        parts.insert(unread.position, unread.summary(aggregate, options, plan))
     summary = (
         parts[0]
         if not several
@@ -529,8 +628,8 @@ def _scan_opened(
     )
     write_scan_record(manifest_path, summary.to_dict())
     collector = scans[0].aggregate.collector
-    for scan in scans[1:]:
-        collector.merge(scan.aggregate.collector)
+    for aggregate in [scan.aggregate for scan in scans[1:]] + unreadable:
+        collector.merge(aggregate.collector)
     return ScanResult(summary, manifest_path, keepalive, collector.finish())
 
 

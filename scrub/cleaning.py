@@ -22,7 +22,7 @@ from typing import Any
 
 from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
 from scrub.cache import holds_results
-from scrub.errors import ExitCode, OutputError, ScrubError, UnusableDataset, UsageError
+from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
     default_manifest,
@@ -223,7 +223,8 @@ def fix_many(
     ``options.quarantine_dir`` (folders, then) under their default names. ``on_fixed`` gets
     each result as soon as it is committed. Every dataset is checked for a clash of outputs
     before the first is written; a dataset that fails stops the run (those before it stay
-    written, each whole and verified)."""
+    written, each whole and verified), except one that cannot be opened at all: the others are
+    fixed, and then `UnusableDataset` names it (as a scan reports it as ``unreadable-dataset``)."""
     if options.manifest is not None:
         raise UsageError(
             f"{options.scan.origin('manifest')}: reuses the scan of one dataset; with several datasets, let "
@@ -239,6 +240,7 @@ def fix_many(
             )
         names[name] = Path(path)
     results = []
+    unopened: list[str] = []
     for path, own in datasets:
         own = replace(
             own,
@@ -246,16 +248,29 @@ def fix_many(
             quarantine_dir=None,
             quarantine=own.quarantine or options.quarantine_dir is not None,
         )
-        result = fix(
-            path,
-            own,
-            progress=progress,
-            out_folder=Path(options.out) if options.out else None,
-            quarantine_folder=Path(options.quarantine_dir) if options.quarantine_dir else None,
-        )
+        try:
+            result = fix(
+                path,
+                own,
+                progress=progress,
+                out_folder=Path(options.out) if options.out else None,
+                quarantine_folder=Path(options.quarantine_dir) if options.quarantine_dir else None,
+            )
+        except UnopenedDataset as error:
+            if len(datasets) == 1:
+                raise
+            unopened.append(f"{path} ({error})")
+            continue
         results.append(result)
         if on_fixed is not None:
             on_fixed(result)
+    if unopened:
+        fixed = f"the other {len(results):,} were fixed" if results else "none was fixed"
+        raise UnusableDataset(
+            f"{len(unopened):,} of the {len(datasets):,} datasets cannot be opened and "
+            f"{'was' if len(unopened) == 1 else 'were'} not fixed "
+            f"({fixed}): {'; '.join(unopened)}"
+        )
     return results
 
 

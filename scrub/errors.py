@@ -22,6 +22,16 @@ class UnusableDataset(ScrubError):
     """The dataset cannot be read at all: missing path, unknown format, truncated container."""
 
 
+class UnopenedDataset(UnusableDataset):
+    """The dataset could not be opened (no reader takes it, or its reader refused it): in a run
+    of several datasets, an `unreadable-dataset` finding while the others are scanned."""
+
+    def __init__(self, message: str, format: str | None = None) -> None:
+        super().__init__(message)
+        #: the format whose reader refused it, where one took it
+        self.format = format
+
+
 class UsageError(ScrubError):
     """Options that contradict each other or make no sense."""
 

@@ -201,3 +201,83 @@ def test_fix_of_several_datasets_under_out_and_refusals(tmp_path):
 def test_api_rejects_an_empty_list():
     with pytest.raises((UnusableDataset, UsageError)):
         scrub.scan([])
+
+
+@pytest.fixture
+def mixed_folder(tmp_path) -> Path:
+    """Nine HDF5 and .npy datasets in one folder, one HDF5 without a `data` dataset (a user's
+    nightly folder): 4 x 20 HDF5 rows (one NaN) and 4 x 30 .npy rows."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for number in range(4):
+        shard(folder / f"part{number}.h5", bad=(3,) if number == 2 else ())
+        np.save(folder / f"arr{number}.npy", np.ones((30, 4), np.float32))
+    with h5py.File(folder / "named.h5", "w") as file:
+        file["features"] = np.ones((5, 4), np.float32)
+        file["targets"] = np.zeros(5, np.int64)
+    return folder
+
+
+def test_a_dataset_that_cannot_be_opened_is_a_finding_and_the_others_are_scanned(mixed_folder, tmp_path):
+    outputs = {name: tmp_path / name for name in ("m.jsonl", "s.json", "j.xml", "s.md", "r.html")}
+    result = run(
+        "scan", mixed_folder, "--manifest", outputs["m.jsonl"], "--json", outputs["s.json"],
+        "--junit", outputs["j.xml"], "--summary-md", outputs["s.md"], "--html", outputs["r.html"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output  # issues found, not an unusable input
+    message = "named.h5: no dataset 'data' (datasets: features, targets)"
+    assert f"unreadable-dataset  {message}" in result.output
+    lines = manifest_lines(outputs["m.jsonl"])
+    unreadable = [line for line in lines if line["check"] == "unreadable-dataset"]
+    assert len(unreadable) == 1 and unreadable[0]["message"].startswith(message)
+    assert unreadable[0]["key"] == "*" and unreadable[0]["dataset"].endswith("named.h5")
+    assert unreadable[0]["details"] == {"format": "hdf5"}
+    assert sum(line["check"] == "nonfinite-data" for line in lines) == 1  # the others were scanned
+    summary = json.loads(outputs["s.json"].read_text())
+    assert summary["records"] == 4 * 20 + 4 * 30 and len(summary["parts"]) == 9
+    assert summary["issues"]["by_check"]["unreadable-dataset"] == 1
+    named = next(part for part in summary["parts"] if part["path"].endswith("named.h5"))
+    assert named["dataset"]["layout"] == "unreadable" and named["records"] == 0
+    schema = json.loads((resources.files("scrub") / "schemas/summary.schema.json").read_text())
+    jsonschema.validate(summary, schema)
+    junit = outputs["j.xml"].read_text()
+    assert 'name="unreadable-dataset"' in junit and '<failure message="unreadable-dataset' in junit
+    assert "unreadable-dataset" in outputs["s.md"].read_text() and message in outputs["s.md"].read_text()
+    assert "unreadable-dataset" in outputs["r.html"].read_text()
+
+
+def test_an_unreadable_dataset_alone_or_every_one_is_one_line_and_exit_2(mixed_folder, tmp_path):
+    from conftest import one_line_error
+
+    alone = one_line_error("scan", mixed_folder / "named.h5", "--manifest", tmp_path / "m.jsonl")
+    assert "named.h5: no dataset 'data'" in alone
+    (tmp_path / "bad").mkdir()
+    for name in ("a.h5", "b.h5"):
+        shutil.copy(mixed_folder / "named.h5", tmp_path / "bad" / name)
+    every = one_line_error("scan", tmp_path / "bad" / "a.h5", tmp_path / "bad" / "b.h5")
+    assert "none of the 2 datasets can be read; the first: a.h5: no dataset 'data'" in every
+    # a folder of HDF5 files alone is one dataset: exit 2, saying how to scan the others apart
+    folder = one_line_error("scan", tmp_path / "bad")
+    assert "to scan the other 1 files, name them" in folder and "*.h5" in folder
+
+
+def test_an_unreadable_dataset_persists_against_a_baseline(mixed_folder, tmp_path):
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    assert run("scan", mixed_folder, "--manifest", first, "-q").exit_code == 1
+    again = run("scan", mixed_folder, "--manifest", second, "--baseline", first, "--fail-on", "new", "-q")
+    assert again.exit_code == 0, again.output  # known: nothing new
+    statuses = {line["check"]: line["status"] for line in manifest_lines(second)}
+    assert statuses["unreadable-dataset"] == "persisting"
+    ignored = run("scan", mixed_folder, "--ignore", "unreadable-dataset", "--manifest", second)
+    assert "not scanned: it cannot be read (named.h5: no dataset 'data'" in ignored.output
+
+
+def test_fix_of_a_folder_fixes_the_datasets_that_open_and_names_the_one_that_does_not(mixed_folder):
+    result = run("fix", mixed_folder, "-q")
+    assert result.exit_code == 2
+    assert "1 of the 9 datasets cannot be opened and was not fixed (the other 8 were fixed)" in result.output
+    assert "named.h5 (named.h5: no dataset 'data'" in result.output
+    assert len(list(mixed_folder.glob("*.clean.*"))) == 8
+    assert np.load(mixed_folder / "arr0.clean.npy").shape == (30, 4)
+    with h5py.File(mixed_folder / "part2.clean.h5") as file:
+        assert file["data"].shape == (19, 4)  # the NaN row set aside

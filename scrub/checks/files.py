@@ -107,6 +107,29 @@ DAMAGED_SHARD = reader_check(
     needs="samples",
 )
 
+UNREADABLE_DATASET = reader_check(
+    "unreadable-dataset",
+    Severity.ERROR,
+    """One of several datasets of a run that cannot be opened at all; the others are scanned.
+
+    What it finds:
+        A dataset named among others (several paths, a glob pattern, a folder of datasets) that
+        no reader can open: an HDF5 file without the data dataset the others have, a damaged
+        container, a file no reader recognizes. Its message is the one the dataset gives when it
+        is named alone (then it stays one line and exit 2, as any unusable input).
+    Why it breaks training:
+        A loader that globs the folder fails on it when it reaches it, hours into the run; or
+        the training script skips it without a word and trains on less data than intended.
+    Example:
+        `data/named.h5: no dataset 'data' (datasets: features, targets)` among eight usable
+        HDF5 and `.npy` files.
+    What fix does:
+        Nothing can be copied record by record from a dataset that does not open: `fix` of
+        several datasets writes the others and says which one it could not open (exit 2).
+    """,
+    needs="several datasets",
+)
+
 
 @record_check("empty-record", Severity.ERROR, needs="any")
 def empty_record(record: Record, options: CheckOptions) -> Finding | None:

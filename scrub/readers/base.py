@@ -125,6 +125,9 @@ class Reader(ABC, Generic[PartitionT]):
     in_one_process: ClassVar[bool] = False
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
+    #: Name endings of the files that are each a dataset of this format (``.h5``): a folder whose
+    #: files are datasets of several formats is a folder of datasets (`expand_datasets`).
+    file_suffixes: ClassVar[tuple[str, ...]] = ()
 
     # What `open` sets and writers (`scrub.writers`) may read; nothing else of a reader is theirs.
     #: The folder the records' paths are relative to (an image folder, a list file's root, an
@@ -481,12 +484,25 @@ def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
 
 
 def _collection(path: Path) -> list[Path] | None:
-    """The children of a folder of datasets (one that holds LMDB environments), else None."""
+    """The children of a folder of datasets, else None: a folder that holds LMDB environments,
+    or files that are datasets of more than one format (HDF5 files beside ``.npy`` files: no
+    reader takes them as one dataset, and the one that takes the folder would pass over the rest)."""
     lmdb = reader_class("lmdb")
     if not path.is_dir() or lmdb.sniff(path):
         return None
     children = sorted(child for child in path.iterdir() if not child.name.startswith("."))
-    return children if any(child.is_dir() and lmdb.sniff(child) for child in children) else None
+    if any(child.is_dir() and lmdb.sniff(child) for child in children):
+        return children
+    endings = {name: reader_class(name).file_suffixes for name in REGISTRY}
+    formats: set[str] = set()
+    for child in children:  # a flat folder of images may hold a million: names, and a stat per format
+        lowered = child.name.lower()
+        for name, suffixes in endings.items():
+            if suffixes and name not in formats and lowered.endswith(suffixes) and child.is_file():
+                formats.add(name)
+        if len(formats) > 1:
+            return children
+    return None
 
 
 def is_dataset(path: Path) -> bool:

@@ -107,6 +107,7 @@ class HDF5Reader(Reader[RowRange]):
     options_used = frozenset({"data_key", "label_key"})
     positional_keys = True
     worker_imports = ("h5py",)
+    file_suffixes = HDF5_EXTENSIONS
     #: (uncompressed, compressed) bytes of the data rows of the files opened
     _data_bytes: tuple[int, int] = (0, 0)
 
@@ -169,7 +170,18 @@ class HDF5Reader(Reader[RowRange]):
             if not os.path.isfile(target):
                 info.issues.append(_dataset_issue("missing-file", source, f"no such file: {source}"))
                 continue
-            opened = self._open_file(target, source, data_key, real_root, info, partition_size, labels_seen)
+            try:
+                opened = self._open_file(
+                    target, source, data_key, real_root, info, partition_size, labels_seen
+                )
+            except UnusableDataset as error:
+                if layout != "folder" or len(listed) == 1:
+                    raise
+                raise UnusableDataset(
+                    f"{error}; to scan the other {len(listed) - 1} files, name them "
+                    f"('{self.path}/*{Path(source).suffix}'): each is then a dataset of its own, and this "
+                    "one an unreadable-dataset finding"
+                ) from None
             if opened is not None:
                 rows, has_labels, ranges = opened
                 info.records += rows

@@ -148,6 +148,7 @@ def _compressed(path: Path) -> bool:
 
 class NumpyReader(Reader[NpyRows]):
     format = "numpy"
+    file_suffixes = (".npy", ".npz")
     preferred_scheduler = "threads"  # an .npz switches to processes in `open`
     records_per_task = 0  # partitions are sized in bytes
     provides = frozenset({"array", "rows"})

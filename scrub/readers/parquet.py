@@ -218,6 +218,7 @@ class RowGroups:
 
 class ParquetReader(Reader[RowGroups]):
     format = "parquet"
+    file_suffixes = (".parquet",)
     records_per_task = 2000
     positional_keys = True
     provides = frozenset({"image", "bytes", "array", "rows"})
@@ -568,4 +569,5 @@ class ArrowReader(ParquetReader):
     """Arrow IPC files (see `ArrowStorage`): the same columns and checks as Parquet's."""
 
     format = "arrow"
+    file_suffixes = (".arrow",)
     storage = ArrowStorage

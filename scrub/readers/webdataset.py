@@ -444,6 +444,7 @@ class ShardSpan:
 
 class WebDatasetReader(Reader[ShardSpan]):
     format = "webdataset"
+    file_suffixes = SHARD_SUFFIXES
     records_per_task = 500
     provides = frozenset({"image", "bytes", "array", "samples"})
     options_used = frozenset({"data_key", "label_key"})
