@@ -21,6 +21,7 @@ from scrub import __version__
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
 from scrub.pipeline import DEFAULT_TIMEOUT
+from scrub.wording import counted
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -695,7 +696,7 @@ def baseline_prune(
 
         kept, dropped = prune(manifest, out_path)
         out.print(
-            f"{out_path or manifest}: kept {kept:,} issues, dropped {dropped:,} resolved",
+            f"{out_path or manifest}: kept {counted(kept, 'issue')}, dropped {dropped:,} resolved",
             markup=False,
             soft_wrap=True,
         )
@@ -800,7 +801,7 @@ def _print_summary(summary, findings=None) -> None:
     layout = info.layout + (f", {len(info.classes)} classes" if info.classes else "")
     out.print(f"[bold]{escape(summary.path)}[/bold]: {info.format} ({escape(layout)})", soft_wrap=True)
     if info.skipped:
-        skipped = ", ".join(f"{n} {what}" for what, n in sorted(info.skipped.items()))
+        skipped = ", ".join(counted(n, what) for what, n in sorted(info.skipped.items()))
         out.print(f"skipped: {skipped}", markup=False)
     if summary.parts:
         parts = Table("dataset", "format", "records", "errors", "warnings", box=None)
@@ -824,12 +825,13 @@ def _print_summary(summary, findings=None) -> None:
         )
     out.print(table)
     out.print(
-        f"{summary.records:,} records scanned in {summary.seconds:.2f} s "
+        f"{counted(summary.records, 'record')} scanned in {summary.seconds:.2f} s "
         f"({summary.records_per_second:,.0f} records/s, {summary.scheduler}, "
         f"{summary.workers} worker{'s' if summary.workers != 1 else ''})"
     )
     out.print(
-        f"{summary.issues:,} issues; {summary.records_with_errors:,} records to quarantine (errors), "
+        f"{counted(summary.issues, 'issue')}; {counted(summary.records_with_errors, 'record')} to quarantine "
+        "(errors), "
         f"{summary.records_with_warnings:,} with any issue"
     )
     for part in summary.parts or [summary]:
@@ -848,10 +850,11 @@ def _print_summary(summary, findings=None) -> None:
         standardization = replay["standardization"]
         inputs = "standardized (" + standardization["source"] + ")" if standardization else "raw values"
         out.print(
-            f"dummy-loss replay: {replay['records_replayed']:,} records in {replay['batches']:,} batches "
-            f"({replay['records_applied']:,} records trained on), {replay['options']['model']} model, "
+            f"dummy-loss replay: {counted(replay['records_replayed'], 'record')} in "
+            f"{counted(replay['batches'], 'batch')} ({counted(replay['records_applied'], 'record')} trained "
+            f"on), {replay['options']['model']} model, "
             f"{replay['classes']} classes, {replay['features']} features, {replay['options']['precision']}, "
-            f"{inputs}; {skipped:,} records not replayable (see the checks above)",
+            f"{inputs}; {counted(skipped, 'record')} not replayable (see the checks above)",
             markup=False,
         )
     if findings is not None and findings.errors:
@@ -871,7 +874,8 @@ def _print_summary(summary, findings=None) -> None:
             out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)
     if summary.cache is not None:
         out.print(
-            f"cache: {summary.cache['reused']:,} records reused, {summary.cache['scanned']:,} scanned "
+            f"cache: {counted(summary.cache['reused'], 'record')} reused, {summary.cache['scanned']:,} "
+            "scanned "
             f"({summary.cache['file']})",
             markup=False,
             soft_wrap=True,
@@ -892,9 +896,15 @@ def _print_summary(summary, findings=None) -> None:
 
 
 def _print_fix(report: dict) -> None:
-    out.print(f"kept        {report['kept']:,} records -> {report['dataset']}", markup=False, soft_wrap=True)
+    out.print(
+        f"kept        {counted(report['kept'], 'record')} -> {report['dataset']}",
+        markup=False,
+        soft_wrap=True,
+    )
     where = report["quarantined_dataset"] or "not written (use --quarantine)"
-    out.print(f"quarantined {report['quarantined']:,} records -> {where}", markup=False, soft_wrap=True)
+    out.print(
+        f"quarantined {counted(report['quarantined'], 'record')} -> {where}", markup=False, soft_wrap=True
+    )
     for reason in report["forced"]:
         out.print(f"  set aside, cannot be copied record by record: {reason}", markup=False, soft_wrap=True)
     for note in report["notes"]:
@@ -902,7 +912,7 @@ def _print_fix(report: dict) -> None:
     check = report["verification"]
     sides = "cleaned copy and quarantine" if report["quarantine"] else "cleaned copy"
     out.print(
-        f"verified: {report['kept']:,} + {report['quarantined']:,} = {check['records']:,} records; "
+        f"verified: {report['kept']:,} + {report['quarantined']:,} = {counted(check['records'], 'record')}; "
         f"per-record checksums of the {sides} match the source",
         markup=False,
         soft_wrap=True,

@@ -133,4 +133,4 @@ def test_cli_prints_the_counts_and_fail_on_new(tmp_path):
     missing = run("scan", listing, "--baseline", tmp_path / "nope.jsonl")
     assert missing.exit_code == 2 and "no such manifest" in missing.output
     pruned = run("baseline", "prune", tmp_path / "new.jsonl")
-    assert pruned.exit_code == 0 and "kept 1 issues, dropped 0 resolved" in pruned.output
+    assert pruned.exit_code == 0 and "kept 1 issue, dropped 0 resolved" in pruned.output

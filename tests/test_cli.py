@@ -144,3 +144,32 @@ def test_no_progress_bar_when_not_a_tty(tmp_path):
 def test_quiet_prints_nothing(tmp_path):
     result = run("scan", SAMPLES / "images", "--manifest", tmp_path / "m.jsonl", "--quiet")
     assert result.exit_code == 1 and result.output == ""
+
+
+@pytest.mark.parametrize(
+    ("count", "phrase", "said"),
+    [
+        (1, "record", "1 record"),
+        (0, "record", "0 records"),
+        (2, "non-image file", "2 non-image files"),
+        (3, "symlinked folder (not followed)", "3 symlinked folders (not followed)"),
+        (2, "member in no sample", "2 members in no sample"),
+        (2, "batch", "2 batches"),
+        (1_500, "issue", "1,500 issues"),
+    ],
+)
+def test_counts_are_said_in_words(count, phrase, said):
+    from scrub.wording import counted
+
+    assert counted(count, phrase) == said
+
+
+def test_one_quarantined_record_is_said_in_the_singular(tmp_path, clean_folder):
+    (clean_folder / "a" / "notes.txt").write_text("not an image")
+    (clean_folder / "b" / "0.jpg").write_bytes(b"")  # one record with an error
+    scanned = runner.invoke(app, ["scan", str(clean_folder), "--manifest", str(tmp_path / "m.jsonl")])
+    assert "skipped: 1 non-image file\n" in scanned.output
+    assert "1 issue; 1 record to quarantine (errors), 1 with any issue" in scanned.output
+    fixed = runner.invoke(app, ["fix", str(clean_folder), "--out", str(tmp_path / "c"), "--quarantine"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "quarantined 1 record -> " in fixed.output and "kept        7 records -> " in fixed.output

@@ -31,6 +31,9 @@ def test_every_check_is_documented_in_full(check):
     for section in DOC_SECTIONS:
         assert sections.get(section), f"{check.id}: docstring lacks '{section}:'"
     assert f"`{check.id}`" in page("checks.md"), f"{check.id} missing from docs/checks.md"
+    # whole sentences, unwrapped (`scrub checks` cut three summaries at their docstring's line end)
+    assert check.summary.endswith((".", ")")) and "\n" not in check.summary, check.summary
+    assert all("\n" not in text.replace("\n\n", "") for text in sections.values()), check.id
 
 
 def test_every_command_and_option_is_in_the_readme():

@@ -81,7 +81,8 @@ class Check:
 
     @property
     def summary(self) -> str:
-        return self.doc.strip().splitlines()[0].strip()
+        """The docstring's first paragraph, as one line (it may wrap over several)."""
+        return unwrap(self.doc.strip().split("\n\n", 1)[0])
 
     @property
     def sections(self) -> dict[str, str]:
@@ -202,7 +203,8 @@ def reader_check(id: str, severity: Severity, doc: str, needs: str = "any") -> C
 
 
 def parse_sections(doc: str) -> dict[str, str]:
-    """Split a check docstring into its fixed sections (``Heading:`` lines at column 0)."""
+    """Split a check docstring into its fixed sections (``Heading:`` lines at column 0), each
+    unwrapped (`unwrap`): the docstring's line breaks are its source's, not the reader's."""
     sections: dict[str, str] = {}
     current: str | None = None
     for line in inspect.cleandoc(doc).splitlines()[1:]:
@@ -212,7 +214,16 @@ def parse_sections(doc: str) -> dict[str, str]:
             sections[current] = ""
         elif current is not None:
             sections[current] += line.strip() + "\n"
-    return {name: text.strip() for name, text in sections.items()}
+    return {name: unwrap(text) for name, text in sections.items()}
+
+
+def unwrap(text: str) -> str:
+    """Text wrapped for a source file as paragraphs of one line each (blank lines between
+    paragraphs kept), for a terminal or a page to wrap at its own width."""
+    paragraphs = [
+        " ".join(line.strip() for line in block.splitlines()) for block in text.strip().split("\n\n")
+    ]
+    return "\n\n".join(paragraph.strip() for paragraph in paragraphs if paragraph.strip())
 
 
 def get(check_id: str) -> Check:

@@ -1,0 +1,26 @@
+"""Counts in words, for what people read: ``1 record``, ``2 records``, ``2 non-image files``."""
+
+from __future__ import annotations
+
+import re
+
+#: where a noun phrase's head ends: before a parenthesis, or a preposition that follows it
+_TAIL = re.compile(r"( \(.*| (?:in|of|on|to|with|without|from|for) .*)$")
+
+
+def plural(phrase: str) -> str:
+    """The plural of a noun phrase whose head is its last word before any tail (``member in no
+    sample`` -> ``members in no sample``, ``symlinked folder (not followed)`` -> ``symlinked
+    folders (not followed)``); English's regular plurals, which are all scrub's nouns need."""
+    match = _TAIL.search(phrase)
+    head, tail = (phrase[: match.start()], match.group(1)) if match else (phrase, "")
+    if head.endswith(("s", "x", "ch", "sh")):
+        return f"{head}es{tail}"
+    if head.endswith("y") and head[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{head[:-1]}ies{tail}"
+    return f"{head}s{tail}"
+
+
+def counted(count: int, phrase: str) -> str:
+    """``count`` and the phrase, singular or plural as the count asks (``1 record``, ``0 records``)."""
+    return f"{count:,} {phrase if count == 1 else plural(phrase)}"
