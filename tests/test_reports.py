@@ -11,10 +11,14 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 from conftest import SAMPLES, image_bytes, write
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from typer.testing import CliRunner
 
 from scrub.cli import app
+from scrub.records import Issue, Severity
+from scrub.reports.findings import Collector, record_name
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -298,3 +302,64 @@ def test_junit_judges_each_issue_by_its_own_severity(tmp_path):
     run("scan", path, "--manifest", tmp_path / "m.jsonl", "--junit", report)  # float32: a warning, passes
     case = ElementTree.parse(report).getroot().find("testsuite/testcase[@name='fp16-overflow']")
     assert case.find("failure") is None and "1 warning" in case.find("system-out").text
+
+
+MARKED = ("new", "reappeared")
+random_issues = st.lists(
+    st.tuples(
+        st.sampled_from([None, "a.h5", "b.h5"]),  # dataset
+        st.one_of(st.none(), st.integers(0, 40)),  # index (None: an issue of the dataset as a whole)
+        st.sampled_from(["corrupt-image", "nan-values"]),
+        st.sampled_from([Severity.ERROR, Severity.WARNING]),
+        st.sampled_from([None, "new", "persisting", "reappeared", "resolved"]),
+    ),
+    max_size=80,
+)
+
+
+def report_order(issue: Issue) -> tuple:
+    """What reports name first: new and reappeared, then the rest; each in dataset order."""
+    index = -1 if issue.index is None else issue.index
+    return (issue.status not in MARKED, issue.dataset or "", index, issue.source, issue.key, issue.check)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    random_issues,
+    st.integers(0, 6),
+    st.integers(1, 4),
+    st.integers(0, 5),
+    st.sampled_from(["add", "merge", "wants"]),
+)
+def test_the_collector_keeps_the_first_issues_in_report_order(rows, show, per_check, images, path):
+    """For any issues, statuses and arrival order, the kept errors and keys are the first of a
+    full sort: bounded heaps, their fast paths (`wants`, `_after`) and `merge` lose nothing."""
+    issues = [  # keys told apart by a serial: no two issues tie in the order
+        Issue("s", f"k{index}-{n}", index, check, severity, "m", status=status, dataset=d)
+        for n, (d, index, check, severity, status) in enumerate(rows)
+    ]
+    tonight = sorted((i for i in issues if i.status != "resolved"), key=report_order)
+    collector = Collector(show, per_check, images)
+    if path == "add":
+        for issue in issues:
+            collector.add(issue)
+    elif path == "merge":  # the driver merges what workers collected
+        other = Collector(show, per_check, images)
+        for number, issue in enumerate(issues):
+            (collector if number % 2 else other).add(issue)
+        collector.merge(other)
+    else:  # a worker's dense path: asks before it builds an issue
+        for issue in tonight:
+            wanted = issue.index is None or collector.wants(
+                issue.check, issue.severity, issue.dataset, issue.index, issue.status
+            )
+            if wanted:
+                collector.keep(issue)
+    found = collector.finish()
+    errors = [i for i in tonight if i.severity is Severity.ERROR]
+    assert [report_order(i) for i in found.errors] == [report_order(i) for i in errors[:show]]
+    assert [report_order(i) for i in found.quarantined] == [report_order(i) for i in errors[:images]]
+    for check in {i.check for i in tonight}:
+        first = [i for i in tonight if i.check == check][:per_check]
+        assert found.keys[check] == [record_name(i) for i in first]
+        assert found.key_marks[check] == [i.status if i.status in MARKED else "" for i in first]
