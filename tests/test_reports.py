@@ -170,6 +170,106 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert len(colours) > 50  # text and a thumbnail, not a blank page
 
 
+@pytest.fixture
+def nightly(tmp_path):
+    """The nightly run of issue 27: 32 known truncated JPEGs whose names sort first; one that
+    was fixed comes back broken (reappeared) and one new broken file sorts last. Returns the
+    folder and tonight's baseline."""
+    root = tmp_path / "data"
+    for i in range(6):
+        write(root / f"good{i}.jpg", image_bytes(i))
+    for i in range(32):
+        write(root / f"bad{i:02d}.jpg", image_bytes(100 + i)[: 300 + 11 * i])
+    back = write(root / "m_back.jpg", image_bytes(50)[:400])
+    first, second = tmp_path / "night1.jsonl", tmp_path / "night2.jsonl"
+    assert run("scan", root, "--manifest", first).exit_code == 1
+    back.write_bytes(image_bytes(50))  # fixed: resolved on the second night
+    assert run("scan", root, "--manifest", second, "--baseline", first).exit_code == 1
+    back.write_bytes(image_bytes(50)[:400])  # broken again
+    write(root / "zz_new.jpg", image_bytes(60)[:500])  # and one new, last in dataset order
+    return root, second
+
+
+def test_with_a_baseline_every_report_names_new_and_reappeared_first(nightly, tmp_path):
+    root, baseline = nightly
+    junit, markdown, report = tmp_path / "junit.xml", tmp_path / "summary.md", tmp_path / "report.html"
+    result = run(
+        "scan", root, "--manifest", tmp_path / "night3.jsonl", "--baseline", baseline, "--show", "10",
+        "--junit", junit, "--summary-md", markdown, "--html", report,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "1 new, 32 persisting, 1 reappeared, 0 resolved" in result.output
+    listed = result.output.split("records with errors:\n")[1].splitlines()
+    assert re.match(r" reappeared  m_back\.jpg +corrupt-image  image does not decode", listed[0]), listed
+    assert re.match(r" new         zz_new\.jpg +corrupt-image  ", listed[1]), listed
+    assert [line[:14] for line in listed[2:10]] == [" " * 13 + "b"] * 8  # no mark: persisting
+    assert re.findall(r"bad\d\d\.jpg", "\n".join(listed[2:10])) == [f"bad{i:02d}.jpg" for i in range(8)]
+    assert listed[10] == "and 24 more errors in the manifest"
+
+    failure = ElementTree.parse(junit).getroot().find("testsuite/testcase[@name='corrupt-image']/failure")
+    assert failure.get("message") == (
+        "corrupt-image: 34 errors (1 new, 1 reappeared, 32 persisting); "
+        "new: zz_new.jpg; reappeared: m_back.jpg"
+    )
+    records = failure.text.split("first records:\n")[1].splitlines()
+    assert records[:3] == ["m_back.jpg (reappeared)", "zz_new.jpg (new)", "bad00.jpg"]
+
+    rows = [line for line in markdown.read_text().splitlines() if line.startswith("| `") and ".jpg" in line]
+    assert rows[0].startswith("| `m_back.jpg` | **reappeared** | `corrupt-image` |")
+    assert rows[1].startswith("| `zz_new.jpg` | **new** | `corrupt-image` |")
+    assert rows[2].startswith("| `bad00.jpg` | persisting | `corrupt-image` |")
+
+    text = report.read_text()
+    errors = re.findall(r"<tr><td>(.*?)</td>", text.split("<table id=errors>")[1].split("</table>")[0])
+    assert errors[:3] == [
+        "<span class='badge reappeared'>reappeared</span><code>m_back.jpg</code>",
+        "<span class='badge new'>new</span><code>zz_new.jpg</code>",
+        "<code>bad00.jpg</code>",
+    ]
+    captions = re.findall(r"<figcaption>(.*?)<br>", text)
+    assert captions[:2] == errors[:2] and captions[2] == "<code>bad00.jpg</code>"
+    assert len(captions) == 34 and text.count("badge new'>") == 2  # in the table and on its thumbnail
+
+
+def test_without_a_baseline_reports_keep_dataset_order_and_mark_nothing(nightly, tmp_path):
+    root, _ = nightly
+    junit, markdown, report = tmp_path / "junit.xml", tmp_path / "summary.md", tmp_path / "report.html"
+    result = run(
+        "scan", root, "--manifest", tmp_path / "m.jsonl", "--show", "10",
+        "--junit", junit, "--summary-md", markdown, "--html", report,
+    )  # fmt: skip
+    assert result.exit_code == 1
+    listed = result.output.split("records with errors:\n")[1].splitlines()
+    assert [line.split()[0] for line in listed[:10]] == [f"bad{i:02d}.jpg" for i in range(10)]
+    assert all(line.startswith(" bad") for line in listed[:10])  # no mark column
+    failure = ElementTree.parse(junit).getroot().find("testsuite/testcase[@name='corrupt-image']/failure")
+    assert failure.get("message") == "corrupt-image: 34 errors"
+    assert failure.text.split("first records:\n")[1].splitlines()[:2] == ["bad00.jpg", "bad01.jpg"]
+    text = markdown.read_text()
+    assert "| record | check | message |" in text and "status" not in text
+    assert "| `bad00.jpg` | `corrupt-image` |" in text and "zz_new" not in text
+    html_text = report.read_text()
+    assert "badge" not in html_text.split("</style>")[1] and "new and reappeared first" not in html_text
+    assert re.findall(r"<figcaption><code>(.*?)</code>", html_text)[-2:] == ["m_back.jpg", "zz_new.jpg"]
+
+
+def test_a_junit_message_names_at_most_a_bounded_length_of_records(tmp_path):
+    """Many new records with long names: the message stays one readable line."""
+    root = tmp_path / "data"
+    for i in range(12):
+        write(root / (f"{i:02d}_" + "x" * 80 + ".jpg"), image_bytes(i)[:300])
+    baseline = tmp_path / "empty.jsonl"
+    baseline.write_text("")
+    junit = tmp_path / "junit.xml"
+    result = run("scan", root, "--manifest", tmp_path / "m.jsonl", "--baseline", baseline, "--junit", junit)
+    assert result.exit_code == 1, result.output
+    message = ElementTree.parse(junit).getroot().find(".//failure").get("message")
+    from scrub.reports.junit import MESSAGE_NAMES
+
+    assert message.startswith("corrupt-image: 12 errors (12 new, 0 reappeared, 0 persisting); new: 00_xxx")
+    assert message.endswith(" and 9 more") and len(message) < 80 + MESSAGE_NAMES
+
+
 def schema():
     from importlib.resources import files
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from scrub.paths import is_within
-from scrub.reports.findings import Findings, record_name
+from scrub.reports.findings import Findings, mark, record_name
 from scrub.summary import Summary
 
 MAX_BYTES = 5 * 2**20
@@ -38,6 +38,9 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 figure { margin: 0; width: 150px; } figure img, figure .none { width: 96px; height: 96px; object-fit: contain;
   background: #f3f3f3; display: block; } figure .none { line-height: 96px; text-align: center; color: #999; }
 figcaption { font-size: 11px; word-break: break-all; }
+.badge { display: inline-block; padding: 0 6px; margin-right: 4px; border-radius: 8px; color: #fff; \
+background: #c0392b; font: 600 11px/16px system-ui, sans-serif; } .badge.reappeared { background: #8e44ad; }
+#errors td:first-child { white-space: nowrap; }
 """
 
 
@@ -77,7 +80,8 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
         parts.append(_ranges(summary.datasets))
     if findings.errors:
         rows = "".join(
-            f"<tr><td><code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
+            f"<tr><td>{_badge(i.status)}<code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td>"
+            f"<td>{_e(i.message)}</td></tr>"
             for i in findings.errors
         )
         more = (
@@ -85,8 +89,9 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
             if findings.more_errors
             else ""
         )
+        first = " <span class=muted>(new and reappeared first)</span>" if summary.baseline is not None else ""
         parts.append(
-            f"<h2>First records with errors</h2><table id=errors><tr><th>record</th><th>check</th>"
+            f"<h2>First records with errors{first}</h2><table id=errors><tr><th>record</th><th>check</th>"
             f"<th>message</th></tr>{rows}</table>{more}"
         )
     budget = (
@@ -98,6 +103,12 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
         f"{_e(_version())}</p></body></html>"
     )
     return "\n".join(parts)
+
+
+def _badge(status: str | None) -> str:
+    """A visible mark for an issue that is new or reappeared against the baseline (listed first)."""
+    label = mark(status)
+    return f"<span class='badge {label}'>{label}</span>" if label else ""
 
 
 def _version() -> str:
@@ -210,7 +221,8 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int) -> str:
             else "<div class=none>no preview</div>"
         )
         figure = (
-            f"<figure>{picture}<figcaption><code>{_e(record_name(issue))}</code><br>{_e(issue.check)}: "
+            f"<figure>{picture}<figcaption>{_badge(issue.status)}<code>{_e(record_name(issue))}</code><br>"
+            f"{_e(issue.check)}: "
             f"{_e(issue.message[:160])}</figcaption></figure>"
         )
         size = len(figure.encode())
