@@ -859,16 +859,22 @@ def _print_summary(summary, findings=None) -> None:
         )
     if findings is not None and findings.errors:
         out.print("records with errors:", markup=False)
-        from scrub.reports.findings import record_name
+        from scrub.reports.findings import mark, record_name
 
         names = [record_name(issue) for issue in findings.errors]
         width = min(40, max(map(len, names)))
         checks = max(len(issue.check) for issue in findings.errors)
-        for name, issue in zip(
-            names, findings.errors
+        # against a baseline, a first column marks the new and reappeared (listed first)
+        marks = [mark(issue.status) for issue in findings.errors]
+        marked = max(map(len, marks)) if summary.baseline is not None else 0
+        for name, issue, label in zip(
+            names, findings.errors, marks
         ):  # one line each, never wrapped: logs and greps read them
+            column = f"{label:<{marked}}  " if marked else ""
             out.print(
-                f" {name:<{width}}  {issue.check:<{checks}}  {issue.message}", markup=False, soft_wrap=True
+                f" {column}{name:<{width}}  {issue.check:<{checks}}  {issue.message}",
+                markup=False,
+                soft_wrap=True,
             )
         if findings.more_errors:
             out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)

@@ -3,18 +3,25 @@ HTML report rendered in a real headless Chromium."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
 
+import numpy as np
 import pytest
 from conftest import SAMPLES, image_bytes, write
-from PIL import Image
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image, ImageFile
 from typer.testing import CliRunner
 
 from scrub.cli import app
+from scrub.records import Issue, Severity
+from scrub.reports.findings import Collector, collect, record_name
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -166,6 +173,189 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert len(colours) > 50  # text and a thumbnail, not a blank page
 
 
+@pytest.fixture
+def nightly(tmp_path):
+    """The nightly run of issue 27: 32 known truncated JPEGs whose names sort first; one that
+    was fixed comes back broken (reappeared) and one new broken file sorts last. Returns the
+    folder and tonight's baseline."""
+    root = tmp_path / "data"
+    for i in range(6):
+        write(root / f"good{i}.jpg", image_bytes(i))
+    for i in range(32):
+        write(root / f"bad{i:02d}.jpg", image_bytes(100 + i)[: 300 + 11 * i])
+    back = write(root / "m_back.jpg", image_bytes(50)[:400])
+    first, second = tmp_path / "night1.jsonl", tmp_path / "night2.jsonl"
+    assert run("scan", root, "--manifest", first).exit_code == 1
+    back.write_bytes(image_bytes(50))  # fixed: resolved on the second night
+    assert run("scan", root, "--manifest", second, "--baseline", first).exit_code == 1
+    back.write_bytes(image_bytes(50)[:400])  # broken again
+    write(root / "zz_new.jpg", image_bytes(60)[:500])  # and one new, last in dataset order
+    return root, second
+
+
+def test_with_a_baseline_every_report_names_new_and_reappeared_first(nightly, tmp_path):
+    root, baseline = nightly
+    junit, markdown, report = tmp_path / "junit.xml", tmp_path / "summary.md", tmp_path / "report.html"
+    result = run(
+        "scan", root, "--manifest", tmp_path / "night3.jsonl", "--baseline", baseline, "--show", "10",
+        "--junit", junit, "--summary-md", markdown, "--html", report,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "1 new, 32 persisting, 1 reappeared, 0 resolved" in result.output
+    listed = result.output.split("records with errors:\n")[1].splitlines()
+    assert re.match(r" reappeared  m_back\.jpg +corrupt-image  image does not decode", listed[0]), listed
+    assert re.match(r" new         zz_new\.jpg +corrupt-image  ", listed[1]), listed
+    assert [line[:14] for line in listed[2:10]] == [" " * 13 + "b"] * 8  # no mark: persisting
+    assert re.findall(r"bad\d\d\.jpg", "\n".join(listed[2:10])) == [f"bad{i:02d}.jpg" for i in range(8)]
+    assert listed[10] == "and 24 more errors in the manifest"
+
+    failure = ElementTree.parse(junit).getroot().find("testsuite/testcase[@name='corrupt-image']/failure")
+    assert failure.get("message") == (
+        "corrupt-image: 34 errors (1 new, 1 reappeared, 32 persisting); "
+        "new: zz_new.jpg; reappeared: m_back.jpg"
+    )
+    records = failure.text.split("first records:\n")[1].splitlines()
+    assert records[:3] == ["m_back.jpg (reappeared)", "zz_new.jpg (new)", "bad00.jpg"]
+
+    rows = [line for line in markdown.read_text().splitlines() if line.startswith("| `") and ".jpg" in line]
+    assert rows[0].startswith("| `m_back.jpg` | **reappeared** | `corrupt-image` |")
+    assert rows[1].startswith("| `zz_new.jpg` | **new** | `corrupt-image` |")
+    assert rows[2].startswith("| `bad00.jpg` | persisting | `corrupt-image` |")
+
+    text = report.read_text()
+    errors = re.findall(r"<tr><td>(.*?)</td>", text.split("<table id=errors>")[1].split("</table>")[0])
+    assert errors[:3] == [
+        "<span class='badge reappeared'>reappeared</span><code>m_back.jpg</code>",
+        "<span class='badge new'>new</span><code>zz_new.jpg</code>",
+        "<code>bad00.jpg</code>",
+    ]
+    captions = re.findall(r"<figcaption>(.*?)<br>", text)
+    assert captions[:2] == errors[:2] and captions[2] == "<code>bad00.jpg</code>"
+    assert len(captions) == 34 and text.count("badge new'>") == 2  # in the table and on its thumbnail
+
+
+def test_without_a_baseline_reports_keep_dataset_order_and_mark_nothing(nightly, tmp_path):
+    root, _ = nightly
+    junit, markdown, report = tmp_path / "junit.xml", tmp_path / "summary.md", tmp_path / "report.html"
+    result = run(
+        "scan", root, "--manifest", tmp_path / "m.jsonl", "--show", "10",
+        "--junit", junit, "--summary-md", markdown, "--html", report,
+    )  # fmt: skip
+    assert result.exit_code == 1
+    listed = result.output.split("records with errors:\n")[1].splitlines()
+    assert [line.split()[0] for line in listed[:10]] == [f"bad{i:02d}.jpg" for i in range(10)]
+    assert all(line.startswith(" bad") for line in listed[:10])  # no mark column
+    failure = ElementTree.parse(junit).getroot().find("testsuite/testcase[@name='corrupt-image']/failure")
+    assert failure.get("message") == "corrupt-image: 34 errors"
+    assert failure.text.split("first records:\n")[1].splitlines()[:2] == ["bad00.jpg", "bad01.jpg"]
+    text = markdown.read_text()
+    assert "| record | check | message |" in text and "status" not in text
+    assert "| `bad00.jpg` | `corrupt-image` |" in text and "zz_new" not in text
+    html_text = report.read_text()
+    assert not re.search(r"badge (new|reappeared)", html_text) and "new and reappeared first" not in html_text
+    assert re.findall(r"<figcaption><code>(.*?)</code>", html_text)[-2:] == ["m_back.jpg", "zz_new.jpg"]
+
+
+def test_a_junit_message_names_at_most_a_bounded_length_of_records(tmp_path):
+    """Many new records with long names: the message stays one readable line."""
+    root = tmp_path / "data"
+    for i in range(12):
+        write(root / (f"{i:02d}_" + "x" * 80 + ".jpg"), image_bytes(i)[:300])
+    baseline = tmp_path / "empty.jsonl"
+    baseline.write_text("")
+    junit = tmp_path / "junit.xml"
+    result = run("scan", root, "--manifest", tmp_path / "m.jsonl", "--baseline", baseline, "--junit", junit)
+    assert result.exit_code == 1, result.output
+    message = ElementTree.parse(junit).getroot().find(".//failure").get("message")
+    from scrub.reports.junit import MESSAGE_NAMES
+
+    assert message.startswith("corrupt-image: 12 errors (12 new, 0 reappeared, 0 persisting); new: 00_xxx")
+    assert message.endswith(" and 9 more") and len(message) < 80 + MESSAGE_NAMES
+
+
+def red_noise(fmt: str) -> bytes:
+    """A 256x256 image of red noise (texture, so that half its bytes are about half its rows)."""
+    rng = np.random.default_rng(7)
+    pixels = np.zeros((256, 256, 3), np.uint8)
+    pixels[..., 0] = rng.integers(180, 256, (256, 256))
+    pixels[..., 1:] = rng.integers(0, 40, (256, 256, 2))
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
+def test_html_shows_what_decodes_of_a_truncated_image_marked_partial(tmp_path):
+    root = tmp_path / "data"
+    for i in range(3):
+        write(root / f"good{i}.jpg", image_bytes(i))
+    jpeg, png = red_noise("JPEG"), red_noise("PNG")
+    write(root / "half.jpg", jpeg[: len(jpeg) // 2])
+    write(root / "half.png", png[: len(png) // 2])
+    write(root / "stub.jpg", jpeg[:200])  # its header only: nothing to show
+    report = tmp_path / "report.html"
+    result = run("scan", root, "--manifest", tmp_path / "m.jsonl", "--html", report)
+    assert result.exit_code == 1, result.output
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False  # never switched on in this process
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    figures = dict(
+        (re.search(r"<figcaption><code>(.*?)</code>", figure).group(1), figure)
+        for figure in re.findall(r"<figure>.*?</figure>", dom)
+    )
+    assert set(figures) == {"half.jpg", "half.png", "stub.jpg"}
+    assert "no preview" in figures["stub.jpg"] and "<img" not in figures["stub.jpg"]
+    for name in ("half.jpg", "half.png"):
+        figure = figures[name]
+        image = re.search(
+            r'<img class="partial" alt="[^"]+" title="partial: ([^"]+)" src="data:image/jpeg;base64,([^"]+)"',
+            figure,
+        )
+        assert image, figure[:300]
+        assert "image file is truncated" in image.group(1)
+        assert '<span class="badge partial">partial</span>' in figure
+        assert "partial: image file is truncated" in figure
+        with Image.open(io.BytesIO(base64.b64decode(image.group(2)))) as thumbnail:
+            pixels = np.asarray(thumbnail.convert("RGB"), dtype=float)
+        top, bottom = pixels[:20].mean(axis=(0, 1)), pixels[-20:].mean(axis=(0, 1))
+        assert top[0] > 170 and top[1] < 60 and top[2] < 60, (name, top)  # the red half that was there
+        assert abs(bottom[0] - bottom[1]) < 20, (name, bottom)  # filled grey or black: the part cut off
+
+
+def test_a_thumbnail_that_hangs_costs_its_preview_not_the_report(tmp_path):
+    """Thumbnails decode in a child process under the scan's --timeout: here a named pipe that
+    no one writes to (its open() blocks for good) stands for a decoder that hangs."""
+    import os
+    import threading
+
+    from scrub.api import scan
+    from scrub.reports import html
+
+    root = tmp_path / "data"
+    jpeg = red_noise("JPEG")
+    write(root / "half.jpg", jpeg[: len(jpeg) // 2])
+    write(root / "good.jpg", image_bytes(1))
+    result = scan(root, manifest=tmp_path / "m.jsonl")
+    found = collect(result.manifest, images=10)
+    os.mkfifo(root / "stuck.jpg")
+    found.quarantined.insert(0, Issue("stuck.jpg", "stuck.jpg", 0, "corrupt-image", Severity.ERROR, "hangs"))
+    rendered: list[str] = []
+    worker = threading.Thread(
+        target=lambda: rendered.append(html.render(result.summary, found, "error", 1, result.manifest, 1.0)),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(60)
+    assert rendered, "the report hung on the image"
+    figures = re.findall(r"<figure>.*?</figure>", rendered[0])
+    assert "stuck.jpg" in figures[0] and "no preview" in figures[0]
+    assert "half.jpg" in figures[1] and "class=partial" in figures[1]  # the next image, in a new child
+
+
 def schema():
     from importlib.resources import files
 
@@ -298,3 +488,64 @@ def test_junit_judges_each_issue_by_its_own_severity(tmp_path):
     run("scan", path, "--manifest", tmp_path / "m.jsonl", "--junit", report)  # float32: a warning, passes
     case = ElementTree.parse(report).getroot().find("testsuite/testcase[@name='fp16-overflow']")
     assert case.find("failure") is None and "1 warning" in case.find("system-out").text
+
+
+MARKED = ("new", "reappeared")
+random_issues = st.lists(
+    st.tuples(
+        st.sampled_from([None, "a.h5", "b.h5"]),  # dataset
+        st.one_of(st.none(), st.integers(0, 40)),  # index (None: an issue of the dataset as a whole)
+        st.sampled_from(["corrupt-image", "nan-values"]),
+        st.sampled_from([Severity.ERROR, Severity.WARNING]),
+        st.sampled_from([None, "new", "persisting", "reappeared", "resolved"]),
+    ),
+    max_size=80,
+)
+
+
+def report_order(issue: Issue) -> tuple:
+    """What reports name first: new and reappeared, then the rest; each in dataset order."""
+    index = -1 if issue.index is None else issue.index
+    return (issue.status not in MARKED, issue.dataset or "", index, issue.source, issue.key, issue.check)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    random_issues,
+    st.integers(0, 6),
+    st.integers(1, 4),
+    st.integers(0, 5),
+    st.sampled_from(["add", "merge", "wants"]),
+)
+def test_the_collector_keeps_the_first_issues_in_report_order(rows, show, per_check, images, path):
+    """For any issues, statuses and arrival order, the kept errors and keys are the first of a
+    full sort: bounded heaps, their fast paths (`wants`, `_after`) and `merge` lose nothing."""
+    issues = [  # keys told apart by a serial: no two issues tie in the order
+        Issue("s", f"k{index}-{n}", index, check, severity, "m", status=status, dataset=d)
+        for n, (d, index, check, severity, status) in enumerate(rows)
+    ]
+    tonight = sorted((i for i in issues if i.status != "resolved"), key=report_order)
+    collector = Collector(show, per_check, images)
+    if path == "add":
+        for issue in issues:
+            collector.add(issue)
+    elif path == "merge":  # the driver merges what workers collected
+        other = Collector(show, per_check, images)
+        for number, issue in enumerate(issues):
+            (collector if number % 2 else other).add(issue)
+        collector.merge(other)
+    else:  # a worker's dense path: asks before it builds an issue
+        for issue in tonight:
+            wanted = issue.index is None or collector.wants(
+                issue.check, issue.severity, issue.dataset, issue.index, issue.status
+            )
+            if wanted:
+                collector.keep(issue)
+    found = collector.finish()
+    errors = [i for i in tonight if i.severity is Severity.ERROR]
+    assert [report_order(i) for i in found.errors] == [report_order(i) for i in errors[:show]]
+    assert [report_order(i) for i in found.quarantined] == [report_order(i) for i in errors[:images]]
+    for check in {i.check for i in tonight}:
+        first = [i for i in tonight if i.check == check][:per_check]
+        assert found.keys[check] == [record_name(i) for i in first]
+        assert found.key_marks[check] == [i.status if i.status in MARKED else "" for i in first]

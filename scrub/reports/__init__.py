@@ -60,7 +60,7 @@ def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) 
 
         write_report(
             options.html,
-            html.render(summary, found, options.fail_on, exit_code, result.manifest),
+            html.render(summary, found, options.fail_on, exit_code, result.manifest, options.run.timeout),
             "HTML report",
         )
     return found

@@ -1,4 +1,10 @@
-"""The few issues a report names, picked from a manifest of any size in one streaming pass."""
+"""The few issues a report names, picked from a manifest of any size in one streaming pass.
+
+Order: against a baseline, the issues that are new or reappeared come first (they are what a
+nightly job fails on, and a person reading a report wants them named, not the first ten known
+ones in dataset order); then the others. Within each, dataset order. Without a baseline every
+issue ranks the same, so the order is dataset order.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +18,21 @@ from scrub.records import SEVERITY_NAMES, Issue, Severity
 
 #: keys a report names per check (JUnit failures, the HTML report)
 KEYS_PER_CHECK = 10
+#: baseline statuses a report names first, and marks: what ``--fail-on new`` fails on
+MARKED = ("new", "reappeared")
 
 
 @dataclass
 class Findings:
-    """What the reports name: the first errors in dataset order, and the first keys per check."""
+    """What the reports name: the first errors and the first keys per check, new and
+    reappeared ones first (see the module's docstring); `mark` says which to mark."""
 
-    errors: list[Issue] = field(default_factory=list)  # the first ``show`` errors, by record index
+    errors: list[Issue] = field(default_factory=list)  # the first ``show`` errors (``Issue.status``)
     error_count: int = 0  # every error of tonight's scan (resolved baseline lines are not)
-    #: check -> the first records it flagged (dataset order); its issues counted by status
-    #: (new, persisting, reappeared; "found" without a baseline) and by (status, severity)
+    #: check -> the first records it flagged, and the `mark` of each; its issues counted by
+    #: status (new, persisting, reappeared; "found" without a baseline) and by (status, severity)
     keys: dict[str, list[str]] = field(default_factory=dict)
+    key_marks: dict[str, list[str]] = field(default_factory=dict)
     statuses: dict[str, Counter] = field(default_factory=dict)
     severities: dict[str, Counter] = field(default_factory=dict)
     #: issues a thumbnail can show: (source, key, index, check, message) of errors on images
@@ -47,8 +57,20 @@ def record_name(issue: Issue) -> str:
     return f"{issue.dataset}:{name}"
 
 
+def mark(status: str | None) -> str:
+    """How reports mark an issue of this baseline status: ``new`` or ``reappeared``, else ""."""
+    return status if status in MARKED else ""
+
+
+def _rank(status: str | None) -> int:
+    """0 for what reports name first (new, reappeared), 1 for the rest (persisting; any issue
+    of a scan without a baseline)."""
+    return 0 if status in MARKED else 1
+
+
 def _order(issue: Issue) -> tuple:
     return (
+        _rank(issue.status),
         issue.dataset or "",
         issue.index if issue.index is not None else -1,
         issue.source,
@@ -59,7 +81,8 @@ def _order(issue: Issue) -> tuple:
 
 def collect(manifest: Path, show: int = 10, per_check: int = KEYS_PER_CHECK, images: int = 0) -> Findings:
     """One pass over ``manifest``: the first ``show`` errors, ``per_check`` keys per check, and
-    the first ``images`` errors (for thumbnails), each in dataset order; memory stays flat."""
+    the first ``images`` errors (for thumbnails), each in report order (new and reappeared
+    first, then dataset order); memory stays flat."""
     collector = Collector(show, per_check, images)
     for issue in read_manifest(manifest):
         collector.add(issue)
@@ -92,13 +115,16 @@ class Collector:
         """Count found issues without their objects (see `wants`)."""
         self.counts[(check, "found", SEVERITY_NAMES[severity])] += issues
 
-    def wants(self, check: str, severity: Severity, dataset: str | None, index: int) -> bool:
-        """Whether an issue of ``check`` on record ``index`` may be kept: False when it comes
-        after every one kept, by dataset and index, so that its object need not be built."""
-        if not _after_all(dataset, index, self.keys.get(check, []), self.per_check):
+    def wants(
+        self, check: str, severity: Severity, dataset: str | None, index: int, status: str | None = None
+    ) -> bool:
+        """Whether an issue of ``check`` on record ``index`` (of baseline ``status``) may be
+        kept: False when it comes after every one kept, so that its object need not be built."""
+        rank = _rank(status)
+        if not _after_all(rank, dataset, index, self.keys.get(check, []), self.per_check):
             return True
         return severity is Severity.ERROR and not _after_all(
-            dataset, index, self.errors, max(self.show, self.images)
+            rank, dataset, index, self.errors, max(self.show, self.images)
         )
 
     def keep(self, issue: Issue) -> None:
@@ -147,29 +173,35 @@ class Collector:
         ranked = [item[2] for item in sorted(self.errors, key=lambda item: _order(item[2]))]
         found.errors = ranked[: self.show]
         found.quarantined = ranked[: self.images]
-        found.keys = {
-            check: [record_name(item[2]) for item in sorted(heap, key=lambda item: _order(item[2]))]
-            for check, heap in sorted(self.keys.items())
-        }
+        for check, heap in sorted(self.keys.items()):
+            kept = [item[2] for item in sorted(heap, key=lambda item: _order(item[2]))]
+            found.keys[check] = [record_name(issue) for issue in kept]
+            found.key_marks[check] = [mark(issue.status) for issue in kept]
         return found
 
 
 def _after(issue: Issue, heap: list, limit: int) -> bool:
-    """Whether ``issue`` comes after every issue of a full ``heap`` by its dataset and index
-    alone (`_order` compares those first), without building its order."""
+    """Whether ``issue`` comes after every issue of a full ``heap`` by its rank, dataset and
+    index alone (`_order` compares those first), without building its order."""
     if limit <= 0:
         return True
-    return issue.index is not None and _after_all(issue.dataset, issue.index, heap, limit)
+    if issue.index is None:
+        return False
+    return _after_all(_rank(issue.status), issue.dataset, issue.index, heap, limit)
 
 
-def _after_all(dataset: str | None, index: int, heap: list, limit: int) -> bool:
-    """Whether record ``index`` of ``dataset`` comes after every issue of a full ``heap``."""
+def _after_all(rank: int, dataset: str | None, index: int, heap: list, limit: int) -> bool:
+    """Whether record ``index`` of ``dataset``, of `_rank` ``rank``, comes after every issue
+    of a full ``heap``: a later rank always does; the same rank, by a later index of the same
+    dataset (another dataset may sort either side: no fast answer)."""
     if limit <= 0:
         return True
     if len(heap) < limit:
         return False
     last = heap[0][0].order
-    return (dataset or "") == last[0] and index > last[1]
+    if rank != last[0]:
+        return rank > last[0]
+    return (dataset or "") == last[1] and index > last[2]
 
 
 def _keep(heap: list, order: tuple, counter: int, issue: Issue, limit: int) -> None:

@@ -2,25 +2,25 @@
 
 No script, no CDN, no web font: inline CSS and inline SVG only, so the file opens from a CI
 artifact, an e-mail or a laptop without network. Its size is capped (`MAX_BYTES`): thumbnails
-are added until the cap, then counted as "N more not shown".
+are added until the cap, then counted as "N more not shown". Thumbnails are decoded in a child
+process (`scrub.reports.thumbnails`), never in this one.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from scrub.paths import is_within
-from scrub.reports.findings import Findings, record_name
+from scrub.pipeline import DEFAULT_TIMEOUT
+from scrub.records import Issue
+from scrub.reports.findings import Findings, mark, record_name
 from scrub.summary import Summary
 
 MAX_BYTES = 5 * 2**20
-THUMBNAIL = 96  # pixels, the longer side
 MAX_BARS = 100  # label histogram: bars drawn at most
 NO_PREVIEW = frozenset({"unsafe-path", "decompression-bomb"})  # never opened for a thumbnail
 ERROR, WARNING, GOOD = "#c0392b", "#d68910", "#1e8449"
@@ -38,6 +38,10 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 figure { margin: 0; width: 150px; } figure img, figure .none { width: 96px; height: 96px; object-fit: contain;
   background: #f3f3f3; display: block; } figure .none { line-height: 96px; text-align: center; color: #999; }
 figcaption { font-size: 11px; word-break: break-all; }
+.badge { display: inline-block; padding: 0 6px; margin-right: 4px; border-radius: 8px; color: #fff; \
+background: #c0392b; font: 600 11px/16px system-ui, sans-serif; } .badge.reappeared { background: #8e44ad; }
+.badge.partial { background: #d68910; margin-top: 2px; }
+#errors td:first-child { white-space: nowrap; }
 """
 
 
@@ -45,7 +49,15 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, manifest: Path) -> str:
+def render(
+    summary: Summary,
+    findings: Findings,
+    fail_on: str,
+    exit_code: int,
+    manifest: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> str:
+    """The report; ``timeout``: seconds a thumbnail may take to decode (the scan's ``--timeout``)."""
     from scrub.checks import REGISTRY
 
     overrides = summary.options.get("check_severity") or {}
@@ -77,7 +89,8 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
         parts.append(_ranges(summary.datasets))
     if findings.errors:
         rows = "".join(
-            f"<tr><td><code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td><td>{_e(i.message)}</td></tr>"
+            f"<tr><td>{_badge(i.status)}<code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td>"
+            f"<td>{_e(i.message)}</td></tr>"
             for i in findings.errors
         )
         more = (
@@ -85,19 +98,26 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int, m
             if findings.more_errors
             else ""
         )
+        first = " <span class=muted>(new and reappeared first)</span>" if summary.baseline is not None else ""
         parts.append(
-            f"<h2>First records with errors</h2><table id=errors><tr><th>record</th><th>check</th>"
+            f"<h2>First records with errors{first}</h2><table id=errors><tr><th>record</th><th>check</th>"
             f"<th>message</th></tr>{rows}</table>{more}"
         )
     budget = (
         MAX_BYTES - sum(len(part.encode()) for part in parts) - 4096
     )  # the footer and "more" fit in 4 KiB
-    parts.append(_thumbnails(summary, findings, budget))
+    parts.append(_thumbnails(summary, findings, budget, timeout))
     parts.append(
         f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub "
         f"{_e(_version())}</p></body></html>"
     )
     return "\n".join(parts)
+
+
+def _badge(status: str | None) -> str:
+    """A visible mark for an issue that is new or reappeared against the baseline (listed first)."""
+    label = mark(status)
+    return f"<span class='badge {label}'>{label}</span>" if label else ""
 
 
 def _version() -> str:
@@ -190,28 +210,53 @@ def _num(value) -> str:
     return "&ndash;" if value is None else f"{value:.4g}"
 
 
-def _thumbnails(summary: Summary, findings: Findings, budget: int) -> str:
+def _thumbnails(summary: Summary, findings: Findings, budget: int, timeout: float) -> str:
     """Thumbnails of the first quarantined images with their keys and reasons, within ``budget``
-    bytes; records that are not image files get a caption only."""
+    bytes; records that are not image files get a caption only. The images are decoded in a
+    child process (`scrub.reports.thumbnails`), never here; what decodes of a truncated one is
+    shown, marked partial."""
     if not findings.quarantined:
         return ""
+    from scrub.errors import ScrubError
+    from scrub.reports.thumbnails import make_thumbnails
+
     files = summary.dataset.format == "images"
     root = os.path.realpath(summary.dataset.root)
-    figures, used, left_out = [], 0, 0
+    shown: list[Issue] = []  # each record once
     seen: set[tuple[str, str]] = set()
     for issue in findings.quarantined:
-        if (issue.source, issue.key) in seen:
-            continue
-        seen.add((issue.source, issue.key))
-        image = _thumbnail(root, issue.key) if files and issue.check not in NO_PREVIEW else None
-        picture = (
-            f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image}'>"
-            if image
-            else "<div class=none>no preview</div>"
+        if (issue.source, issue.key) not in seen:
+            seen.add((issue.source, issue.key))
+            shown.append(issue)
+    paths = {  # issue number -> its image file, for those a thumbnail may be made of
+        number: path
+        for number, issue in enumerate(shown)
+        if files and issue.check not in NO_PREVIEW and (path := _inside(root, issue.key))
+    }
+    unmade = ""
+    try:
+        made = dict(
+            zip(paths, make_thumbnails(list(paths.values()), summary.options.get("max_pixels"), timeout))
         )
+    except ScrubError as error:
+        made, unmade = {}, f"<p class=muted>no previews: {_e(error)}</p>"
+    figures, used, left_out = [], 0, 0
+    for number, issue in enumerate(shown):
+        image = made.get(number)
+        picture, partial = "<div class=none>no preview</div>", ""
+        if image is not None and image.partial is None:
+            picture = f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image.jpeg}'>"
+        elif image is not None:  # what decodes of a truncated image, marked
+            why = image.partial or ""
+            picture = (
+                f"<img class=partial alt='{_e(issue.key)}' title='partial: {_e(why)}' "
+                f"src='data:image/jpeg;base64,{image.jpeg}'><span class='badge partial'>partial</span>"
+            )
+            partial = f"<br><span class=muted>partial: {_e(why[:120])}</span>"
         figure = (
-            f"<figure>{picture}<figcaption><code>{_e(record_name(issue))}</code><br>{_e(issue.check)}: "
-            f"{_e(issue.message[:160])}</figcaption></figure>"
+            f"<figure>{picture}<figcaption>{_badge(issue.status)}<code>{_e(record_name(issue))}</code><br>"
+            f"{_e(issue.check)}: "
+            f"{_e(issue.message[:160])}{partial}</figcaption></figure>"
         )
         size = len(figure.encode())
         if used + size > budget:
@@ -224,29 +269,11 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int) -> str:
         if left_out
         else ""
     )
-    return f"<h2>Quarantined records</h2><div id=thumbnails class=grid>{''.join(figures)}</div>{more}"
+    return f"<h2>Quarantined records</h2>{unmade}<div id=thumbnails class=grid>{''.join(figures)}</div>{more}"
 
 
-def _thumbnail(root: str, key: str) -> str | None:
-    """A small JPEG of an image file inside the dataset root, base64; None when it does not
-    decode (the usual case for a quarantined image) or lies outside the root."""
+def _inside(root: str, key: str) -> str | None:
+    """The image file of ``key`` when it lies inside the dataset root (a key leading out of it
+    is never opened), else None."""
     path = os.path.realpath(os.path.join(root, key))
-    if not is_within(path, root, itself=False):
-        return None
-    try:
-        import warnings
-
-        from PIL import Image
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(path) as image:
-                image.draft("RGB", (THUMBNAIL, THUMBNAIL))
-                if image.width * image.height > 50_000_000:
-                    return None  # a decompression bomb is not decoded for a preview
-                image.thumbnail((THUMBNAIL, THUMBNAIL))
-                buffer = io.BytesIO()
-                image.convert("RGB").save(buffer, "JPEG", quality=70)
-    except Exception:
-        return None
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return path if is_within(path, root, itself=False) else None

@@ -2,7 +2,8 @@
 
 One testcase per check that ran (unique names: the check id; classname ``scrub.<dataset>``).
 A check fails when it has issues that fail the run under ``--fail-on`` (judged per issue, by
-its own severity and baseline status): its failure lists the counts and the first keys.
+its own severity and baseline status): its failure lists the counts and the first keys, new
+and reappeared ones first and marked, and its message names those (the line CI pages show).
 Checks with issues that do not fail the run pass, with the counts in their ``system-out``.
 """
 
@@ -12,7 +13,7 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping
 from pathlib import PurePath
 
-from scrub.reports.findings import Findings
+from scrub.reports.findings import MARKED, Findings
 from scrub.summary import Summary
 
 
@@ -29,6 +30,30 @@ def failing(counts, fail_on: str) -> int:
         for (status, severity), n in counts.items()
         if severity == "error" and (statuses is None or status in statuses)
     )
+
+
+#: characters of record names a failure's message holds at most (CI pages show it on one line)
+MESSAGE_NAMES = 300
+
+
+def _named(keys: list[str], marks: list[str], statuses: Mapping[str, int]) -> str:
+    """The new and reappeared records among ``keys``, for a failure's message (the one line a
+    CI page shows): ``; new: dog/a.jpg, dog/b.jpg and 3 more``; "" when there are none. At
+    most `MESSAGE_NAMES` characters of names (the failure's text lists them all, marked)."""
+    parts, room = [], MESSAGE_NAMES
+    for status in MARKED:
+        listed = []
+        for key, label in zip(keys, marks):
+            if label != status:
+                continue
+            if len(key) > room:
+                break
+            listed.append(key)
+            room -= len(key) + 2
+        if listed:
+            left = statuses.get(status, 0) - len(listed)
+            parts.append(f"{status}: {', '.join(listed)}" + (f" and {left:,} more" if left > 0 else ""))
+    return "".join(f"; {part}" for part in parts)
 
 
 def render(summary: Summary, findings: Findings, fail_on: str) -> str:
@@ -63,12 +88,14 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
                 + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting"))
                 + ")"
             )
-        shown = "\n".join(keys) + (
+        marks = findings.key_marks.get(check, [""] * len(keys))  # new and reappeared come first
+        shown = "\n".join(f"{key} ({label})" if label else key for key, label in zip(keys, marks)) + (
             f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else ""
         )
         if failing(findings.severities.get(check, {}), fail_on):
             failures += 1
-            failure = ElementTree.SubElement(case, "failure", message=f"{check}: {described}", type=severity)
+            message = f"{check}: {described}{_named(keys, marks, statuses)}"
+            failure = ElementTree.SubElement(case, "failure", message=message, type=severity)
             failure.text = (
                 f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: "
                 f"{summary.manifest}"

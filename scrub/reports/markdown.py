@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from scrub.reports.findings import Findings, record_name
+from scrub.reports.findings import Findings, mark, record_name
 from scrub.summary import Summary
 
 
 def _cell(text: str | None) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _status(status: str | None) -> str:
+    """An issue's baseline status, in bold where it is what a report marks (new, reappeared)."""
+    return f"**{status}**" if mark(status) else _cell(status or "")
 
 
 def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -> str:
@@ -39,11 +44,16 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
         ]
         lines.append("")
     if findings.errors:
-        lines += ["| record | check | message |", "|---|---|---|"]
-        lines += [
-            f"| `{_cell(record_name(issue))}` | `{issue.check}` | {_cell(issue.message)} |"
-            for issue in findings.errors
-        ]
+        with_status = summary.baseline is not None  # new and reappeared come first, in bold
+        if with_status:
+            lines += ["| record | status | check | message |", "|---|---|---|---|"]
+        else:
+            lines += ["| record | check | message |", "|---|---|---|"]
+        for issue in findings.errors:
+            status = f" {_status(issue.status)} |" if with_status else ""
+            lines.append(
+                f"| `{_cell(record_name(issue))}` |{status} `{issue.check}` | {_cell(issue.message)} |"
+            )
         if findings.more_errors:
             lines.append(f"\nand {findings.more_errors:,} more errors in the manifest")
         lines.append("")
