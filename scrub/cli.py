@@ -877,7 +877,7 @@ def _print_summary(summary, findings=None) -> None:
                 soft_wrap=True,
             )
         if findings.more_errors:
-            out.print(f"and {findings.more_errors:,} more errors in the manifest", markup=False)
+            out.print(f"and {counted(findings.more_errors, 'more error')} in the manifest", markup=False)
     if summary.cache is not None:
         out.print(
             f"cache: {counted(summary.cache['reused'], 'record')} reused, {summary.cache['scanned']:,} "

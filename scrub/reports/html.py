@@ -19,6 +19,7 @@ from scrub.pipeline import DEFAULT_TIMEOUT
 from scrub.records import Issue
 from scrub.reports.findings import Findings, mark, record_name
 from scrub.summary import Summary
+from scrub.wording import counted
 
 MAX_BYTES = 5 * 2**20
 MAX_BARS = 100  # label histogram: bars drawn at most
@@ -68,10 +69,11 @@ def render(
         f"<title>scrub: {_e(summary.path)}</title><style>{STYLE}</style></head><body>",
         f"<h1>scrub: <code>{_e(summary.path)}</code></h1>",
         f"<p><span class=verdict style='background:{colour}'>{verdict}</span> "
-        f"exit {exit_code} with <code>--fail-on {_e(fail_on)}</code> &middot; {summary.records:,} records "
-        f"({_e(summary.dataset.format)}, {_e(summary.dataset.layout)}) &middot; {summary.issues:,} issues "
-        "&middot; "
-        f"<b>{summary.records_with_errors:,}</b> records to quarantine &middot; {summary.seconds:.2f} s</p>",
+        f"exit {exit_code} with <code>--fail-on {_e(fail_on)}</code> &middot; "
+        f"{counted(summary.records, 'record')} ({_e(summary.dataset.format)}, {_e(summary.dataset.layout)}) "
+        f"&middot; {counted(summary.issues, 'issue')} &middot; <b>{summary.records_with_errors:,}</b> "
+        f"record{'' if summary.records_with_errors == 1 else 's'} to quarantine &middot; "
+        f"{summary.seconds:.2f} s</p>",
     ]
     if summary.baseline is not None:
         counts = summary.baseline
@@ -94,7 +96,7 @@ def render(
             for i in findings.errors
         )
         more = (
-            f"<p class=muted>and {findings.more_errors:,} more errors in the manifest</p>"
+            f"<p class=muted>and {counted(findings.more_errors, 'more error')} in the manifest</p>"
             if findings.more_errors
             else ""
         )

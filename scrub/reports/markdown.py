@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scrub.reports.findings import Findings, mark, record_name
 from scrub.summary import Summary
+from scrub.wording import counted
 
 
 def _cell(text: str | None) -> str:
@@ -21,8 +22,9 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
     lines = [
         f"### scrub: {_cell(summary.path)}: {verdict} (exit {exit_code}, `--fail-on {fail_on}`)",
         "",
-        f"{summary.records:,} records ({summary.dataset.format}, {summary.dataset.layout}); "
-        f"{summary.issues:,} issues; {summary.records_with_errors:,} records to quarantine (errors).",
+        f"{counted(summary.records, 'record')} ({summary.dataset.format}, {summary.dataset.layout}); "
+        f"{counted(summary.issues, 'issue')}; {counted(summary.records_with_errors, 'record')} to quarantine "
+        "(errors).",
         "",
     ]
     if summary.baseline is not None:
@@ -55,7 +57,7 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
                 f"| `{_cell(record_name(issue))}` |{status} `{issue.check}` | {_cell(issue.message)} |"
             )
         if findings.more_errors:
-            lines.append(f"\nand {findings.more_errors:,} more errors in the manifest")
+            lines.append(f"\nand {counted(findings.more_errors, 'more error')} in the manifest")
         lines.append("")
     lines.append(f"Manifest: `{_cell(summary.manifest)}`")
     return "\n".join(lines) + "\n"
