@@ -236,6 +236,15 @@ def test_format_mismatch_and_empty_and_bomb(tmp_path):
     }
 
 
+def test_format_mismatch_names_the_extension_as_the_file_does(tmp_path):
+    write(tmp_path / "photo.JPEG", image_bytes(1, fmt="PNG"))
+    write(tmp_path / "other.jpg", image_bytes(2))
+    (issue,) = [i for i in scrub.scan(tmp_path, scheduler="sync").issues() if i.check == "format-mismatch"]
+    assert (
+        issue.message == "content is PNG but the name ends in .JPEG" and issue.details["extension"] == ".JPEG"
+    )
+
+
 def test_keys_that_are_not_utf8_are_written_as_hex(tmp_path):
     raw = os.fsencode(tmp_path) + b"/caf\xe9.jpg"
     with open(raw, "wb") as file:

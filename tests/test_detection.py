@@ -87,6 +87,9 @@ def test_yolo_faults_are_found_by_line_and_fix_keeps_labels_with_images(tmp_path
     assert found == expected | {("labels/val/010.txt", "label-without-image")}
     degenerate = next(issue for issue in result.issues() if issue.check == "box-degenerate")
     assert degenerate.details["boxes"] == ["line 2"] and "line 2" in degenerate.message
+    messages = {issue.key: issue.message for issue in result.issues() if issue.check == "box-class-invalid"}
+    assert messages["train/001.jpg"] == "class id outside [0, 3): 5 (line 1)"  # the id, not only its line
+    assert messages["train/007.jpg"] == "class id not an integer: 1.5 (line 1)"
     assert result.summary.dataset.classes == ["cat", "dog", "bird"]
     fixed = scrub.fix(root, quarantine=True, scheduler="sync")
     errors = {

@@ -118,27 +118,48 @@ def box_class_invalid(record: Record, options: CheckOptions) -> Finding | None:
     """
     declared = record.meta.get("categories")  # COCO: the declared category ids
     span = options.declared_range
-    fractional, outside = [], []
+    fractional: list[Box] = []
+    outside: list[Box] = []
     for box in _boxes(record):
         if not math.isfinite(box.cls) or box.cls != int(box.cls):
-            fractional.append(box.ref)
+            fractional.append(box)
         elif declared is not None:
             if int(box.cls) not in declared:
-                outside.append(box.ref)
+                outside.append(box)
         elif span is not None and not span[0] <= box.cls < span[1]:
-            outside.append(box.ref)
+            outside.append(box)
     said = []
     if fractional:
-        said.append("not an integer: " + ", ".join(fractional[:5]))
+        said.append("not an integer: " + _classes_shown(fractional))
     if outside:
         where = (
             "declared by no category"
             if span is None or declared is not None
             else f"outside [{span[0]}, {span[1]})"
         )
-        said.append(f"{where}: " + ", ".join(outside[:5]))
-    refs = fractional + outside
-    return Finding("class id " + "; ".join(said), {"boxes": refs[:64], "count": len(refs)}) if refs else None
+        said.append(f"{where}: " + _classes_shown(outside))
+    boxes = fractional + outside
+    if not boxes:
+        return None
+    details = {
+        "boxes": [box.ref for box in boxes[:64]],
+        "classes": [_class_id(box.cls) for box in boxes[:64]],
+        "count": len(boxes),
+    }
+    return Finding(f"class id{'s' if len(boxes) > 1 else ''} " + "; ".join(said), details)
+
+
+def _class_id(value: float) -> int | float | str:
+    """A class id as its file wrote it: ``5``, ``3.5``, ``nan`` (JSON has no NaN)."""
+    if not math.isfinite(value):
+        return str(value)
+    return int(value) if value == int(value) else value
+
+
+def _classes_shown(boxes: list[Box]) -> str:
+    """``5 (line 1), 7 (line 3)``: each class id with where it is, the first five."""
+    shown = ", ".join(f"{_class_id(box.cls)} ({box.ref})" for box in boxes[:5])
+    return shown + (f" and {len(boxes) - 5} more" if len(boxes) > 5 else "")
 
 
 @record_check("box-nonfinite", Severity.ERROR, needs="boxes")

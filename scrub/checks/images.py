@@ -102,13 +102,14 @@ def format_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     facts = record.meta.get("image")
     if facts is None or facts.format is None:
         return None
-    suffix = posixpath.splitext(record.meta.get("name", record.key))[1].lower()
+    written = posixpath.splitext(record.meta.get("name", record.key))[1]
+    suffix = written.lower()
     expected = EXTENSION_FORMATS.get(suffix)
     if expected is None or facts.format in expected:
         return None
     return Finding(
-        f"content is {facts.format} but the name ends in {suffix}",
-        {"format": facts.format, "extension": suffix},
+        f"content is {facts.format} but the name ends in {written}",  # as named: `.JPEG`, not `.jpeg`
+        {"format": facts.format, "extension": written},
     )
 
 

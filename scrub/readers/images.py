@@ -78,8 +78,9 @@ def _first_lines(path: Path) -> list[str]:
 
 
 def extension_of(key: str) -> str:
-    """A key's extension, lower case, exactly as `format-mismatch` reads it."""
-    return posixpath.splitext(key)[1].lower()
+    """A key's extension as written (``.JPEG``), exactly as `format-mismatch` judges (in lower
+    case) and names it (as written): a cached verdict depends on both."""
+    return posixpath.splitext(key)[1]
 
 
 def _has_image_extension(name: str) -> bool:
