@@ -49,13 +49,13 @@ def test_a_huggingface_image_folder_is_scanned_and_fixed(tmp_path):
     )
     (source / "README.md").write_text("---\nlicense: mit\n---\n")
     result = scrub.scan(source, scheduler="sync")
-    found = {(issue.source, issue.key, issue.check) for issue in result.issues()}
+    found = {(issue.source, issue.key, issue.index, issue.check) for issue in result.issues()}
     first = "data/train-00000-of-00002.parquet"
-    assert found == {
-        (first, "2", "corrupt-image"),
-        (first, "4", "label-out-of-range"),
-        (first, "5", "label-out-of-range"),
-        (first, "6", "format-mismatch"),
+    assert found == {  # named by the Image struct's path; the index is the row
+        (first, "0002.jpg", 2, "corrupt-image"),
+        (first, "0004.jpg", 4, "label-out-of-range"),
+        (first, "0005.jpg", 5, "label-out-of-range"),
+        (first, "0006.jpg", 6, "format-mismatch"),
     }
     assert result.summary.records == 20 and result.summary.dataset.classes == ["cat", "dog", "bird"]
     fixed = scrub.fix(source, quarantine=True, scheduler="sync")
@@ -211,8 +211,28 @@ def test_huggingface_save_to_disk_round_trips(tmp_path):
         str(source)
     )
     result = scrub.scan(source, scheduler="sync")
-    assert {(issue.key, issue.check) for issue in result.issues()} == {("3", "corrupt-image")}
+    assert {(issue.key, issue.index, issue.check) for issue in result.issues()} == {
+        (
+            "3.jpg",
+            3,
+            "corrupt-image",
+        )
+    }
     fixed = scrub.fix(source, scheduler="sync")
     loaded = datasets.load_from_disk(str(fixed.clean))
     assert len(loaded) == 9 and loaded.features["label"].names == ["a", "b", "c"]
     assert loaded[3]["image"].size == (48, 48)  # the row after the set-aside one
+
+
+def test_dataset_checks_name_image_rows_by_their_path(tmp_path):
+    """`duplicate` finds its records by position after the scan (`locate`): they are named by the
+    Image struct's path, as the record checks name them."""
+    table = image_table(6, start=100)  # no planted problem
+    images = table.column("image").to_pylist()
+    images[5] = {"bytes": images[1]["bytes"], "path": "copy_of_0101.jpg"}
+    table = table.set_column(0, "image", pa.array(images, IMAGE))
+    pq.write_table(table, tmp_path / "train.parquet", row_group_size=2)
+    result = scrub.scan(tmp_path / "train.parquet", scheduler="sync", select=["duplicate"])
+    (duplicate,) = list(result.issues())
+    assert (duplicate.key, duplicate.index) == ("copy_of_0101.jpg", 5)
+    assert "0101.jpg" in duplicate.message

@@ -87,10 +87,10 @@ def test_parquet_samples_find_every_planted_problem_and_nothing_else():
     pytest.importorskip("pyarrow")
     result = scrub.scan(SAMPLES / "parquet" / "train.parquet", scheduler="sync")
     assert findings(result) == {
-        ("3", "corrupt-image"),
-        ("8", "corrupt-image"),  # a bit flip Pillow accepts
-        ("10", "label-out-of-range"),  # the ClassLabel has 3 names
-        ("12", "label-out-of-range"),  # -1
+        ("0003.jpg", "corrupt-image"),  # named by the Image struct's path (row 3)
+        ("0008.jpg", "corrupt-image"),  # a bit flip Pillow accepts
+        ("0010.jpg", "label-out-of-range"),  # the ClassLabel has 3 names
+        ("0012.jpg", "label-out-of-range"),  # -1
     }
     result = scrub.scan(SAMPLES / "parquet" / "embeddings.parquet", scheduler="sync")
     assert findings(result) == {

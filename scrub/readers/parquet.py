@@ -1,5 +1,6 @@
 """Parquet files, one or a folder of them (Hugging Face's ``data/train-00000-of-00004.parquet``):
-the table's rows are the records (key: the row's position in its file, as for HDF5 rows).
+the table's rows are the records (key: the image's ``path`` where an ``Image`` struct holds one,
+else the row's position in its file, as for HDF5 rows; the index is always the row).
 
 Columns are chosen from the schema, and the Hugging Face ``features`` stored in its metadata
 where present (``--data-key``/``--label-key`` override):
@@ -446,7 +447,7 @@ class ParquetReader(Reader[RowGroups]):
         for row, cell in enumerate(cells):
             record = Record(
                 source,
-                str(first_row + row),
+                _image_key(cell, first_row + row),
                 first_row + row,
                 None,
                 labels[row],
@@ -470,7 +471,27 @@ class ParquetReader(Reader[RowGroups]):
             yield str(path)
 
     def locate(self, partition: RowGroups, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
-        return [(partition.source, str(partition.first_row + o), partition.first_row + o) for o in offsets]
+        if not offsets or self.columns is None or self.columns.kind != "image":
+            return [
+                (partition.source, str(partition.first_row + o), partition.first_row + o) for o in offsets
+            ]
+        # an image's key is its path where the table holds one: read the rows' cells (one pass
+        # over the rows between the first and the last offset; dataset checks name few records)
+        wanted = set(offsets)
+        found = {
+            record.index - partition.first_row: (record.source, record.key, record.index)
+            for record in self.read(partition, min(wanted), max(wanted) + 1)
+            if isinstance(record, Record) and record.index - partition.first_row in wanted
+        }
+        return [found[offset] for offset in offsets]
+
+
+def _image_key(cell: Any, row: int) -> str:
+    """An image row's key: the path Hugging Face's ``Image`` struct holds (what people call the
+    image by), else the row's number in its file."""
+    if isinstance(cell, dict) and cell.get("path"):
+        return str(cell["path"])
+    return str(row)
 
 
 def _kind(kind: Any, pa) -> str | None:
