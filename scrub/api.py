@@ -440,6 +440,7 @@ class DatasetScan:
         aggregate.finish_dataset_checks(
             _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
         )
+        self._note_the_range()
         if self.replay is not None:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
         if aggregate.records != info.records and info.snapshots:
@@ -454,6 +455,31 @@ class DatasetScan:
                 "dataset "
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
+
+    def _note_the_range(self) -> None:
+        """A class range the user declared that leaves whole label values out is said once, as
+        a question about the option, beside its (many) `label-out-of-range` findings."""
+        from scrub.checks.labels import range_note
+
+        declared = self.options.checks.declared_range  # the user's, not the dataset's own ClassLabel
+        info = self.dataset.info
+        if (
+            declared is None
+            or info.label_width is not None
+            or "label-out-of-range" not in self.aggregate.by_check
+        ):
+            return
+        name = "num-classes" if self.options.checks.label_range is None else "label-range"
+        shown = self.options.checks.num_classes if name == "num-classes" else f"{declared[0]}:{declared[1]}"
+        note = range_note(
+            self.aggregate.stats.get("labels"),
+            declared,
+            f"{self.options.origin(name)} {shown}",
+            info.classes,
+            folders=info.layout == "class-folders",
+        )
+        if note is not None:
+            self.aggregate.notes.append(note)
 
     def summary(
         self, plan: pipeline.Plan, seconds: float, manifest: Path, compared: dict[str, Any] | None

@@ -304,3 +304,37 @@ def test_in_sorted_equals_numpy_isin(values, members):
     """The driver's membership test (binary search in a sorted set) against np.isin."""
     members = np.unique(members)
     assert in_sorted(values, members).tolist() == np.isin(values, members).tolist()
+
+
+def test_a_class_range_that_leaves_class_folders_out_is_questioned_once(tmp_path):
+    """`--num-classes 5` on a 10-class folder: the findings, and one note naming the class folders
+    outside the range with their counts, asking whether the option is right."""
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    for label in range(10):
+        for number in range(3):
+            write(
+                tmp_path / "data" / f"c{label}" / f"{number}.jpg", image_bytes(10 * label + number, size=16)
+            )
+    result = CliRunner().invoke(
+        app, ["scan", str(tmp_path / "data"), "--num-classes", "5", "--manifest", str(tmp_path / "m.jsonl")]
+    )
+    assert result.exit_code == 1
+    notes = [line for line in result.output.splitlines() if line.startswith("note: --num-classes 5")]
+    assert notes == [
+        "note: --num-classes 5 leaves 5 label values outside [0, 5), 15 records in all "
+        "(5 (class folder c5): 3, 6 (class folder c6): 3, 7 (class folder c7): 3, 8 (class folder c8): 3, "
+        "9 (class folder c9): 3); the labels run from 0 to 9: is --num-classes 5 right?"
+    ]
+
+
+def test_stray_labels_outside_the_range_are_the_data_not_the_option():
+    from scrub.checks.labels import range_note
+
+    typical = {label: 40 for label in range(10)}
+    assert range_note({**typical, 8000: 1, -1: 1}, (0, 10), "--num-classes 10") is None
+    assert range_note(typical, (0, 10), "--num-classes 10") is None
+    said = range_note(typical, (0, 8), "--num-classes 8", ["a"] * 10)
+    assert said is not None and "8 (a): 40, 9 (a): 40" in said and "80 records in all" in said

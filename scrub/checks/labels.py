@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from scrub.checks.base import (
     record_check,
 )
 from scrub.records import Batch, Record, Severity
+from scrub.wording import counted
 
 
 def integer_label(label: object) -> int | None:
@@ -98,6 +100,47 @@ def label_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     return Finding(
         f"label {value} is outside [{low}, {high})",
         {"label": value, "low": low, "high": high},
+    )
+
+
+def range_note(
+    histogram: Mapping[int, int] | None,
+    declared: tuple[int, int],
+    option: str,
+    classes: Sequence[str] | None = None,
+    folders: bool = False,
+) -> str | None:
+    """A note when a declared class range leaves whole classes out (``--num-classes 5`` on a
+    10-class folder gives 1,500 `label-out-of-range` findings, and the option, not the data, may
+    be what is wrong): the values outside it with their counts (and class names), or None.
+    A value outside counts as a class when it is a class folder, or when it labels at least half
+    as many records as the typical value inside (two stray labels 8000 and -1 are the data's
+    problem, which the findings name). ``histogram``: label value -> records; ``folders``:
+    ``classes`` are class folders."""
+    low, high = declared
+    counts = {int(value): count for value, count in (histogram or {}).items()}
+    outside = sorted((value, count) for value, count in counts.items() if not low <= value < high)
+    inside = sorted(count for value, count in counts.items() if low <= value < high)
+    typical = inside[len(inside) // 2] if inside else 0
+
+    def folder(value: int) -> bool:
+        return folders and classes is not None and 0 <= value < len(classes)
+
+    if not any(folder(value) or count >= max(2, typical / 2) for value, count in outside):
+        return None
+
+    def named(value: int) -> str:
+        if classes is not None and 0 <= value < len(classes):
+            return f" ({'class folder ' if folders else ''}{classes[value]})"
+        return ""
+
+    shown = ", ".join(f"{value}{named(value)}: {count:,}" for value, count in outside[:5])
+    more = f" and {len(outside) - 5} more" if len(outside) > 5 else ""
+    records = sum(count for _, count in outside)
+    return (
+        f"{option} leaves {counted(len(outside), 'label value')} outside [{low}, {high}), "
+        f"{counted(records, 'record')} in all ({shown}{more}); the labels run from {min(counts)} to "
+        f"{max(counts)}: is {option} right?"
     )
 
 
