@@ -153,22 +153,16 @@ def scan(
     dataset or the options are unusable.
 
     ``path`` may also be a list of paths, glob patterns and folders of datasets (see
-    `scrub.readers.base.expand_datasets`): they are scanned together, their partitions sharing
-    one pool of workers, into one manifest whose lines name their ``dataset``; the summary
-    holds the totals and a section per dataset (``Summary.parts``).
+    `scrub.readers.base.expand_datasets`; one path that names several, a folder of LMDB
+    environments or a pattern, is expanded as on the command line): they are scanned together,
+    their partitions sharing one pool of workers, into one manifest whose lines name their
+    ``dataset``; the summary holds the totals and a section per dataset (``Summary.parts``).
     """
     started = time.perf_counter()
     options = _options(options, keywords)
-    if isinstance(path, (str, Path)):
-        load_plugins(options.selection.plugins)
-        # With a cache, most nights need no worker at all: start them only for what is left to scan.
-        early = not holds_results(options.cache)
-        dataset = open_dataset(path, options, before_open=worker_starter(options.run) if early else None)
-        try:
-            return scan_dataset(dataset, options, progress=progress, started=started)
-        finally:
-            dataset.reader.close()
-    found = expand_datasets(path, options.read)
+    if isinstance(path, (str, Path)) and not _names_several(path, options):
+        return scan_one(path, options, progress=progress, started=started)
+    found = expand_datasets([path] if isinstance(path, (str, Path)) else path, options.read)
     note = found.note()
     return scan_many(
         [(p, options) for p in found.paths],
@@ -177,6 +171,35 @@ def scan(
         started=started,
         notes=[note] if note else [],
     )
+
+
+def scan_one(
+    path: str | Path,
+    options: ScanOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    started: float | None = None,
+) -> ScanResult:
+    """`scan` of the one dataset at ``path`` as it is (a caller that expanded its paths already:
+    the command line)."""
+    started = time.perf_counter() if started is None else started
+    load_plugins(options.selection.plugins)
+    # With a cache, most nights need no worker at all: start them only for what is left to scan.
+    early = not holds_results(options.cache)
+    dataset = open_dataset(path, options, before_open=worker_starter(options.run) if early else None)
+    try:
+        return scan_dataset(dataset, options, progress=progress, started=started)
+    finally:
+        dataset.reader.close()
+
+
+def _names_several(path: str | Path, options: ScanOptions) -> bool:
+    """Whether one path names several datasets (a pattern, a folder of datasets), as on the
+    command line; a dataset path is opened as it is."""
+    if Path(path).exists() and options.read.format not in (None, "auto"):
+        return False
+    found = expand_datasets([path], options.read)
+    return found.paths != [Path(path)] or bool(found.skipped)
 
 
 def scan_many(

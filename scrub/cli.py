@@ -425,12 +425,11 @@ def scan(
 
             named = path[0] if len(path) == 1 and path[0].exists() else Path("datasets")
             options = replace(options, manifest=default_manifest(named))
-        from scrub.api import scan as run_scan
-        from scrub.api import scan_many
+        from scrub.api import scan_many, scan_one
 
         with _progress(options.quiet) as progress:
             if datasets is None:
-                result = run_scan(path[0], options, progress=progress)
+                result = scan_one(path[0], options, progress=progress)
             else:
                 result = scan_many(datasets, options, progress=progress, notes=notes)
         code = result.exit_code(options.fail_on)

@@ -134,3 +134,36 @@ def test_metadata_keys_are_each_outputs_own_or_said_unchanged(tmp_path):
     assert any("metadata keys copied unchanged (__keys__)" in note for note in result.report["notes"])
     allowed = scrub.fix(source, allow_pickle=True, out=tmp_path / "allowed")
     assert pickle.loads(items_of(allowed.clean)[b"__keys__"]) == [k for k in keys if k != b"003"]
+
+
+def test_a_folder_holding_a_leveldb_scans_it_or_says_which_extra_to_install(tmp_path):
+    """A folder of databases: a LevelDB is one of them, as an LMDB environment is (it was taken
+    for an image folder with no image: "none is a dataset scrub can read")."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import SAMPLES
+
+    shutil.copytree(SAMPLES / "leveldb" / "datum_leveldb", tmp_path / "data" / "datum_leveldb")
+    (tmp_path / "data" / "README.txt").write_text("the Datums\n")
+    found = scrub.scan(tmp_path / "data", scheduler="sync", manifest=tmp_path / "m.jsonl")
+    assert [part.dataset.format for part in found.summary.parts] == ["leveldb"]
+    assert found.summary.records == 22
+    without = subprocess.run(  # plyvel cannot be imported: the same line as for the database named
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['plyvel'] = None; from scrub.__main__ import main; "
+            "sys.argv[0] = 'scrub'; main()",
+            "scan",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert without.returncode == 2
+    assert without.stderr.strip() == (
+        "scrub: error: reading LevelDB needs plyvel: pip install 'scrub[leveldb]' (or pip install plyvel)"
+    )

@@ -128,6 +128,9 @@ class Reader(ABC, Generic[PartitionT]):
     #: Name endings of the files that are each a dataset of this format (``.h5``): a folder whose
     #: files are datasets of several formats is a folder of datasets (`expand_datasets`).
     file_suffixes: ClassVar[tuple[str, ...]] = ()
+    #: Whether a dataset of this format is a folder that is one database (LMDB, LevelDB): a
+    #: folder holding such folders is a folder of datasets (`expand_datasets`).
+    database_folder: ClassVar[bool] = False
 
     # What `open` sets and writers (`scrub.writers`) may read; nothing else of a reader is theirs.
     #: The folder the records' paths are relative to (an image folder, a list file's root, an
@@ -484,14 +487,15 @@ def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
 
 
 def _collection(path: Path) -> list[Path] | None:
-    """The children of a folder of datasets, else None: a folder that holds LMDB environments,
-    or files that are datasets of more than one format (HDF5 files beside ``.npy`` files: no
-    reader takes them as one dataset, and the one that takes the folder would pass over the rest)."""
-    lmdb = reader_class("lmdb")
-    if not path.is_dir() or lmdb.sniff(path):
+    """The children of a folder of datasets, else None: a folder that holds databases (LMDB
+    environments, LevelDB databases: `Reader.database_folder`), or files that are datasets of
+    more than one format (HDF5 files beside ``.npy`` files: no reader takes them as one dataset,
+    and the one that takes the folder would pass over the rest)."""
+    databases = [cls for cls in map(reader_class, REGISTRY) if cls.database_folder]
+    if not path.is_dir() or any(cls.sniff(path) for cls in databases):
         return None
     children = sorted(child for child in path.iterdir() if not child.name.startswith("."))
-    if any(child.is_dir() and lmdb.sniff(child) for child in children):
+    if any(child.is_dir() and any(cls.sniff(child) for cls in databases) for child in children):
         return children
     endings = {name: reader_class(name).file_suffixes for name in REGISTRY}
     formats: set[str] = set()

@@ -146,6 +146,7 @@ def _linked_copy(source: Path) -> str:
 
 class LevelDBReader(Reader[KeySpan]):
     format = "leveldb"
+    database_folder = True
     preferred_scheduler = "threads"
     in_one_process = True
     records_per_task = 1000

@@ -199,6 +199,7 @@ def _forget(path: str) -> None:
 
 class LMDBReader(Reader[KeyRange | KeyList]):
     format = "lmdb"
+    database_folder = True
     preferred_scheduler = "processes"
     records_per_task = 1000
     provides = frozenset({"image", "bytes", "array", "values"})
