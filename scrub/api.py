@@ -41,6 +41,7 @@ from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.runner import Encoding, PartitionWork, select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
+from scrub.wording import counted
 
 if TYPE_CHECKING:
     from scrub.cache import ResultCache
@@ -464,6 +465,7 @@ class DatasetScan:
             _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
         )
         self._note_the_range()
+        self._note_idle_selections()
         if self.replay is not None:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
         if aggregate.records != info.records and info.snapshots:
@@ -478,6 +480,24 @@ class DatasetScan:
                 "dataset "
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
+
+    def _note_idle_selections(self) -> None:
+        """A check the user selected that found nothing to look at in any record is said: a pass
+        of `--select nonfinite-data` over 8-bit images (which hold no NaN) is not a clean bill."""
+        selected = self.options.selection.select
+        if not selected or self.aggregate.records == 0:
+            return
+        seen = {
+            "array": any(s.finite_values or s.nonfinite_values for s in self.aggregate.numeric.values()),
+            "image": bool(self.aggregate.stats.get("formats")),
+        }
+        what = {"array": "numeric values (float images, arrays)", "image": "an image that decodes"}
+        for check in self.checks:
+            if check.id in selected and not seen.get(check.needs, True):
+                self.aggregate.notes.append(
+                    f"{self.options.origin('select')} {check.id}: ran on no record: none of the "
+                    f"{counted(self.aggregate.records, 'record')} holds {what[check.needs]}"
+                )
 
     def _note_the_range(self) -> None:
         """A class range the user declared that leaves whole label values out is said once, as

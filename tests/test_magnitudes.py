@@ -335,3 +335,21 @@ def test_the_replay_keeps_the_values_of_float_images():
     features = featurize_records(records, FeatureSpec.for_images())
     assert features.X.shape == (2, 768)
     assert np.all(features.X[0] == np.float32(1e30)) and np.all(features.X[1] == 70000)  # not clipped to 255
+
+
+def test_a_selected_check_that_ran_on_no_record_is_said(tmp_path):
+    """`--select nonfinite-data` on 8-bit images (a PNG among JPEGs, so the check can run on a
+    float image, but none is one): no NaN can hide in them, and the scan says it looked at none."""
+    from conftest import image_bytes
+
+    root = tmp_path / "photos"
+    write(root / "a.jpg", image_bytes(1))
+    write(root / "b.png", image_bytes(2, fmt="PNG"))
+    result = scrub.scan(root, select=["nonfinite-data"], scheduler="sync")
+    assert result.summary.issues == 0
+    assert "--select nonfinite-data: ran on no record: none of the 2 records holds numeric values " in (
+        "\n".join(result.summary.notes)
+    )
+    write(root / "depth.tif", tiff(np.ones((8, 8), np.float32)))  # one float image: it ran
+    rerun = scrub.scan(root, select=["nonfinite-data"], scheduler="sync")
+    assert not any("ran on no record" in note for note in rerun.summary.notes)
