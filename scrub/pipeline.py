@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -289,9 +290,22 @@ def _start_worker_server() -> None:
         return  # no window with SIGINT ignored: a Ctrl-C taken by another thread then is lost
     # The resource tracker first: its start unblocks SIGINT when it is done, which inside the
     # window below delivered a pending Ctrl-C while it was ignored (lost: exit 0, measured)
+    _quiet_resource_tracker()
     resource_tracker.ensure_running()
     with ignored_by_children():
         forkserver.ensure_running()
+
+
+#: what the resource tracker is started with (it takes this process's -W options): when the scan
+#: is killed it unlinks the pool's semaphores, as it should, and then warned on the user's terminal
+#: of "leaked semaphore objects" it had just cleaned up (and the next run would have removed)
+TRACKER_WARNINGS = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Start the resource tracker without its leaked-resources warning (`TRACKER_WARNINGS`)."""
+    if TRACKER_WARNINGS not in sys.warnoptions:
+        sys.warnoptions.append(TRACKER_WARNINGS)
 
 
 def _server_running(forkserver) -> bool:

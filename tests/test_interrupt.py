@@ -151,6 +151,32 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     assert list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")) == []
 
 
+def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp_path):
+    """kill -9 of the scan's own process (not its group): its resource tracker unlinks the pool's
+    semaphores, and said it on the user's terminal as a "leaked semaphore" UserWarning."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    with open(tmp_path / "stderr", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+            env=env,
+        )
+    tree = psutil.Process(process.pid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")):
+        time.sleep(0.02)
+    helpers = tree.children(recursive=True)
+    process.kill()
+    process.wait()
+    gone, alive = psutil.wait_procs(helpers, timeout=15)  # they watch their parent (scrub.lifeline)
+    assert alive == []
+    assert "leaked" not in (tmp_path / "stderr").read_text()
+    assert list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")) == []
+
+
 CTRL_C_WHILE_THE_SERVER_STARTS = r"""
 import os, signal, threading
 from multiprocessing import forkserver
