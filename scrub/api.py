@@ -102,6 +102,7 @@ class OpenedDataset:
             "label_key": options.label_key,
             "lmdb_codec": options.lmdb_codec,
             "allow_pickle": options.allow_pickle,
+            "labels": str(options.labels) if options.labels else None,
         }
 
 
@@ -826,9 +827,11 @@ def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, repl
     given = scan_options.origin(name)
     info = dataset.info
     if not info.labelled and not replay:
+        looks = [note for note in info.notes if "as labels do" in note]  # a y.npy scanned as data
         raise UsageError(
             f"{given}: {dataset.path} has no labels to check ({info.format}, {info.layout}); "
-            "drop it, or name the labels (--label-key for HDF5)"
+            "drop it, or name the labels (--label-key for HDF5 and .npz, --labels for a .npy)"
+            + (f"; {looks[0]}" if looks else "")
         )
     width = info.label_width
     if width is not None and name == "label-range":

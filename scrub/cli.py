@@ -169,6 +169,13 @@ LabelKeyOpt = Annotated[
         "LMDB/LevelDB: the label field of pickled dicts."
     ),
 ]
+LabelsOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="NumPy: a .npy of labels aligned with the data file's rows (X.npy --labels y.npy): read, "
+        "checked and split by fix together with the rows."
+    ),
+]
 CodecOpt = Annotated[
     Optional[str],
     typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record)."),
@@ -340,6 +347,7 @@ def scan(
     root: RootOpt = None,
     data_key: DataKeyOpt = None,
     label_key: LabelKeyOpt = None,
+    labels: LabelsOpt = None,
     lmdb_codec: CodecOpt = None,
     allow_pickle: PickleOpt = False,
     manifest: Annotated[
@@ -510,6 +518,7 @@ def fix(
     root: RootOpt = None,
     data_key: DataKeyOpt = None,
     label_key: LabelKeyOpt = None,
+    labels: LabelsOpt = None,
     lmdb_codec: CodecOpt = None,
     allow_pickle: PickleOpt = False,
     json_path: JsonOpt = None,

@@ -229,6 +229,13 @@ KEYS: dict[str, Key] = {
             help="LMDB: force the value codec",
         ),
         Key("allow-pickle", "read", "bool", per_path=True, help="LMDB: unpickle pickled values (runs code)"),
+        Key(
+            "labels",
+            "read",
+            "path",
+            per_path=True,
+            help="NumPy: a .npy of labels, one per row of the data file (X.npy with y.npy)",
+        ),
         Key("num-classes", "checks", "int", minimum=1, per_path=True, help="labels must lie in [0, N)"),
         Key("label-range", "checks", "range", per_path=True, help="valid labels LO:HI (HI exclusive)"),
         Key("max-pixels", "checks", "int", minimum=1, per_path=True, help="decompression-bomb limit"),

@@ -165,3 +165,97 @@ def test_an_npz_whose_data_array_is_unknown_says_which_it_holds(tmp_path):
     assert done.returncode == 2 and "It holds a, b; choose one with --data-key" in done.stderr
     result = scrub.scan(path, data_key="a", label_key="b", scheduler="sync")
     assert result.summary.records == 3 and result.summary.dataset.labelled
+
+
+def features_and_labels(folder):
+    """X.npy (200 x 8) and y.npy (200 class ids of 10): a NaN row 5, a 1e30 row 7, labels 12 (row 9)
+    and -1 (row 11)."""
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(200, 8)).astype(np.float32)
+    data[5, 2], data[7] = np.nan, 1e30
+    labels = (np.arange(200) % 10).astype(np.int64)
+    labels[9], labels[11] = 12, -1
+    folder.mkdir(exist_ok=True)
+    np.save(folder / "X.npy", data)
+    np.save(folder / "y.npy", labels)
+    return folder / "X.npy", folder / "y.npy"
+
+
+def test_labels_in_a_npy_of_their_own_are_checked_and_split_with_the_rows(tmp_path):
+    data, labels = features_and_labels(tmp_path / "d")
+    result = scrub.scan(data, labels=labels, num_classes=10, scheduler="sync")
+    errors = {(issue.index, issue.check) for issue in result.issues() if issue.severity.value == "error"}
+    assert errors == {
+        (5, "nonfinite-data"),
+        (7, "square-overflow"),
+        (9, "label-out-of-range"),
+        (11, "label-out-of-range"),
+    }
+    fixed = scrub.fix(data, labels=labels, num_classes=10, quarantine=True, scheduler="sync")
+    assert fixed.verified and fixed.clean == tmp_path / "d" / "X.clean"
+    kept = np.setdiff1d(np.arange(200), [5, 7, 9, 11])
+    clean_x, clean_y = np.load(fixed.clean / "X.npy"), np.load(fixed.clean / "y.npy")
+    assert np.array_equal(clean_x, np.load(data)[kept]) and np.array_equal(clean_y, np.load(labels)[kept])
+    held = fixed.quarantine / "X"
+    assert np.array_equal(np.load(held / "y.npy"), np.load(labels)[[5, 7, 9, 11]])
+    assert np.load(held / "X.npy").shape == (4, 8)
+    rescan = scrub.scan(fixed.clean / "X.npy", labels=fixed.clean / "y.npy", num_classes=10, scheduler="sync")
+    assert rescan.summary.records_with_errors == 0
+
+
+def test_labels_that_do_not_align_or_apply_are_one_line(tmp_path):
+    from conftest import one_line_error
+
+    data, labels = features_and_labels(tmp_path / "d")
+    np.save(tmp_path / "short.npy", np.zeros(150, np.int64))
+    said = one_line_error("scan", data, "--labels", tmp_path / "short.npy")
+    assert "150 labels for the 200 rows of" in said and "one per row" in said
+    assert "not a .npy file" in one_line_error("scan", data, "--labels", tmp_path / "missing.npy")
+    said = one_line_error("scan", labels, "--num-classes", "10")  # y.npy scanned as data
+    assert "y.npy holds one integer per row, as labels do" in said and f"--labels {labels}" in said
+    np.save(tmp_path / "d" / "X2.npy", np.zeros((200, 8), np.float32))
+    said = one_line_error("scan", str(tmp_path / "d" / "*.npy"), "--labels", labels)
+    assert "the labels of one data file, and 2 datasets are named" in said
+
+
+def test_a_pattern_that_names_the_labels_too_scans_the_data_with_them(tmp_path):
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    data, labels = features_and_labels(tmp_path / "d")
+    result = CliRunner().invoke(
+        app,
+        ["scan", str(tmp_path / "d" / "*.npy"), "--labels", str(labels), "--num-classes", "10",
+         "--manifest", str(tmp_path / "m.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "not scanned: 1 entry is the labels --labels reads with the data" in result.output
+    assert result.output.count("label-out-of-range  label") == 2  # y.npy is not a dataset of its own
+
+
+def test_the_cleaned_features_and_labels_train_without_nan(tmp_path):
+    torch = pytest.importorskip("torch")
+    data, labels = features_and_labels(tmp_path / "d")
+
+    def broken_steps(x: np.ndarray, y: np.ndarray) -> int:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 10))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+        broken = 0
+        for inputs, targets in torch.utils.data.DataLoader(dataset, batch_size=32):
+            optimizer.zero_grad()
+            try:
+                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            except IndexError:  # a label out of range, on the CPU
+                broken += 1
+                continue
+            loss.backward()
+            optimizer.step()
+            broken += not torch.isfinite(loss)
+        return broken
+
+    assert broken_steps(np.load(data), np.load(labels)) > 0  # the source breaks training
+    fixed = scrub.fix(data, labels=labels, num_classes=10, scheduler="sync")
+    assert broken_steps(np.load(fixed.clean / "X.npy"), np.load(fixed.clean / "y.npy")) == 0

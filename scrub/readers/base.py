@@ -48,6 +48,7 @@ class ReadOptions:
     label_key: str | None = None  # HDF5: the labels dataset (default "label")
     lmdb_codec: str | None = None  # LMDB: force a value codec (default: detect per record)
     allow_pickle: bool = False  # LMDB: unpickle pickled values (runs arbitrary code)
+    labels: Path | None = None  # NumPy: a .npy of labels aligned with the data file's rows
     format: str | None = None  # force a reader (default: the first whose sniff accepts the path)
 
 
@@ -422,12 +423,15 @@ class Datasets:
     skipped: list[Path] = field(default_factory=list)
     #: entries of a folder of datasets that are scrub's own outputs (``NAME.clean``, ...)
     outputs: list[Path] = field(default_factory=list)
+    #: the ``--labels`` file, where a folder or a pattern names it too: the data's labels
+    labels: list[Path] = field(default_factory=list)
 
     def note(self) -> str | None:
         said = []
         for what, paths in (
             ("not datasets", self.skipped),
             ("scrub's own outputs (cleaned copies, quarantines)", self.outputs),
+            ("the labels --labels reads with the data", self.labels),
         ):
             if paths:
                 names = ", ".join(str(p) for p in paths[:5]) + (
@@ -469,7 +473,15 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
     unique: dict[Path, Path] = {}
     for path in found.paths:
         unique.setdefault(path.resolve(), path)
+    if options.labels is not None and Path(options.labels).resolve() in unique:
+        found.labels.append(unique.pop(Path(options.labels).resolve()))  # not data: the data's labels
     found.paths = list(unique.values())
+    if options.labels is not None and len(found.paths) > 1:
+        names = ", ".join(str(path) for path in found.paths[:3]) + (" ..." if len(found.paths) > 3 else "")
+        raise UsageError(
+            f"--labels {options.labels}: the labels of one data file, and {len(found.paths)} datasets are "
+            f"named ({names}): name the data file alone"
+        )
     return found
 
 

@@ -55,6 +55,7 @@ class NpyRows:
     member: str | None = None
     label_member: str | None = None
     masks: bool = False  # the labels are (N, H, W) segmentation masks
+    label_path: str | None = None  # a .npy of labels of its own (--labels), else the data's file
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -153,7 +154,7 @@ class NumpyReader(Reader[NpyRows]):
     records_per_task = 0  # partitions are sized in bytes
     provides = frozenset({"array", "rows"})
     positional_keys = True
-    options_used = frozenset({"data_key", "label_key"})
+    options_used = frozenset({"data_key", "label_key", "labels"})
 
     @classmethod
     def sniff(cls, path: Path) -> bool:
@@ -178,10 +179,23 @@ class NumpyReader(Reader[NpyRows]):
         row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
         block_rows, partition_rows = row_partitioning(row_bytes, 1, partition_size)
         source = self.path.name
-        if label_member is not None and load_array(self.path, label_member).shape[0] != rows:
+        label_path = self._labels_file(rows)
+        if label_path is not None:
+            if label_member is not None:
+                notes.append(f"labels: {self.options.labels} is used, not the archive's {label_member!r}")
+            label_member = None
+        elif label_member is not None and load_array(self.path, label_member).shape[0] != rows:
             notes.append(f"labels: {label_member!r} has not as many rows as {member!r}: not used")
             label_member = None
-        masks = label_member is not None and is_mask_array(load_array(self.path, label_member))
+        elif (
+            member is None and array.ndim == 1 and array.dtype.kind in "iub" and self.path.stem in LABEL_KEYS
+        ):
+            notes.append(
+                f"{source} holds one integer per row, as labels do: scanned as data here; to check them "
+                f"as the labels of a data file, scan it with --labels {self.path}"
+            )
+        has_labels = label_member is not None or label_path is not None
+        masks = has_labels and is_mask_array(load_array(label_path or self.path, label_member))
         if masks:
             self.provides = self.provides | {"masks"}
             notes.append(
@@ -198,10 +212,11 @@ class NumpyReader(Reader[NpyRows]):
                 member,
                 label_member,
                 masks,
+                label_path,
             )
             for start in range(0, rows, partition_rows)
         ]
-        labelled = label_member is not None
+        labelled = has_labels
         info = DatasetInfo(format=self.format, layout="file", root=self.root, labelled=labelled, records=rows)
         # as for HDF5: a memory-mapped .npy runs on threads (NumPy's reductions release the GIL),
         # an .npz on processes (each worker decompresses its members); small work in-process
@@ -215,15 +230,37 @@ class NumpyReader(Reader[NpyRows]):
             "dtype": str(array.dtype),
             "shape": list(array.shape),
             "fortran_order": bool(array.flags.f_contiguous and not array.flags.c_contiguous),
+            **({"labels_file": label_path} if label_path is not None else {}),
         }
         info.notes += notes
         if labelled and not masks:
-            shape = load_array(self.path, label_member).shape
+            shape = load_array(label_path or self.path, label_member).shape
             if len(shape) == 2 and shape[1] > 1:
                 info.label_width = shape[1]
         else:
             info.notes.append(f"labels: {source} holds no label array: label checks are not run")
         return info, partitions
+
+    def _labels_file(self, rows: int) -> str | None:
+        """The ``--labels`` file, checked: a ``.npy`` of numbers with one row per data row."""
+        named = self.options.labels
+        if named is None:
+            return None
+        if self.options.label_key is not None:
+            raise UsageError(f"--labels {named} and --label-key: name the labels once")
+        if not Path(named).is_file() or not is_npy_file(Path(named)):
+            raise UsageError(f"--labels {named}: not a .npy file")
+        labels = load_array(named)
+        if labels.ndim == 0 or labels.dtype.kind not in "biuf":
+            raise UsageError(
+                f"--labels {named}: holds {labels.dtype} of shape {labels.shape}, not labels per row"
+            )
+        if labels.shape[0] != rows:
+            raise UsageError(
+                f"--labels {named}: {labels.shape[0]:,} labels for the {rows:,} rows of {self.path}: "
+                "they must be aligned, one per row"
+            )
+        return str(Path(named).resolve())
 
     def _choose_members(self) -> tuple[str, str | None, list[str]]:
         """The data and label arrays of an ``.npz``: the ones named by the options, else the first
@@ -255,7 +292,11 @@ class NumpyReader(Reader[NpyRows]):
     def read(self, partition: NpyRows, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
         array = load_array(partition.path, partition.member)
         labels = (
-            None if partition.label_member is None else load_array(partition.path, partition.label_member)
+            load_array(partition.label_path)
+            if partition.label_path is not None
+            else None
+            if partition.label_member is None
+            else load_array(partition.path, partition.label_member)
         )
         first = partition.start + start
         last = partition.stop if stop is None else partition.start + stop
@@ -291,6 +332,8 @@ class NumpyReader(Reader[NpyRows]):
 
     def members(self, partitions: Sequence[NpyRows]) -> Iterator[str]:
         yield str(self.path)
+        if partitions and partitions[0].label_path is not None:
+            yield partitions[0].label_path
 
     def locate(self, partition: NpyRows, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition.source, str(partition.start + o), partition.start + o) for o in offsets]

@@ -4,6 +4,8 @@ holds a ``.npy`` of the set-aside rows, in source order (the manifest names each
 An ``.npz`` becomes an ``.npz`` with the same arrays, compressed if the source's were: those
 with as many rows as the data array (the data, its labels, per-row metadata) split row by row,
 the others copied whole into both; its arrays are loaded whole, as ``np.load(f)[key]`` does.
+A ``.npy`` with its labels in a ``.npy`` of their own (``--labels``) becomes a folder holding both
+under their own names (``X.clean/X.npy`` and ``X.clean/y.npy``), split row by row together.
 `np.load` reads every output. Rows are checksummed as HDF5 rows are
 (`scrub.ledger.row_digests`), over every row-aligned array."""
 
@@ -25,30 +27,70 @@ from scrub.writers.base import Tally, Verdicts, Writer
 class NumpyWriter(Writer):
     format = "numpy"
 
+    @property
+    def labels_file(self) -> Path | None:
+        """The ``--labels`` file the data was read with, if any: it is split with the rows."""
+        named = self.info.files.get(self.source.name, {}).get("labels_file")
+        return Path(named) if named else None
+
+    @property
+    def output_is_folder(self) -> bool:
+        return self.labels_file is not None or super().output_is_folder
+
+    def clean_name(self) -> str:
+        return f"{self.source.stem}.clean" if self.labels_file is not None else super().clean_name()
+
+    def quarantine_name(self) -> str:
+        return self.base_name() if self.labels_file is not None else super().quarantine_name()
+
+    def dataset_in(self, target: Path) -> Path:
+        return target / self.source.name if self.labels_file is not None else super().dataset_in(target)
+
+    def _files(self, target: Path) -> list[tuple[Path, Path]]:
+        """(source, output) of each ``.npy`` split row by row: the data, and its labels file."""
+        if self.labels_file is None:
+            return [(self.source, target)]
+        return [(self.source, target / self.source.name), (self.labels_file, target / self.labels_file.name)]
+
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         if not is_npy_file(self.source):
             return self._write_npz(verdicts, clean, quarantine)
         tally = Tally()
-        array = load_array(self.source)
-        bad = self._bad_rows(verdicts, len(array))
-        keep = np.ones(len(array), dtype=bool)
+        if self.labels_file is not None:
+            for folder in (clean, quarantine):
+                if folder is not None:
+                    folder.mkdir()
+        sides = {False: self._files(clean)} | (
+            {True: self._files(quarantine)} if quarantine is not None else {}
+        )
+        arrays = [load_array(source) for source, _ in sides[False]]
+        rows = len(arrays[0])
+        bad = self._bad_rows(verdicts, rows)
+        keep = np.ones(rows, dtype=bool)
         keep[bad] = False
-        outputs = {False: _new_like(clean, array, int(keep.sum()))}
-        if quarantine is not None:
-            outputs[True] = _new_like(quarantine, array, len(bad))
-        cursors = {False: 0, True: 0}
+        counts = {False: int(keep.sum()), True: len(bad)}
+        outputs = {
+            side: [_new_like(target, array, counts[side]) for (_, target), array in zip(files, arrays)]
+            for side, files in sides.items()
+        }
         seed = identity_seed(self.source.name)
-        for begin, block in _blocks(array):
-            mask = keep[begin : begin + len(block)]
-            values = row_values(seed, np.arange(begin, begin + len(block)), [row_digests(block)])
+        cursors = {False: 0, True: 0}
+        for begin, blocks in _aligned_blocks(arrays):
+            mask = keep[begin : begin + len(blocks[0])]
+            values = row_values(
+                seed, np.arange(begin, begin + len(blocks[0])), [row_digests(block) for block in blocks]
+            )
             tally.kept.add_values(values[mask])
             tally.quarantined.add_values(values[~mask])
-            for side, rows in ((False, block[mask]), (True, block[~mask])):
-                if side in outputs and len(rows):
-                    outputs[side][cursors[side] : cursors[side] + len(rows)] = rows
-                cursors[side] += len(rows)
-        for output in outputs.values():
-            output.flush()
+            for side, chosen in ((False, mask), (True, ~mask)):
+                taken = int(chosen.sum())
+                if side in outputs and taken:
+                    for output, block in zip(outputs[side], blocks):
+                        output[cursors[side] : cursors[side] + taken] = block[chosen]
+                cursors[side] += taken
+        for written in outputs.values():
+            for output in written:
+                output.flush()
         outputs.clear()  # unmapped: the files are complete
         tally.records_kept, tally.records_quarantined = cursors[False], cursors[True]
         return tally
@@ -103,13 +145,14 @@ class NumpyWriter(Writer):
         source_rows = len(load_array(self.source))
         bad = self._bad_rows(verdicts, source_rows)
         origin = bad if side == "quarantine" else np.setdiff1d(np.arange(source_rows), bad)
-        written = load_array(target)
-        if len(written) != len(origin):  # a row lost or added: the sums cannot match
+        written = [load_array(output) for _, output in self._files(target)]
+        if any(len(array) != len(origin) for array in written):  # a row lost or added: no match
             ledger.add_values(np.zeros(1, np.uint64))
+            return ledger
         seed = identity_seed(self.source.name)
-        for begin, block in _blocks(written):
-            indices = origin[begin : begin + len(block)]
-            ledger.add_values(row_values(seed, indices, [row_digests(block[: len(indices)])]))
+        for begin, blocks in _aligned_blocks(written):
+            indices = origin[begin : begin + len(blocks[0])]
+            ledger.add_values(row_values(seed, indices, [row_digests(block) for block in blocks]))
         return ledger
 
     def _bad_rows(self, verdicts: Verdicts, rows: int) -> np.ndarray:
@@ -131,9 +174,10 @@ def _new_like(path: Path, array: np.ndarray, rows: int) -> np.memmap:
     return np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(rows, *array.shape[1:]))
 
 
-def _blocks(array: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """Consecutive rows of ``array``, ~``BLOCK_BYTES`` at a time, copied out of the map."""
-    row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
+def _aligned_blocks(arrays: list[np.ndarray]) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """The same consecutive rows of each of ``arrays`` (of as many rows), ~``BLOCK_BYTES`` of
+    the widest at a time, copied out of their maps."""
+    row_bytes = max(max(1, int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize) for a in arrays)
     step = max(1, BLOCK_BYTES // row_bytes)
-    for begin in range(0, len(array), step):
-        yield begin, np.array(array[begin : begin + step])
+    for begin in range(0, len(arrays[0]), step):
+        yield begin, [np.array(array[begin : begin + step]) for array in arrays]
