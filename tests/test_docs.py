@@ -115,3 +115,28 @@ def test_links_between_the_readme_and_docs_resolve():
                 assert anchor in headings, f"{source.name}: no heading #{anchor} in {resolved.name}"
             checked += 1
     assert checked > 30
+
+
+def test_the_readme_shows_what_its_first_command_prints(tmp_path):
+    """The front door's sample output is what `scrub scan sample_data/images` prints (run from a
+    folder whose sample_data is the repository's): only the timings and the absolute path the
+    README shortens to `...` may differ."""
+    import subprocess
+    import sys
+
+    shown = README.split("The first command prints", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "sample_data").symlink_to(REPO / "sample_data")
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", "sample_data/images"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr
+
+    def normal(text: str) -> list[str]:
+        text = text.replace(str(REPO), "...")
+        text = re.sub(r"in \d+\.\d+ s \([\d,]+ records/s", "in S s (R records/s", text)
+        return [line.rstrip() for line in text.strip().splitlines()]
+
+    assert normal(done.stdout) == normal(shown)

@@ -36,6 +36,9 @@ from scrub.records import Record
 
 SNIFF_LINES = 100
 JPEG_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
+#: One core's seconds to verify a typical image (a 256x256 JPEG: read, strict decode, checks;
+#: docs/benchmarks.md), for `Reader.work_seconds`
+IMAGE_SECONDS = 220e-6
 
 
 class Entry(NamedTuple):
@@ -175,6 +178,11 @@ class ImageReader(Reader[Sequence[Entry]]):
         if entries and all(os.path.splitext(e.key)[1].lower() in JPEG_EXTENSIONS for e in entries):
             # JPEG holds 8-bit samples only: the numeric checks (for float and 16-bit images) cannot run
             self.provides = self.provides - {"array"}
+        # as array readers do: a scan this small runs in this process (`scrub.api._plan`); from
+        # the count of records, since their sizes would cost a stat each. Larger ones stay on
+        # processes, whatever threads would save: only there is a decoder's crash or hang a
+        # finding rather than the end of the scan (docs/internals.md)
+        self.work_seconds = len(entries) * IMAGE_SECONDS
         self.root = info.root
         return info, split_records(entries, partition_size)
 
