@@ -20,7 +20,7 @@ import typer
 from scrub import __version__
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
-from scrub.pipeline import DEFAULT_TIMEOUT
+from scrub.pipeline import DEFAULT_CLUSTER_WAIT, DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -218,6 +218,16 @@ WorkersOpt = Annotated[Optional[int], typer.Option(help="Local workers (default:
 TimeoutOpt = Annotated[
     float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")
 ]
+ClusterWaitOpt = Annotated[
+    float,
+    typer.Option(
+        help=(
+            "With --scheduler tcp://host:port: seconds the cluster may have no worker (none joined yet, or "
+            "every one left) before the scan ends, incomplete (exit 3); raise it for clusters that scale up "
+            "from zero."
+        )
+    ),
+]
 PluginOpt = Annotated[
     Optional[list[str]],
     typer.Option(help="Import this module first, to run the checks it registers (repeatable)."),
@@ -354,6 +364,7 @@ def scan(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    cluster_wait: ClusterWaitOpt = DEFAULT_CLUSTER_WAIT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
     fail_on: Annotated[
@@ -515,6 +526,7 @@ def fix(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    cluster_wait: ClusterWaitOpt = DEFAULT_CLUSTER_WAIT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
     cache: CacheOpt = None,

@@ -51,7 +51,7 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     for name in ("distributed.client", "distributed.comm", "distributed.core", "distributed.batched"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        _run(client, work, partitions, on_result, on_failure)
+        _run(client, work, partitions, on_result, on_failure, plan.cluster_wait)
     except Exception as error:
         # a closed connection to the scheduler can surface before the client's status says so
         lost = isinstance(error, (Cancelled, CancelledError, CommClosedError, NoWorkers))
@@ -78,19 +78,14 @@ def _reason(error: BaseException) -> str:
     return text[:200]
 
 
-#: How long the scan waits for a worker when the cluster has none left (every worker died, or
-#: none ever joined): Dask itself would wait for one forever.
-NO_WORKERS_SECONDS = 60.0
-
-
 class NoWorkers(Exception):
-    """The cluster has had no worker for `NO_WORKERS_SECONDS`: its tasks would wait forever."""
+    """The cluster has had no worker for ``--cluster-wait`` seconds: its tasks would wait forever."""
 
 
-def _completed(client, futures) -> Iterator[Any]:
+def _completed(client, futures, wait: float) -> Iterator[Any]:
     """Each of ``futures`` as it completes (``distributed.as_completed``, polled as its own
     iterator polls), watching the cluster meanwhile: `NoWorkers` once it has had no worker for
-    `NO_WORKERS_SECONDS`, where Dask would wait for one forever."""
+    ``wait`` seconds, where Dask would wait for one forever."""
     from distributed import as_completed
 
     found = as_completed(futures)
@@ -111,12 +106,15 @@ def _completed(client, futures) -> Iterator[Any]:
             without_workers_since = None
         elif without_workers_since is None:
             without_workers_since = now
-        elif now - without_workers_since > NO_WORKERS_SECONDS:
-            raise NoWorkers(f"no worker for {NO_WORKERS_SECONDS:g} s: every worker died or left")
+        elif now - without_workers_since > wait:
+            raise NoWorkers(f"no worker for {wait:g} s: every worker died or left")
 
 
-def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failure: Callable) -> None:
-    """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`)."""
+def _run(
+    client, work, partitions: Sequence[Any], on_result: Callable, on_failure: Callable, wait: float
+) -> None:
+    """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`); the
+    cluster may have no worker for ``wait`` seconds."""
     suspects: list[tuple[int, Any, int, int]] = []
     pending = list(enumerate(partitions))
     while pending:
@@ -125,7 +123,7 @@ def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failur
             for number, partition in pending
         }
         pending = []
-        for future in _completed(client, list(futures)):
+        for future in _completed(client, list(futures), wait):
             number, partition = futures.pop(future)
             outcome = _outcome(future)
             if outcome == "finished":
@@ -139,7 +137,7 @@ def _run(client, work, partitions: Sequence[Any], on_result: Callable, on_failur
         number, partition, start, stop = suspects.pop()
         future = client.submit(work, number, partition, start, stop, pure=False)
         try:
-            for _ in _completed(client, [future]):
+            for _ in _completed(client, [future], wait):
                 outcome = _outcome(future)
                 if outcome == "finished":
                     on_result(future.result())
