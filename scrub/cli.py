@@ -7,6 +7,7 @@ exit with 1, which would read as "issues found").
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -422,6 +423,7 @@ def scan(
 
     def body() -> int:
         options, datasets, notes = _resolve_many("scan", path, ctx, config)
+        _messages_to_stderr(options.quiet)
         if options.manifest is None:
             from scrub.manifest import default_manifest
 
@@ -546,6 +548,7 @@ def fix(
 
     def body() -> int:
         options, datasets, notes = _resolve_many("fix", path, ctx, config)
+        _messages_to_stderr(options.scan.quiet)
         from scrub.cleaning import fix as run_fix
         from scrub.cleaning import fix_many
 
@@ -733,6 +736,27 @@ def checks(
         return 0
 
     guarded(body)
+
+
+class _Stderr(logging.Handler):
+    """``scrub: MESSAGE`` on stderr. Written to ``sys.stderr``, not through ``err``: while a
+    progress bar shows, rich redirects ``sys.stderr`` to print above the bar, and its consoles
+    bypass that redirection (the line landed on the bar's own)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(f"scrub: {record.getMessage()}\n")
+        sys.stderr.flush()
+
+
+def _messages_to_stderr(quiet: bool) -> None:
+    """What the library says while it runs (``logging.getLogger("scrub")``: a cluster's wait for a
+    worker) goes to stderr; with --quiet only its warnings. Set per command: tests run several
+    in one process."""
+    logger = logging.getLogger("scrub")
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    if not any(isinstance(handler, _Stderr) for handler in logger.handlers):
+        logger.addHandler(_Stderr())
 
 
 def _write_json(path: Path | None, document: dict) -> None:
