@@ -604,7 +604,7 @@ def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions)
                 "(one handle, shared by threads): use --scheduler threads or sync"
             )
         scheduler = "threads"
-    return pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, scheduler, count)
+    return pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, scheduler, count, run.cluster_wait)
 
 
 def scan_dataset(

@@ -7,6 +7,7 @@ exit with 1, which would read as "issues found").
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -20,7 +21,7 @@ import typer
 from scrub import __version__
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
-from scrub.pipeline import DEFAULT_TIMEOUT
+from scrub.pipeline import DEFAULT_CLUSTER_WAIT, DEFAULT_TIMEOUT
 from scrub.wording import counted
 
 if TYPE_CHECKING:
@@ -226,6 +227,16 @@ WorkersOpt = Annotated[Optional[int], typer.Option(help="Local workers (default:
 TimeoutOpt = Annotated[
     float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")
 ]
+ClusterWaitOpt = Annotated[
+    float,
+    typer.Option(
+        help=(
+            "With --scheduler tcp://host:port: seconds the cluster may have no worker (none joined yet, or "
+            "every one left) before the scan ends, incomplete (exit 3); raise it for clusters that scale up "
+            "from zero."
+        )
+    ),
+]
 PluginOpt = Annotated[
     Optional[list[str]],
     typer.Option(help="Import this module first, to run the checks it registers (repeatable)."),
@@ -371,6 +382,7 @@ def scan(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    cluster_wait: ClusterWaitOpt = DEFAULT_CLUSTER_WAIT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
     fail_on: Annotated[
@@ -428,6 +440,7 @@ def scan(
 
     def body() -> int:
         options, datasets, notes = _resolve_many("scan", path, ctx, _config_choice(config, isolated))
+        _messages_to_stderr(options.quiet)
         if options.manifest is None:
             from scrub.manifest import default_manifest
 
@@ -533,6 +546,7 @@ def fix(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    cluster_wait: ClusterWaitOpt = DEFAULT_CLUSTER_WAIT,
     plugin: PluginOpt = None,
     partition_size: PartitionOpt = None,
     cache: CacheOpt = None,
@@ -552,6 +566,7 @@ def fix(
 
     def body() -> int:
         options, datasets, notes = _resolve_many("fix", path, ctx, _config_choice(config, isolated))
+        _messages_to_stderr(options.scan.quiet)
         from scrub.cleaning import fix as run_fix
         from scrub.cleaning import fix_many
 
@@ -749,6 +764,27 @@ def checks(
         return 0
 
     guarded(body)
+
+
+class _Stderr(logging.Handler):
+    """``scrub: MESSAGE`` on stderr. Written to ``sys.stderr``, not through ``err``: while a
+    progress bar shows, rich redirects ``sys.stderr`` to print above the bar, and its consoles
+    bypass that redirection (the line landed on the bar's own)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(f"scrub: {record.getMessage()}\n")
+        sys.stderr.flush()
+
+
+def _messages_to_stderr(quiet: bool) -> None:
+    """What the library says while it runs (``logging.getLogger("scrub")``: a cluster's wait for a
+    worker) goes to stderr; with --quiet only its warnings. Set per command: tests run several
+    in one process."""
+    logger = logging.getLogger("scrub")
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    if not any(isinstance(handler, _Stderr) for handler in logger.handlers):
+        logger.addHandler(_Stderr())
 
 
 def _write_json(path: Path | None, document: dict) -> None:

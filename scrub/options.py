@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from scrub.checks.base import CheckOptions
 from scrub.checks.numeric import PRECISIONS
 from scrub.errors import UsageError
-from scrub.pipeline import DEFAULT_TIMEOUT
+from scrub.pipeline import DEFAULT_CLUSTER_WAIT, DEFAULT_TIMEOUT
 from scrub.readers.base import ReadOptions
 
 SEVERITY_LEVELS = ("error", "warning", "ignore")  # what --check-severity may set a check to
@@ -61,6 +61,7 @@ class RunOptions:
     workers: int | None = None
     timeout: float = DEFAULT_TIMEOUT
     partition_size: int | None = None
+    cluster_wait: float = DEFAULT_CLUSTER_WAIT  # seconds a dask cluster may have no worker
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,13 @@ KEYS: dict[str, Key] = {
         Key("workers", "run", "int", minimum=1, help="local workers"),
         Key("timeout", "run", "float", minimum=0.001, help="seconds one record may take"),
         Key("partition-size", "run", "int", minimum=1, help="records per Dask task"),
+        Key(
+            "cluster-wait",
+            "run",
+            "float",
+            minimum=0.001,
+            help="tcp:// schedulers: seconds the cluster may have no worker before the scan ends",
+        ),
         Key("dummy-loss", "replay", "bool", help="replay the data through a dummy model"),
         Key("batch-size", "replay", "int", minimum=1, help="replay: records per SGD step"),
         Key("lr", "replay", "float", help="replay: the SGD learning rate"),
@@ -503,6 +511,16 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         origins=dict(where),
         **{k: v for k, v in groups["scan"].items() if not (cls is FixOptions and k == "manifest")},
     )
+    if (
+        values.get("cluster-wait") is not None
+        and "cluster-wait" not in origins_from_files(where)
+        and "://" not in (scan.run.scheduler or "")
+    ):
+        local = f"--scheduler {scan.run.scheduler}" if scan.run.scheduler else "without --scheduler, the scan"
+        raise UsageError(
+            f"{where.get('cluster-wait', '--cluster-wait')}: only a scan on a dask cluster (--scheduler "
+            f"tcp://host:port) waits for workers; {local} runs on this machine"
+        )
     if scan.fail_on == "new" and scan.baseline is None:
         raise UsageError(
             f"{where.get('fail-on', '--fail-on')} new: needs a baseline (--baseline OLD_MANIFEST)"

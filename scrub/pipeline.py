@@ -53,6 +53,9 @@ LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 IN_PROCESS_SECONDS = 0.05
 #: Seconds one record may take before its decoder is deemed hung (``--timeout``).
 DEFAULT_TIMEOUT = 60.0
+#: Seconds a dask cluster may have no worker before the scan ends (``--cluster-wait``): Dask
+#: itself would wait for one forever.
+DEFAULT_CLUSTER_WAIT = 60.0
 
 OnRecord = Callable[[int], None]
 
@@ -74,11 +77,13 @@ class Work(Protocol):
 
 @dataclass(frozen=True)
 class Plan:
-    """How to run: which scheduler, how many local workers, the per-record time limit."""
+    """How to run: which scheduler, how many local workers, the per-record time limit, and how
+    long a cluster may have no worker."""
 
     scheduler: str
     workers: int
     timeout: float
+    cluster_wait: float = DEFAULT_CLUSTER_WAIT
 
     @classmethod
     def choose(
@@ -88,6 +93,7 @@ class Plan:
         timeout: float,
         preferred: str,
         partitions: int | None,
+        cluster_wait: float = DEFAULT_CLUSTER_WAIT,
     ) -> "Plan":
         """Resolve the defaults: all cores, the reader's preferred scheduler, in-process when tiny."""
         if workers is not None and workers < 1:
@@ -104,7 +110,7 @@ class Plan:
             raise UsageError(
                 f"unknown scheduler {scheduler!r}: use threads, processes, sync or tcp://host:port"
             )
-        return cls(scheduler, workers, timeout)
+        return cls(scheduler, workers, timeout, cluster_wait)
 
 
 def run(

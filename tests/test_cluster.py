@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import dask
 import pytest
-from conftest import SAMPLES, image_bytes, write
+from conftest import SAMPLES, image_bytes, one_line_error, write
 from PIL import Image
+from typer.testing import CliRunner
 
 import scrub
+from scrub.cli import app
+from scrub.config import resolve
 
 distributed = pytest.importorskip("distributed")
 TESTS = Path(__file__).parent
@@ -50,65 +54,180 @@ def test_a_hung_decoder_on_a_cluster_worker_is_reported(tmp_path):
     assert result.summary.records == 8
 
 
+def dask_command(*arguments: str) -> subprocess.Popen:
+    """`dask ARGUMENTS` in a session of its own (its workers and nannies end with its group)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dask", *arguments],
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def start_scheduler(address_file: Path) -> subprocess.Popen:
+    return dask_command(
+        "scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--no-dashboard",
+        "--scheduler-file",
+        str(address_file),
+    )
+
+
+def start_workers(address_file: Path, count: int) -> subprocess.Popen:
+    return dask_command(
+        "worker",
+        "--scheduler-file",
+        str(address_file),
+        "--nworkers",
+        str(count),
+        "--nthreads",
+        "1",
+        "--no-dashboard",
+    )
+
+
+def scheduler_address(address_file: Path) -> str:
+    deadline = time.monotonic() + 60
+    while not address_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return json.loads(address_file.read_text())["address"]
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM first: killed, the workers' nannies leave their named semaphores in /dev/shm."""
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 @pytest.fixture
 def cluster(tmp_path):
     """`dask scheduler` and `dask worker` as separate processes, as on a real deployment."""
     address_file = tmp_path / "scheduler.json"
-    environment = {**os.environ, "PYTHONPATH": str(TESTS)}
-    dask_command = [sys.executable, "-m", "dask"]
-    scheduler = subprocess.Popen(
-        [
-            *dask_command,
-            "scheduler",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--no-dashboard",
-            "--scheduler-file",
-            str(address_file),
-        ],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    worker = subprocess.Popen(
-        [
-            *dask_command,
-            "worker",
-            "--scheduler-file",
-            str(address_file),
-            "--nworkers",
-            "2",
-            "--nthreads",
-            "1",
-            "--no-dashboard",
-        ],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    scheduler = start_scheduler(address_file)
+    worker = start_workers(address_file, 2)
     try:
-        deadline = time.monotonic() + 60
-        while not address_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        address = json.loads(address_file.read_text())["address"]
+        address = scheduler_address(address_file)
         with distributed.Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
         yield address, scheduler, worker
     finally:
-        # SIGTERM first: killed, the workers' nannies leave their named semaphores in /dev/shm
-        for process in (worker, scheduler):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in (worker, scheduler):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop([worker, scheduler])
+
+
+@pytest.fixture
+def scheduler_alone(tmp_path):
+    """A `dask scheduler` no worker has joined yet: its address, and a function that starts one
+    worker (stopped with the scheduler when the test ends)."""
+    address_file = tmp_path / "scheduler.json"
+    processes = [start_scheduler(address_file)]
+
+    def start_worker() -> None:
+        processes.insert(0, start_workers(address_file, 1))
+
+    try:
+        yield scheduler_address(address_file), start_worker
+    finally:
+        stop(processes)
+
+
+@pytest.fixture
+def scrub_scan():
+    """Starts `scrub scan DATASET OPTIONS` as a user runs it (stdout is not a terminal: no
+    progress bar); one still running when the test ends (it failed) is killed."""
+    started: list[subprocess.Popen] = []
+
+    def start(dataset: Path, *options: object) -> subprocess.Popen:
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "scrub", "scan", str(dataset), *map(str, options)],
+                env={**os.environ, "PYTHONPATH": str(TESTS)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        return started[-1]
+
+    yield start
+    for scan in started:
+        if scan.poll() is None:
+            scan.kill()
+        scan.communicate()
+
+
+def test_a_cluster_no_worker_ever_joined_ends_the_scan_and_says_it_waited(
+    tmp_path, scheduler_alone, scrub_scan
+):
+    """A cluster without workers looked hung (a progress bar at 0 for a minute), then blamed
+    workers that died although none had joined: the scan says that it waits, and why it ended;
+    with -q a wait this short is not worth a line."""
+    address, _ = scheduler_alone
+    started = time.monotonic()
+    told, quiet = (  # both at once: the wait is the test's time
+        scrub_scan(
+            SAMPLES / "images", "--scheduler", address, "--cluster-wait", 2, *extra, "--manifest", manifest
+        )
+        for extra, manifest in (((), tmp_path / "m.jsonl"), (("-q",), tmp_path / "q.jsonl"))
+    )
+    said = told.communicate(timeout=60)[1].strip().splitlines()
+    said_quietly = quiet.communicate(timeout=60)[1].strip().splitlines()
+    assert time.monotonic() - started < 15
+    ended = f"scrub: error: the dask cluster at {address} has no workers (no worker ever joined in 2 s;"
+    assert told.returncode == 3 and len(said) == 2, said
+    assert said[0].startswith(f"scrub: waiting for a dask worker on {address} (no worker has joined yet)")
+    assert said[1].startswith(ended) and "every worker died or left" not in said[1]
+    assert quiet.returncode == 3 and len(said_quietly) == 1 and said_quietly[0].startswith(ended)
+    assert not (tmp_path / "m.jsonl").exists() and not (tmp_path / "q.jsonl").exists()
+
+
+def test_a_worker_that_joins_during_the_wait_runs_the_scan(tmp_path, scheduler_alone, scrub_scan):
+    address, start_worker = scheduler_alone
+    scan = scrub_scan(
+        SAMPLES / "images", "--scheduler", address, "--cluster-wait", 30, "--manifest", tmp_path / "m.jsonl"
+    )
+    waiting = scan.stderr.readline()  # (or nothing, once the scan has ended)
+    assert waiting.startswith(f"scrub: waiting for a dask worker on {address} (no worker has joined yet)")
+    start_worker()
+    stdout, stderr = scan.communicate(timeout=60)
+    assert scan.returncode == 1, stderr  # the samples' planted errors: the scan ran to its end
+    joined = rf"scrub: 1 dask worker on {re.escape(address)} after \d+ s without one: the scan goes on"
+    assert re.fullmatch(joined, stderr.strip()), stderr
+    assert "35 records scanned" in stdout and (tmp_path / "m.jsonl").exists()
+
+
+def test_cluster_wait_is_refused_where_no_cluster_waits(tmp_path):
+    """A wait that cannot apply must not be ignored without a word (a flag typed in vain); a
+    config file's may: the file serves local runs too, and the cluster's address is per run."""
+    images = SAMPLES / "images"
+    said = one_line_error("scan", images, "--cluster-wait", 300)
+    assert "--cluster-wait: only a scan on a dask cluster (--scheduler tcp://host:port) waits" in said
+    said = one_line_error(
+        "fix", images, "--cluster-wait", 300, "--scheduler", "threads", "--out", tmp_path / "o"
+    )
+    assert "--scheduler threads runs on this machine" in said
+    said = one_line_error("scan", images, "--cluster-wait", 0, "--scheduler", "tcp://127.0.0.1:1")
+    assert "--cluster-wait: must be at least 0.001, got 0.0" in said
+    assert not (tmp_path / "o").exists()
+
+    data = tmp_path / "data"
+    shutil.copytree(images / "cat", data / "cat")
+    (tmp_path / "scrub.toml").write_text("cluster-wait = 600\n")
+    assert resolve("scan", data, {}).options.run.cluster_wait == 600
+    assert resolve("fix", data, {"scheduler": "tcp://127.0.0.1:1"}).options.scan.run.cluster_wait == 600
+    shown = CliRunner().invoke(app, ["config", str(data)]).output
+    assert f"cluster-wait = 600.0  # {tmp_path / 'scrub.toml'}:1: cluster-wait" in shown
 
 
 def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cluster):
@@ -158,15 +277,13 @@ def test_several_datasets_on_a_cluster_then_the_scheduler_goes_away(tmp_path, cl
     assert not (tmp_path / "m.jsonl").exists()
 
 
-def test_a_cluster_whose_workers_all_die_ends_the_scan(tmp_path, cluster, monkeypatch):
+def test_a_cluster_whose_workers_all_die_ends_the_scan(tmp_path, cluster):
     """Dask waits for a worker forever; a nightly scan must not: once the cluster has had no
-    worker for `NO_WORKERS_SECONDS`, the scan ends, incomplete (exit 3), and says why."""
+    worker for ``--cluster-wait`` seconds, the scan ends, incomplete (exit 3), and says why."""
     import threading
 
-    from scrub import distributed as on_cluster
     from scrub.errors import IncompleteScan
 
-    monkeypatch.setattr(on_cluster, "NO_WORKERS_SECONDS", 2.0)
     address, _, worker = cluster
     images = tmp_path / "slow"
     images.mkdir()
@@ -176,7 +293,7 @@ def test_a_cluster_whose_workers_all_die_ends_the_scan(tmp_path, cluster, monkey
 
     def run() -> None:
         try:
-            scrub.scan(images, scheduler=address, plugins=["plugins.slow"], partition_size=20)
+            scrub.scan(images, scheduler=address, plugins=["plugins.slow"], partition_size=20, cluster_wait=2)
             ended.append(None)
         except BaseException as error:  # handed to the test's thread
             ended.append(error)
@@ -190,7 +307,8 @@ def test_a_cluster_whose_workers_all_die_ends_the_scan(tmp_path, cluster, monkey
     scan.join(timeout=30)
     assert not scan.is_alive() and time.monotonic() - killed < 30
     assert isinstance(ended[0], IncompleteScan), ended
-    assert "has no workers" in str(ended[0]) and address in str(ended[0])
+    assert "has no workers (no worker for 2 s: every worker died or left)" in str(ended[0])
+    assert address in str(ended[0])
 
 
 def kill_all_but_the_resource_tracker(group: int) -> None:

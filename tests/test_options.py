@@ -96,6 +96,7 @@ def test_every_key_lands_in_the_model():
         )
         extra = {"dummy_loss": True} if key.group == "replay" else {}
         extra |= {"baseline": "b"} if name == "fail-on" else {}
+        extra |= {"scheduler": "tcp://127.0.0.1:8786"} if name == "cluster-wait" else {}
         cls = ScanOptions if name in SCAN_ONLY else FixOptions
         options = cls.build(**{name.replace("-", "_"): value, **extra})
 
