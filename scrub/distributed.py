@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class ClusterLost(IncompleteScan):
-    """The dask scheduler went away mid-scan: the scan cannot cover every record (exit 3)."""
+    """The dask scheduler went away mid-scan, or the cluster had no worker for ``--cluster-wait``
+    seconds (none ever joined, or every one left): the scan cannot cover every record (exit 3)."""
 
 
 def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, on_failure: Callable) -> None:
