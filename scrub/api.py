@@ -827,11 +827,15 @@ def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, repl
     given = scan_options.origin(name)
     info = dataset.info
     if not info.labelled and not replay:
-        looks = [note for note in info.notes if "as labels do" in note]  # a y.npy scanned as data
+        naming = [
+            f"--{name.replace('_', '-')}"
+            for name in ("label_key", "labels")
+            if name in reader_options(dataset)
+        ]
         raise UsageError(
-            f"{given}: {dataset.path} has no labels to check ({info.format}, {info.layout}); "
-            "drop it, or name the labels (--label-key for HDF5 and .npz, --labels for a .npy)"
-            + (f"; {looks[0]}" if looks else "")
+            f"{given}: {dataset.path} has no labels to check ({info.format}, {info.layout}); drop it"
+            + (f", or name the labels ({', '.join(naming)})" if naming else "")
+            + (f"; {info.label_hint}" if info.label_hint else "")
         )
     width = info.label_width
     if width is not None and name == "label-range":
@@ -840,6 +844,11 @@ def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, repl
         raise UsageError(
             f"{given} {options.num_classes}: the labels of {dataset.path} are vectors of {width} classes"
         )
+
+
+def reader_options(dataset: OpenedDataset) -> frozenset[str]:
+    """The `ReadOptions` fields the dataset's reader reads."""
+    return type(dataset.reader).options_used
 
 
 def _replay(

@@ -79,6 +79,9 @@ class DatasetInfo:
     #: the class range the dataset itself declares (a Hugging Face ``ClassLabel``'s names):
     #: ``label-out-of-range`` uses it when neither --num-classes nor --label-range is given
     class_range: tuple[int, int] | None = None
+    #: how to have this dataset's labels checked, where it holds none but looks like it could
+    #: serve as another's (a ``y.npy`` scanned as data): said when a label option cannot apply
+    label_hint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         document = {

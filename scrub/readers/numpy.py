@@ -179,6 +179,7 @@ class NumpyReader(Reader[NpyRows]):
         row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
         block_rows, partition_rows = row_partitioning(row_bytes, 1, partition_size)
         source = self.path.name
+        label_hint = None
         label_path = self._labels_file(rows)
         if label_path is not None:
             if label_member is not None:
@@ -190,10 +191,11 @@ class NumpyReader(Reader[NpyRows]):
         elif (
             member is None and array.ndim == 1 and array.dtype.kind in "iub" and self.path.stem in LABEL_KEYS
         ):
-            notes.append(
+            label_hint = (
                 f"{source} holds one integer per row, as labels do: scanned as data here; to check them "
                 f"as the labels of a data file, scan it with --labels {self.path}"
             )
+            notes.append(label_hint)
         has_labels = label_member is not None or label_path is not None
         masks = has_labels and is_mask_array(load_array(label_path or self.path, label_member))
         if masks:
@@ -217,7 +219,14 @@ class NumpyReader(Reader[NpyRows]):
             for start in range(0, rows, partition_rows)
         ]
         labelled = has_labels
-        info = DatasetInfo(format=self.format, layout="file", root=self.root, labelled=labelled, records=rows)
+        info = DatasetInfo(
+            format=self.format,
+            layout="file",
+            root=self.root,
+            labelled=labelled,
+            records=rows,
+            label_hint=label_hint,
+        )
         # as for HDF5: a memory-mapped .npy runs on threads (NumPy's reductions release the GIL),
         # an .npz on processes (each worker decompresses its members); small work in-process
         compressed = member is not None and _compressed(self.path)
