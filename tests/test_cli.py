@@ -86,7 +86,11 @@ def test_json_summary_document(tmp_path):
         (["scan", SAMPLES / "images", "--scheduler", "warp"], "unknown scheduler"),
         (["scan", SAMPLES / "images", "--format", "tfrecord"], "unknown format"),
         (["scan", SAMPLES / "images", "--format", "parquet"], "no .parquet files"),
-        (["scan", SAMPLES / "images", "--scheduler", "tcp://127.0.0.1:1"], "cannot reach the dask scheduler"),
+        pytest.param(  # dask retries the connection for 10 s
+            ["scan", SAMPLES / "images", "--scheduler", "tcp://127.0.0.1:1"],
+            "cannot reach the dask scheduler",
+            marks=pytest.mark.slow,
+        ),
         (["checks", "no-such-check"], "unknown check id"),
     ],
 )

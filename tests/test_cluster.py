@@ -24,6 +24,9 @@ import scrub
 from scrub.cli import app
 from scrub.config import resolve
 
+#: starts real dask schedulers and workers, and kills them: `-m "not slow"` (the quick subset) leaves it out
+pytestmark = pytest.mark.slow
+
 distributed = pytest.importorskip("distributed")
 TESTS = Path(__file__).parent
 

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 import scrub
 from scrub.readers.hdf5 import PARTITION_ROWS
+
+#: scans datasets of a million findings: `-m "not slow"` (the quick subset) leaves it out
+pytestmark = pytest.mark.slow
 
 
 def dense(path: Path, rows: int) -> Path:

@@ -18,6 +18,9 @@ import h5py
 import numpy as np
 import pytest
 
+#: kills fixes at every moment of a two-second write: `-m "not slow"` (the quick subset) leaves it out
+pytestmark = pytest.mark.slow
+
 ROWS, WIDTH = 8_000, 1024  # ~31 MiB of float32, gzip: a fix takes about two seconds
 
 

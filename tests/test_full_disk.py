@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+#: fills small file systems: `-m "not slow"` (the quick subset) leaves it out
+pytestmark = pytest.mark.slow
+
 MEBIBYTE = 1 << 20
 
 

@@ -15,6 +15,10 @@ import psutil
 import pytest
 from conftest import REPO, image_bytes, write
 
+#: interrupts and kills real scans, waiting for their processes to go: the quick subset
+#: (`-m "not slow"`) leaves it out
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):

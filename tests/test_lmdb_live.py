@@ -18,6 +18,9 @@ from conftest import image_bytes
 
 import scrub
 
+#: scans while a writer process commits: `-m "not slow"` (the quick subset) leaves it out
+pytestmark = pytest.mark.slow
+
 WRITER = r"""
 import sys, time, lmdb
 path, delete, value = sys.argv[1], sys.argv[2] == "delete", bytes.fromhex(sys.argv[3])

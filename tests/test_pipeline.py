@@ -36,6 +36,7 @@ def test_a_check_that_raises_stops_the_scan_naming_the_check_and_the_record(tmp_
     )
 
 
+@pytest.mark.slow
 def test_crash_and_hang_are_reported_and_the_scan_goes_on(crashing_dataset):
     result = scrub.scan(
         crashing_dataset,
@@ -53,6 +54,7 @@ def test_crash_and_hang_are_reported_and_the_scan_goes_on(crashing_dataset):
     assert result.summary.records == 11
 
 
+@pytest.mark.slow
 def test_scan_on_a_real_distributed_cluster():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
@@ -63,6 +65,7 @@ def test_scan_on_a_real_distributed_cluster():
     assert result.summary.scheduler == cluster.scheduler_address
 
 
+@pytest.mark.slow
 def test_a_record_that_kills_cluster_workers_is_bisected_out(crashing_dataset):
     distributed = pytest.importorskip("distributed")
     (crashing_dataset / "a" / "hang.jpg").unlink()
@@ -86,6 +89,7 @@ def _square(value: int) -> int:
     return value * value
 
 
+@pytest.mark.slow
 def test_stopping_a_pool_whose_result_was_cut_short_does_not_hang():
     """A worker killed while it sends a result leaves the pool's manager thread waiting for the
     rest of the message, and the interpreter's exit joining that thread forever. The cut-short

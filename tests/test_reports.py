@@ -123,6 +123,7 @@ def test_html_is_self_contained_and_capped(broken, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
+@pytest.mark.slow
 def test_html_renders_in_headless_chromium(tmp_path):
     data = tmp_path / "data"
     shutil.copytree(SAMPLES / "images", data, symlinks=True)
@@ -326,6 +327,7 @@ def test_html_shows_what_decodes_of_a_truncated_image_marked_partial(tmp_path):
         assert abs(bottom[0] - bottom[1]) < 20, (name, bottom)  # filled grey or black: the part cut off
 
 
+@pytest.mark.slow
 def test_a_thumbnail_that_hangs_costs_its_preview_not_the_report(tmp_path):
     """Thumbnails decode in a child process under the scan's --timeout: here a named pipe that
     no one writes to (its open() blocks for good) stands for a decoder that hangs."""

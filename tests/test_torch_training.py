@@ -14,6 +14,9 @@ from conftest import REPO  # noqa: E402
 
 import scrub  # noqa: E402
 
+#: trains real PyTorch models: `-m "not slow"` (the quick subset) leaves it out
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def crosscheck():
