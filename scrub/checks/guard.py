@@ -1,0 +1,101 @@
+"""The checks the NaN guard finds in a user's own training run (`scrub.guard`).
+
+They are found by the guard at a training step whose loss or gradient went non-finite, not by a
+scan, so they are registered like reader checks: the catalogue documents them, the guard writes
+them to its manifest (which `scrub fix --manifest` takes).
+"""
+
+from __future__ import annotations
+
+from scrub.checks.base import reader_check
+from scrub.records import Severity
+
+TRAINING_NONFINITE = reader_check(
+    "training-nonfinite",
+    Severity.ERROR,
+    """A record that makes the loss or a gradient of a real training step NaN or Inf on its own.
+
+    What it finds:
+        At a step of the user's own training run (`scrub.guard.NanGuard`, its Lightning callback or
+        its Hugging Face `Trainer`) whose loss or gradient went non-finite, the records of that
+        batch whose loss alone is non-finite (per-sample losses, one pass), or that a bisection
+        of the batch leaves as the cause: the half without them is finite, they alone are not.
+        Details give the step, the batch, the dataset index, how it was found (`found_by`:
+        `per-sample-loss` or `bisection`) and how many forward/backward passes the search took.
+    Why it breaks training:
+        One such record in a batch makes the batch's mean loss, and so every gradient and, one
+        optimizer step later, every weight NaN: the run is lost at step 41,000, and the batch
+        that did it is gone from the logs.
+    Example:
+        `cat/0042.jpg` is a constant gray image; the loader's per-image standardization divides
+        by its standard deviation, 0, and the batch's loss is NaN. No offline check sees it: the
+        file itself is a fine JPEG.
+    What fix does:
+        `scrub fix DATASET --manifest guard.scrub.jsonl` moves the record to the quarantine.
+    """,
+    needs="training run",
+)
+
+TRAINING_JOINT_NONFINITE = reader_check(
+    "training-joint-nonfinite",
+    Severity.WARNING,
+    """Records whose training step goes non-finite only together, never one alone.
+
+    What it finds:
+        A batch (or part of one) whose loss or gradient is non-finite while each half of it is
+        finite, or whose per-sample losses are all finite while their reduction is not: a
+        BatchNorm over the batch, a float16 sum that overflows, a class-weighted mean over a
+        batch of zero-weight classes (0/0 even for one record). Each of its records gets one
+        line; details give the group's size and the step.
+    Why it breaks training:
+        The step is as lost as with one bad record, but no record is the cause: removing one at
+        random would invent a culprit. The group says where to look (the batch size, the
+        precision, the reduction).
+    Example:
+        Two rows of 40,000 in one float16 batch: each is finite, their sum (80,000) is Inf.
+    What fix does:
+        Nothing by default (a warning); with `--severity warning` the records are quarantined.
+    """,
+    needs="training run",
+)
+
+TRAINING_TRANSIENT = reader_check(
+    "training-transient",
+    Severity.WARNING,
+    """A step that went non-finite once, and is finite when the same batch is run again.
+
+    What it finds:
+        The guard runs the failing batch again with the same weights, the same buffers and the
+        same random state: when that is finite, the failure is not the data's (a hardware fault,
+        a non-deterministic kernel, a race). Each record of the batch gets one line, so that a
+        record that keeps coming back can be told; details give the step.
+    Why it breaks training:
+        It does not, reliably: but a run that keeps hitting it has a machine or kernel problem
+        that no data cleaning fixes.
+    Example:
+        A bit flip in GPU memory makes one step's gradient Inf; the same batch re-run is finite.
+    What fix does:
+        Nothing by default (a warning).
+    """,
+    needs="training run",
+)
+
+TRAINING_SUSPECT = reader_check(
+    "training-suspect",
+    Severity.WARNING,
+    """A record of the batches trained on just before the weights were found non-finite.
+
+    What it finds:
+        When a step fails with weights that are already NaN or Inf, the cause is an earlier step
+        whose update was finite but absurd (a record of magnitude 1e30 moves the weights to
+        1e26, and a later batch overflows). The records of the last `suspects` batches the guard
+        let through (a ring buffer) are named; details give the step each was trained at.
+    Why it breaks training:
+        Every step after is lost: the weights cannot come back from NaN.
+    Example:
+        Row 4711 of `features.h5` holds 1e30: its step is finite, the next batch's is not.
+    What fix does:
+        Nothing by default (a warning): scan the suspects (`scrub scan`) to find the cause.
+    """,
+    needs="training run",
+)
