@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from scrub.cache import holds_results
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
+    GUARD_KIND,
+    ManifestWriter,
     default_manifest,
     read_manifest,
     read_scan_record,
@@ -32,9 +34,9 @@ from scrub.manifest import (
     write_scan_record,
 )
 from scrub.options import FixOptions, ScanOptions, merged
-from scrub.outputs import StagedOutput, free_bytes, write_failure
+from scrub.outputs import StagedOutput, free_bytes, scratch_directory, write_failure
 from scrub.paths import is_within, overlaps
-from scrub.records import Severity
+from scrub.records import Issue, Severity
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 
@@ -90,18 +92,18 @@ def fix(
     if options is None or keywords:
         options = merged(options if options is not None else FixOptions(), keywords)
     scan_options = options.scan
-    manifest = options.manifest
+    manifests = options.manifest
     notes = []
-    if manifest is not None and scan_options.cache is not None:
+    if manifests and scan_options.cache is not None:
         # only a config file sets both (as flags they conflict, see `scrub.options.build`): the
         # file serves the nightly scans, and this fix scans nothing
         notes.append(
-            f"{scan_options.origin('cache')} is not used: fix --manifest reuses the scan in {manifest} "
-            "instead of scanning"
+            f"{scan_options.origin('cache')} is not used: fix --manifest reuses "
+            f"{' and '.join(map(str, manifests))} instead of scanning"
         )
         scan_options = replace(scan_options, cache=None)
     load_plugins(scan_options.selection.plugins)
-    early = manifest is None and not holds_results(scan_options.cache)  # see `scrub.api.scan`
+    early = not manifests and not holds_results(scan_options.cache)  # see `scrub.api.scan`
     dataset = open_dataset(
         path, scan_options, before_open=worker_starter(scan_options.run) if early else None
     )
@@ -121,13 +123,15 @@ def fix(
             options.force,
         )
         scan_result = None
-        if manifest is not None:
-            manifest = Path(manifest)
-            scan_summary = _reusable_scan(manifest, dataset, scan_options)
+        reused = _reused(manifests, dataset, scan_options) if manifests else None
+        if reused is not None:
+            scan_summary = reused.summary
+        keepalive = None  # a scratch folder for merged verdicts, without a quarantine to hold them
+        manifest: Path | None = None
         try:
             outputs.stage()
             assert outputs.clean_target is not None  # set by stage()
-            if manifest is None:
+            if reused is None:
                 manifest = outputs.manifest_target or default_manifest(dataset.path)
                 try:
                     scan_result = scan_dataset(
@@ -143,7 +147,14 @@ def fix(
                 scan_result.summary.manifest = str(outputs.final_manifest or manifest)
                 scan_summary = scan_result.summary.to_dict()
                 write_scan_record(manifest, scan_summary)
+            elif reused.guards or outputs.manifest_target is not None and len(reused.scans) > 1:
+                manifest = outputs.manifest_target
+                if manifest is None:
+                    keepalive = scratch_directory("verdicts")
+                    manifest = Path(keepalive.name) / QUARANTINE_MANIFEST
+                notes += reused.merge(manifest, dataset, Severity(options.severity))
             else:
+                manifest = reused.scans[0]
                 outputs.keep_manifest(manifest)
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
             _check_space(dataset, outputs, options.link)
@@ -167,8 +178,12 @@ def fix(
                 "source": str(dataset.path),
                 "format": dataset.reader.format,
                 **outputs.describe(),
-                "manifest": str(outputs.final_manifest or manifest),
-                "reused_manifest": None if scan_result is not None else str(manifest),
+                "manifest": str(
+                    outputs.final_manifest
+                    or (manifest if keepalive is None else " and ".join(map(str, manifests)))
+                ),
+                "reused_manifest": None if reused is None else str(manifests[0]),
+                "reused": None if reused is None else reused.describe(),
                 "severity": options.severity,
                 "link": options.link,
                 "fingerprint": dataset.fingerprint,
@@ -204,7 +219,7 @@ def fix(
         clean=outputs.clean.destination,
         dataset=writer.dataset_in(outputs.clean.destination),
         quarantine=outputs.quarantine.destination if outputs.quarantine else None,
-        manifest=Path(report["manifest"]),
+        manifest=Path(report["manifest"]) if keepalive is None else Path(manifests[0]),
         report=report,
         scan_summary=scan_summary,
         scan=scan_result,
@@ -225,7 +240,7 @@ def fix_many(
     before the first is written; a dataset that fails stops the run (those before it stay
     written, each whole and verified), except one that cannot be opened at all: the others are
     fixed, and then `UnusableDataset` names it (as a scan reports it as ``unreadable-dataset``)."""
-    if options.manifest is not None:
+    if options.manifest:
         raise UsageError(
             f"{options.scan.origin('manifest')}: reuses the scan of one dataset; with several datasets, let "
             "fix "
@@ -425,10 +440,123 @@ def _verify(
     }
 
 
-def _reusable_scan(manifest: Path, dataset: OpenedDataset, options: ScanOptions) -> dict[str, Any]:
+@dataclass
+class _Reused:
+    """The manifests a fix reuses instead of scanning: at most one scan's (fingerprinted), and
+    NaN guards' (`scrub.guard`), whose records are found in the dataset by their names."""
+
+    scans: list[Path]
+    guards: list[Path]
+    summary: dict[str, Any]  # the scan's record, or what a guard-only fix can say of the dataset
+
+    def describe(self) -> list[dict[str, str]]:
+        return [{"manifest": str(m), "kind": "scan"} for m in self.scans] + [
+            {"manifest": str(m), "kind": GUARD_KIND} for m in self.guards
+        ]
+
+    def merge(self, target: Path, dataset: OpenedDataset, threshold: Severity) -> list[str]:
+        """Write the verdicts of every reused manifest to ``target`` as one manifest (with the
+        scan's record beside it, or the guard's): the guards' lines named as this dataset names
+        its records (their index is scrub's; ``details.training_index`` the training's). Returns
+        the notes to say (guard lines below ``threshold`` that name no record of the dataset)."""
+        writer = ManifestWriter(target)
+        try:
+            for scan in self.scans:
+                for issue in read_manifest(scan):
+                    writer.write(issue)
+            unknown = 0
+            for named in _named_in(dataset, self.guards, threshold):
+                if named is None:
+                    unknown += 1
+                else:
+                    writer.write(named)
+        except BaseException:
+            writer.discard()
+            raise
+        writer.commit()
+        write_scan_record(target, self.summary)
+        if not unknown:
+            return []
+        return [
+            f"{unknown:,} guard lines below --severity {threshold.value} name no record of {dataset.path}: "
+            "left out"
+        ]
+
+
+def _reused(manifests: Sequence[Path], dataset: OpenedDataset, options: ScanOptions) -> _Reused:
+    """The manifests ``fix --manifest`` names, each checked (`_reusable_scan` for a scan's)."""
+    scans, guards = [], []
+    summary = None
+    for manifest in map(Path, manifests):
+        record = read_scan_record(manifest)
+        if record.get("kind") == GUARD_KIND:
+            guards.append(manifest)
+            continue
+        summary = _reusable_scan(manifest, dataset, options, record)
+        scans.append(manifest)
+    if len(scans) > 1:
+        raise UsageError(
+            f"--manifest: {scans[0]} and {scans[1]} are both scans' manifests: reuse one (with the NaN "
+            "guard's findings if you like), or scan again"
+        )
+    if summary is None:  # a guard's findings only: no scan fingerprinted the dataset; say what it is now
+        summary = {
+            "kind": GUARD_KIND,
+            "path": str(dataset.path),
+            "records": dataset.info.records,
+            "reading": dataset.reading,
+            "fingerprint": dataset.fingerprint,
+            "manifests": [str(m) for m in guards],
+        }
+    return _Reused(scans, guards, summary)
+
+
+def _named_in(dataset: OpenedDataset, guards: Sequence[Path], threshold: Severity) -> Iterator[Issue | None]:
+    """The lines of NaN guards' manifests as this dataset's issues: each record found by its
+    (source, key), as the guard named it, through the reader (`Reader.locate`); None for a line
+    below ``threshold`` that names no record here. One at or above it is an error: a fix must
+    not guess which record a finding meant."""
+    lines = [issue for guard in guards for issue in read_manifest(guard)]
+    wanted = {(issue.source, issue.key) for issue in lines}
+    found: dict[tuple[str, str], int] = {}
+    reader = dataset.reader
+    for partition in dataset.partitions:
+        for source, key, index in reader.locate(partition, range(len(partition))):
+            if (source, key) in wanted:
+                found[(source, key)] = index
+    missing = [
+        issue
+        for issue in lines
+        if (issue.source, issue.key) not in found
+        and issue.severity.at_least(threshold)
+        and issue.status != "resolved"
+    ]
+    if missing:
+        first = missing[0]
+        how = first.details.get("named_by", "?")
+        hint = (
+            "the guard could name them by index only: give NanGuard key=, or the dataset a record_key(index)"
+            if how == "index"
+            else "was the run trained on this dataset?"
+        )
+        raise UsageError(
+            f"--manifest: the NaN guard's findings name {len(missing):,} records that {dataset.path} does "
+            f"not hold (the first: {first.source}:{first.key}, named by {how}); {hint}"
+        )
+    for issue in lines:
+        position = found.get((issue.source, issue.key))
+        if position is None:
+            yield None
+            continue
+        yield replace(issue, index=position, details={**issue.details, "training_index": issue.index})
+
+
+def _reusable_scan(
+    manifest: Path, dataset: OpenedDataset, options: ScanOptions, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The scan record of ``manifest``, if it describes this dataset as it is now and was
     judged with the checking options given now (an option not given takes the scan's value)."""
-    record = read_scan_record(manifest)
+    record = record if record is not None else read_scan_record(manifest)
     defaults = ScanOptions().verdict_options()
     recorded = {**defaults, **(record.get("options") or {})}
     for name, value in options.verdict_options().items():

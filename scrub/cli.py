@@ -508,11 +508,12 @@ def fix(
         ),
     ] = None,
     manifest: Annotated[
-        Optional[Path],
+        Optional[list[Path]],
         typer.Option(
             help=(
                 "Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the "
-                "dataset changed since, or if a checking option given differs from the scan's)."
+                "dataset changed since, or if a checking option given differs from the scan's), or a NaN "
+                "guard's (its records found by their names); repeat it to merge a scan's and a guard's."
             )
         ),
     ] = None,
@@ -610,7 +611,13 @@ def _print_fixed(result, show: int) -> None:
         found = result.scan.findings or (collect(result.manifest, show) if summary.issues else None)
         _print_summary(summary, found if summary.issues else None)
     else:
-        out.print(f"reused the scan in {result.report['reused_manifest']}", markup=False, soft_wrap=True)
+        reused = " and ".join(
+            f"the scan in {one['manifest']}"
+            if one["kind"] == "scan"
+            else f"the NaN guard's findings in {one['manifest']}"
+            for one in result.report["reused"]
+        )
+        out.print(f"reused {reused}", markup=False, soft_wrap=True)
     _print_fix(result.report)
 
 

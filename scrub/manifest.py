@@ -20,6 +20,9 @@ from scrub.outputs import new_file_mode, temporary_file, write_atomically, write
 from scrub.records import Issue
 
 MANIFEST_SUFFIX = ".scrub.jsonl"
+#: the ``kind`` of the record beside a NaN guard's manifest (`scrub.guard`): its records are named,
+#: not fingerprinted (a scan's record has no kind)
+GUARD_KIND = "guard"
 
 
 def default_manifest(dataset: str | Path) -> Path:

@@ -147,7 +147,8 @@ class FixOptions:
     out: Path | None = None
     quarantine: bool = False
     quarantine_dir: Path | None = None
-    manifest: Path | None = None  # reuse this earlier scan instead of scanning
+    #: reuse these instead of scanning: a scan's manifest, a NaN guard's, or both (their verdicts merged)
+    manifest: tuple[Path, ...] = ()
     severity: str = "error"  # quarantine records with an issue at or above this
     force: bool = False
     link: bool = False
@@ -287,7 +288,7 @@ KEYS: dict[str, Key] = {
             "manifest",
             "scan",
             "path",
-            help="scan: where to write the manifest; fix: an earlier scan to reuse",
+            help="scan: where to write the manifest; fix: earlier scans (or a NaN guard's findings) to reuse",
         ),
         Key("json", "scan", "path", help="also write the summary as JSON here"),
         Key(
@@ -491,6 +492,10 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         if value is None:  # the API's "not given"
             continue
         label = where.get(name, key.flag)
+        if name == "manifest" and cls is FixOptions:  # fix reuses one or several (a scan's, a guard's)
+            several = value if isinstance(value, (list, tuple)) else [value]
+            groups["scan"]["manifest"] = tuple(coerce(key, one, label) for one in several) or None
+            continue
         groups[key.group][key.attribute] = coerce(key, value, label)
     checks = groups["checks"]
     selection = groups["selection"]
@@ -536,15 +541,11 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
                 f"{where.get(name, KEYS[name].flag)}: only `scrub scan` takes it (fix quarantines by "
                 "--severity and reports what it wrote; scan first for the reports)"
             )
-    if (
-        fix.get("manifest") is not None
-        and scan.cache is not None
-        and "cache" not in origins_from_files(where)
-    ):
+    if fix.get("manifest") and scan.cache is not None and "cache" not in origins_from_files(where):
         raise UsageError(
             "--cache speeds up the scan, and --manifest reuses one instead of scanning: drop one of them"
         )
-    if fix.get("manifest") is not None and scan.replay is not None:
+    if fix.get("manifest") and scan.replay is not None:
         raise UsageError(
             "--dummy-loss replays the data during the scan: drop --manifest, or scan with --dummy-loss"
         )

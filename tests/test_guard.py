@@ -361,3 +361,111 @@ def test_gradient_accumulation_guards_each_micro_batch_and_amp_overflows_are_the
     assert culprits(tmp_path / "g.jsonl") == {"37"}
     assert scaler.get_scale() < 2.0**24 and applied > 0 and finite_model(model)
     assert {line["check"] for line in manifest_lines(tmp_path / "g.jsonl")} == {"training-nonfinite"}
+
+
+def test_scrub_fix_takes_the_guards_manifest_alone_or_merged_with_a_scans(
+    image_folder, tmp_path, monkeypatch
+):
+    """The guard names the gray image as scrub names the file (`class1/gray.png`): `scrub fix
+    --manifest` sets it aside; given with a scan's manifest too, the verdicts of both."""
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (image_folder / "class0" / "empty.jpg").write_bytes(b"")  # a scan's finding the training never reads
+    model = convnet()
+    guard = NanGuard(model, nn.CrossEntropyLoss(), manifest="guard.scrub.jsonl")
+    train(
+        guard, model, guard.wrap(DataLoader(Standardized(image_folder), batch_size=8, shuffle=True)), classify
+    )
+    run = CliRunner().invoke
+    fixed = run(
+        app, ["fix", str(image_folder), "--manifest", "guard.scrub.jsonl", "--out", "clean", "--quarantine"]
+    )
+    assert fixed.exit_code == 0, fixed.output
+    assert "reused the NaN guard's findings in guard.scrub.jsonl" in fixed.output
+    assert "quarantined 1 record -> " in fixed.output
+    assert (
+        not (tmp_path / "clean" / "class1" / "gray.png").exists()
+        and (tmp_path / "clean" / "class0" / "empty.jpg").exists()
+    )
+    held = manifest_lines(tmp_path / "images.quarantine" / "manifest.jsonl")
+    assert [(line["key"], line["check"]) for line in held] == [("class1/gray.png", "training-nonfinite")]
+    assert held[0]["details"]["training_index"] == next(
+        i for i, (p, _) in enumerate(Standardized(image_folder).samples) if p.endswith("gray.png")
+    )
+    assert run(app, ["scan", str(image_folder), "--manifest", "scan.jsonl", "-q"]).exit_code == 1
+    both = run(
+        app,
+        [
+            "fix",
+            str(image_folder),
+            "--manifest",
+            "scan.jsonl",
+            "--manifest",
+            "guard.scrub.jsonl",
+            "--out",
+            "both",
+        ],
+    )
+    assert both.exit_code == 0, both.output
+    assert "reused the scan in scan.jsonl and the NaN guard's findings in guard.scrub.jsonl" in both.output
+    assert not (tmp_path / "both" / "class1" / "gray.png").exists()
+    assert not (tmp_path / "both" / "class0" / "empty.jpg").exists()
+    assert len(list((tmp_path / "both").rglob("*.png"))) == 48
+
+
+class Rows(Dataset):
+    """Rows of an HDF5 file, each named as scrub names it (``record_key``: the file and the row)."""
+
+    def __init__(self, path: Path) -> None:
+        import h5py
+
+        self.path = path
+        with h5py.File(path) as file:
+            self.data = torch.from_numpy(file["data"][:])
+            self.label = torch.from_numpy(file["label"][:])
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        return self.data[index], self.label[index]
+
+    def record_key(self, index: int) -> tuple[str, str]:
+        return self.path.name, str(index)
+
+
+def test_hdf5_rows_named_by_record_key_are_removed_by_fix(tmp_path):
+    import h5py
+
+    import scrub
+
+    data = np.random.default_rng(0).normal(size=(96, 6)).astype(np.float32)
+    data[70, 2] = np.inf
+    with h5py.File(tmp_path / "train.h5", "w") as file:
+        file["data"], file["label"] = data, np.arange(96) % 3
+    model = nn.Linear(6, 3)
+    guard = NanGuard(model, nn.CrossEntropyLoss(), manifest=tmp_path / "guard.scrub.jsonl")
+    train(
+        guard,
+        model,
+        guard.wrap(DataLoader(Rows(tmp_path / "train.h5"), batch_size=16, shuffle=True)),
+        classify,
+    )
+    assert culprits(tmp_path / "guard.scrub.jsonl") == {"70"}
+    fixed = scrub.fix(
+        tmp_path / "train.h5", manifest=tmp_path / "guard.scrub.jsonl", out=tmp_path / "clean.h5"
+    )
+    assert fixed.verified and fixed.report["quarantined"] == 1
+    with h5py.File(tmp_path / "clean.h5") as file:
+        assert file["data"].shape == (95, 6) and np.isfinite(file["data"][:]).all()
+    # a guard that could only number the records: fix refuses to guess which record it meant
+    (tmp_path / "other.scrub.jsonl").write_text(
+        '{"source": "3", "key": "3", "index": 3, "check": "training-nonfinite", "severity": "error", '
+        '"message": "m", "details": {"named_by": "index"}}\n'
+    )
+    (tmp_path / "other.scrub.scan.json").write_text('{"kind": "guard", "fingerprint": null}')
+    with pytest.raises(scrub.UsageError, match="could name them by index only"):
+        scrub.fix(tmp_path / "train.h5", manifest=tmp_path / "other.scrub.jsonl", out=tmp_path / "again.h5")

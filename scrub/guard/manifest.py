@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scrub.manifest import encode_line, read_manifest, scan_record_path, write_scan_record
+from scrub.manifest import GUARD_KIND, encode_line, read_manifest, scan_record_path, write_scan_record
 from scrub.outputs import write_atomically
 from scrub.records import Issue, Severity
-
-#: the ``kind`` of a guard's record beside its manifest (a scan's record has none)
-GUARD_KIND = "guard"
 
 
 class GuardManifest:
