@@ -2,8 +2,9 @@
 
 A step's loss and gradients are checked with one fused reduction (`all_finite`). When they are
 not finite, the batch is triaged, in this order, without touching the model, its gradients, its
-BatchNorm statistics or the optimizer (every evaluation runs `torch.func.functional_call` on the
-model's parameters, detached, and on copies of its buffers as they were before the step):
+BatchNorm statistics or the optimizer (every evaluation runs the model, as
+`torch.func.functional_call` does, on its parameters, detached, and on copies of its buffers as
+they were before the step):
 
 1. weights already non-finite: an earlier finite but absurd step is the cause; the records of
    the last ``suspects`` batches are named (`training-suspect`);
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
 
 from scrub.guard.manifest import GuardManifest, Named, record_names
 from scrub.records import Issue, Severity
@@ -93,26 +95,36 @@ class _RecordingBatchSampler(torch.utils.data.Sampler):
 class GuardedLoader:
     """The user's loader, rebuilt around a `_RecordingBatchSampler`: the same batches in the same
     order; each one, as it is handed to the loop, is the guard's current batch. Other attributes
-    are the loader's (``loader.sampler.set_epoch(...)`` reaches a `DistributedSampler`)."""
+    are the original loader's (``loader.sampler.set_epoch(...)`` reaches its `DistributedSampler`,
+    which the rebuilt one draws from)."""
 
-    def __init__(self, loader: torch.utils.data.DataLoader, guard: NanGuard, issued: deque | None) -> None:
+    def __init__(
+        self,
+        loader: torch.utils.data.DataLoader,
+        guard: NanGuard,
+        issued: deque | None,
+        original: torch.utils.data.DataLoader | None = None,
+    ) -> None:
         self.loader = loader
         self.guard = guard
         self.issued = issued
+        self.original = original if original is not None else loader
 
     def __iter__(self) -> Iterator[Any]:
         if self.issued is not None:
             self.issued.clear()  # what a loop left of an earlier epoch (prefetched) is not this one's
+        self.guard.received.clear()
         for number, batch in enumerate(self.loader):
-            indices = self.issued.popleft() if self.issued is not None else None
-            self.guard.deliver(batch, indices, number)
+            self.guard.received.append((self.issued.popleft() if self.issued is not None else None, number))
+            if self.guard.deliver_on_iteration:  # a plain loop runs each batch as it receives it
+                self.guard.deliver(batch)
             yield batch
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
+        return getattr(self.original, name)
 
 
 @dataclass
@@ -193,6 +205,11 @@ class NanGuard:
         self.recent: deque[tuple[int, list[int] | None, list[str] | None]] = deque(maxlen=suspects)
         self.current: _Current | None = None
         self._issued: deque[list[int]] = deque()
+        #: (indices, number in the epoch) of the batches the wrapped loader handed out and no step
+        #: has started on yet: one, in a plain loop; two, where a trainer fetches the next batch
+        #: ahead (Lightning), which then calls `deliver` as it starts each (`deliver_on_iteration`)
+        self.received: deque[tuple[list[int] | None, int]] = deque()
+        self.deliver_on_iteration = True
 
     # -- tracking ----------------------------------------------------------------------------
 
@@ -227,11 +244,14 @@ class NanGuard:
             persistent_workers=loader.persistent_workers,
             pin_memory_device=loader.pin_memory_device,
         )
-        return GuardedLoader(rebuilt, self, self._issued)
+        return GuardedLoader(rebuilt, self, self._issued, loader)
 
     def deliver(self, batch: Any, indices: list[int] | None = None, number: int | None = None) -> None:
         """Make ``batch`` the current one, before its forward pass (`GuardedLoader` and the
-        adapters call it): its records, the random state and the buffers as they are now."""
+        adapters call it): its records (``indices``, else the oldest the wrapped loader handed
+        out), the random state and the buffers as they are now."""
+        if indices is None and self.received:
+            indices, number = self.received.popleft()
         keys = None
         if indices is None and isinstance(batch, Mapping) and "__key__" in batch:
             keys = [str(k) for k in batch["__key__"]]
@@ -479,17 +499,15 @@ class _Triage:
             if name not in buffers:
                 buffers[name] = buffer.clone()
         state = {**self.parameters, **buffers}
-        module = self.module
-
-        def model(*args: Any, **kwargs: Any) -> Any:
-            return torch.func.functional_call(module, state, args, kwargs)
-
         batch = _take(self.current.batch, positions, self.size)
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self.current.rng)
             context = torch.autocast(**self.guard.autocast) if self.guard.autocast else _nothing()
-            with context:
-                return _loss(self.guard, model, batch, reduce)
+            # the module itself, its tensors swapped for these for the call (what
+            # `torch.func.functional_call` does around `forward`): a step function may call more
+            # of it than `forward` (a LightningModule's `training_step`)
+            with context, _reparametrize_module(self.module, state):
+                return _loss(self.guard, self.module, batch, reduce)
 
     def evaluate(self, positions: list[int]) -> str:
         """One forward/backward pass of these records: `FINITE`; `LOSS` when their loss is
@@ -502,11 +520,19 @@ class _Triage:
         float16 holds in the batch) would overflow alone: an invented culprit."""
         try:
             loss = self._call(positions)
+        except (RuntimeError, ValueError, IndexError):
+            if len(positions) != 1:
+                return UNRUNNABLE
+            # one record alone: a BatchNorm1d refuses a batch of one (no variance); the record
+            # twice is a batch it takes, whose mean loss and gradient are the record's own
+            return self.evaluate(positions * 2) if self.size > 1 else UNRUNNABLE
+        try:
             if not bool(torch.isfinite(loss.detach()).all()):
                 return LOSS
             if not loss.requires_grad or not self.trainable:
                 return FINITE
-            share = loss * (len(positions) / self.size) if len(positions) != self.size else loss
+            records = len(set(positions))  # a record run twice (above) is one record's share
+            share = loss * (records / self.size) if records != self.size else loss
             grads = torch.autograd.grad(share, self.trainable, allow_unused=True)
         except (RuntimeError, ValueError, IndexError):
             return UNRUNNABLE
