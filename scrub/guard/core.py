@@ -21,6 +21,7 @@ Each finding is a line of scrub's manifest, written whole to disk before the tra
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +38,8 @@ from scrub.records import Issue, Severity
 
 #: what ``on_nonfinite`` may be
 POLICIES = ("skip", "raise")
+#: steps after which the parameters the guard checks are listed again (parameters added to a model)
+RELIST_STEPS = 1000
 #: what one evaluation of some records of a batch gives (`_Triage.evaluate`)
 FINITE, LOSS, GRADIENT, UNRUNNABLE = "finite", "loss", "gradient", "unrunnable"
 
@@ -55,23 +58,36 @@ def all_finite(tensors: Sequence[torch.Tensor | None]) -> bool:
     ``GradScaler`` makes of its gradients: ``_amp_foreach_non_finite_check_and_unscale_``, here
     with a scale of 1, which leaves every value as it is); a loop per tensor costs a kernel and
     a synchronization each."""
-    groups: dict[torch.device, list[torch.Tensor]] = {}
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for tensor in tensors:
         if tensor is None or not tensor.is_floating_point():
             continue
         if tensor.is_sparse:
             tensor = tensor.coalesce().values()
-        groups.setdefault(tensor.device, []).append(tensor.detach())
-    with torch.no_grad():
-        for device, group in groups.items():
-            found = torch.zeros((), device=device)
-            try:
-                torch._amp_foreach_non_finite_check_and_unscale_(group, found, torch.ones((), device=device))
-            except (RuntimeError, AttributeError):  # a dtype or backend it does not take
-                found = torch.stack([torch.logical_not(torch.isfinite(t).all()) for t in group]).any()
-            if bool(found.item()):
-                return False
+        groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
+    for (device, _), group in groups.items():
+        found, one = _flags(device)
+        found.zero_()
+        try:
+            if any(tensor.requires_grad for tensor in group):  # weights, not gradients: not in place
+                raise RuntimeError("tensors that require grad")
+            torch._amp_foreach_non_finite_check_and_unscale_(group, found, one)
+        except (RuntimeError, AttributeError):  # a dtype or backend it does not take
+            found = torch.stack([torch.logical_not(torch.isfinite(t).all()) for t in group]).any()
+        if bool(found.item()):
+            return False
     return True
+
+
+_FLAGS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _flags(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The found-flag and the scale of 1 `all_finite` hands the fused check, made once a device."""
+    flags = _FLAGS.get(device)
+    if flags is None:
+        flags = _FLAGS[device] = (torch.zeros((), device=device), torch.ones((), device=device))
+    return flags
 
 
 class _RecordingBatchSampler(torch.utils.data.Sampler):
@@ -204,6 +220,7 @@ class NanGuard:
         #: (step, indices, keys) of the last batches applied: the suspects when weights go non-finite
         self.recent: deque[tuple[int, list[int] | None, list[str] | None]] = deque(maxlen=suspects)
         self.current: _Current | None = None
+        self._parameters: tuple[nn.Module, list[torch.Tensor], list[torch.Tensor]] | None = None
         self._issued: deque[list[int]] = deque()
         #: (indices, number in the epoch) of the batches the wrapped loader handed out and no step
         #: has started on yet: one, in a plain loop; two, where a trainer fetches the next batch
@@ -255,13 +272,12 @@ class NanGuard:
         keys = None
         if indices is None and isinstance(batch, Mapping) and "__key__" in batch:
             keys = [str(k) for k in batch["__key__"]]
-        buffers = [b for b in _module(self.model).buffers() if b.is_floating_point()]
+        buffers = self._trainable()[1]
         saved = self.current.buffers if self.current is not None else None
         if not buffers:
             saved = None
         elif saved is not None and len(saved) == len(buffers):
-            with torch.no_grad():
-                torch._foreach_copy_(saved, buffers)  # the last step's copies, reused: one fused copy
+            torch._foreach_copy_(saved, buffers)  # the last step's copies, reused: one fused copy
         else:
             saved = [b.detach().clone() for b in buffers]
         self.current = _Current(batch, indices, keys, number, torch.get_rng_state(), saved)
@@ -280,8 +296,7 @@ class NanGuard:
         self.steps += 1
         if batch is not None and (self.current is None or self.current.batch is not batch):
             self.deliver(batch)
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        finite = bool(torch.isfinite(loss.detach()).all()) and all_finite([p.grad for p in parameters])
+        finite = _finite_loss(loss) and all_finite([p.grad for p in self._trainable()[0]])
         finite = _agree(finite)
         current = self.current
         if finite:
@@ -320,9 +335,19 @@ class NanGuard:
             warnings.warn("NanGuard: non-finite BatchNorm statistics could not be put back", stacklevel=2)
         return False
 
+    def _trainable(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The model's parameters (a frozen one has no gradient: `all_finite` passes it over)
+        and floating-point buffers, listed again only when the model is another or every
+        `RELIST_STEPS` steps: walking the module tree every step cost more than the check."""
+        cached = self._parameters
+        if cached is None or cached[0] is not self.model or self.steps % RELIST_STEPS == 0:
+            buffers = [b for b in _module(self.model).buffers() if b.is_floating_point()]
+            cached = self._parameters = (self.model, list(self.model.parameters()), buffers)
+        return cached[1], cached[2]
+
     def _restore_buffers(self, current: _Current) -> bool | None:
         """Put back buffers the failing forward made non-finite; None when none did."""
-        buffers = [b for b in _module(self.model).buffers() if b.is_floating_point()]
+        buffers = self._trainable()[1]  # in the order of the copies `deliver` took
         if not buffers or all_finite(buffers):
             return None
         if current.buffers is None or len(current.buffers) != len(buffers):
@@ -650,6 +675,13 @@ def _take(batch: Any, positions: list[int], size: int) -> Any:
         if len(batch) == size:
             return type(batch)(batch[p] for p in positions)
     return batch
+
+
+def _finite_loss(loss: torch.Tensor) -> bool:
+    """Whether the loss is finite (a scalar read as one number: cheaper than a tensor test)."""
+    if loss.numel() == 1:
+        return math.isfinite(loss.item())
+    return bool(torch.isfinite(loss.detach()).all())
 
 
 def _distributed() -> bool:
