@@ -469,3 +469,25 @@ def test_hdf5_rows_named_by_record_key_are_removed_by_fix(tmp_path):
     (tmp_path / "other.scrub.scan.json").write_text('{"kind": "guard", "fingerprint": null}')
     with pytest.raises(scrub.UsageError, match="could name them by index only"):
         scrub.fix(tmp_path / "train.h5", manifest=tmp_path / "other.scrub.jsonl", out=tmp_path / "again.h5")
+
+
+def test_the_example_names_the_gray_image_and_fix_sets_it_aside(tmp_path):
+    """`examples/guard_training.py`, whose output the README shows."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "guard_training.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "12 steps, 3 skipped; the model is finite"
+    assert [line.split("  ")[0].split(": ")[1] for line in lines[1:4]] == ["dog/gray.png"] * 3
+    assert "quarantined 1 record -> not written (use --quarantine)" in done.stdout
+    assert not (tmp_path / "images.clean" / "dog" / "gray.png").exists()
+    assert len(list((tmp_path / "images.clean").rglob("*.png"))) == 60
