@@ -491,3 +491,47 @@ def test_the_example_names_the_gray_image_and_fix_sets_it_aside(tmp_path):
     assert "quarantined 1 record -> not written (use --quarantine)" in done.stdout
     assert not (tmp_path / "images.clean" / "dog" / "gray.png").exists()
     assert len(list((tmp_path / "images.clean").rglob("*.png"))) == 60
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Samples of a stream (WebDataset's shape): dicts with a ``__key__``; sample ``s0013`` is NaN."""
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        for number in range(40):
+            features = torch.randn(4, generator=generator)
+            if number == 13:
+                features[0] = float("nan")
+            yield {"__key__": f"s{number:04d}", "features": features, "label": number % 3}
+
+
+def test_an_iterable_datasets_samples_are_named_by_their_key_through_collation(tmp_path):
+    model = nn.Linear(4, 3)
+
+    def step(m, batch):
+        return F.cross_entropy(m(batch["features"]), torch.as_tensor(batch["label"]))
+
+    guard = NanGuard(model, step=step, manifest=None)
+    train(guard, model, guard.wrap(DataLoader(Stream(), batch_size=8)), step)
+    assert [(issue.key, issue.index, issue.details["named_by"]) for issue in guard.issues] == [
+        ("s0013", None, "__key__")
+    ]
+
+
+def test_a_key_function_names_records_and_an_unordered_loader_is_refused():
+    inputs = torch.randn(24, 4)
+    inputs[5, 0] = float("nan")
+    model = nn.Linear(4, 3)
+    guard = NanGuard(
+        model, nn.CrossEntropyLoss(), manifest=None, key=lambda index: ("train.h5", f"row{index}")
+    )
+    train(
+        guard,
+        model,
+        guard.wrap(DataLoader(TensorDataset(inputs, torch.zeros(24).long()), batch_size=8)),
+        classify,
+    )
+    assert [(issue.source, issue.key, issue.index) for issue in guard.issues] == [("train.h5", "row5", 5)]
+    unordered = DataLoader(TensorDataset(inputs), batch_size=8, num_workers=2, in_order=False)
+    with pytest.raises(ValueError, match="in_order=False"):
+        guard.wrap(unordered)
