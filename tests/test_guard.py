@@ -112,6 +112,7 @@ def test_a_constant_image_under_per_image_standardization_is_named_as_scrub_name
     line = manifest_lines(tmp_path / "guard.scrub.jsonl")[0]
     # BatchNorm spreads the NaN to every record's loss: per-sample losses cannot tell, a bisection can
     assert line["details"]["found_by"] == "bisection" and line["details"]["named_by"] == "samples"
+    assert line["details"]["buffers_restored"] is True
     assert line["details"]["passes"] <= 2 * math.log2(8) + 3
     assert line["index"] == next(
         i for i, (p, _) in enumerate(loader.dataset.samples) if p.endswith("gray.png")

@@ -174,9 +174,9 @@ class NanGuard:
     batches give ``step(model, batch) -> loss`` (a mapping batch without either calls
     ``model(**batch).loss``, as Hugging Face models take it). ``manifest``: where findings go
     (scrub's manifest; `scrub fix DATASET --manifest` takes it); None keeps them in ``issues``
-    only. ``on_nonfinite``: ``"skip"``
-    (`ok` returns False, the loop skips the step) or ``"raise"`` (`NonFiniteStep`, naming the
-    records); ``max_skips`` steps in a row raise too (a run broken for another reason stops).
+    only. ``on_nonfinite``: ``"skip"`` (`ok` returns False, the loop skips the step) or
+    ``"raise"`` (`NonFiniteStep`, naming the records); ``max_skips`` steps in a row raise too (a
+    run broken for another reason stops).
     ``suspects``: the batches named when the weights are found non-finite already. ``key``:
     names a record by its dataset index (``(source, key)`` or a key), where the dataset does not
     name its records itself (torchvision's ``ImageFolder``, a ``record_key(index)`` method).
@@ -296,6 +296,8 @@ class NanGuard:
         self.steps += 1
         if batch is not None and (self.current is None or self.current.batch is not batch):
             self.deliver(batch)
+            assert self.current is not None
+            self.current.buffers = None  # taken after the forward: not what the step started from
         finite = _finite_loss(loss) and all_finite([p.grad for p in self._trainable()[0]])
         finite = _agree(finite)
         current = self.current
@@ -312,12 +314,12 @@ class NanGuard:
         search = _Triage(self, current, scaler).run()
         if search is None:  # the loss scaler's own overflow: skipped as it would skip it
             return False
-        issues = self._issues(search, current)
+        restored = self._restore_buffers(current)
+        issues = self._issues(search, current, restored)
         issues = _gathered(issues)
         self.issues += issues
         if self.manifest is not None:
             self.manifest.add(issues, self.steps, self.skipped + 1)
-        restored = self._restore_buffers(current)
         for parameter in self.model.parameters():
             parameter.grad = None
         self.skipped += 1
@@ -346,11 +348,12 @@ class NanGuard:
         return cached[1], cached[2]
 
     def _restore_buffers(self, current: _Current) -> bool | None:
-        """Put back buffers the failing forward made non-finite; None when none did."""
+        """Put back buffers the failing forward made non-finite (BatchNorm's statistics); None
+        when none did, False when no finite copy from before the step is at hand."""
         buffers = self._trainable()[1]  # in the order of the copies `deliver` took
         if not buffers or all_finite(buffers):
             return None
-        if current.buffers is None or len(current.buffers) != len(buffers):
+        if current.buffers is None or len(current.buffers) != len(buffers) or not all_finite(current.buffers):
             return False
         with torch.no_grad():
             torch._foreach_copy_(buffers, current.buffers)
@@ -358,7 +361,7 @@ class NanGuard:
 
     # -- findings ----------------------------------------------------------------------------
 
-    def _issues(self, search: _Search, current: _Current) -> list[Issue]:
+    def _issues(self, search: _Search, current: _Current, restored: bool | None) -> list[Issue]:
         names = record_names(self.dataset, self.key)
 
         def name(position: int) -> Named:
@@ -370,6 +373,7 @@ class NanGuard:
         step = {
             "step": self.steps,
             "batch": current.number,
+            **({"buffers_restored": restored} if restored is not None else {}),
             "tried": search.tried,
             "passes": self.last_passes,
         }
