@@ -168,6 +168,7 @@ DDP = textwrap.dedent(
         ok = all(bool(torch.isfinite(p).all()) for p in model.parameters())
         with open(os.path.join(folder, f"rank{rank}.json"), "w") as out:
             json.dump({"skipped": guard.skipped, "steps": guard.steps, "finite": ok}, out)
+        dist.barrier()  # neither leaves while the other still talks to it (gloo aborts the process)
         dist.destroy_process_group()
 
     if __name__ == "__main__":
