@@ -468,9 +468,11 @@ class _Triage:
         search.tried.append("rerun")
         elsewhere = _agree_any(whole != FINITE)  # every rank asks: a collective
         if whole == FINITE:
+            if elsewhere:  # another rank's batch is the cause: it names it (every rank gathers)
+                return search
             if self.scaler is not None:
-                return None  # finite unscaled: the scaler's scale was too large, as it expects early on
-            search.transient = not elsewhere  # else another rank's batch is the cause: it names it
+                return None  # finite unscaled everywhere: the scaler's scale was too large, as expected
+            search.transient = True
             return search
         if whole == UNRUNNABLE:  # the batch cannot be run again here
             search.joints.append(everyone)
