@@ -22,9 +22,7 @@ goes on with the next one. On a distributed cluster, a partition whose workers k
 
 from __future__ import annotations
 
-import faulthandler
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scrub.errors import UsageError
-from scrub.interrupt import deferred, ignore_in_worker, ignored_by_children
-from scrub.lifeline import hand_down
+from scrub.interrupt import deferred, ignore_in_worker
+from scrub.workers import GuardedWork, start_worker_server, worker_context
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process.
@@ -176,7 +174,7 @@ def _compute_local(
     pool: Executor
     if guarded:
         context = worker_context()  # before the server starts: its preload ties it to this process
-        _start_worker_server()
+        start_worker_server()
         pool = ProcessPoolExecutor(plan.workers, mp_context=context, initializer=ignore_in_worker)
     else:
         pool = ThreadPoolExecutor(plan.workers, thread_name_prefix="scrub-worker")
@@ -282,81 +280,7 @@ def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
     (20,000 JPEGs, LMDB, photos: the same within noise)."""
     if plan.scheduler == "processes":
         worker_context(imports)
-        _start_worker_server()
-
-
-def _start_worker_server() -> None:
-    """The server, and every worker forked from it, ignores SIGINT: Ctrl-C is the driver's (see
-    `scrub.interrupt`)."""
-    from multiprocessing import forkserver, resource_tracker
-
-    hand_down()  # the server dies with this process (see `scrub.lifeline`)
-    _own_scratch_folder()
-    if _server_running(forkserver):
-        return  # no window with SIGINT ignored: a Ctrl-C taken by another thread then is lost
-    # The resource tracker first: its start unblocks SIGINT when it is done, which inside the
-    # window below delivered a pending Ctrl-C while it was ignored (lost: exit 0, measured)
-    _quiet_resource_tracker()
-    resource_tracker.ensure_running()
-    with ignored_by_children():
-        forkserver.ensure_running()
-
-
-#: what the resource tracker is started with (it takes this process's -W options): when the scan
-#: is killed it unlinks the pool's semaphores, as it should, and then warned on the user's terminal
-#: of "leaked semaphore objects" it had just cleaned up (and the next run would have removed)
-TRACKER_WARNINGS = "ignore::UserWarning:multiprocessing.resource_tracker"
-
-
-def _quiet_resource_tracker() -> None:
-    """Start the resource tracker without its leaked-resources warning (`TRACKER_WARNINGS`)."""
-    if TRACKER_WARNINGS not in sys.warnoptions:
-        sys.warnoptions.append(TRACKER_WARNINGS)
-
-
-def _server_running(forkserver) -> bool:
-    """Whether this process's worker server is up (multiprocessing keeps its pid privately)."""
-    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    if pid is None:
-        return False
-    try:  # without reaping it: multiprocessing's own check waits for a dead one
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-    except ChildProcessError:
-        return False
-
-
-def _own_scratch_folder() -> None:
-    """multiprocessing keeps the worker server's socket in a ``pymp-XXXX`` folder that only a
-    normal exit removes; a killed scan left one behind in /tmp for good. Named after this process
-    instead (`scrub.outputs.scratch_folder`), the next run removes it. The same for the pool's
-    named semaphores (``/dev/shm/sem.mp-XXXX``): when the whole process group is killed (an OOM
-    killer, a CI timeout), the resource tracker that would unlink them dies too, and each such
-    scan left 5 for good; named after this process, the next run removes them
-    (`scrub.outputs.remove_abandoned_scratch`). (``_config`` is private: without it,
-    multiprocessing's own names are used.)"""
-    import shutil
-    from multiprocessing import process, util
-
-    from scrub.outputs import scratch_folder, semaphore_prefix
-
-    config = getattr(process.current_process(), "_config", None)
-    if isinstance(config, dict) and config.get("tempdir") is None:
-        folder = scratch_folder("workers")
-        util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
-        config["tempdir"] = folder
-    if isinstance(config, dict) and config.get("semprefix") == "/mp":
-        config["semprefix"] = "/" + semaphore_prefix(os.getpid())
-
-
-def worker_context(imports: Sequence[str] = ()):
-    """Workers fork from a clean server process that has scrub (and ``imports``) imported:
-    fork-fast start-up (measured 3.1 s vs 5.0 s with spawn on 20,000 JPEGs) without forking
-    this possibly multi-threaded process. The first call's ``imports`` win: the server starts once."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["scrub.workerserver", "scrub.runner", *imports])
-    return context
+        start_worker_server()
 
 
 def _is_dead_worker(error: BaseException | None) -> bool:
@@ -367,73 +291,3 @@ def _is_dead_worker(error: BaseException | None) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
-
-
-class GuardedWork:
-    """Runs ``work`` in a worker process with a watchdog that ends the process on a hang.
-
-    A hung decoder cannot be interrupted from Python (it may hold the GIL), but it can be
-    killed: the C watchdog thread of `faulthandler` calls ``_exit`` when it is not re-armed in
-    time, the pool (or the cluster's nanny) sees a dead worker, and the unfinished partitions
-    are re-run under supervision (or bisected on the cluster). Arming costs ~30 us (it starts a
-    thread), so it is re-armed at most once per ``timeout``, for ``2 * timeout`` after the
-    earliest progress of every guarded task of the process: a record runs at least ``timeout``
-    and at most ``2 * timeout`` seconds before the kill. The watchdog is one per process, so a
-    cluster worker running tasks on several threads shares it: a task that makes progress must
-    not keep re-arming it for one that hangs, and one that ends must not cancel it for another.
-    """
-
-    def __init__(self, work: Work, timeout: float) -> None:
-        self.work = work
-        self.timeout = timeout
-
-    def __call__(
-        self, partition_no: int, partition: Any, start: int = 0, stop: int | None = None, on_record=None
-    ):
-        task = object()
-        _Watchdog.progress(task, self.timeout, force=True)
-
-        def arm(offset: int) -> None:
-            _Watchdog.progress(task, self.timeout)
-            if on_record is not None:
-                on_record(offset)
-
-        try:
-            return self.work(partition_no, partition, start, stop, arm)
-        finally:
-            _Watchdog.done(task, self.timeout)
-
-
-class _Watchdog:
-    """The process's `faulthandler` watchdog, shared by the guarded tasks of its threads."""
-
-    lock = threading.Lock()
-    last: dict[object, float] = {}  # task -> when it last made progress
-    armed_at = -float("inf")
-    sink = None
-
-    @classmethod
-    def progress(cls, task: object, timeout: float, force: bool = False) -> None:
-        now = time.monotonic()
-        with cls.lock:
-            cls.last[task] = now
-            if force or now - cls.armed_at > timeout:
-                cls._arm(now, timeout)
-
-    @classmethod
-    def done(cls, task: object, timeout: float) -> None:
-        with cls.lock:
-            cls.last.pop(task, None)
-            if cls.last:
-                cls._arm(time.monotonic(), timeout)
-            else:
-                faulthandler.cancel_dump_traceback_later()
-                cls.armed_at = -float("inf")
-
-    @classmethod
-    def _arm(cls, now: float, timeout: float) -> None:
-        if cls.sink is None:
-            cls.sink = open(os.devnull, "w")  # noqa: SIM115 - the watchdog writes to it until exit
-        earliest = min(cls.last.values())
-        faulthandler.dump_traceback_later(max(0.001, earliest + 2 * timeout - now), exit=True, file=cls.sink)
-        cls.armed_at = now

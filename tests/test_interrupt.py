@@ -184,7 +184,7 @@ def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp
 CTRL_C_WHILE_THE_SERVER_STARTS = r"""
 import os, signal, threading
 from multiprocessing import forkserver
-from scrub import pipeline
+from scrub import workers
 from scrub.interrupt import import_blocked
 
 import_blocked("numpy")
@@ -197,8 +197,8 @@ def pressed_then_start():  # Ctrl-C lands inside the window where SIGINT is igno
     start()
 
 forkserver.ensure_running = pressed_then_start
-pipeline.worker_context()
-pipeline._start_worker_server()
+workers.worker_context()
+workers.start_worker_server()
 others = []
 for task in os.listdir("/proc/self/task"):
     if int(task) != threading.get_native_id():

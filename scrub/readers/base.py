@@ -10,13 +10,14 @@ from __future__ import annotations
 import glob
 import importlib
 import os
+import posixpath
 import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar
 
 try:
     import resource
@@ -28,9 +29,6 @@ except (ImportError, AttributeError):
 from scrub.errors import UnusableDataset, UsageError
 from scrub.outputs import is_output_name
 from scrub.records import Batch, Issue, Record
-
-if TYPE_CHECKING:
-    from scrub.readers.images import ImageReader
 
 #: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
 #: of entries); small and picklable, and ``len()`` is its number of records.
@@ -153,6 +151,12 @@ class Reader(ABC, Generic[PartitionT]):
     def sniff(cls, path: Path) -> bool:
         """Whether ``path`` looks like this reader's format (cheap: never reads a whole file)."""
 
+    @classmethod
+    def holds_dataset(cls, path: Path) -> bool:
+        """Whether ``path``, a child of a folder of datasets, is a dataset of this format: by
+        default what `sniff` says; a reader that takes any folder says more (`expand_datasets`)."""
+        return cls.sniff(path)
+
     @abstractmethod
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[PartitionT]]:
         """Validate the dataset and split it into partitions of about ``partition_size`` records.
@@ -261,6 +265,12 @@ def split_records(items: Sequence[ItemT], most: int) -> list[Sequence[ItemT]]:
     """``items`` in consecutive partitions of `partition_size_for` records."""
     size = partition_size_for(len(items), most)
     return [tuple(items[start : start + size]) for start in range(0, len(items), size)]
+
+
+def extension_of(key: str) -> str:
+    """A key's extension as written (``.JPEG``), exactly as `format-mismatch` judges (in lower
+    case) and names it (as written): a cached verdict depends on both."""
+    return posixpath.splitext(key)[1]
 
 
 def read_file(path: str) -> bytes:
@@ -525,14 +535,9 @@ def _collection(path: Path) -> list[Path] | None:
 
 
 def is_dataset(path: Path) -> bool:
-    """Whether a child of a folder of datasets is one (an image folder needs an image in it)."""
-    for name in REGISTRY:
-        cls = reader_class(name)
-        if name == "images" and path.is_dir():
-            return cast("type[ImageReader]", cls).holds_images(path)
-        if cls.sniff(path):
-            return True
-    return False
+    """Whether a child of a folder of datasets is one (`Reader.holds_dataset`: an image folder
+    needs an image in it)."""
+    return any(reader_class(name).holds_dataset(path) for name in REGISTRY)
 
 
 def _applicable(cls: type[Reader], path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:

@@ -18,7 +18,6 @@ only when they stay inside the dataset root; the rest are reported as `unsafe-pa
 from __future__ import annotations
 
 import os
-import posixpath
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,7 +27,15 @@ from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
-from scrub.readers.base import CacheEntry, DatasetInfo, ReadAhead, Reader, read_bytes, split_records
+from scrub.readers.base import (
+    CacheEntry,
+    DatasetInfo,
+    ReadAhead,
+    Reader,
+    extension_of,
+    read_bytes,
+    split_records,
+)
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.lmdb import decode_value
@@ -78,12 +85,6 @@ def _first_lines(path: Path) -> list[str]:
     """The first non-empty lines of a list file (enough to tell its format)."""
     with open(path, encoding="utf-8", newline="") as lines:
         return [line.rstrip("\r\n") for _, line in zip(range(SNIFF_LINES), (x for x in lines if x.strip()))]
-
-
-def extension_of(key: str) -> str:
-    """A key's extension as written (``.JPEG``), exactly as `format-mismatch` judges (in lower
-    case) and names it (as written): a cached verdict depends on both."""
-    return posixpath.splitext(key)[1]
 
 
 def _has_image_extension(name: str) -> bool:
@@ -144,6 +145,11 @@ class ImageReader(Reader[Sequence[Entry]]):
         if path.is_dir():
             return True
         return path.is_file() and cls._looks_like_list(path)
+
+    @classmethod
+    def holds_dataset(cls, path: Path) -> bool:
+        """A folder is an image dataset when an image lies below it (it sniffs any folder)."""
+        return cls.holds_images(path) if path.is_dir() else cls.sniff(path)
 
     @staticmethod
     def holds_images(folder: Path) -> bool:

@@ -46,7 +46,7 @@ import xxhash
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import encode_key
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader, ReadOptions, partition_size_for
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader, ReadOptions, extension_of, partition_size_for
 from scrub.readers.caffe_datum import DatumError, looks_like_datum, parse_datum
 from scrub.records import Record, Severity
 
@@ -338,8 +338,6 @@ class LMDBReader(Reader[KeyRange | KeyList]):
     def cache_entries(self, partition: KeyRange | KeyList) -> list[CacheEntry | None]:
         """A value's verdict depends on its bytes and its key's extension (`format-mismatch`):
         the driver hashes every value (a cursor pass, no decoding) and looks the hashes up."""
-        from scrub.readers.images import extension_of
-
         entries: list[CacheEntry | None] = []
         for _, key, value in self._walk(partition, 0, None, values=True):
             name = encode_key(key)

@@ -8,21 +8,36 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from scrub.errors import ScrubError
 from scrub.outputs import write_atomically
 from scrub.reports.findings import Findings, collect
 
 if TYPE_CHECKING:
-    from scrub.api import ScanResult
     from scrub.options import ScanOptions
+    from scrub.summary import Summary
+
+
+class Scanned(Protocol):
+    """What the reports read of a finished scan (`scrub.api.ScanResult` is one): the reports sit
+    below the API, which writes them."""
+
+    @property
+    def summary(self) -> Summary: ...
+
+    @property
+    def manifest(self) -> Path: ...
+
+    @property
+    def findings(self) -> Findings | None: ...
+
 
 #: thumbnails of quarantined images in the HTML report, at most
 THUMBNAILS = 200
 
 
-def write_reports(result: "ScanResult", options: "ScanOptions", exit_code: int) -> Findings:
+def write_reports(result: Scanned, options: ScanOptions, exit_code: int) -> Findings:
     """Write the reports ``options`` ask for (and the Markdown summary to
     ``$GITHUB_STEP_SUMMARY`` when it is set); return what they named, for the console."""
     summary = result.summary

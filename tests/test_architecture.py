@@ -1,0 +1,110 @@
+"""The layout holds: no import cycle among scrub's modules, at module level or inside functions
+(a cycle held together by function-level imports is still a cycle: the modules cannot be read,
+tested or replaced one without the other)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "scrub"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: those under ``if TYPE_CHECKING:`` never do."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """scrub's modules and the scrub modules each names in an import (``from scrub.checks import
+    REGISTRY`` names the package; ``from scrub.checks import base`` its module too). The parent
+    packages Python initializes on the way are not edges: a package that gathers its modules
+    (``scrub.checks`` registering every check) would otherwise be a cycle with each of them."""
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            graph[name].update(target for target in targets if target in paths and target != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strong(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                strong(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            strong(node)
+    return found
+
+
+def test_no_module_of_scrub_is_part_of_an_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 60 and sum(map(len, graph.values())) > 200  # the walk saw the package
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    """Not vacuous: a cycle held by a function-level import is found, one under TYPE_CHECKING not."""
+    graph = {"scrub.a": {"scrub.b"}, "scrub.b": {"scrub.c"}, "scrub.c": {"scrub.a"}, "scrub.d": set()}
+    assert cycles(graph) == [["scrub.a", "scrub.b", "scrub.c"]]
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import scrub.x\n"
+    tree = ast.parse(source + "def f():\n    import scrub.y\n")
+    assert [ast.unparse(node) for node in runtime_imports(tree)] == [
+        "from typing import TYPE_CHECKING",
+        "import scrub.y",
+    ]
