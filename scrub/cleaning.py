@@ -157,7 +157,7 @@ def fix(
                 manifest = reused.scans[0]
                 outputs.keep_manifest(manifest)
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
-            _check_space(dataset, outputs, options.link)
+            _check_space(dataset, outputs, options.link and writer.links)
             tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
             if tally.records_kept == 0 and tally.records_quarantined > 1:
                 _refuse_one_cause(
@@ -310,12 +310,12 @@ def _refuse_one_cause(path: Path, manifest: Path, severity: Severity, records: i
         )
 
 
-def _check_space(dataset: OpenedDataset, outputs: "_Outputs", link: bool) -> None:
+def _check_space(dataset: OpenedDataset, outputs: "_Outputs", linked: bool) -> None:
     """Refuse before writing when the destination cannot hold the outputs: together they hold
     each source record once, so they need about the source's size (a hard-linked image needs
     none). Failing half-way costs more (HDF5 cannot even close a file on a full disk)."""
     facts = dataset.fingerprint or {}
-    needed = 0 if link and dataset.reader.format == "images" else int(facts.get("bytes") or 0)
+    needed = 0 if linked else int(facts.get("bytes") or 0)  # hard links need no room
     free = free_bytes(outputs.clean.destination)
     if free is not None and needed > free:
         raise OutputError(

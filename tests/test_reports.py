@@ -551,3 +551,36 @@ def test_the_collector_keeps_the_first_issues_in_report_order(rows, show, per_ch
         first = [i for i in tonight if i.check == check][:per_check]
         assert found.keys[check] == [record_name(i) for i in first]
         assert found.key_marks[check] == [i.status if i.status in MARKED else "" for i in first]
+
+
+@pytest.mark.parametrize(
+    ("dataset", "key"),
+    [
+        ("yolo", "train/0001.jpg"),
+        ("segmentation", "0002.jpg"),
+        ("coco/annotations/instances_val2017.json", "000000000701.jpg"),
+    ],
+)
+def test_html_thumbnails_show_the_images_of_pair_and_box_datasets(tmp_path, dataset, key):
+    """Their records are image files too (under images/, or a COCO file's image folder): the
+    report shows them, as it shows an image folder's (it showed only those)."""
+    import re
+
+    report = tmp_path / "r.html"
+    options = ["--num-classes", "5"] if dataset == "segmentation" else []
+    result = CliRunner().invoke(
+        app,
+        [
+            "scan",
+            str(SAMPLES / dataset),
+            *options,
+            "--html",
+            str(report),
+            "--manifest",
+            str(tmp_path / "m.jsonl"),
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    figures = re.findall(r"<figure>(.*?)</figure>", report.read_text(), re.S)
+    shown = [figure for figure in figures if f"<code>{key}</code>" in figure]
+    assert shown and "data:image/jpeg;base64," in shown[0], shown

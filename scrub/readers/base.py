@@ -80,6 +80,9 @@ class DatasetInfo:
     #: how to have this dataset's labels checked, where it holds none but looks like it could
     #: serve as another's (a ``y.npy`` scanned as data): said when a label option cannot apply
     label_hint: str | None = None
+    #: where a record's key names its image file (the folder of an image folder, a pair layout's
+    #: images/), for the HTML report's thumbnails; None where records are not image files
+    image_root: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         document = {

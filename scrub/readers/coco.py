@@ -149,6 +149,7 @@ class CocoReader(Reader[Sequence[CocoImage]]):
         if orphans:
             info.notes.append(f"{orphans} annotations belong to no listed image: not checked; fix keeps them")
         info.notes.append(f"classes: category ids must be one of the {len(self.category_ids)} declared")
+        info.image_root = self.images
         return info, split_records(records, partition_size)
 
     def read(

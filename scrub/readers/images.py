@@ -190,6 +190,7 @@ class ImageReader(Reader[Sequence[Entry]]):
         # finding rather than the end of the scan (docs/internals.md)
         self.work_seconds = len(entries) * IMAGE_SECONDS
         self.root = info.root
+        info.image_root = None if self.arrays else info.root
         return info, split_records(entries, partition_size)
 
     # -- listing (driver side) -------------------------------------------------------------

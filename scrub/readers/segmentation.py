@@ -220,6 +220,7 @@ class SegmentationReader(Reader[Sequence[Pair]]):
                 f"{len(self.orphans)} masks pair with no image ({shown}): not records; "
                 "copied into the cleaned copy"
             )
+        info.image_root = os.path.join(self.root, self.image_folder)
         return info, split_records(pairs, partition_size)
 
     def _open_list(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Pair]]]:
@@ -234,6 +235,7 @@ class SegmentationReader(Reader[Sequence[Pair]]):
             format=self.format, layout="list-file", root=self.root, labelled=True, records=len(pairs)
         )
         info.files[self.path.name] = {"pairs": len(pairs)}
+        info.image_root = os.path.join(self.root, self.image_folder)
         return info, split_records(pairs, partition_size)
 
     def read(self, partition: Sequence[Pair], start: int = 0, stop: int | None = None) -> Iterator[Record]:

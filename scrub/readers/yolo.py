@@ -155,6 +155,7 @@ class YoloReader(Reader[Sequence[Pair]]):
                 "classes: no data.yaml with names: class ids are checked against --num-classes "
                 "(or --label-range) when given, else for being integers only"
             )
+        info.image_root = os.path.join(self.root, self.image_folder)
         return info, split_records(pairs, partition_size)
 
     def pairs_in(self, root: Path) -> tuple[list[Pair], tuple[str, ...]]:

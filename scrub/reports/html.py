@@ -222,8 +222,8 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int, timeout: floa
     from scrub.errors import ScrubError
     from scrub.reports.thumbnails import make_thumbnails
 
-    files = summary.dataset.format == "images"
-    root = os.path.realpath(summary.dataset.root)
+    files = summary.dataset.image_root is not None  # a record's key names its image file there
+    root = os.path.realpath(summary.dataset.image_root or summary.dataset.root)
     shown: list[Issue] = []  # each record once
     seen: set[tuple[str, str]] = set()
     for issue in findings.quarantined:
