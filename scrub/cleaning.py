@@ -72,6 +72,7 @@ def fix(
     progress: Callable[[Progress], None] | None = None,
     out_folder: Path | None = None,
     quarantine_folder: Path | None = None,
+    extra_notes: Sequence[str] = (),
     **keywords: Any,
 ) -> FixResult:
     """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
@@ -86,7 +87,8 @@ def fix(
     outputs are unusable, or when verification fails (then nothing is written).
 
     ``out_folder`` and ``quarantine_folder`` put the default-named outputs in those folders
-    instead of beside the source (`fix_many` under ``--out DIR``).
+    instead of beside the source (`fix_many` under ``--out DIR``); ``extra_notes`` go into the
+    report's notes (`scrub.restoring` says what it restored).
     """
     started = time.perf_counter()
     if options is None or keywords:
@@ -176,8 +178,10 @@ def fix(
             report = {
                 "schema": 1,
                 "source": str(dataset.path),
+                "source_path": os.path.abspath(dataset.path),  # restore finds it from anywhere
                 "format": dataset.reader.format,
                 **outputs.describe(),
+                "clean_path": os.path.abspath(outputs.clean.destination),
                 "manifest": str(
                     outputs.final_manifest
                     or (manifest if keepalive is None else " and ".join(map(str, manifests)))
@@ -192,7 +196,7 @@ def fix(
                 "quarantined": tally.records_quarantined,
                 "forced": tally.forced,
                 "other_files": tally.other_files,
-                "notes": notes + tally.notes,
+                "notes": notes + list(extra_notes) + tally.notes,
                 "verification": verification,
                 "seconds": round(time.perf_counter() - started, 3),
             }

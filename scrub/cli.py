@@ -650,6 +650,39 @@ def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | bool |
     return resolve(command, path, given_options(ctx), config)
 
 
+@app.command()
+def restore(
+    quarantine: Annotated[Path, typer.Argument(help="A quarantine folder `scrub fix --quarantine` wrote.")],
+    key: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--key",
+            help="Restore only this record (its key, or SOURCE:KEY; repeatable; default: every record).",
+        ),
+    ] = None,
+    into: Annotated[
+        Optional[Path],
+        typer.Option(help="Write the cleaned copy here (default: the one fix wrote, replaced)."),
+    ] = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Put quarantined records back into the cleaned copy, in its format, verified and atomic as
+    fix is (rewritten from the source fix read, which must not have changed since)."""
+
+    def body() -> int:
+        from scrub.restoring import restore as run_restore
+
+        with _progress(quiet) as progress:
+            result = run_restore(quarantine, key, into, progress=progress)
+        _write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": 0})
+        if not quiet:
+            _print_fix(result.report)
+        return 0
+
+    guarded(body)
+
+
 @app.command("config")
 def show_config(
     ctx: typer.Context,

@@ -544,3 +544,30 @@ def test_fix_on_threads_from_a_script_without_the_main_guard(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["57", "3", "True"]
+
+
+def test_scrub_restore_puts_one_record_back_then_refuses_a_changed_source(tmp_path):
+    """Through the command line: one key restored into the cleaned copy; a key the quarantine
+    does not hold, a folder that is not a quarantine, and a source changed since the fix are
+    each one line and exit 2."""
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    run = CliRunner().invoke
+    source = tmp_path / "images"
+    shutil.copytree(SAMPLES / "images", source, symlinks=True)
+    quarantine = str(tmp_path / "images.quarantine")
+    assert run(app, ["fix", str(source), "--quarantine", "-q"]).exit_code == 0
+    back = run(app, ["restore", quarantine, "--key", "dog/empty.jpg"])
+    assert back.exit_code == 0, back.output
+    assert "kept        29 records -> " in back.output and "note: restored 1 record from " in back.output
+    assert (tmp_path / "images.clean" / "dog" / "empty.jpg").exists()
+    assert not (tmp_path / "images.quarantine" / "images" / "dog" / "empty.jpg").exists()
+    unknown = run(app, ["restore", quarantine, "--key", "no/such.jpg"])
+    assert unknown.exit_code == 2 and "holds no such record" in unknown.output
+    not_one = run(app, ["restore", str(source)])
+    assert not_one.exit_code == 2 and "not a quarantine" in not_one.output
+    (source / "cat" / "cat_000.jpg").write_bytes(b"changed")
+    changed = run(app, ["restore", quarantine])
+    assert changed.exit_code == 2 and "changed since the fix" in changed.output, changed.output

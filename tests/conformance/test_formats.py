@@ -179,3 +179,31 @@ def test_a_format_whose_library_is_missing_says_which_extra_to_install(sample, t
     )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"pip install 'scrub[{EXTRAS[sample.needs]}]'" in done.stderr
+
+
+def test_restore_puts_back_one_record_then_every_one(sample, tmp_path):
+    """`fix` then `restore` of every record gives back the source's records, verified record by
+    record as fix verifies (but those fix sets aside whatever the verdicts: a link leaving the
+    dataset, a damaged shard); one restored alone leaves the others in the quarantine."""
+    from scrub.manifest import read_manifest
+    from scrub.restoring import restore
+
+    path = dataset_of(sample, tmp_path)
+    options = {**sample.options, "scheduler": "sync"}
+    fixed = scrub.fix(path, quarantine=True, **options)
+    quarantined = fixed.report["quarantined"]
+    errors = [i for i in read_manifest(fixed.quarantine / "manifest.jsonl") if i.severity.value == "error"]
+    one = next(i for i in errors if i.key != "*")
+    partly = restore(fixed.quarantine, keys=[f"{one.source}:{one.key}"], scheduler="sync")
+    assert partly.verified and partly.report["quarantined"] < quarantined
+    assert partly.report["kept"] + partly.report["quarantined"] == fixed.report["records"]
+    assert (one.source, one.key) not in {
+        (i.source, i.key) for i in read_manifest(partly.quarantine / "manifest.jsonl")
+    }
+    whole = restore(fixed.quarantine, scheduler="sync")
+    assert whole.verified
+    assert not list(read_manifest(whole.quarantine / "manifest.jsonl"))  # no verdict left
+    # what is still set aside is what fix sets aside whatever the verdicts, and says so
+    assert whole.report["quarantined"] == 0 or whole.report["forced"], whole.report
+    assert whole.report["kept"] + whole.report["quarantined"] == fixed.report["records"]
+    assert scrub.scan(whole.dataset, **options).summary.records == whole.report["kept"]

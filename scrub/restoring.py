@@ -1,0 +1,139 @@
+"""`restore`: put quarantined records back into the cleaned copy, as `fix` would have kept them.
+
+A restore rewrites the cleaned copy and the quarantine from the source `fix` read, with the
+verdicts of the records restored dropped from the quarantine's manifest. The source is never
+changed by either, and a restore refuses one that changed since (the fingerprint `fix` recorded);
+the outputs are written, read back, verified and renamed into place exactly as `fix` writes them,
+in the dataset's own format, every format alike. So restoring everything gives back the source's
+records, verified record by record, and restoring some leaves the others in the quarantine, with
+their manifest lines.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from scrub.cleaning import FIX_RECORD, QUARANTINE_MANIFEST, FixResult, fix
+from scrub.errors import ScrubError, UnusableDataset, UsageError
+from scrub.manifest import ManifestWriter, read_manifest, read_scan_record, write_scan_record
+from scrub.options import FixOptions
+from scrub.outputs import scratch_directory
+from scrub.records import Issue
+from scrub.summary import Progress
+from scrub.wording import counted
+
+#: the reading options a scan record keeps (``reading``), by their option names
+READING = ("format", "root", "data_key", "label_key", "lmdb_codec", "allow_pickle", "labels")
+
+
+def restore(
+    quarantine: str | Path,
+    keys: Sequence[str] | None = None,
+    into: str | Path | None = None,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    **keywords: Any,
+) -> FixResult:
+    """Put the records of ``quarantine`` (a folder `fix --quarantine` wrote) back into the cleaned
+    copy: all of them, or those whose key is in ``keys`` (a record's key, or ``SOURCE:KEY`` where
+    keys repeat across files). ``into``: the cleaned copy to write (default: the one that fix
+    wrote, replaced). Raises `ScrubError` with one line when the quarantine, the source or a key
+    is not what it should be. ``keywords``: how to run (``scheduler``, ``workers``, ``quiet``,
+    ...), as for `scrub.fix`."""
+    quarantine = Path(quarantine)
+    record = _fix_record(quarantine)
+    manifest = quarantine / QUARANTINE_MANIFEST
+    scan_record = read_scan_record(manifest)
+    source = Path(record.get("source_path") or record["source"])
+    if not source.exists():
+        raise UnusableDataset(
+            f"{quarantine}: the source fix read, {source}, is gone: restore writes the cleaned copy from it "
+            "(copy the quarantined records back by hand)"
+        )
+    issues = list(read_manifest(manifest))
+    restored = _chosen(issues, keys, quarantine)
+    kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
+    reading = scan_record.get("reading") or {}
+    options = FixOptions.build(
+        **{name: reading[name] for name in READING if reading.get(name) not in (None, False)},
+        out=Path(into) if into is not None else _clean_of(record),
+        quarantine_dir=quarantine,
+        severity=record.get("severity", "error"),
+        link=bool(record.get("link")),
+        force=True,
+        **keywords,
+    )
+    _unchanged(source, options, record)
+    scratch = scratch_directory("restore")
+    try:
+        verdicts = Path(scratch.name) / QUARANTINE_MANIFEST
+        writer = ManifestWriter(verdicts)
+        for issue in kept:
+            writer.write(issue)
+        writer.commit()
+        write_scan_record(verdicts, scan_record)
+        said = f"restored {counted(len(restored), 'record')} from {quarantine}"
+        return fix(source, replace(options, manifest=(verdicts,)), progress=progress, extra_notes=[said])
+    finally:
+        scratch.cleanup()
+
+
+def _unchanged(source: Path, options: FixOptions, record: dict[str, Any]) -> None:
+    """Refuse a source that changed since the fix: the cleaned copy would then not be the one the
+    quarantine's records were taken from (a restore puts back records, it does not fix anew)."""
+    from scrub.api import open_dataset
+
+    dataset = open_dataset(source, options.scan)
+    try:
+        now = (dataset.fingerprint or {}).get("digest")
+    finally:
+        dataset.reader.close()
+    if now != (record.get("fingerprint") or {}).get("digest"):
+        raise UnusableDataset(
+            f"{source}: changed since the fix that wrote this quarantine: a restore puts its records back "
+            "into that fix's cleaned copy; run scrub fix again instead"
+        )
+
+
+def _clean_of(record: dict[str, Any]) -> Path:
+    """The cleaned copy fix wrote: as it was named when it still names it from here."""
+    named, absolute = Path(record["clean"]), record.get("clean_path")
+    if absolute is None or named.resolve() == Path(absolute):
+        return named
+    return Path(absolute)
+
+
+def _fix_record(quarantine: Path) -> dict[str, Any]:
+    path = quarantine / FIX_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnusableDataset(
+            f"{quarantine}: not a quarantine `scrub fix --quarantine` wrote (no {FIX_RECORD})"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise ScrubError(f"{path}: not a fix record ({error})") from None
+    if not isinstance(record, dict) or "source" not in record:
+        raise ScrubError(f"{path}: not a fix record")
+    return record
+
+
+def _chosen(issues: Sequence[Issue], keys: Sequence[str] | None, quarantine: Path) -> set[tuple[str, str]]:
+    """The records to restore, as (source, key): every record the manifest names, or those
+    ``keys`` name; a key that names none is an error (a typo must not pass for a restore)."""
+    held = {(issue.source, issue.key) for issue in issues if issue.status != "resolved"}
+    if keys is None:
+        return held
+    chosen: set[tuple[str, str]] = set()
+    for key in keys:
+        found = {record for record in held if key in (record[1], f"{record[0]}:{record[1]}")}
+        if not found:
+            raise UsageError(
+                f"--key {key}: {quarantine} holds no such record (see its {QUARANTINE_MANIFEST})"
+            )
+        chosen |= found
+    return chosen
