@@ -793,9 +793,12 @@ def _open_cache(
 
     reader = dataset.reader
     if type(reader).cache_entries is Reader.cache_entries:
-        from scrub.readers.base import REGISTRY, reader_class
+        from scrub.formats import format_names
+        from scrub.readers.base import reader_class
 
-        cached = [name for name in REGISTRY if reader_class(name).cache_entries is not Reader.cache_entries]
+        cached = [
+            name for name in format_names() if reader_class(name).cache_entries is not Reader.cache_entries
+        ]
         listed = " and ".join([", ".join(cached[:-1]), cached[-1]] if len(cached) > 1 else cached)
         return None, [
             f"cache: {reader.format} records are not cached ({listed} records are): every record was scanned"

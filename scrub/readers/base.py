@@ -27,6 +27,7 @@ except (ImportError, AttributeError):
     _RUSAGE_THREAD = None
 
 from scrub.errors import UnusableDataset, UsageError
+from scrub.formats import READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
 from scrub.records import Batch, Issue, Record
 
@@ -199,23 +200,14 @@ class Reader(ABC, Generic[PartitionT]):
         raise NotImplementedError
 
 
-#: format name -> "module:Class"; imports are deferred until a reader is used.
-REGISTRY: dict[str, str] = {
-    "lmdb": "scrub.readers.lmdb:LMDBReader",
-    "hdf5": "scrub.readers.hdf5:HDF5Reader",
-    "numpy": "scrub.readers.numpy:NumpyReader",
-    "leveldb": "scrub.readers.leveldb:LevelDBReader",
-    "webdataset": "scrub.readers.webdataset:WebDatasetReader",
-    "parquet": "scrub.readers.parquet:ParquetReader",
-    "arrow": "scrub.readers.parquet:ArrowReader",
-    "segmentation": "scrub.readers.segmentation:SegmentationReader",
-    "yolo": "scrub.readers.yolo:YoloReader",
-    "coco": "scrub.readers.coco:CocoReader",
-    "images": "scrub.readers.images:ImageReader",  # last: it takes any folder
-}
+#: format name -> "module:Class" of its reader: the format table's view (`scrub.formats`);
+#: imports are deferred until a reader is used.
+REGISTRY = READERS
 
 
 def reader_class(format_name: str) -> type[Reader]:
+    if format_name not in REGISTRY:
+        load_plugins()  # a package's own format, by its entry point
     try:
         target = REGISTRY[format_name]
     except KeyError:
@@ -237,10 +229,17 @@ def open_reader(
         raise UnusableDataset(f"{path}: no such file or directory")
     if options.format not in (None, "auto"):
         return _applicable(reader_class(options.format), path, options, origin)
-    for name in REGISTRY:
-        cls = reader_class(name)
-        if cls.sniff(path):
-            return _applicable(cls, path, options, origin)
+    *specific, catch_all = format_names(plugins=False)  # the last (images) takes any folder
+    for name in specific:
+        if reader_class(name).sniff(path):
+            return _applicable(reader_class(name), path, options, origin)
+    if reader_class(catch_all).holds_dataset(path):  # a folder of images, a list file
+        return _applicable(reader_class(catch_all), path, options, origin)
+    for name in format_names():  # packages' own formats: looked for only now (see `format_names`)
+        if name not in specific and name != catch_all and reader_class(name).sniff(path):
+            return _applicable(reader_class(name), path, options, origin)
+    if reader_class(catch_all).sniff(path):  # a folder without images: its reader says so
+        return _applicable(reader_class(catch_all), path, options, origin)
     raise UnusableDataset(
         f"{path}: not a dataset scrub can read (expected {', '.join(sorted(REGISTRY))}; "
         "use --format to force one)"
@@ -519,13 +518,13 @@ def _collection(path: Path) -> list[Path] | None:
     environments, LevelDB databases: `Reader.database_folder`), or files that are datasets of
     more than one format (HDF5 files beside ``.npy`` files: no reader takes them as one dataset,
     and the one that takes the folder would pass over the rest)."""
-    databases = [cls for cls in map(reader_class, REGISTRY) if cls.database_folder]
+    databases = [cls for cls in map(reader_class, format_names(plugins=False)) if cls.database_folder]
     if not path.is_dir() or any(cls.sniff(path) for cls in databases):
         return None
     children = sorted(child for child in path.iterdir() if not child.name.startswith("."))
     if any(child.is_dir() and any(cls.sniff(child) for cls in databases) for child in children):
         return children
-    endings = {name: reader_class(name).file_suffixes for name in REGISTRY}
+    endings = {name: reader_class(name).file_suffixes for name in format_names(plugins=False)}
     formats: set[str] = set()
     for child in children:  # a flat folder of images may hold a million: names, and a stat per format
         lowered = child.name.lower()
@@ -540,7 +539,7 @@ def _collection(path: Path) -> list[Path] | None:
 def is_dataset(path: Path) -> bool:
     """Whether a child of a folder of datasets is one (`Reader.holds_dataset`: an image folder
     needs an image in it)."""
-    return any(reader_class(name).holds_dataset(path) for name in REGISTRY)
+    return any(reader_class(name).holds_dataset(path) for name in format_names(plugins=False))
 
 
 def _applicable(cls: type[Reader], path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:

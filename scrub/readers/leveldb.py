@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UnusableDataset, UsageError, first_line
+from scrub.formats import needs
 from scrub.manifest import encode_key
 from scrub.outputs import scratch_folder
 from scrub.readers.base import DatasetInfo, Reader
@@ -73,13 +74,8 @@ _LOCK = threading.Lock()
 
 
 def plyvel_module():
-    try:
-        import plyvel
-    except ImportError:
-        raise UsageError(
-            "reading LevelDB needs plyvel: pip install 'scrub[leveldb]' (or pip install plyvel)"
-        ) from None
-    return plyvel
+    """plyvel, or a one-line error naming the extra that installs it (`scrub.formats.needs`)."""
+    return needs("leveldb")
 
 
 def open_database(path: str) -> tuple[Any, Any]:

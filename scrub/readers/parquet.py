@@ -22,6 +22,7 @@ Needs ``pyarrow`` (``pip install 'scrub[parquet]'``).
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -33,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from scrub.errors import UnusableDataset, UsageError, first_line
+from scrub.formats import needs
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.lmdb import use_array
 from scrub.records import Batch, Record
@@ -43,15 +45,10 @@ LABEL_COLUMNS = ("label", "labels", "target", "targets", "y", "class", "cls", "f
 
 
 def pyarrow_modules():
-    """(pyarrow, pyarrow.parquet), or a one-line error naming the extra to install."""
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise UsageError(
-            "reading Parquet needs pyarrow: pip install 'scrub[parquet]' (or pip install pyarrow)"
-        ) from None
-    return pyarrow, pyarrow.parquet
+    """(pyarrow, pyarrow.parquet), or a one-line error naming the extra to install
+    (`scrub.formats.needs`)."""
+    pyarrow = needs("parquet")
+    return pyarrow, importlib.import_module("pyarrow.parquet")
 
 
 def is_parquet_file(path: Path) -> bool:

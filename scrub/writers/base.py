@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from scrub.formats import WRITERS
 from scrub.ledger import Ledger
 from scrub.records import Issue, Severity
 
@@ -121,20 +122,8 @@ class Writer(ABC):
         way `write` tallied the source."""
 
 
-#: format name -> "module:Class", mirroring `scrub.readers.base.REGISTRY`.
-REGISTRY: dict[str, str] = {
-    "lmdb": "scrub.writers.lmdb:LMDBWriter",
-    "hdf5": "scrub.writers.hdf5:HDF5Writer",
-    "numpy": "scrub.writers.numpy:NumpyWriter",
-    "leveldb": "scrub.writers.leveldb:LevelDBWriter",
-    "webdataset": "scrub.writers.webdataset:WebDatasetWriter",
-    "parquet": "scrub.writers.parquet:ParquetWriter",
-    "arrow": "scrub.writers.parquet:ArrowWriter",
-    "segmentation": "scrub.writers.segmentation:PairsWriter",
-    "yolo": "scrub.writers.segmentation:YoloWriter",
-    "coco": "scrub.writers.coco:CocoWriter",
-    "images": "scrub.writers.images:ImageWriter",
-}
+#: format name -> "module:Class" of its writer: the format table's view (`scrub.formats`).
+REGISTRY = WRITERS
 
 
 def link_again(source: str, destination: Path) -> None:

@@ -1,0 +1,160 @@
+"""The format table: every format scrub reads and writes, in one place (fsspec's registry is the
+model). A row names the format's reader and writer (as ``module:Class``, imported on first use),
+and the library it needs beyond scrub's own dependencies with the extra that installs it.
+
+The readers' and the writers' registries are views of this table, so they cannot disagree; a
+name registered twice is an error. Formats of other packages register through the
+``scrub.formats`` entry point group (each entry point loads a `Format`), as ``--plugin`` modules
+register checks. They are looked up only when needed (reading every installed package's metadata
+costs ~40 ms of a run): a ``--format`` the table does not hold, or a path no built-in reader takes
+but the image reader's last resort (any folder); see `scrub.readers.base.open_reader`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from scrub.errors import UsageError
+
+#: the entry point group third-party formats register in
+ENTRY_POINTS = "scrub.formats"
+
+
+@dataclass(frozen=True)
+class Format:
+    """One row of the table."""
+
+    name: str  # what --format takes
+    reader: str  # module:Class of its `scrub.readers.base.Reader`
+    writer: str  # module:Class of its `scrub.writers.base.Writer`
+    title: str = ""  # how messages name it ("Parquet"); default: the name
+    library: str | None = None  # a module it needs that scrub does not depend on
+    extra: str | None = None  # the extra of scrub's package that installs it
+
+    def install_hint(self) -> str | None:
+        """How to install what it needs, for the one line a missing library gives."""
+        if self.library is None:
+            return None
+        extra = f"pip install 'scrub[{self.extra}]' (or pip install {self.library})" if self.extra else ""
+        return extra or f"pip install {self.library}"
+
+
+FORMATS: dict[str, Format] = {}
+#: name -> module:Class of the reader, and of the writer: the registries of `scrub.readers.base`
+#: and `scrub.writers.base` (views kept with the table, in its order)
+READERS: dict[str, str] = {}
+WRITERS: dict[str, str] = {}
+
+
+def register(row: Format, before: str | None = None) -> None:
+    """Add a format to the table (``before``: ahead of that one, which readers' sniffing order
+    needs for a format whose folders the image reader would also take)."""
+    if row.name in FORMATS:
+        raise ValueError(f"format {row.name!r} is registered twice")
+    rows = list(FORMATS.values())
+    place = next((number for number, other in enumerate(rows) if other.name == before), len(rows))
+    rows.insert(place, row)
+    for table in (FORMATS, READERS, WRITERS):
+        table.clear()
+    for each in rows:
+        FORMATS[each.name] = each
+        READERS[each.name] = each.reader
+        WRITERS[each.name] = each.writer
+
+
+def needs(name: str) -> ModuleType:
+    """The library format ``name`` needs, imported; a one-line error naming the extra that
+    installs it when it cannot be (as the format is named directly or found in a folder)."""
+    row = FORMATS[name]
+    assert row.library is not None, f"{name} needs no library of its own"
+    try:
+        return importlib.import_module(row.library)
+    except ImportError:
+        raise UsageError(f"reading {row.title or name} needs {row.library}: {row.install_hint()}") from None
+
+
+def format_names(plugins: bool = True) -> list[str]:
+    """The formats' names, in the table's order: a list, since loading a plugin reorders the
+    table (iterate this, not the table). ``plugins=False``: scrub's own only, without looking for
+    plugins (finding them reads every installed package's metadata, ~40 ms of a run that scans a
+    folder of images in ~240: the paths that run every time do without)."""
+    if plugins:
+        load_plugins()
+        return list(FORMATS)
+    return [name for name in FORMATS if name in BUILT_IN]
+
+
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Register the formats of installed packages (the ``scrub.formats`` entry points), once;
+    a broken one is a one-line error naming it."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            row = point.load()
+        except Exception as error:  # any error of a third-party module: said, never a traceback
+            raise UsageError(f"format plugin {point.name} ({point.value}) does not load: {error}") from None
+        if not isinstance(row, Format):
+            raise UsageError(f"format plugin {point.name} ({point.value}) is not a scrub.formats.Format")
+        register(row, before="images")  # before the reader that takes any folder
+
+
+BUILT_IN: frozenset[str] = frozenset()  # scrub's own formats (set below)
+
+for _row in (
+    Format("lmdb", "scrub.readers.lmdb:LMDBReader", "scrub.writers.lmdb:LMDBWriter", "LMDB"),
+    Format("hdf5", "scrub.readers.hdf5:HDF5Reader", "scrub.writers.hdf5:HDF5Writer", "HDF5"),
+    Format("numpy", "scrub.readers.numpy:NumpyReader", "scrub.writers.numpy:NumpyWriter", "NumPy"),
+    Format(
+        "leveldb",
+        "scrub.readers.leveldb:LevelDBReader",
+        "scrub.writers.leveldb:LevelDBWriter",
+        "LevelDB",
+        library="plyvel",
+        extra="leveldb",
+    ),
+    Format(
+        "webdataset",
+        "scrub.readers.webdataset:WebDatasetReader",
+        "scrub.writers.webdataset:WebDatasetWriter",
+        "WebDataset",
+    ),
+    Format(
+        "parquet",
+        "scrub.readers.parquet:ParquetReader",
+        "scrub.writers.parquet:ParquetWriter",
+        "Parquet",
+        library="pyarrow",
+        extra="parquet",
+    ),
+    Format(
+        "arrow",
+        "scrub.readers.parquet:ArrowReader",
+        "scrub.writers.parquet:ArrowWriter",
+        "Arrow",
+        library="pyarrow",
+        extra="parquet",
+    ),
+    Format(
+        "segmentation",
+        "scrub.readers.segmentation:SegmentationReader",
+        "scrub.writers.segmentation:PairsWriter",
+        "segmentation pairs",
+    ),
+    Format("yolo", "scrub.readers.yolo:YoloReader", "scrub.writers.segmentation:YoloWriter", "YOLO"),
+    Format("coco", "scrub.readers.coco:CocoReader", "scrub.writers.coco:CocoWriter", "COCO"),
+    # last: its reader takes any folder
+    Format("images", "scrub.readers.images:ImageReader", "scrub.writers.images:ImageWriter"),
+):
+    register(_row)
+
+BUILT_IN = frozenset(FORMATS)
