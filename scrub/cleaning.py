@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scrub.api import OpenedDataset, ScanResult, load_plugins, open_dataset, scan_dataset, worker_starter
 from scrub.cache import holds_results
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
@@ -33,10 +32,12 @@ from scrub.manifest import (
     scan_record_path,
     write_scan_record,
 )
+from scrub.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
 from scrub.options import FixOptions, ScanOptions, merged
 from scrub.outputs import StagedOutput, free_bytes, scratch_directory, write_failure
 from scrub.paths import is_within, overlaps
 from scrub.records import Issue, Severity
+from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 

@@ -273,7 +273,7 @@ def _unblock(manager: threading.Thread, results: Any) -> None:
 def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
     """Start what the plan's workers need in the background while the dataset is listed.
 
-    Called once the format is known (`scrub.api.worker_starter`, then at the plan): the worker
+    Called once the format is known (`scrub.opening.worker_starter`, then at the plan): the worker
     server imports NumPy and scrub (~0.3 s of the other core), which only a scan on processes
     repays. Started earlier, before the format was known, it ran beside every scan on threads
     (a 2 GiB HDF5 file: 0.92 -> 0.81 s without it, medians of 11) and gained nothing on processes

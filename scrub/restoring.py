@@ -85,7 +85,7 @@ def restore(
 def _unchanged(source: Path, options: FixOptions, record: dict[str, Any]) -> None:
     """Refuse a source that changed since the fix: the cleaned copy would then not be the one the
     quarantine's records were taken from (a restore puts back records, it does not fix anew)."""
-    from scrub.api import open_dataset
+    from scrub.opening import open_dataset
 
     dataset = open_dataset(source, options.scan)
     try:

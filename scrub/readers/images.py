@@ -184,7 +184,7 @@ class ImageReader(Reader[Sequence[Entry]]):
         if entries and all(os.path.splitext(e.key)[1].lower() in JPEG_EXTENSIONS for e in entries):
             # JPEG holds 8-bit samples only: the numeric checks (for float and 16-bit images) cannot run
             self.provides = self.provides - {"array"}
-        # as array readers do: a scan this small runs in this process (`scrub.api._plan`); from
+        # as array readers do: a scan this small runs in this process (`scrub.scanning.run._plan`); from
         # the count of records, since their sizes would cost a stat each. Larger ones stay on
         # processes, whatever threads would save: only there is a decoder's crash or hang a
         # finding rather than the end of the scan (docs/internals.md)

@@ -79,7 +79,7 @@ class Writer(ABC):
     unsafe_after_write_failure: ClassVar[bool] = False
 
     def __init__(self, dataset: Any, run: Any = None) -> None:
-        self.dataset = dataset  # scrub.api.OpenedDataset
+        self.dataset = dataset  # scrub.opening.OpenedDataset
         self.reader = dataset.reader
         self.info = dataset.info
         self.source = Path(dataset.path)

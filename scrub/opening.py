@@ -1,0 +1,102 @@
+"""Opening a dataset: its reader, validated, split into partitions, fingerprinted; what `scan`
+and `fix` both start from."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scrub import pipeline
+from scrub.errors import (
+    UnopenedDataset,
+    UnusableDataset,
+    UsageError,
+)
+from scrub.fingerprint import fingerprint
+from scrub.options import RunOptions, ScanOptions, merged
+from scrub.readers.base import DatasetInfo, Reader, open_reader
+
+
+@dataclass
+class OpenedDataset:
+    """A dataset a reader has validated and split into partitions."""
+
+    path: Path
+    reader: Reader
+    info: DatasetInfo
+    partitions: list
+    fingerprint: dict[str, Any] | None  # None until taken (a cached scan takes it from its lookups' stats)
+
+    @property
+    def reading(self) -> dict[str, Any]:
+        """The options that decide what a record is (recorded with every scan)."""
+        options = self.reader.options
+        return {
+            "format": self.reader.format,
+            "root": str(options.root) if options.root else None,
+            "data_key": options.data_key,
+            "label_key": options.label_key,
+            "lmdb_codec": options.lmdb_codec,
+            "allow_pickle": options.allow_pickle,
+            "labels": str(options.labels) if options.labels else None,
+        }
+
+
+def open_dataset(
+    path: str | Path,
+    options: ScanOptions | None = None,
+    before_open: Callable[[Reader], None] | None = None,
+    **keywords: Any,
+) -> OpenedDataset:
+    """Find the reader for ``path``, validate the dataset, split it, fingerprint it.
+
+    ``options`` (or keywords, as for `scan`) say how to read it. ``before_open(reader)`` runs
+    once the format is known and before the (possibly long) listing, so that worker processes
+    can start meanwhile.
+    """
+    options = options_of(options, keywords)
+    path = Path(path)
+    if path.name in ("", ".", ".."):  # `scrub fix .` inside a dataset: outputs are named after it
+        path = path.resolve()
+    try:
+        reader = open_reader(path, options.read, options.origin)
+    except UnusableDataset as error:
+        raise UnopenedDataset(str(error)) from None
+    if before_open is not None:
+        before_open(reader)
+    try:
+        info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
+    except UnusableDataset as error:
+        raise UnopenedDataset(str(error), reader.format) from None
+    cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
+    taken = None if cached else fingerprint(reader, partitions, info.root)
+    return OpenedDataset(path, reader, info, partitions, taken)
+
+
+def options_of(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:
+    """``options`` with ``keywords`` laid over it, validated as one."""
+    if options is None:
+        return ScanOptions.build(**keywords)
+    if not keywords:
+        return options
+    return merged(options, keywords)
+
+
+def worker_starter(run: RunOptions) -> Callable[[Reader], None]:
+    def start(reader: Reader) -> None:
+        plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, None)
+        pipeline.prepare(plan, reader.worker_imports)
+
+    return start
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import modules that register extra checks (``--plugin my_project.checks``)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UsageError(f"--plugin {module}: cannot import it: {error}") from None

@@ -1,0 +1,424 @@
+"""One dataset's share of a scan: its checks, its aggregate, its tasks (the cache's leftovers
+where it has results), its dataset checks, replay and summary."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scrub import pipeline
+from scrub.baseline import Baseline
+from scrub.checks.base import CheckOptions
+from scrub.errors import (
+    UsageError,
+)
+from scrub.fingerprint import fingerprint
+from scrub.manifest import ManifestWriter
+from scrub.opening import OpenedDataset
+from scrub.options import ReplayOptions, ScanOptions
+from scrub.readers.base import Reader
+from scrub.records import Batch, Issue, Severity
+from scrub.reports import THUMBNAILS
+from scrub.reports.findings import KEYS_PER_CHECK, Collector
+from scrub.runner import Encoding, PartitionWork, select_checks
+from scrub.summary import Progress, ScanAggregate, Summary
+from scrub.wording import counted
+
+if TYPE_CHECKING:
+    from scrub.cache import ResultCache
+
+
+@dataclass
+class Tasks:
+    """What is left to run of one dataset's scan: ``work`` over ``items``, results to ``add``."""
+
+    work: pipeline.Work
+    items: list
+    add: Callable[[Any], None]
+    failure: Callable[..., Any]
+
+
+class DatasetScan:
+    """One dataset's share of a scan: its checks, its aggregate, its tasks and its summary.
+    Several share one pool of workers and one manifest when several datasets are scanned."""
+
+    def __init__(
+        self,
+        dataset: OpenedDataset,
+        options: ScanOptions,
+        writer: ManifestWriter,
+        baseline: Baseline | None,
+        progress: Callable[[Progress], None] | None,
+        label: str | None = None,
+    ) -> None:
+        self.dataset, self.options = dataset, options
+        info, reader = dataset.info, dataset.reader
+        self.replay = options.replay
+        self.checking = replace(options.checks, labelled=info.labelled)
+        if self.checking.declared_range is None and info.class_range is not None:
+            self.checking = replace(self.checking, label_range=info.class_range)
+        if "masks" in reader.provides and self.checking.declared_range is None:
+            note = "mask values are not checked against a class count (mask-out-of-range): give --num-classes"
+            if note not in info.notes:
+                info.notes.append(note)
+        _check_label_options(dataset, options, self.replay is not None)
+        if self.replay is not None:
+            self.replay.config(
+                self.checking.precision
+            )  # bad replay options fail before the scan, not after it
+        provides = (
+            reader.provides
+            | ({"replay"} if self.replay else set())
+            | ({"label-vectors"} if info.label_width else set())
+        )
+        self.checks = select_checks(
+            options.selection, self.checking, provides, options.origin, str(dataset.path)
+        )
+        self.cache: ResultCache | None
+        self.cache, cache_notes = (
+            _open_cache(dataset, options, self.checking, self.checks)
+            if options.cache is not None
+            else (None, [])
+        )
+        limits = {
+            "show": options.show,
+            "per_check": KEYS_PER_CHECK,
+            "images": THUMBNAILS if options.html is not None else 0,
+        }
+        self.aggregate = ScanAggregate(
+            self.checks,
+            self.checking,
+            writer,
+            progress,
+            total=info.records,
+            severities=options.selection.overrides,
+            baseline=baseline,
+            dataset=label,
+            collector=Collector(**limits),
+        )
+        self.aggregate.notes += cache_notes
+        # issues leave the workers as manifest lines, unless the driver needs each one
+        compact = baseline is None and self.replay is None and self.cache is None
+        encoding = Encoding(self.aggregate.severities, label, **limits) if compact else None
+        self.work = PartitionWork(
+            reader,
+            self.checking,
+            self.checks,
+            moments=self.replay is not None,
+            capture=self.cache is not None,
+            encoding=encoding,
+        )
+        self.replayed: dict[str, Any] | None = None
+
+    def tasks(self) -> Tasks:
+        """The dataset-wide issues the reader found, the results the cache holds, and the tasks
+        for the rest."""
+        self.aggregate.add_dataset_issues(self.dataset.info.issues)
+        if self.cache is None:
+            return Tasks(self.work, list(self.dataset.partitions), self.aggregate.add, self.work.failure)
+        return self._cached_tasks()
+
+    def _cached_tasks(self) -> Tasks:
+        """Reuse the cache's results for unchanged records; return the tasks for the others, whose
+        results are stored for the next scan."""
+        from scrub.runner import Reuse, Subset, SubsetWork
+
+        dataset, cache, aggregate = self.dataset, self.cache, self.aggregate
+        assert cache is not None  # `tasks` comes here only with a cache
+        reader = dataset.reader
+        reuse = Reuse(reader, self.checks)
+        lookups, subsets = {}, []
+        reuse_results = self.replay is None
+        for number, partition in enumerate(dataset.partitions):
+            entries = reader.cache_entries(partition)
+            assert entries is not None  # a cache is opened only for a reader whose records it holds
+            found = lookups[number] = cache.lookup(entries, usable=reuse_results)
+            if found.hits:
+                aggregate.add(reuse.result(number, partition, cache.reused(found)))
+            if found.misses:
+                subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
+        size = self.options.run.partition_size or reader.records_per_task
+        # the cache's subsets are partitions' leftovers: regroup them into tasks of a partition's size
+        subset_work = SubsetWork(self.work)
+
+        def add(result) -> None:
+            identities = lookups[result.partition].identities
+            for offset, digest, outcome, values in result.captured:
+                if offset in identities and (identities[offset][3] or digest) is not None:
+                    key, stat, context, content = identities[offset]
+                    cache.store(key, stat, content or digest, context, outcome, values)
+            result.captured = []
+            aggregate.add(result)
+
+        # the stats the lookups took are the fingerprint's: a second stat of every file is not needed
+        dataset.fingerprint = fingerprint(reader, dataset.partitions, dataset.info.root, cache.stats)
+        self.left = sum(len(s) for s in subsets)
+        self.task_count = math.ceil(self.left / size)
+        return Tasks(subset_work, subsets, add, subset_work.failure)
+
+    def finish(self, plan: pipeline.Plan) -> None:
+        """After every result is in: the dataset checks, then the replay."""
+        dataset, aggregate = self.dataset, self.aggregate
+        reader, partitions, info = dataset.reader, dataset.partitions, dataset.info
+        aggregate.finish_dataset_checks(
+            _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
+        )
+        self._note_the_range()
+        self._note_idle_selections()
+        if self.replay is not None:
+            self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
+        if aggregate.records != info.records and info.snapshots:
+            aggregate.notes.append(
+                f"the database changed during the scan: {info.records:,} records when it was listed, "
+                f"{aggregate.records:,} read (each partition's key range whole, from one snapshot)"
+            )
+            info.records = aggregate.records
+        elif aggregate.records != info.records:
+            aggregate.notes.append(
+                f"incomplete: {aggregate.records:,} of the {info.records:,} records listed were read (the "
+                "dataset "
+                "changed during the scan?): the scan exits 3, whatever it found"
+            )
+
+    def _note_idle_selections(self) -> None:
+        """A check the user selected that found nothing to look at in any record is said: a pass
+        of `--select nonfinite-data` over 8-bit images (which hold no NaN) is not a clean bill."""
+        selected = self.options.selection.select
+        if not selected or self.aggregate.records == 0:
+            return
+        seen = {
+            "array": any(s.finite_values or s.nonfinite_values for s in self.aggregate.numeric.values()),
+            "image": bool(self.aggregate.stats.get("formats")),
+        }
+        what = {"array": "numeric values (float images, arrays)", "image": "an image that decodes"}
+        for check in self.checks:
+            if check.id in selected and not seen.get(check.needs, True):
+                self.aggregate.notes.append(
+                    f"{self.options.origin('select')} {check.id}: ran on no record: none of the "
+                    f"{counted(self.aggregate.records, 'record')} holds {what[check.needs]}"
+                )
+
+    def _note_the_range(self) -> None:
+        """A class range the user declared that leaves whole label values out is said once, as
+        a question about the option, beside its (many) `label-out-of-range` findings."""
+        from scrub.checks.labels import range_note
+
+        declared = self.options.checks.declared_range  # the user's, not the dataset's own ClassLabel
+        info = self.dataset.info
+        if (
+            declared is None
+            or info.label_width is not None
+            or "label-out-of-range" not in self.aggregate.by_check
+        ):
+            return
+        name = "num-classes" if self.options.checks.label_range is None else "label-range"
+        shown = self.options.checks.num_classes if name == "num-classes" else f"{declared[0]}:{declared[1]}"
+        note = range_note(
+            self.aggregate.stats.get("labels"),
+            declared,
+            f"{self.options.origin(name)} {shown}",
+            info.classes,
+            folders=info.layout == "class-folders",
+        )
+        if note is not None:
+            self.aggregate.notes.append(note)
+
+    def summary(
+        self, plan: pipeline.Plan, seconds: float, manifest: Path, compared: dict[str, Any] | None
+    ) -> Summary:
+        dataset, aggregate, info = self.dataset, self.aggregate, self.dataset.info
+        locate = tuple_locator(dataset.reader, dataset.partitions)
+        assert dataset.fingerprint is not None  # taken on opening, or from the cache's lookups
+        if self.cache is not None:
+            self.cache.save()
+            aggregate.notes += self.cache.notes
+        return Summary(
+            dataset=info,
+            path=str(dataset.path),
+            records=aggregate.records,
+            issues_by_check=dict(aggregate.by_check),
+            issues_by_severity=dict(aggregate.by_severity),
+            records_with_errors=aggregate.records_with(Severity.ERROR, locate),
+            records_with_warnings=aggregate.records_with(Severity.WARNING, locate),
+            stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
+            checks=[c.id for c in self.checks],
+            options=self.options.verdict_options(),
+            scheduler=plan.scheduler,
+            workers=plan.workers,
+            seconds=seconds,
+            manifest=str(manifest),
+            datasets={
+                source: {**info.files.get(source, {}), **stats.to_dict()}
+                for source, stats in sorted(aggregate.numeric.items())
+            },
+            reading=dataset.reading,
+            fingerprint=dataset.fingerprint,
+            replay=self.replayed,
+            notes=info.notes + aggregate.notes,
+            baseline=compared,
+            cache=self.cache.describe() if self.cache is not None else None,
+        )
+
+
+def _open_cache(
+    dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions, checks: Sequence
+) -> tuple[ResultCache | None, list[str]]:
+    """The result cache for this dataset and these options, or None and a note saying why
+    (the reader's records cannot be cached)."""
+    from scrub import __version__
+    from scrub.cache import ResultCache, scope_digest
+
+    reader = dataset.reader
+    if type(reader).cache_entries is Reader.cache_entries:
+        from scrub.formats import format_names
+        from scrub.readers.base import reader_class
+
+        cached = [
+            name for name in format_names() if reader_class(name).cache_entries is not Reader.cache_entries
+        ]
+        listed = " and ".join([", ".join(cached[:-1]), cached[-1]] if len(cached) > 1 else cached)
+        return None, [
+            f"cache: {reader.format} records are not cached ({listed} records are): every record was scanned"
+        ]
+    scope = scope_digest(
+        (
+            __version__,
+            dataset.reading,
+            options.verdict_options(),
+            checking.labelled,
+            dataset.info.label_width,
+            [c.id for c in checks],
+        )
+    )
+    assert options.cache is not None  # opened only when --cache is given
+    cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind == "dataset"])
+    if options.replay is not None:
+        cache.notes.append(
+            "cache: --dummy-loss reads every record for the replay, so no stored result was reused"
+        )
+    return cache, []
+
+
+def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:
+    """A label option that cannot apply is an error, never a silent no-op."""
+    options = scan_options.checks
+    name = (
+        "num-classes" if options.num_classes is not None else "label-range" if options.label_range else None
+    )
+    if name is None:
+        return
+    given = scan_options.origin(name)
+    info = dataset.info
+    if not info.labelled and not replay:
+        naming = [
+            f"--{name.replace('_', '-')}"
+            for name in ("label_key", "labels")
+            if name in reader_options(dataset)
+        ]
+        raise UsageError(
+            f"{given}: {dataset.path} has no labels to check ({info.format}, {info.layout}); drop it"
+            + (f", or name the labels ({', '.join(naming)})" if naming else "")
+            + (f"; {info.label_hint}" if info.label_hint else "")
+        )
+    width = info.label_width
+    if width is not None and name == "label-range":
+        raise UsageError(f"{given}: the labels of {dataset.path} are vectors of {width}, not class ids")
+    if width is not None and options.num_classes != width:
+        raise UsageError(
+            f"{given} {options.num_classes}: the labels of {dataset.path} are vectors of {width} classes"
+        )
+
+
+def reader_options(dataset: OpenedDataset) -> frozenset[str]:
+    """The `ReadOptions` fields the dataset's reader reads."""
+    return type(dataset.reader).options_used
+
+
+def _replay(
+    dataset: OpenedDataset,
+    options: CheckOptions,
+    replay: ReplayOptions,
+    plan: pipeline.Plan,
+    aggregate: ScanAggregate,
+    checks: Sequence,
+) -> dict[str, Any]:
+    """The dummy-loss replay: a second pass, featurized in parallel, replayed in record order."""
+    from scrub.replay.replayer import Replayer
+    from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec, standardizer
+
+    config = replay.config(options.precision)
+    spec = feature_spec(aggregate.stats, scale=replay.scale, max_pixels=options.max_pixels)
+    classes = class_count(
+        options.num_classes,
+        options.label_range,
+        dataset.info.classes,
+        aggregate.stats.get("labels"),
+        dataset.info.label_width,
+    )
+    standardize = standardizer(spec, aggregate.stats, aggregate.moments) if config.normalize else None
+    selected = {c.id for c in checks}
+
+    def emit(issue: Issue) -> None:
+        if issue.check in selected:
+            aggregate.add_issue(issue)
+
+    replayer = Replayer(config, classes, spec.dim, standardize, spec.shape or (spec.dim,))
+    stage = ReplayStage(replayer, [len(p) for p in dataset.partitions], emit, aggregate.label_flagged)
+    work = ReplayWork(dataset.reader, spec)
+    pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
+    if config.normalize and standardize is None:
+        aggregate.notes.append(
+            "dummy-loss replay: no typical rows to standardize with: the raw values were replayed"
+        )
+    used = standardize if replayer.standardizes else None
+    return {
+        "classes": classes,
+        "features": spec.dim,
+        "options": asdict(replay) | {"precision": options.precision},
+        "standardization": used.describe() if used is not None else None,
+        **stage.finish(),
+    }
+
+
+def _contents(reader: Reader, partitions: Sequence) -> Callable:
+    """The content hashes of records keyed by position, read back one by one (dataset checks
+    flag few records: at most ~1,000 per rare bin)."""
+    from scrub.runner import row_digest
+
+    def contents(positions: Sequence[tuple[int, int]]) -> list[str | None]:
+        found = []
+        for number, offset in positions:
+            # the reading stays open while the digest is made: a row read in pieces reads then
+            rows = iter(reader.read(partitions[number], offset, offset + 1))
+            batch = next(rows, None)
+            found.append(row_digest(batch, 0) if isinstance(batch, Batch) else None)
+            for _ in rows:  # ends the reading (closes its file)
+                pass
+        return found
+
+    return contents
+
+
+def tuple_locator(reader, partitions: Sequence) -> Callable:
+    """`_locator` giving (source, key, index) tuples (the aggregate's identities)."""
+    locate = _locator(reader, partitions)
+    return lambda positions: [tuple(identity) for identity in locate(positions)]
+
+
+def _locator(reader, partitions: Sequence) -> Callable:
+    """Resolve (partition, offset) positions to record identities, grouped by partition."""
+
+    def locate(positions: Sequence[tuple[int, int]]) -> list[tuple[str, str, int]]:
+        found: dict[tuple[int, int], tuple[str, str, int]] = {}
+        by_partition: dict[int, list[int]] = {}
+        for number, offset in positions:
+            by_partition.setdefault(number, []).append(offset)
+        for number, offsets in by_partition.items():
+            for offset, identity in zip(offsets, reader.locate(partitions[number], offsets)):
+                found[(number, offset)] = identity
+        return [found[(number, offset)] for number, offset in positions]
+
+    return locate

@@ -1,0 +1,355 @@
+"""A run of one or several opened datasets: their tasks on one pool, their issues in one
+manifest, the datasets that could not be opened as findings of their own, the summary."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scrub import pipeline
+from scrub.baseline import Baseline
+from scrub.errors import (
+    ExitCode,
+    IncompleteScan,
+    OutputError,
+    ScrubError,
+    UnopenedDataset,
+    UsageError,
+    first_line,
+)
+from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
+from scrub.opening import OpenedDataset
+from scrub.options import FAIL_ON, RunOptions, ScanOptions
+from scrub.outputs import scratch_directory
+from scrub.readers.base import DatasetInfo
+from scrub.records import Issue, Severity
+from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
+from scrub.scanning.dataset import DatasetScan, Tasks
+from scrub.summary import Progress, ScanAggregate, Summary
+
+
+@dataclass
+class ScanResult:
+    """A finished scan: the summary, and the issues (read back from the manifest on demand)."""
+
+    summary: Summary
+    manifest: Path
+    _keepalive: object = field(default=None, repr=False)  # a temporary manifest's directory
+    #: what the reports name (the first errors, keys per check), gathered during the scan
+    findings: Findings | None = field(default=None, repr=False)
+
+    def issues(self) -> Iterator[Issue]:
+        """Every manifest line, in order (with a baseline, ``status`` says new, persisting,
+        reappeared or resolved; resolved lines describe issues no longer found)."""
+        # A generator method, so that iterating keeps the result (and a temporary manifest) alive.
+        yield from read_manifest(self.manifest)
+
+    def exit_code(self, fail_on: str = "error") -> ExitCode:
+        """0 when no issue is at or above ``fail_on``, else 1 (``never`` always gives 0; ``new``
+        counts only the errors a baseline did not hold: new and reappeared ones)."""
+        if fail_on not in FAIL_ON:
+            raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
+        if not self.summary.complete:
+            return ExitCode.INCOMPLETE  # a scan that did not cover every record never looks clean
+        if fail_on == "never":
+            return ExitCode.CLEAN
+        if fail_on == "new":
+            if self.summary.baseline is None:
+                raise UsageError("--fail-on new needs a baseline (--baseline OLD_MANIFEST)")
+            return ExitCode.ISSUES if self.summary.baseline["new_errors"] else ExitCode.CLEAN
+        threshold = Severity(fail_on)
+        found = sum(n for s, n in self.summary.issues_by_severity.items() if Severity(s).at_least(threshold))
+        return ExitCode.ISSUES if found else ExitCode.CLEAN
+
+
+@dataclass
+class Unopened:
+    """One of several datasets of a run that could not be opened: an `unreadable-dataset`
+    finding of its own, so that the others are scanned and a nightly job sees all of it."""
+
+    position: int  # among the run's datasets, as named
+    path: Path
+    error: UnopenedDataset
+
+    def issue(self) -> Issue:
+        from scrub.checks.base import Finding, make_issue
+
+        message = str(self.error)
+        return make_issue(
+            "unreadable-dataset",
+            self.path.name,
+            "*",
+            None,
+            Finding(message, {"format": self.error.format} if self.error.format else {}),
+        )
+
+    def summary(self, aggregate: ScanAggregate, options: ScanOptions, plan: pipeline.Plan) -> Summary:
+        """Its part of the run's summary: no record read, its one error."""
+        info = DatasetInfo(
+            format=self.error.format or "unknown",
+            layout="unreadable",
+            root=str(self.path),
+            labelled=False,
+            records=0,
+        )
+        return Summary(
+            dataset=info,
+            path=str(self.path),
+            records=0,
+            issues_by_check=dict(aggregate.by_check),
+            issues_by_severity=dict(aggregate.by_severity),
+            records_with_errors=aggregate.records_with(Severity.ERROR),
+            records_with_warnings=aggregate.records_with(Severity.WARNING),
+            stats={},
+            checks=["unreadable-dataset"],
+            options=options.verdict_options(),
+            scheduler=plan.scheduler,
+            workers=plan.workers,
+            seconds=0.0,
+            manifest=None,
+            notes=aggregate.notes,
+        )
+
+
+def run_wide(options: ScanOptions) -> dict[str, Any]:
+    """The options that belong to a run, not to one of its datasets (a dataset's own are
+    replaced by them: its summary says what the run used)."""
+    return {
+        name: getattr(options, name)
+        for name in (
+            "run",
+            "manifest",
+            "baseline",
+            "json",
+            "fail_on",
+            "quiet",
+            "show",
+            "junit",
+            "html",
+            "summary_md",
+        )
+    }
+
+
+def _unreadable_aggregate(
+    dataset: Unopened, options: ScanOptions, writer: ManifestWriter, baseline: Baseline | None
+) -> ScanAggregate:
+    """A dataset that could not be opened, as the aggregate of its one finding (written to the
+    manifest, classed against the baseline, counted and kept for the reports like any other);
+    ``--ignore unreadable-dataset`` makes it a note, never nothing."""
+    from scrub.checks import REGISTRY
+
+    check = REGISTRY["unreadable-dataset"]
+    aggregate = ScanAggregate(
+        [check],
+        options.checks,
+        writer,
+        severities=options.selection.overrides,
+        baseline=baseline,
+        dataset=str(dataset.path),
+        collector=Collector(options.show, KEYS_PER_CHECK, 0),
+    )
+    if check.id in options.selection.ignored:
+        aggregate.notes.append(f"not scanned: it cannot be read ({dataset.error}); --ignore {check.id}")
+    else:
+        aggregate.add_issue(dataset.issue())
+    return aggregate
+
+
+def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions) -> pipeline.Plan:
+    """One plan for every dataset's tasks: the schedulers the readers prefer, the tasks' count."""
+    preferred = [scan.dataset.reader.preferred_scheduler for scan in scans]
+    count = sum(getattr(scan, "task_count", len(task.items)) for scan, task in zip(scans, tasks))
+    scheduler = "processes" if "processes" in preferred else preferred[0]
+    work = [scan.dataset.reader.work_seconds for scan in scans]
+    known = [seconds for seconds in work if seconds is not None]
+    if run.workers is None and len(known) == len(work) and sum(known) < pipeline.IN_PROCESS_SECONDS:
+        scheduler = "sync"  # a pool would cost more than it saves
+    alone = [scan.dataset.reader.format for scan in scans if scan.dataset.reader.in_one_process]
+    if alone:  # its handle lives in this process: threads share it, other processes cannot
+        if run.scheduler not in (None, "threads", "sync"):
+            raise UsageError(
+                f"--scheduler {run.scheduler}: {alone[0]} is read by the scan's own process only "
+                "(one handle, shared by threads): use --scheduler threads or sync"
+            )
+        scheduler = "threads"
+    return pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, scheduler, count, run.cluster_wait)
+
+
+def scan_dataset(
+    dataset: OpenedDataset,
+    options: ScanOptions,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    started: float | None = None,
+    manifest: str | Path | None = None,
+) -> ScanResult:
+    """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options'."""
+    return scan_opened(
+        [dataset],
+        [options],
+        options,
+        progress,
+        time.perf_counter() if started is None else started,
+        [],
+        manifest,
+        several=False,
+    )
+
+
+def scan_opened(
+    datasets: Sequence[OpenedDataset],
+    own: Sequence[ScanOptions],
+    options: ScanOptions,
+    progress: Callable[[Progress], None] | None,
+    started: float,
+    notes: list[str],
+    manifest: str | Path | None = None,
+    *,
+    several: bool,
+    unopened: Sequence[Unopened] = (),
+) -> ScanResult:
+    """Scan opened datasets in one run: their tasks share one pool, their issues one manifest.
+    ``several``: the run named its datasets as several (paths, a pattern, a folder of datasets),
+    so every issue names its dataset and the summary has a part per dataset, even if one;
+    ``unopened``: the datasets of the run that could not be opened, each an error of its own."""
+    baseline = Baseline.load(options.baseline) if options.baseline is not None else None
+    manifest = manifest if manifest is not None else options.manifest
+    keepalive = None
+    if manifest is None:
+        keepalive = scratch_directory("manifest")
+        manifest = Path(keepalive.name) / "manifest.jsonl"
+    combined = _CombinedProgress(progress, len(datasets)) if several and progress is not None else None
+    scans: list[DatasetScan] = []
+    writer = ManifestWriter(Path(manifest))
+    try:
+        for number, (dataset, dataset_options) in enumerate(zip(datasets, own)):
+            scans.append(
+                DatasetScan(
+                    dataset,
+                    dataset_options,
+                    writer,
+                    baseline,
+                    combined.of(number) if combined else progress,
+                    str(dataset.path) if several else None,
+                )
+            )
+        unreadable = [_unreadable_aggregate(dataset, options, writer, baseline) for dataset in unopened]
+        tasks = [scan.tasks() for scan in scans]
+        plan = _plan(scans, tasks, options.run)
+        try:
+            _run(scans, tasks, plan)
+        except (ScrubError, OSError) as error:
+            records = sum(scan.aggregate.records for scan in scans)
+            if isinstance(error, (UsageError, OutputError)) or records == 0:
+                raise  # nothing was scanned: it could not start (exit 2), it did not stop halfway
+            listed = sum(scan.dataset.info.records for scan in scans)
+            where = scans[0].dataset.path if not several else f"{len(scans)} datasets"
+            raise IncompleteScan(
+                f"{where}: the scan stopped after {records:,} of {listed:,} records "
+                f"({first_line(error)}); no manifest was written"
+            ) from error
+        for scan in scans:
+            scan.finish(plan)
+        compared = scans[0].aggregate.finish_baseline(options.baseline)
+    except BaseException:
+        writer.discard()
+        raise
+    manifest_path = writer.commit()
+    seconds = time.perf_counter() - started
+    parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
+    for unread, aggregate in zip(unopened, unreadable):  # each in its place among the datasets named
+        parts.insert(unread.position, unread.summary(aggregate, options, plan))
+    summary = (
+        parts[0]
+        if not several
+        else Summary.combine(parts, options.verdict_options(), seconds, str(manifest_path), compared, notes)
+    )
+    write_scan_record(manifest_path, summary.to_dict())
+    collector = scans[0].aggregate.collector
+    for aggregate in [scan.aggregate for scan in scans[1:]] + unreadable:
+        collector.merge(aggregate.collector)
+    return ScanResult(summary, manifest_path, keepalive, collector.finish())
+
+
+def _run(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], plan: pipeline.Plan) -> None:
+    """Every dataset's tasks on one pool (one task list: many small shards use every core)."""
+    if not any(task.items for task in tasks):
+        return
+    imports = dict.fromkeys(name for scan in scans for name in scan.dataset.reader.worker_imports)
+    pipeline.prepare(plan, list(imports))
+    if len(tasks) == 1:
+        task = tasks[0]
+        pipeline.run(task.work, task.items, plan, task.add, task.failure)
+        return
+    work = ManyWork([task.work for task in tasks], [task.failure for task in tasks])
+
+    def add(tagged: tuple[int, Any]) -> None:
+        number, result = tagged
+        tasks[number].add(result)
+
+    items = [
+        Part(number, local, item)
+        for number, task in enumerate(tasks)
+        for local, item in enumerate(task.items)
+    ]
+    pipeline.run(work, items, plan, add, work.failure)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A task's item in a run of several datasets: which dataset, and its own item."""
+
+    dataset: int
+    number: int
+    item: Any
+
+    def __len__(self) -> int:
+        return len(self.item)
+
+
+class ManyWork:
+    """The `pipeline.Work` of several datasets: each `Part` goes to its dataset's work; results
+    come back tagged with the dataset's number."""
+
+    def __init__(self, works: Sequence[pipeline.Work], failures: Sequence[Callable[..., Any]]) -> None:
+        self.works = list(works)
+        self.failures = list(failures)
+
+    def __call__(
+        self,
+        number: int,
+        part: Part,
+        start: int = 0,
+        stop: int | None = None,
+        on_record: pipeline.OnRecord | None = None,
+    ) -> tuple[int, Any]:
+        return part.dataset, self.works[part.dataset](part.number, part.item, start, stop, on_record)
+
+    def failure(self, number: int, part: Part, offset: int, reason: str) -> tuple[int, Any]:
+        return part.dataset, self.failures[part.dataset](part.number, part.item, offset, reason)
+
+
+class _CombinedProgress:
+    """One progress display for several datasets' aggregates: their latest snapshots summed."""
+
+    def __init__(self, progress: Callable[[Progress], None], count: int) -> None:
+        self.progress = progress
+        self.latest = [Progress(0, 0, 0, 0.0) for _ in range(count)]
+
+    def of(self, number: int) -> Callable[[Progress], None]:
+        def update(snapshot: Progress) -> None:
+            self.latest[number] = snapshot
+            self.progress(
+                Progress(
+                    sum(p.records for p in self.latest),
+                    sum(p.total for p in self.latest),
+                    sum(p.issues for p in self.latest),
+                    max(p.seconds for p in self.latest),
+                )
+            )
+
+        return update
