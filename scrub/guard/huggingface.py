@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from transformers import Trainer
 
-from scrub.guard.core import NanGuard, _batch_size
+from scrub.guard.batches import batch_size_of
+from scrub.guard.core import NanGuard
 
 
 class _RecordingSampler(torch.utils.data.Sampler):
@@ -77,7 +78,7 @@ class NanGuardMixin:
         guard = self.nan_guard
         trainer: Any = self
         inputs = trainer._prepare_inputs(inputs)
-        size = _batch_size(inputs)
+        size = batch_size_of(inputs)
         indices = [self._drawn.popleft() for _ in range(size)] if len(self._drawn) >= size else None
         guard.model = model
         guard.deliver(inputs, indices=indices)

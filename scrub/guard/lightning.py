@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
-from scrub.guard.core import GuardedLoader, NanGuard
+from scrub.guard.batches import GuardedLoader
+from scrub.guard.core import NanGuard
 
 
 class NanGuardCallback(Callback):

@@ -1,0 +1,257 @@
+"""The triage of one non-finite step: the records behind it, found without touching the model,
+its gradients, its BatchNorm statistics or the optimizer (see `scrub.guard.core`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
+
+from scrub.guard.batches import Current, all_finite, batch_size_of, take
+from scrub.guard.ranks import agree_any
+
+#: what one evaluation of some records of a batch gives (`Triage.evaluate`)
+FINITE, LOSS, GRADIENT, UNRUNNABLE = "finite", "loss", "gradient", "unrunnable"
+
+
+class Recipe(Protocol):
+    """How the training computes a batch's loss (the `NanGuard`'s settings), and where the triage
+    counts its passes."""
+
+    model: nn.Module
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None
+    step_fn: Callable[[Any, Any], torch.Tensor] | None
+    autocast: dict[str, Any] | None
+    passes: int
+    last_passes: int
+
+
+@dataclass
+class Search:
+    """What the triage of one step found."""
+
+    culprits: list[tuple[int, str]] = field(default_factory=list)  # (position in the batch, how)
+    joints: list[list[int]] = field(default_factory=list)
+    transient: bool = False
+    suspects: bool = False
+    tried: list[str] = field(default_factory=list)
+
+
+class Triage:
+    """The search for the records behind one non-finite step (the module's docstring)."""
+
+    def __init__(self, guard: Recipe, current: Current, scaler: Any) -> None:
+        self.guard = guard
+        self.current = current
+        self.scaler = scaler
+        self.module = module_of(guard.model)
+        self.parameters = {
+            name: parameter.detach().requires_grad_(parameter.requires_grad)
+            for name, parameter in self.module.named_parameters()
+        }
+        self.trainable = [p for p in self.parameters.values() if p.requires_grad]
+        self.buffer_names = [name for name, b in self.module.named_buffers() if b.is_floating_point()]
+        self.size = batch_size_of(current.batch)
+        self.passes = 0
+
+    def run(self) -> Search | None:
+        search = Search()
+        try:
+            return self._run(search)
+        finally:
+            self.guard.last_passes = self.passes
+            self.guard.passes += self.passes
+
+    def _run(self, search: Search) -> Search | None:
+        if not all_finite(list(self.module.parameters())):
+            search.tried.append("weights")
+            search.suspects = True
+            return search
+        everyone = list(range(self.size))
+        whole = self.evaluate(everyone)
+        search.tried.append("rerun")
+        elsewhere = agree_any(whole != FINITE)  # every rank asks: a collective
+        if whole == FINITE:
+            if elsewhere:  # another rank's batch is the cause: it names it (every rank gathers)
+                return search
+            if self.scaler is not None:
+                return None  # finite unscaled everywhere: the scaler's scale was too large, as expected
+            search.transient = True
+            return search
+        if whole == UNRUNNABLE:  # the batch cannot be run again here
+            search.joints.append(everyone)
+            return search
+        rest = everyone
+        per_sample = self.per_sample_losses(everyone)
+        if per_sample is not None:
+            search.tried.append("per-sample-loss")
+            bad = [position for position in everyone if per_sample[position]]
+            if not bad and whole == LOSS:  # every record's loss finite, their reduction not
+                search.joints.append(everyone)
+                return search
+            if len(bad) == self.size > 1:  # records coupled in the batch (a BatchNorm): bisect
+                bad = []
+                per_sample = [False] * self.size
+            search.culprits += [(position, "per-sample-loss") for position in bad]
+            rest = [position for position in everyone if not per_sample[position]]
+            if not rest or (bad and self.evaluate(rest) == FINITE):
+                return self._weights_or_records(search)
+        search.tried.append("bisection")
+        self.bisect(rest, search)
+        return self._weights_or_records(search)
+
+    def _weights_or_records(self, search: Search) -> Search:
+        """Every record of a batch failing on its own is the weights' doing (finite, but an
+        earlier step made them absurd: each record's loss overflows), not every record's."""
+        if self.size > 1 and len(search.culprits) == self.size:
+            search.culprits = []
+            search.tried.append("weights")
+            search.suspects = True
+        return search
+
+    def bisect(self, positions: list[int], search: Search) -> None:
+        """``positions`` (a non-finite set): its culprits and joint groups, into ``search``."""
+        if len(positions) == 1:
+            search.culprits.append((positions[0], "bisection"))
+            return
+        half = len(positions) // 2
+        first, second = positions[:half], positions[half:]
+        verdicts = [self.evaluate(first), self.evaluate(second)]
+        if UNRUNNABLE in verdicts or all(v == FINITE for v in verdicts):  # each fine alone: together
+            search.joints.append(positions)
+            return
+        for part, verdict in zip((first, second), verdicts):
+            if verdict != FINITE:
+                self.bisect(part, search)
+
+    # -- evaluations on the detached weights and copies of the buffers ----------------------------
+
+    def _call(self, positions: list[int], reduce: bool = True) -> torch.Tensor:
+        """The loss of the records at ``positions`` of the batch, as the training computes it."""
+        self.passes += 1
+        buffers = dict(zip(self.buffer_names, (b.clone() for b in self.current.buffers or []), strict=False))
+        for name, buffer in self.module.named_buffers():
+            if name not in buffers:
+                buffers[name] = buffer.clone()
+        state = {**self.parameters, **buffers}
+        batch = take(self.current.batch, positions, self.size)
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self.current.rng)
+            context = torch.autocast(**self.guard.autocast) if self.guard.autocast else _nothing()
+            # the module itself, its tensors swapped for these for the call (what
+            # `torch.func.functional_call` does around `forward`): a step function may call more
+            # of it than `forward` (a LightningModule's `training_step`)
+            with context, _reparametrize_module(self.module, state):
+                return _loss(self.guard, self.module, batch, reduce)
+
+    def evaluate(self, positions: list[int]) -> str:
+        """One forward/backward pass of these records: `FINITE`; `LOSS` when their loss is
+        non-finite, `GRADIENT` when only a gradient is; `UNRUNNABLE` when they cannot be run
+        alone (a BatchNorm over one record).
+
+        The gradient is that of the loss times ``len(positions) / batch size``: under the usual
+        mean reduction, these records' share of the batch's gradient. Unscaled, a record's
+        gradient alone is the batch size times its share, and a large but finite share (one that
+        float16 holds in the batch) would overflow alone: an invented culprit."""
+        try:
+            loss = self._call(positions)
+        except (RuntimeError, ValueError, IndexError):
+            if len(positions) != 1:
+                return UNRUNNABLE
+            # one record alone: a BatchNorm1d refuses a batch of one (no variance); the record
+            # twice is a batch it takes, whose mean loss and gradient are the record's own
+            return self.evaluate(positions * 2) if self.size > 1 else UNRUNNABLE
+        try:
+            if not bool(torch.isfinite(loss.detach()).all()):
+                return LOSS
+            if not loss.requires_grad or not self.trainable:
+                return FINITE
+            records = len(set(positions))  # a record run twice (above) is one record's share
+            share = loss * (records / self.size) if records != self.size else loss
+            grads = torch.autograd.grad(share, self.trainable, allow_unused=True)
+        except (RuntimeError, ValueError, IndexError):
+            return UNRUNNABLE
+        return FINITE if all_finite(list(grads)) else GRADIENT
+
+    def per_sample_losses(self, positions: list[int]) -> list[bool] | None:
+        """Which records' own loss is non-finite, in one pass, where the loss takes
+        ``reduction="none"`` and gives one value (or row) per record; else None."""
+        if (
+            self.guard.loss_fn is None
+            or self.guard.step_fn is not None
+            or not _takes_reduction(self.guard.loss_fn)
+        ):
+            return None
+        try:
+            losses = self._call(positions, reduce=False)
+        except (RuntimeError, ValueError, IndexError, TypeError):
+            return None
+        if losses is None or losses.dim() == 0 or losses.shape[0] != len(positions):
+            return None
+        finite = torch.isfinite(losses.detach().reshape(len(positions), -1)).all(dim=1)
+        return [not bool(value) for value in finite]
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _loss(guard: Recipe, model: Callable[..., Any], batch: Any, reduce: bool) -> torch.Tensor:
+    """The training's loss of ``batch`` (``reduce=False``: per record, where the loss takes it)."""
+    if guard.step_fn is not None:
+        if not reduce:
+            raise TypeError("a step function gives no per-sample losses")
+        return guard.step_fn(model, batch)
+    if guard.loss_fn is None:
+        if not isinstance(batch, Mapping):
+            raise TypeError("give NanGuard a loss_fn or a step function for this batch")
+        if not reduce:
+            raise TypeError("no per-sample losses without a loss_fn")
+        outputs = model(**batch)
+        return outputs["loss"] if isinstance(outputs, Mapping) else outputs.loss
+    if isinstance(batch, Mapping) or not isinstance(batch, Sequence) or len(batch) != 2:
+        raise TypeError("loss_fn(outputs, targets) needs (inputs, targets) batches; give a step function")
+    inputs, targets = batch
+    outputs = model(inputs)
+    if reduce:
+        return guard.loss_fn(outputs, targets)
+    return _unreduced(guard.loss_fn)(outputs, targets)
+
+
+def _unreduced(loss_fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``loss_fn`` giving a loss per record: a loss module with its ``reduction`` set to none, or
+    a function called with ``reduction="none"`` (a TypeError when it takes none)."""
+    if isinstance(loss_fn, nn.Module) and hasattr(loss_fn, "reduction"):
+        unreduced = copy.copy(loss_fn)
+        setattr(unreduced, "reduction", "none")  # noqa: B010 - a loss module's plain attribute
+        return unreduced
+    return lambda outputs, targets: loss_fn(outputs, targets, reduction="none")
+
+
+def _takes_reduction(loss_fn: Callable[..., Any]) -> bool:
+    """Whether ``loss_fn`` can give a loss per record: a loss module with a ``reduction``, or a
+    function with a ``reduction`` parameter (``F.cross_entropy``) or ``**kwargs``."""
+    if isinstance(loss_fn, nn.Module):
+        return hasattr(loss_fn, "reduction")
+    import inspect
+
+    try:
+        parameters = inspect.signature(loss_fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "reduction" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def module_of(model: nn.Module) -> nn.Module:
+    """The model a wrapper holds (``DistributedDataParallel.module``): the triage runs it alone,
+    without the wrapper's collectives."""
+    return getattr(model, "module", model)
