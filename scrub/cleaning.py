@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,24 +24,24 @@ from scrub.cache import holds_results
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.manifest import (
-    GUARD_KIND,
-    ManifestWriter,
     default_manifest,
     read_manifest,
-    read_scan_record,
     scan_record_path,
     write_scan_record,
 )
 from scrub.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
-from scrub.options import FixOptions, ScanOptions, merged
+from scrub.options import FixOptions, merged
 from scrub.outputs import StagedOutput, free_bytes, scratch_directory, write_failure
 from scrub.paths import is_within, overlaps
-from scrub.records import Issue, Severity
+from scrub.records import Severity
+from scrub.reuse import reused_verdicts
 from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 
 FIX_RECORD = "fix.json"
+
+
 QUARANTINE_MANIFEST = "manifest.jsonl"
 
 
@@ -126,7 +126,7 @@ def fix(
             options.force,
         )
         scan_result = None
-        reused = _reused(manifests, dataset, scan_options) if manifests else None
+        reused = reused_verdicts(manifests, dataset, scan_options) if manifests else None
         if reused is not None:
             scan_summary = reused.summary
         keepalive = None  # a scratch folder for merged verdicts, without a quarantine to hold them
@@ -443,150 +443,6 @@ def _verify(
         "clean": clean_ledger.to_dict(),
         "quarantine": quarantine_ledger.to_dict() if quarantine_ledger is not None else None,
     }
-
-
-@dataclass
-class _Reused:
-    """The manifests a fix reuses instead of scanning: at most one scan's (fingerprinted), and
-    NaN guards' (`scrub.guard`), whose records are found in the dataset by their names."""
-
-    scans: list[Path]
-    guards: list[Path]
-    summary: dict[str, Any]  # the scan's record, or what a guard-only fix can say of the dataset
-
-    def describe(self) -> list[dict[str, str]]:
-        return [{"manifest": str(m), "kind": "scan"} for m in self.scans] + [
-            {"manifest": str(m), "kind": GUARD_KIND} for m in self.guards
-        ]
-
-    def merge(self, target: Path, dataset: OpenedDataset, threshold: Severity) -> list[str]:
-        """Write the verdicts of every reused manifest to ``target`` as one manifest (with the
-        scan's record beside it, or the guard's): the guards' lines named as this dataset names
-        its records (their index is scrub's; ``details.training_index`` the training's). Returns
-        the notes to say (guard lines below ``threshold`` that name no record of the dataset)."""
-        writer = ManifestWriter(target)
-        try:
-            for scan in self.scans:
-                for issue in read_manifest(scan):
-                    writer.write(issue)
-            unknown = 0
-            for named in _named_in(dataset, self.guards, threshold):
-                if named is None:
-                    unknown += 1
-                else:
-                    writer.write(named)
-        except BaseException:
-            writer.discard()
-            raise
-        writer.commit()
-        write_scan_record(target, self.summary)
-        if not unknown:
-            return []
-        return [
-            f"{unknown:,} guard lines below --severity {threshold.value} name no record of {dataset.path}: "
-            "left out"
-        ]
-
-
-def _reused(manifests: Sequence[Path], dataset: OpenedDataset, options: ScanOptions) -> _Reused:
-    """The manifests ``fix --manifest`` names, each checked (`_reusable_scan` for a scan's)."""
-    scans, guards = [], []
-    summary = None
-    for manifest in map(Path, manifests):
-        record = read_scan_record(manifest)
-        if record.get("kind") == GUARD_KIND:
-            guards.append(manifest)
-            continue
-        summary = _reusable_scan(manifest, dataset, options, record)
-        scans.append(manifest)
-    if len(scans) > 1:
-        raise UsageError(
-            f"--manifest: {scans[0]} and {scans[1]} are both scans' manifests: reuse one (with the NaN "
-            "guard's findings if you like), or scan again"
-        )
-    if summary is None:  # a guard's findings only: no scan fingerprinted the dataset; say what it is now
-        summary = {
-            "kind": GUARD_KIND,
-            "path": str(dataset.path),
-            "records": dataset.info.records,
-            "reading": dataset.reading,
-            "fingerprint": dataset.fingerprint,
-            "manifests": [str(m) for m in guards],
-        }
-    return _Reused(scans, guards, summary)
-
-
-def _named_in(dataset: OpenedDataset, guards: Sequence[Path], threshold: Severity) -> Iterator[Issue | None]:
-    """The lines of NaN guards' manifests as this dataset's issues: each record found by its
-    (source, key), as the guard named it, through the reader (`Reader.locate`); None for a line
-    below ``threshold`` that names no record here. One at or above it is an error: a fix must
-    not guess which record a finding meant."""
-    lines = [issue for guard in guards for issue in read_manifest(guard)]
-    wanted = {(issue.source, issue.key) for issue in lines}
-    found: dict[tuple[str, str], int] = {}
-    reader = dataset.reader
-    for partition in dataset.partitions:
-        for source, key, index in reader.locate(partition, range(len(partition))):
-            if (source, key) in wanted:
-                found[(source, key)] = index
-    missing = [
-        issue
-        for issue in lines
-        if (issue.source, issue.key) not in found
-        and issue.severity.at_least(threshold)
-        and issue.status != "resolved"
-    ]
-    if missing:
-        first = missing[0]
-        how = first.details.get("named_by", "?")
-        hint = (
-            "the guard could name them by index only: give NanGuard key=, or the dataset a record_key(index)"
-            if how == "index"
-            else "was the run trained on this dataset?"
-        )
-        raise UsageError(
-            f"--manifest: the NaN guard's findings name {len(missing):,} records that {dataset.path} does "
-            f"not hold (the first: {first.source}:{first.key}, named by {how}); {hint}"
-        )
-    for issue in lines:
-        position = found.get((issue.source, issue.key))
-        if position is None:
-            yield None
-            continue
-        yield replace(issue, index=position, details={**issue.details, "training_index": issue.index})
-
-
-def _reusable_scan(
-    manifest: Path, dataset: OpenedDataset, options: ScanOptions, record: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The scan record of ``manifest``, if it describes this dataset as it is now and was
-    judged with the checking options given now (an option not given takes the scan's value)."""
-    record = record if record is not None else read_scan_record(manifest)
-    defaults = ScanOptions().verdict_options()
-    recorded = {**defaults, **(record.get("options") or {})}
-    for name, value in options.verdict_options().items():
-        if value != defaults[name] and value != recorded[name]:
-            flag = options.origin(name.replace("_", "-") if name != "plugins" else "plugin")
-            raise UsageError(
-                f"{flag}: {manifest} was scanned with {name.replace('_', '-')} = {_shown(recorded[name])}, "
-                f"not {_shown(value)}: its verdicts are not the ones asked for; scan again with these "
-                "options, "
-                "or run fix without --manifest"
-            )
-    fingerprint = record.get("fingerprint") or {}
-    assert dataset.fingerprint is not None  # taken on opening: --manifest excludes --cache
-    if fingerprint.get("digest") != dataset.fingerprint["digest"]:
-        raise ScrubError(
-            f"{manifest}: this manifest does not describe {dataset.path} as it is now (the dataset "
-            f"changed since the scan, or the scan was of another dataset or with other reading options: "
-            f"{fingerprint.get('files', '?')} files then, {dataset.fingerprint['files']} now); scan again, "
-            "or run fix without --manifest"
-        )
-    return record
-
-
-def _shown(value: Any) -> str:
-    return "not set" if value in (None, [], {}) else json.dumps(value)
 
 
 def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | None) -> None:
