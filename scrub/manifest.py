@@ -123,7 +123,7 @@ class ManifestWriter:
         self.count += 1
 
     def write_lines(self, lines: Iterable[bytes], count: int) -> None:
-        """``count`` lines a worker encoded already (see `scrub.runner.PartitionResult.lines`)."""
+        """``count`` lines a worker encoded already (see `scrub.results.PartitionResult.lines`)."""
         try:
             self._file.writelines(lines)
         except OSError as error:

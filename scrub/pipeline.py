@@ -60,7 +60,7 @@ OnRecord = Callable[[int], None]
 
 class Work(Protocol):
     """Called with positional arguments only: implementations name them as suits them (a
-    `scrub.runner.SubsetWork` takes a subset, not a partition)."""
+    `scrub.reusing.SubsetWork` takes a subset, not a partition)."""
 
     def __call__(
         self,

@@ -23,7 +23,7 @@ from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
-from scrub.runner import NumericStats, PartitionResult
+from scrub.results import NumericStats, PartitionResult
 
 #: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
 #: `precision` moved to `options.precision`, `batches_skipped` counts batches with nothing applied.
@@ -233,7 +233,7 @@ class ScanAggregate:
 
     def add(self, result: PartitionResult) -> None:
         self.records += result.records
-        if result.findings is not None:  # encoded in the worker (see `scrub.runner.Encoding`)
+        if result.findings is not None:  # encoded in the worker (see `scrub.encoding.Encoding`)
             self.manifest.write_lines(result.lines, result.line_count)
             for (check, _, severity), count in result.findings.counts.items():
                 self.by_check[check] += count

@@ -1,5 +1,5 @@
 """Dense findings: a shard whose every row is bad. Issues leave the workers as manifest lines
-and counts (`scrub.runner.Encoding`); the result must be the one the issue-by-issue path gives."""
+and counts (`scrub.encoding.Encoding`); the result must be the one the issue-by-issue path gives."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.encoding import Encoding
 from scrub.errors import (
     UsageError,
 )
@@ -23,7 +24,8 @@ from scrub.readers.base import Reader
 from scrub.records import Batch, Issue, Severity
 from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector
-from scrub.runner import Encoding, PartitionWork, select_checks
+from scrub.runner import PartitionWork
+from scrub.selection import select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
 from scrub.wording import counted
 
@@ -124,7 +126,7 @@ class DatasetScan:
     def _cached_tasks(self) -> Tasks:
         """Reuse the cache's results for unchanged records; return the tasks for the others, whose
         results are stored for the next scan."""
-        from scrub.runner import Reuse, Subset, SubsetWork
+        from scrub.reusing import Reuse, Subset, SubsetWork
 
         dataset, cache, aggregate = self.dataset, self.cache, self.aggregate
         assert cache is not None  # `tasks` comes here only with a cache
@@ -386,7 +388,7 @@ def _replay(
 def _contents(reader: Reader, partitions: Sequence) -> Callable:
     """The content hashes of records keyed by position, read back one by one (dataset checks
     flag few records: at most ~1,000 per rare bin)."""
-    from scrub.runner import row_digest
+    from scrub.results import row_digest
 
     def contents(positions: Sequence[tuple[int, int]]) -> list[str | None]:
         found = []
