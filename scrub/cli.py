@@ -6,6 +6,7 @@ exit with 1, which would read as "issues found").
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -14,14 +15,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from scrub import __version__
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
-from scrub.pipeline import DEFAULT_CLUSTER_WAIT, DEFAULT_TIMEOUT
 from scrub.wording import counted
 
 if TYPE_CHECKING:
@@ -57,19 +57,6 @@ class _Console:
 
 out = _Console(highlight=False)
 err = _Console(stderr=True, highlight=False)
-
-
-class Precision(str, Enum):
-    float32 = "float32"
-    float16 = "float16"
-    bfloat16 = "bfloat16"
-
-
-class FailOn(str, Enum):
-    error = "error"
-    warning = "warning"
-    new = "new"
-    never = "never"
 
 
 def _fail(message: str, code: ExitCode = ExitCode.ERROR) -> None:
@@ -118,191 +105,33 @@ def main(
     """Find and remove the training data that makes a model's loss go NaN."""
 
 
-# Options shared by `scan` and `fix`.
-PathArg = Annotated[
-    Path,
-    typer.Argument(
-        help=(
-            "Dataset: an image folder or list (Caffe ImageData or CSV), an HDF5 file, folder or "
-            "HDF5Data list, an LMDB environment, a LevelDB database or a .npy file."
-        )
-    ),
-]
-PathsArg = Annotated[
-    list[Path],
-    typer.Argument(
-        help=(
-            "Datasets: an image folder or list (Caffe ImageData or CSV), an HDF5 file, folder or "
-            "HDF5Data list, an LMDB environment, a LevelDB database or a .npy file; several, glob "
-            "patterns ('shards/*.h5') and folders of datasets (a folder of LMDB environments) are "
-            "scanned together."
-        )
-    ),
-]
-FormatOpt = Annotated[
-    str,
-    typer.Option(
-        "--format",
-        help="Force the reader: images, hdf5, lmdb, leveldb, numpy, webdataset, parquet, arrow, "
-        "segmentation, yolo, coco.",
-    ),
-]
-RootOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        help="Folder that list-file paths are relative to (default: the list's folder), or that holds a COCO "
-        "JSON's images."
-    ),
-]
-DataKeyOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        help="HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...); "
-        "WebDataset: the data member's extension (default: the first image, else npy); "
-        "Parquet: the data column; LMDB/LevelDB: the field of pickled dicts (with --allow-pickle)."
-    ),
-]
-LabelKeyOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        help="HDF5 or .npz: the labels dataset or array (default: label, y, ...); "
-        "WebDataset: the label member's extension (default: cls, ...); Parquet: the label column; "
-        "LMDB/LevelDB: the label field of pickled dicts."
-    ),
-]
-LabelsOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        help="NumPy: a .npy of labels aligned with the data file's rows (X.npy --labels y.npy): read, "
-        "checked and split by fix together with the rows."
-    ),
-]
-CodecOpt = Annotated[
-    Optional[str],
-    typer.Option(help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record)."),
-]
-PickleOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-pickle",
-        help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
-    ),
-]
-JsonOpt = Annotated[
-    Optional[Path], typer.Option("--json", help="Also write the summary as JSON to this path.")
-]
-ClassesOpt = Annotated[Optional[int], typer.Option(help="Number of classes: labels must lie in [0, N).")]
-RangeOpt = Annotated[
-    Optional[str], typer.Option(help="Valid labels LO:HI (HI exclusive), instead of --num-classes.")
-]
-PixelsOpt = Annotated[
-    Optional[int], typer.Option(help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).")
-]
-IgnoreIndexOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        help="Segmentation: the mask value the loss ignores, as cross_entropy(ignore_index=...) "
-        "(default 255; 'none': every value is a class)."
-    ),
-]
-MaskPaletteOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        help="Segmentation: read RGB masks through these colours by class id: voc (Pascal VOC's), "
-        "or a JSON file (a list of [r, g, b], or an object of id -> [r, g, b])."
-    ),
-]
-SelectOpt = Annotated[Optional[str], typer.Option(help="Run only these checks (comma-separated ids).")]
-IgnoreOpt = Annotated[Optional[str], typer.Option(help="Skip these checks (comma-separated ids).")]
-SchedulerOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        help=(
-            "threads, processes, sync, or a dask.distributed address tcp://host:port (default: measured best "
-            "for the format; sync for tiny jobs)."
-        )
-    ),
-]
-WorkersOpt = Annotated[Optional[int], typer.Option(help="Local workers (default: all cores).")]
-TimeoutOpt = Annotated[
-    float, typer.Option(help="Seconds one record may take before its decoder is deemed hung.")
-]
-ClusterWaitOpt = Annotated[
-    float,
-    typer.Option(
-        help=(
-            "With --scheduler tcp://host:port: seconds the cluster may have no worker (none joined yet, or "
-            "every one left) before the scan ends, incomplete (exit 3); raise it for clusters that scale up "
-            "from zero."
-        )
-    ),
-]
-PluginOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(help="Import this module first, to run the checks it registers (repeatable)."),
-]
-PartitionOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        help="Most records per task (default: per format, ~0.2 s of work); a small dataset is split "
-        "finer, into up to 4 tasks per core of at least 25 records."
-    ),
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no table.")]
-DummyLossOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dummy-loss",
-        help=(
-            "Train a seeded dummy model (--model) on the data in record order after the checks, with plain "
-            "SGD; report records whose loss or gradient goes non-finite or whose step is absurd."
-        ),
-    ),
-]
-BatchSizeOpt = Annotated[int, typer.Option(help="Replay: records per SGD step.")]
-LrOpt = Annotated[float, typer.Option(help="Replay: the SGD learning rate.")]
-SeedOpt = Annotated[int, typer.Option(help="Replay: seed of the initial weights.")]
-NormalizeOpt = Annotated[
-    bool,
-    typer.Option(
-        "--normalize/--no-normalize",
-        help=(
-            "Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit images, "
-            "the scan's per-feature statistics for arrays), or replay the raw values."
-        ),
-    ),
-]
-PrecisionOpt = Annotated[
-    Precision,
-    typer.Option(
-        help=(
-            "The training precision: float32; float16 (mixed precision / AMP: values that overflow float16 "
-            "are errors, and the replay runs its matmuls in float16); bfloat16 (float32's range)."
-        )
-    ),
-]
-ScaleOpt = Annotated[
-    Optional[float],
-    typer.Option(help="Replay: multiply every input value by this (nothing else is done to the data)."),
-]
-ModelOpt = Annotated[
-    str,
-    typer.Option(
-        help=(
-            "Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your loss "
-            "f(X, y), or a factory of a torch.nn.Module (needs scrub[torch])."
-        )
-    ),
-]
+def _help(text: str) -> str:
+    """A help text as typer's rich markup shows it: the format table's names in place of
+    ``{formats}``, brackets escaped (``[tool.scrub]`` is text, not a style)."""
+    from scrub.formats import format_names
+
+    return text.replace("{formats}", ", ".join(format_names(plugins=False))).replace("[", "\\[")
 
 
+def _datasets_help() -> str:
+    from scrub.formats import FORMATS, format_names
+
+    held = [FORMATS[name].holds or name for name in format_names(plugins=False)]
+    return _help(
+        f"Datasets: {', '.join(held[:-1])} or {held[-1]}; several, glob patterns ('shards/*.h5') and folders "
+        "of datasets (a folder of LMDB environments) are scanned together."
+    )
+
+
+# The arguments and options `scan` and `fix` take beside the `KEYS` they are built from.
+PathsArg = Annotated[list[Path], typer.Argument(help=_datasets_help(), show_default=False)]
 ConfigOpt = Annotated[
     Optional[Path],
     typer.Option(
         "--config",
         help=(
             "Read options from this TOML file (default: the closest scrub.toml, or pyproject.toml with "
-            "[tool.scrub], in the dataset's folder or above it, else here)."
+            "\\[tool.scrub], in the dataset's folder or above it, else here)."
         ),
     ),
 ]
@@ -313,20 +142,78 @@ IsolatedOpt = Annotated[
         help="Read no config file (neither --config nor a scrub.toml or pyproject.toml found): flags only.",
     ),
 ]
-CheckSeverityOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable)."),
-]
-ShowOpt = Annotated[int, typer.Option(help="After the table, name this many records with errors (0: none).")]
-CacheOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        help=(
-            "Keep per-record results in this folder and reuse them for records that did not change "
-            "(incremental rescans)."
+#: the help's panels, by `Key.group`
+PANELS = {
+    "read": "Reading",
+    "checks": "Checking",
+    "selection": "Which checks",
+    "run": "Running",
+    "replay": "Dummy-loss replay",
+    "scan": "Outputs",
+    "fix": "The cleaned copy",
+}
+
+
+def _key_option(name: str, command: str, panel: bool = True) -> object:
+    """Option ``name`` of `KEYS` as ``command`` takes it: its type, flag, help, choices (as an
+    Enum, which typer shows and checks) and, with ``panel``, its group's panel in the help."""
+    from scrub.options import KEYS
+
+    key = KEYS[name]
+    kind = key.fix_kind if command == "fix" and key.fix_kind else key.kind
+    base: Any = {"int": int, "float": float, "bool": bool, "path": Path}.get(key.kind, str)
+    if key.choices:
+        choices = Enum(key.attribute.title().replace("_", ""), [(c, c) for c in key.choices], type=str)  # type: ignore[misc]
+        base = choices
+    annotation: object
+    if kind == "bool":
+        annotation = bool
+    elif kind in ("paths", "severities"):
+        annotation = Optional[list[base]]  # repeatable
+    else:
+        annotation = base if key.default is not None else Optional[base]
+    text = key.fix_help if command == "fix" and key.fix_help else key.help
+    option = typer.Option(
+        key.switch or key.flag,
+        *([key.short] if key.short else []),
+        help=_help(text),
+        rich_help_panel=PANELS[key.group] if panel else None,
+    )
+    return Annotated[annotation, option]
+
+
+def _option_parameters(command: str) -> list[inspect.Parameter]:
+    """The options of ``command`` (scan or fix), one per `Key` it takes: the flag, the help,
+    the choices and the default all come from the key and its field."""
+    from scrub.options import KEYS
+
+    return [
+        inspect.Parameter(
+            key.attribute,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=key.default,
+            annotation=_key_option(key.name, command),
         )
-    ),
-]
+        for key in KEYS.values()
+        if command in key.commands
+    ]
+
+
+def _built_from_keys(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command taking ``**options`` the options of `KEYS` as its parameters (typer reads
+    a function's signature; the body receives every option by its key's attribute name)."""
+
+    def build(function: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(function, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own, *_option_parameters(command)]
+        )
+        return function
+
+    return build
+
+
 #: parameters that are not options of the model (the dataset, the config file itself)
 NOT_OPTIONS = frozenset({"path", "config", "isolated"})
 
@@ -334,107 +221,17 @@ NOT_OPTIONS = frozenset({"path", "config", "isolated"})
 def given_options(ctx: typer.Context) -> dict[str, object]:
     """The options typed on the command line, by key name (defaults are not "given": a config
     file's value must win over a flag's default)."""
-    given = {}
-    for name, value in ctx.params.items():
-        source = ctx.get_parameter_source(name)
-        if name in NOT_OPTIONS or getattr(source, "name", None) != "COMMANDLINE":
-            continue
-        key = "json" if name == "json_path" else "out" if name == "out_path" else name.replace("_", "-")
-        if isinstance(value, Enum):
-            value = value.value
-        if key == "format" and value == "auto":
-            continue
-        given[key] = value
-    return given
+    return {
+        name.replace("_", "-"): value.value if isinstance(value, Enum) else value
+        for name, value in ctx.params.items()
+        if name not in NOT_OPTIONS and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+    }
 
 
 @app.command()
+@_built_from_keys("scan")
 def scan(
-    ctx: typer.Context,
-    path: PathsArg,
-    config: ConfigOpt = None,
-    isolated: IsolatedOpt = False,
-    format: FormatOpt = "auto",
-    root: RootOpt = None,
-    data_key: DataKeyOpt = None,
-    label_key: LabelKeyOpt = None,
-    labels: LabelsOpt = None,
-    lmdb_codec: CodecOpt = None,
-    allow_pickle: PickleOpt = False,
-    manifest: Annotated[
-        Optional[Path],
-        typer.Option(
-            help=(
-                "Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the dataset's; "
-                "its scan record goes beside it)."
-            )
-        ),
-    ] = None,
-    json_path: JsonOpt = None,
-    num_classes: ClassesOpt = None,
-    label_range: RangeOpt = None,
-    max_pixels: PixelsOpt = None,
-    ignore_index: IgnoreIndexOpt = None,
-    mask_palette: MaskPaletteOpt = None,
-    select: SelectOpt = None,
-    ignore: IgnoreOpt = None,
-    check_severity: CheckSeverityOpt = None,
-    scheduler: SchedulerOpt = None,
-    workers: WorkersOpt = None,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
-    cluster_wait: ClusterWaitOpt = DEFAULT_CLUSTER_WAIT,
-    plugin: PluginOpt = None,
-    partition_size: PartitionOpt = None,
-    fail_on: Annotated[
-        FailOn,
-        typer.Option(
-            help=(
-                "Exit 1 when an issue at or above this severity is found; new: only errors the baseline does "
-                "not hold (new and reappeared)."
-            )
-        ),
-    ] = FailOn.error,
-    baseline: Annotated[
-        Optional[Path],
-        typer.Option(
-            help=(
-                "An earlier manifest: class every issue new, persisting or reappeared, and count the "
-                "baseline's issues no longer found as resolved."
-            )
-        ),
-    ] = None,
-    cache: CacheOpt = None,
-    quiet: QuietOpt = False,
-    show: ShowOpt = 10,
-    junit: Annotated[
-        Optional[Path],
-        typer.Option(
-            help=(
-                "Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI "
-                "pages."
-            )
-        ),
-    ] = None,
-    html: Annotated[
-        Optional[Path], typer.Option(help="Also write a self-contained HTML report (offline, under 5 MB).")
-    ] = None,
-    summary_md: Annotated[
-        Optional[Path],
-        typer.Option(
-            help=(
-                "Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it is "
-                "set)."
-            )
-        ),
-    ] = None,
-    dummy_loss: DummyLossOpt = False,
-    batch_size: BatchSizeOpt = 64,
-    lr: LrOpt = 0.01,
-    seed: SeedOpt = 0,
-    precision: PrecisionOpt = Precision.float32,
-    scale: ScaleOpt = None,
-    model: ModelOpt = "linear",
-    normalize: NormalizeOpt = True,
+    ctx: typer.Context, path: PathsArg, config: ConfigOpt = None, isolated: IsolatedOpt = False, **_: object
 ) -> None:
     """Scan a dataset: run every check on every record; write the manifest and a summary."""
 
@@ -467,100 +264,10 @@ def scan(
     guarded(body)
 
 
-class SeverityChoice(str, Enum):
-    error = "error"
-    warning = "warning"
-
-
 @app.command()
+@_built_from_keys("fix")
 def fix(
-    ctx: typer.Context,
-    path: PathsArg,
-    config: ConfigOpt = None,
-    isolated: IsolatedOpt = False,
-    out_path: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--out",
-            help=(
-                "Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT for "
-                "a single file)."
-            ),
-        ),
-    ] = None,
-    quarantine: Annotated[
-        bool,
-        typer.Option(
-            "--quarantine",
-            help=(
-                "Also write the quarantined records, in the same format, with the manifest, to the "
-                "quarantine folder."
-            ),
-        ),
-    ] = False,
-    quarantine_dir: Annotated[
-        Optional[Path],
-        typer.Option(
-            help=(
-                "The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies "
-                "--quarantine."
-            )
-        ),
-    ] = None,
-    manifest: Annotated[
-        Optional[list[Path]],
-        typer.Option(
-            help=(
-                "Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the "
-                "dataset changed since, or if a checking option given differs from the scan's), or a NaN "
-                "guard's (its records found by their names); repeat it to merge a scan's and a guard's."
-            )
-        ),
-    ] = None,
-    severity: Annotated[
-        SeverityChoice, typer.Option(help="Quarantine records with an issue at or above this severity.")
-    ] = SeverityChoice.error,
-    force: Annotated[bool, typer.Option("--force", help="Replace existing outputs.")] = False,
-    link: Annotated[
-        bool,
-        typer.Option(
-            "--link",
-            help="Images: hard-link kept files instead of copying them, where the file system allows.",
-        ),
-    ] = False,
-    format: FormatOpt = "auto",
-    root: RootOpt = None,
-    data_key: DataKeyOpt = None,
-    label_key: LabelKeyOpt = None,
-    labels: LabelsOpt = None,
-    lmdb_codec: CodecOpt = None,
-    allow_pickle: PickleOpt = False,
-    json_path: JsonOpt = None,
-    num_classes: ClassesOpt = None,
-    label_range: RangeOpt = None,
-    max_pixels: PixelsOpt = None,
-    ignore_index: IgnoreIndexOpt = None,
-    mask_palette: MaskPaletteOpt = None,
-    select: SelectOpt = None,
-    ignore: IgnoreOpt = None,
-    check_severity: CheckSeverityOpt = None,
-    scheduler: SchedulerOpt = None,
-    workers: WorkersOpt = None,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
-    cluster_wait: ClusterWaitOpt = DEFAULT_CLUSTER_WAIT,
-    plugin: PluginOpt = None,
-    partition_size: PartitionOpt = None,
-    cache: CacheOpt = None,
-    quiet: QuietOpt = False,
-    show: ShowOpt = 10,
-    dummy_loss: DummyLossOpt = False,
-    batch_size: BatchSizeOpt = 64,
-    lr: LrOpt = 0.01,
-    seed: SeedOpt = 0,
-    precision: PrecisionOpt = Precision.float32,
-    scale: ScaleOpt = None,
-    model: ModelOpt = "linear",
-    normalize: NormalizeOpt = True,
+    ctx: typer.Context, path: PathsArg, config: ConfigOpt = None, isolated: IsolatedOpt = False, **_: object
 ) -> None:
     """Write a cleaned copy without the bad records (and, with --quarantine, the bad records
     apart), in the dataset's own format; verify that every record landed in exactly one."""
@@ -650,6 +357,10 @@ def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | bool |
     return resolve(command, path, given_options(ctx), config)
 
 
+JsonOpt = _key_option("json", "scan", panel=False)
+QuietOpt = _key_option("quiet", "scan", panel=False)
+
+
 @app.command()
 def restore(
     quarantine: Annotated[Path, typer.Argument(help="A quarantine folder `scrub fix --quarantine` wrote.")],
@@ -664,8 +375,8 @@ def restore(
         Optional[Path],
         typer.Option(help="Write the cleaned copy here (default: the one fix wrote, replaced)."),
     ] = None,
-    json_path: JsonOpt = None,
-    quiet: QuietOpt = False,
+    json_path: JsonOpt = None,  # type: ignore[valid-type]  # built from KEYS
+    quiet: QuietOpt = False,  # type: ignore[valid-type]
 ) -> None:
     """Put quarantined records back into the cleaned copy, in its format, verified and atomic as
     fix is (rewritten from the source fix read, which must not have changed since)."""

@@ -32,6 +32,8 @@ class Format:
     title: str = ""  # how messages name it ("Parquet"); default: the name
     library: str | None = None  # a module it needs that scrub does not depend on
     extra: str | None = None  # the extra of scrub's package that installs it
+    #: what a dataset of the format is, for the commands' help ("an LMDB environment")
+    holds: str = ""
 
     def install_hint(self) -> str | None:
         """How to install what it needs, for the one line a missing library gives."""
@@ -111,15 +113,34 @@ def load_plugins() -> None:
 BUILT_IN: frozenset[str] = frozenset()  # scrub's own formats (set below)
 
 for _row in (
-    Format("lmdb", "scrub.readers.lmdb:LMDBReader", "scrub.writers.lmdb:LMDBWriter", "LMDB"),
-    Format("hdf5", "scrub.readers.hdf5:HDF5Reader", "scrub.writers.hdf5:HDF5Writer", "HDF5"),
-    Format("numpy", "scrub.readers.numpy:NumpyReader", "scrub.writers.numpy:NumpyWriter", "NumPy"),
+    Format(
+        "lmdb",
+        "scrub.readers.lmdb:LMDBReader",
+        "scrub.writers.lmdb:LMDBWriter",
+        "LMDB",
+        holds="an LMDB environment",
+    ),
+    Format(
+        "hdf5",
+        "scrub.readers.hdf5:HDF5Reader",
+        "scrub.writers.hdf5:HDF5Writer",
+        "HDF5",
+        holds="an HDF5 file, folder or HDF5Data list",
+    ),
+    Format(
+        "numpy",
+        "scrub.readers.numpy:NumpyReader",
+        "scrub.writers.numpy:NumpyWriter",
+        "NumPy",
+        holds="a .npy or .npz file",
+    ),
     Format(
         "leveldb",
         "scrub.readers.leveldb:LevelDBReader",
         "scrub.writers.leveldb:LevelDBWriter",
         "LevelDB",
         library="plyvel",
+        holds="a LevelDB database",
         extra="leveldb",
     ),
     Format(
@@ -127,6 +148,7 @@ for _row in (
         "scrub.readers.webdataset:WebDatasetReader",
         "scrub.writers.webdataset:WebDatasetWriter",
         "WebDataset",
+        holds="WebDataset .tar shards",
     ),
     Format(
         "parquet",
@@ -134,6 +156,7 @@ for _row in (
         "scrub.writers.parquet:ParquetWriter",
         "Parquet",
         library="pyarrow",
+        holds="a Parquet file or folder",
         extra="parquet",
     ),
     Format(
@@ -142,6 +165,7 @@ for _row in (
         "scrub.writers.parquet:ArrowWriter",
         "Arrow",
         library="pyarrow",
+        holds="an Arrow file or folder (Hugging Face datasets)",
         extra="parquet",
     ),
     Format(
@@ -149,11 +173,25 @@ for _row in (
         "scrub.readers.segmentation:SegmentationReader",
         "scrub.writers.segmentation:PairsWriter",
         "segmentation pairs",
+        holds="image and mask folders",
     ),
-    Format("yolo", "scrub.readers.yolo:YoloReader", "scrub.writers.segmentation:YoloWriter", "YOLO"),
-    Format("coco", "scrub.readers.coco:CocoReader", "scrub.writers.coco:CocoWriter", "COCO"),
+    Format(
+        "yolo",
+        "scrub.readers.yolo:YoloReader",
+        "scrub.writers.segmentation:YoloWriter",
+        "YOLO",
+        holds="a YOLO dataset",
+    ),
+    Format(
+        "coco", "scrub.readers.coco:CocoReader", "scrub.writers.coco:CocoWriter", "COCO", holds="a COCO JSON"
+    ),
     # last: its reader takes any folder
-    Format("images", "scrub.readers.images:ImageReader", "scrub.writers.images:ImageWriter"),
+    Format(
+        "images",
+        "scrub.readers.images:ImageReader",
+        "scrub.writers.images:ImageWriter",
+        holds="an image folder or list (Caffe ImageData or CSV)",
+    ),
 ):
     register(_row)
 
