@@ -26,9 +26,7 @@ def fingerprint(
     (size, mtime_ns) of paths already stat-ed (by the result cache's lookups)."""
     known = known or {}
     digest = xxhash.xxh3_128()
-    options = reader.options
-    identity = (reader.format, options.data_key, options.label_key, options.lmdb_codec, options.allow_pickle)
-    digest.update(repr(identity).encode())
+    digest.update(repr(sorted(reader.options.recorded(reader.format).items())).encode())
     files = total = 0
     prefix = os.path.join(str(root), "")
     lines: list[str] = []  # hashed in blocks: one update per file costs more than the stat it follows

@@ -33,16 +33,7 @@ class OpenedDataset:
     @property
     def reading(self) -> dict[str, Any]:
         """The options that decide what a record is (recorded with every scan)."""
-        options = self.reader.options
-        return {
-            "format": self.reader.format,
-            "root": str(options.root) if options.root else None,
-            "data_key": options.data_key,
-            "label_key": options.label_key,
-            "lmdb_codec": options.lmdb_codec,
-            "allow_pickle": options.allow_pickle,
-            "labels": str(options.labels) if options.labels else None,
-        }
+        return self.reader.options.recorded(self.reader.format)
 
 
 def open_dataset(

@@ -50,6 +50,14 @@ class ReadOptions:
     labels: Path | None = None  # NumPy: a .npy of labels aligned with the data file's rows
     format: str | None = None  # force a reader (default: the first whose sniff accepts the path)
 
+    def recorded(self, format: str) -> dict[str, Any]:
+        """What decides what a record is, as a scan records it and its fingerprint hashes it:
+        the format read and every reading option (paths as text)."""
+        values = {item.name: getattr(self, item.name) for item in fields(self) if item.name != "format"}
+        return {"format": format} | {
+            name: str(value) if isinstance(value, Path) else value for name, value in values.items()
+        }
+
 
 @dataclass
 class DatasetInfo:
