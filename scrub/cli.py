@@ -264,7 +264,8 @@ def show_config(
 
     def body() -> int:
         from scrub.config import resolve
-        from scrub.options import KEYS, SCAN_ONLY, describe, flatten
+        from scrub.keys import KEYS, SCAN_ONLY
+        from scrub.options import describe, flatten
 
         if command not in ("scan", "fix"):
             raise ScrubError(f"--command {command!r}: choose scan or fix")

@@ -1,4 +1,4 @@
-"""The options of the commands, built from `scrub.options.KEYS`: each option's flag, help,
+"""The options of the commands, built from `scrub.keys.KEYS`: each option's flag, help,
 choices and default are declared once, there (typer reads a function's signature; the
 commands' signatures are made from the keys)."""
 
@@ -65,7 +65,8 @@ PANELS = {
 def key_option(name: str, command: str, panel: bool = True) -> object:
     """Option ``name`` of `KEYS` as ``command`` takes it: its type, flag, help, choices (as an
     Enum, which typer shows and checks) and, with ``panel``, its group's panel in the help."""
-    from scrub.options import KEYS
+    from scrub.keys import KEYS
+    from scrub.options import default_of
 
     key = KEYS[name]
     kind = key.fix_kind if command == "fix" and key.fix_kind else key.kind
@@ -79,7 +80,7 @@ def key_option(name: str, command: str, panel: bool = True) -> object:
     elif kind in ("paths", "severities"):
         annotation = Optional[list[base]]  # repeatable
     else:
-        annotation = base if key.default is not None else Optional[base]
+        annotation = base if default_of(key) is not None else Optional[base]
     text = key.fix_help if command == "fix" and key.fix_help else key.help
     option = typer.Option(
         key.switch or key.flag,
@@ -93,13 +94,14 @@ def key_option(name: str, command: str, panel: bool = True) -> object:
 def option_parameters(command: str) -> list[inspect.Parameter]:
     """The options of ``command`` (scan or fix), one per `Key` it takes: the flag, the help,
     the choices and the default all come from the key and its field."""
-    from scrub.options import KEYS
+    from scrub.keys import KEYS
+    from scrub.options import default_of
 
     return [
         inspect.Parameter(
             key.attribute,
             inspect.Parameter.KEYWORD_ONLY,
-            default=key.default,
+            default=default_of(key),
             annotation=key_option(key.name, command),
         )
         for key in KEYS.values()

@@ -28,7 +28,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
     import tomli as tomllib
-from scrub.options import COMMAND_LINE_ONLY, FIX_ONLY, KEYS, SCAN_ONLY, FixOptions, ScanOptions, build, coerce
+from scrub.keys import COMMAND_LINE_ONLY, FIX_ONLY, KEYS, SCAN_ONLY
+from scrub.options import FixOptions, ScanOptions, build
+from scrub.optionvalues import coerce
 
 CONFIG_NAME = "scrub.toml"
 PATHS_TABLE = "paths"

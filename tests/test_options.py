@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 import scrub
 from scrub.cli import app
 from scrub.errors import UsageError
-from scrub.options import KEYS, SCAN_ONLY, FixOptions, ReplayOptions, ScanOptions, given_values
+from scrub.keys import KEYS, SCAN_ONLY
+from scrub.options import FixOptions, ReplayOptions, ScanOptions, given_values
 
 runner = CliRunner()
 

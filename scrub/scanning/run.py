@@ -20,9 +20,10 @@ from scrub.errors import (
     UsageError,
     first_line,
 )
+from scrub.keys import FAIL_ON
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.opening import OpenedDataset
-from scrub.options import FAIL_ON, RunOptions, ScanOptions
+from scrub.options import RunOptions, ScanOptions
 from scrub.outputs import scratch_directory
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity

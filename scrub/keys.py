@@ -1,0 +1,446 @@
+"""Every user-facing option, once: its name (the flag, the config key and, with ``_`` for
+``-``, the API keyword), the option group it lands in, its kind, its limits, its help and the
+commands that take it. The commands are built from `KEYS` (`scrub.cli_options`), config files
+are read by it (`scrub.config`), and every value goes through `scrub.optionvalues.coerce`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scrub.checks.numeric import PRECISIONS
+
+FAIL_ON = ("error", "warning", "new", "never")
+FIX_SEVERITIES = ("error", "warning")
+#: what --check-severity may set a check to
+SEVERITY_LEVELS = ("error", "warning", "ignore")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One user-facing option: its name, where it lands, its type and its limits."""
+
+    name: str  # kebab-case: the flag without "--", the config key
+    group: str  # read, checks, selection, run, replay, scan, fix
+    kind: str  # int, float, str, bool, path, ids, severities, range, index (an int or "none")
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
+    per_path: bool = False
+    #: the flag's help (the commands are built from `KEYS`: `scrub.cli`); ``{formats}`` stands
+    #: for the format table's names
+    help: str = ""
+    short: str | None = None  # a one-letter flag beside the long one (``-q``)
+    switch: str | None = None  # a boolean's on/off pair (``--normalize/--no-normalize``)
+    fix_help: str | None = None  # where `scrub fix` reads the option otherwise (``--manifest``)
+    #: its kind under `scrub fix` when it differs ("paths": fix takes several manifests)
+    fix_kind: str | None = None
+    scan_only: bool = False  # only `scrub scan` takes it (its reports); the "fix" group is fix's own
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands that take it."""
+        return ("fix",) if self.group == "fix" else ("scan",) if self.scan_only else ("scan", "fix")
+
+    @property
+    def attribute(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+
+KEYS: dict[str, Key] = {
+    key.name: key
+    for key in [
+        Key(
+            "format",
+            "read",
+            "str",
+            per_path=True,
+            help="Force the reader: {formats} (default: the first that takes the path).",
+        ),
+        Key(
+            "root",
+            "read",
+            "path",
+            per_path=True,
+            help=(
+                "Folder that list-file paths are relative to (default: the list's folder), or that holds "
+                "a COCO JSON's images."
+            ),
+        ),
+        Key(
+            "data-key",
+            "read",
+            "str",
+            per_path=True,
+            help=(
+                "HDF5 or .npz: the dataset or array whose rows are records (default: data, x, ...); "
+                "WebDataset: the data member's extension (default: the first image, else npy); Parquet: "
+                "the data column; LMDB/LevelDB: the field of pickled dicts (with --allow-pickle)."
+            ),
+        ),
+        Key(
+            "label-key",
+            "read",
+            "str",
+            per_path=True,
+            help=(
+                "HDF5 or .npz: the labels dataset or array (default: label, y, ...); WebDataset: the "
+                "label member's extension (default: cls, ...); Parquet: the label column; LMDB/LevelDB: "
+                "the label field of pickled dicts."
+            ),
+        ),
+        Key(
+            "lmdb-codec",
+            "read",
+            "str",
+            choices=("datum", "image", "npy", "pickle"),
+            per_path=True,
+            help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record).",
+        ),
+        Key(
+            "allow-pickle",
+            "read",
+            "bool",
+            per_path=True,
+            help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
+        ),
+        Key(
+            "labels",
+            "read",
+            "path",
+            per_path=True,
+            help=(
+                "NumPy: a .npy of labels aligned with the data file's rows (X.npy --labels y.npy): read, "
+                "checked and split by fix together with the rows."
+            ),
+        ),
+        Key(
+            "num-classes",
+            "checks",
+            "int",
+            minimum=1,
+            per_path=True,
+            help="Number of classes: labels must lie in [0, N).",
+        ),
+        Key(
+            "label-range",
+            "checks",
+            "range",
+            per_path=True,
+            help="Valid labels LO:HI (HI exclusive), instead of --num-classes.",
+        ),
+        Key(
+            "max-pixels",
+            "checks",
+            "int",
+            minimum=1,
+            per_path=True,
+            help="Decompression-bomb limit in pixels (default: Pillow's, ~89.5 M).",
+        ),
+        Key(
+            "mask-palette",
+            "checks",
+            "palette",
+            per_path=True,
+            help=(
+                "Segmentation: read RGB masks through these colours by class id: voc (Pascal VOC's), or a"
+                " JSON file (a list of [r, g, b], or an object of id -> [r, g, b])."
+            ),
+        ),
+        Key(
+            "ignore-index",
+            "checks",
+            "index",
+            per_path=True,
+            help=(
+                "Segmentation: the mask value the loss ignores, as cross_entropy(ignore_index=...) "
+                "(default 255; 'none': every value is a class)."
+            ),
+        ),
+        Key(
+            "precision",
+            "checks",
+            "str",
+            choices=PRECISIONS,
+            per_path=True,
+            help=(
+                "The training precision: float32; float16 (mixed precision / AMP: values that overflow "
+                "float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's "
+                "range)."
+            ),
+        ),
+        Key(
+            "select",
+            "selection",
+            "ids",
+            per_path=True,
+            help="Run only these checks (comma-separated ids).",
+        ),
+        Key(
+            "ignore",
+            "selection",
+            "ids",
+            per_path=True,
+            help="Skip these checks (comma-separated ids).",
+        ),
+        Key(
+            "check-severity",
+            "selection",
+            "severities",
+            per_path=True,
+            help="Set a check's severity: ID=error, ID=warning or ID=ignore (repeatable).",
+        ),
+        Key(
+            "plugin",
+            "selection",
+            "paths",
+            help="Import this module first, to run the checks it registers (repeatable).",
+        ),
+        Key(
+            "scheduler",
+            "run",
+            "str",
+            help=(
+                "threads, processes, sync, or a dask.distributed address tcp://host:port (default: "
+                "measured best for the format; sync for tiny jobs)."
+            ),
+        ),
+        Key(
+            "workers",
+            "run",
+            "int",
+            minimum=1,
+            help="Local workers (default: all cores).",
+        ),
+        Key(
+            "timeout",
+            "run",
+            "float",
+            minimum=0.001,
+            help="Seconds one record may take before its decoder is deemed hung.",
+        ),
+        Key(
+            "partition-size",
+            "run",
+            "int",
+            minimum=1,
+            help=(
+                "Most records per task (default: per format, ~0.2 s of work); a small dataset is split "
+                "finer, into up to 4 tasks per core of at least 25 records."
+            ),
+        ),
+        Key(
+            "cluster-wait",
+            "run",
+            "float",
+            minimum=0.001,
+            help=(
+                "With --scheduler tcp://host:port: seconds the cluster may have no worker (none joined "
+                "yet, or every one left) before the scan ends, incomplete (exit 3); raise it for clusters"
+                " that scale up from zero."
+            ),
+        ),
+        Key(
+            "dummy-loss",
+            "replay",
+            "bool",
+            help=(
+                "Train a seeded dummy model (--model) on the data in record order after the checks, with "
+                "plain SGD; report records whose loss or gradient goes non-finite or whose step is "
+                "absurd."
+            ),
+        ),
+        Key(
+            "batch-size",
+            "replay",
+            "int",
+            minimum=1,
+            help="Replay: records per SGD step.",
+        ),
+        Key(
+            "lr",
+            "replay",
+            "float",
+            help="Replay: the SGD learning rate.",
+        ),
+        Key(
+            "seed",
+            "replay",
+            "int",
+            help="Replay: seed of the initial weights.",
+        ),
+        Key(
+            "scale",
+            "replay",
+            "float",
+            help="Replay: multiply every input value by this (nothing else is done to the data).",
+        ),
+        Key(
+            "model",
+            "replay",
+            "str",
+            help=(
+                "Replay: linear (default), l2 (L2-normalized input), batchnorm, or module:function: your "
+                "loss f(X, y), or a factory of a torch.nn.Module (needs scrub[torch])."
+            ),
+        ),
+        Key(
+            "normalize",
+            "replay",
+            "bool",
+            switch="--normalize/--no-normalize",
+            help=(
+                "Replay: standardize the inputs as a data pipeline does (ImageNet statistics for 8-bit "
+                "images, the scan's per-feature statistics for arrays), or replay the raw values."
+            ),
+        ),
+        Key(
+            "manifest",
+            "scan",
+            "path",
+            help=(
+                "Where to write the JSON Lines manifest (default: NAME.scrub.jsonl here, NAME the "
+                "dataset's; its scan record goes beside it)."
+            ),
+            fix_kind="paths",
+            fix_help=(
+                "Reuse this manifest from an earlier `scrub scan` instead of scanning (refused if the "
+                "dataset changed since, or if a checking option given differs from the scan's), or a NaN "
+                "guard's (its records found by their names); repeat it to merge a scan's and a guard's."
+            ),
+        ),
+        Key(
+            "json",
+            "scan",
+            "path",
+            help="Also write the summary as JSON to this path.",
+        ),
+        Key(
+            "fail-on",
+            "scan",
+            "str",
+            choices=FAIL_ON,
+            scan_only=True,
+            help=(
+                "Exit 1 when an issue at or above this severity is found; new: only errors the baseline "
+                "does not hold (new and reappeared)."
+            ),
+        ),
+        Key(
+            "baseline",
+            "scan",
+            "path",
+            scan_only=True,
+            help=(
+                "An earlier manifest: class every issue new, persisting or reappeared, and count the "
+                "baseline's issues no longer found as resolved."
+            ),
+        ),
+        Key(
+            "cache",
+            "scan",
+            "path",
+            help=(
+                "Keep per-record results in this folder and reuse them for records that did not change "
+                "(incremental rescans)."
+            ),
+        ),
+        Key(
+            "quiet",
+            "scan",
+            "bool",
+            short="-q",
+            help="No progress bar and no table.",
+        ),
+        Key(
+            "show",
+            "scan",
+            "int",
+            minimum=0,
+            help="After the table, name this many records with errors (0: none).",
+        ),
+        Key(
+            "junit",
+            "scan",
+            "path",
+            scan_only=True,
+            help=(
+                "Also write a JUnit XML report (one testcase per check) for GitLab, Jenkins and other CI "
+                "pages."
+            ),
+        ),
+        Key(
+            "html",
+            "scan",
+            "path",
+            scan_only=True,
+            help="Also write a self-contained HTML report (offline, under 5 MB).",
+        ),
+        Key(
+            "summary-md",
+            "scan",
+            "path",
+            scan_only=True,
+            help=(
+                "Also write a short Markdown summary (default: appended to $GITHUB_STEP_SUMMARY when it "
+                "is set)."
+            ),
+        ),
+        Key(
+            "out",
+            "fix",
+            "path",
+            help=(
+                "Where to write the cleaned copy (default: NAME.clean beside the source; STEM.clean.EXT "
+                "for a single file)."
+            ),
+        ),
+        Key(
+            "quarantine",
+            "fix",
+            "bool",
+            help=(
+                "Also write the quarantined records, in the same format, with the manifest, to the "
+                "quarantine folder."
+            ),
+        ),
+        Key(
+            "quarantine-dir",
+            "fix",
+            "path",
+            help=(
+                "The quarantine folder (default: NAME.quarantine beside the cleaned copy); implies "
+                "--quarantine."
+            ),
+        ),
+        Key(
+            "severity",
+            "fix",
+            "str",
+            choices=FIX_SEVERITIES,
+            help="Quarantine records with an issue at or above this severity.",
+        ),
+        Key(
+            "force",
+            "fix",
+            "bool",
+            help="Replace existing outputs.",
+        ),
+        Key(
+            "link",
+            "fix",
+            "bool",
+            help="Images: hard-link kept files instead of copying them, where the file system allows.",
+        ),
+    ]
+}
+
+#: Keys only one command uses; a config file may hold both (it serves both commands).
+SCAN_ONLY = frozenset(k.name for k in KEYS.values() if k.commands == ("scan",))
+FIX_ONLY = frozenset(k.name for k in KEYS.values() if k.commands == ("fix",))
+#: Keys that cannot come from a config file (they act on the outputs of one run).
+COMMAND_LINE_ONLY = frozenset({"force"})

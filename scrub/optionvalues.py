@@ -1,0 +1,157 @@
+"""Option values as the types their keys hold: one validation, with the same message
+whether a value came from a flag, a config file or an API keyword."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from scrub.errors import UsageError
+from scrub.keys import SEVERITY_LEVELS, Key
+
+
+def coerce(key: Key, value: Any, where: str) -> Any:
+    """``value`` as the type ``key`` holds, or a `UsageError` naming ``where`` it came from
+    (``--num-classes`` or ``scrub.toml:3: num-classes``)."""
+
+    def fail(expected: str) -> UsageError:
+        return UsageError(f"{where}: expected {expected}, got {value!r}")
+
+    if key.kind == "bool":
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if key.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer")
+    elif key.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail("a number")
+        value = float(value)
+    elif key.kind in ("str", "path"):
+        if isinstance(value, Path):
+            value = str(value)
+        if not isinstance(value, str) or not value:
+            raise fail("a non-empty string")
+        if key.kind == "path":
+            return Path(value)
+    elif key.kind in ("ids", "paths"):
+        if isinstance(value, str):
+            value = (
+                [part.strip() for part in value.split(",") if part.strip()] if key.kind == "ids" else [value]
+            )
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+            raise fail("a list of names")
+        return tuple(value)
+    elif key.kind == "severities":
+        return _severities(value, where)
+    elif key.kind == "palette":
+        return _palette(value, where)
+    elif key.kind == "index":
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return None
+        try:
+            value = int(value) if isinstance(value, str) else value
+        except ValueError:
+            raise fail("an integer or none") from None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail("an integer >= 0 or none")
+        return value
+    elif key.kind == "range":
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            value = f"{value[0]}:{value[1]}"
+        if not isinstance(value, str):
+            raise fail("LO:HI")
+        return parse_label_range(value, where)
+    if key.choices is not None and value not in key.choices:
+        raise UsageError(f"{where}: {value!r} is not one of {', '.join(key.choices)}")
+    if key.minimum is not None and value < key.minimum:
+        raise UsageError(f"{where}: must be at least {key.minimum:g}, got {value!r}")
+    return value
+
+
+def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{"fp16-overflow": "error"}`` (a config table) or ``["fp16-overflow=error"]`` (flags)."""
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        pairs = {}
+        for item in value:
+            if isinstance(item, tuple) and len(item) == 2:  # the model's own form
+                item = f"{item[0]}={item[1]}"
+            check, sep, level = str(item).partition("=")
+            if not sep:
+                raise UsageError(f"{where}: expected CHECK=LEVEL, got {item!r}")
+            pairs[check.strip()] = level.strip()
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where}: expected a table of check = level")
+    for check, level in value.items():
+        if level not in SEVERITY_LEVELS:
+            raise UsageError(f"{where}: {check} = {level!r}: choose one of {', '.join(SEVERITY_LEVELS)}")
+    return tuple(sorted(value.items()))
+
+
+def voc_palette() -> tuple[tuple[int, tuple[int, int, int]], ...]:
+    """Pascal VOC's colour map (and so its PNG masks' palette): class id i's colour from the
+    bits of i, 255 (void) the boundary's (224, 224, 192)."""
+    palette = []
+    for index in range(256):
+        red = green = blue = 0
+        code = index
+        for shift in range(8):
+            red |= ((code >> 0) & 1) << (7 - shift)
+            green |= ((code >> 1) & 1) << (7 - shift)
+            blue |= ((code >> 2) & 1) << (7 - shift)
+            code >>= 3
+        palette.append((index, (red, green, blue)))
+    return tuple(palette)
+
+
+def _palette(value: Any, where: str) -> tuple[tuple[int, tuple[int, int, int]], ...]:
+    """``voc``, a JSON file (a list of [r, g, b] by class id, or an object of id -> [r, g, b]),
+    or the model's own form, as (class id, colour) pairs."""
+    import json
+
+    if isinstance(value, Mapping):  # a config table: id = [r, g, b]
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)):  # the model's (id, colour) pairs, or colours by id
+        pairs = (
+            [(item[0], item[1]) for item in value]
+            if all(isinstance(item, (list, tuple)) and len(item) == 2 for item in value)
+            else list(enumerate(value))
+        )
+    elif str(value).lower() == "voc":
+        return voc_palette()
+    else:
+        try:
+            document = json.loads(Path(str(value)).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise UsageError(f"{where}: expected voc or a JSON file of colours ({error})") from None
+        pairs = list(document.items()) if isinstance(document, dict) else list(enumerate(document))
+    palette: list[tuple[int, tuple[int, int, int]]] = []
+    for index, colour in pairs:
+        try:
+            channels = [int(c) for c in colour]
+            number = int(index)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: class {index}: expected [r, g, b], got {colour!r}") from None
+        if len(channels) != 3 or not all(0 <= c <= 255 for c in channels):
+            raise UsageError(f"{where}: class {index}: expected [r, g, b] of 0..255, got {colour!r}")
+        palette.append((number, (channels[0], channels[1], channels[2])))
+    if not palette:
+        raise UsageError(f"{where}: the palette is empty")
+    return tuple(palette)
+
+
+def parse_label_range(text: str, where: str = "--label-range") -> tuple[int, int]:
+    """``LO:HI`` (HI exclusive) as a pair of ints."""
+    low, sep, high = text.partition(":")
+    try:
+        bounds = (int(low), int(high))
+    except ValueError:
+        bounds = None
+    if not sep or bounds is None or bounds[0] >= bounds[1]:
+        raise UsageError(f"{where}: {text!r}: expected LO:HI with integers LO < HI")
+    return bounds
