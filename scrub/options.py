@@ -78,7 +78,7 @@ class ReplayOptions:
     def config(self, precision: str = "float32"):
         """The replayer's configuration, at the scan's training ``precision`` (a ``--model``
         module is imported now, so that a typo fails before the scan, not after it)."""
-        from scrub.replay.replayer import ReplayConfig
+        from scrub.replay.config import ReplayConfig
         from scrub.replay.usermodel import load_loss
 
         try:

@@ -275,7 +275,7 @@ def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:
 def rare_only(
     offsets: Any, values: Any, dtype: str
 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """A ``rare`` or ``magnitude`` column (see `scrub.summary.RareValueStore`) as (offsets, values)
+    """A ``rare`` or ``magnitude`` column (see `scrub.columnstores.RareValueStore`) as (offsets, values)
     of the rows whose value (magnitude bin) this partition holds at most the store's cap of, plus
     the histogram of every row: a value common here is common in the dataset, so its rows'
     positions are never needed, and a partition of millions of rows sends back its tails only.

@@ -25,8 +25,8 @@ _EXPORTS = {
     "record_vector": "scrub.replay.features",
     "LinearSoftmax": "scrub.replay.model",
     "Replayer": "scrub.replay.replayer",
-    "ReplayConfig": "scrub.replay.replayer",
-    "ReplayStats": "scrub.replay.replayer",
+    "ReplayConfig": "scrub.replay.config",
+    "ReplayStats": "scrub.replay.config",
     "Standardizer": "scrub.replay.standardize",
 }
 __all__ = sorted(_EXPORTS)

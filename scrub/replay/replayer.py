@@ -4,57 +4,17 @@ The driver feeds vectors in record order, in chunks of any size; batches are cut
 stream (fed records 0-63, 64-127, ...), so the batches, the weights and every issue depend only
 on the data, the seed and the options: never on chunk sizes, partitions or workers.
 
-Per batch:
-
-1. Labels outside [0, C) are reported (`label-out-of-range`) and left out of the batch: the
-   loss would index past the logits with them.
-2. The inputs are standardized (`scrub.replay.standardize`; the ``l2`` model takes them raw,
-   and so does ``--no-normalize``), then one forward and backward pass; logits, losses and
-   gradients are checked for NaN and Inf.
-3. A non-finite batch is localized: each record is judged on its own at the same weights. With
-   a model whose losses are per record (``linear``, ``l2``) that is its own row of the batch's
-   pass; otherwise (``batchnorm``, a PyTorch model, a user loss) the record is replayed in the
-   company of the last clean batch (before there is one, of the typical rows of its own batch
-   when they are clean together: finite, at most 1000x their median magnitude; else alone), so
-   that a loss that needs its batch is judged in a healthy one. Records that go non-finite are reported:
-   `loss-nonfinite` when the logits or the loss do, `grad-nonfinite` when only the gradient
-   does. When no record does, or the others still go non-finite without them, the batch has a
-   batch-level pathology: each of those records is reported `loss-nonfinite` as a *warning*
-   with ``batch_level: true``.
-4. The L2 probe (with the default ``linear`` model): each record's raw input divided by its
-   float32 L2 norm, as a normalizing layer would. An all-zero row gives 0/0, a row whose squares
-   overflow an Inf norm (and a normalized row of zeros): `loss-nonfinite` with
-   ``normalization: true`` in its details, an error for the squares (what `square-overflow`
-   finds), a warning for the zero row (`zero-norm`'s severity: harmless to a network that does
-   not normalize its input; ``--model l2`` says it does, and trains the whole model on it).
-   A model's normalization statistic (the ``l2`` model's norm, the ``batchnorm`` model's
-   variance) that goes Inf counts as non-finite: the output stays finite, silently zeroed.
-5. Every record still finite is screened, whatever its batch held: `loss-outlier`, a loss above
-   ``outlier_factor`` (100) times max(the median loss, ln C); and `grad-outlier`, which does
-   not depend on the label (a confidently "correct" 1e30 row has loss 0 and gradient 0): the
-   largest norm the record's share of the gradient can have, ``||(h, 1)|| * sqrt(2) / n``.
-   Above ``step_limit`` (10) times the parameters' norm once multiplied by the learning rate,
-   it is an error (one step on it could throw the weights ten times their size); above
-   ``outlier_factor`` times the batch's median, a warning.
-6. Reported records never move the weights: the rest of the batch is evaluated again without
-   them and applied, unless the step would change the parameters' norm by more than
-   ``step_limit`` times (``||θ - lr·g|| / ||θ||``); then nothing is applied and the records
-   whose shares of the gradient make up half of it are `grad-outlier` errors, with the factor.
-
-The absolute limits of 5 and 6 apply only where the inputs have a known scale: standardized
-(the default), or normalized by the model itself (``l2``, ``batchnorm``). On raw values
-(``--no-normalize``) clean data can take absurd steps too (a linear layer's first step on raw
-photos at lr 0.01 multiplies its norm by ~45), so only the relative screens run.
-
-User losses (``config.model`` = ``module:function``) go through steps 1, 3 and 5's
-`loss-outlier`; scrub holds no weights for them, so there is no update.
+What a batch goes through (labels out of range left out; one forward and backward pass; a
+non-finite batch localized record by record; the L2 probe; every finite record screened for
+`loss-outlier` and `grad-outlier`; reported records never move the weights) is documented step
+by step, with the reasons for each limit, in docs/replay.md ("Per batch").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,76 +23,14 @@ from scrub.checks import replay as _replay_checks  # noqa: F401 - registers the 
 from scrub.checks.base import Finding, make_issue
 from scrub.checks.numeric import F32_OVERFLOW
 from scrub.records import Issue, Severity
+from scrub.replay.config import ReplayConfig, ReplayStats
 from scrub.replay.features import Identity
-from scrub.replay.model import BUILT_IN, PRECISIONS, round_to_bfloat16
+from scrub.replay.model import BUILT_IN, round_to_bfloat16
 from scrub.replay.standardize import typical
 from scrub.replay.usermodel import LossFunction, call_loss, load_model
 
 #: What the forward pass computes: non-finite there is `loss-nonfinite`; else `grad-nonfinite`.
 FORWARD = frozenset({"norm", "variance", "logits", "loss"})
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayConfig:
-    """The replay's options (the CLI's --batch-size, --lr, --seed, --precision, --model, ...)."""
-
-    batch_size: int = 64
-    lr: float = 0.01  # plain SGD, as users train
-    seed: int = 0
-    precision: str = "float32"  # float16 / bfloat16: the matmuls as mixed precision runs them
-    model: str = "linear"  # linear, l2, batchnorm, or module:function (a loss, or a PyTorch factory)
-    normalize: bool = True  # standardize the inputs (see scrub.replay.standardize)
-    outlier_factor: float = 100.0
-    step_limit: float = 10.0
-    init_std: float = 0.01
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
-        if not (math.isfinite(self.lr) and self.lr >= 0):
-            raise ValueError("lr must be a finite number >= 0")
-        if not self.outlier_factor > 1 or not self.step_limit > 1:
-            raise ValueError("outlier_factor and step_limit must be > 1")
-        if self.model not in BUILT_IN and ":" not in self.model:
-            raise ValueError(
-                f"model must be one of {', '.join(BUILT_IN)} or module:function, not {self.model!r}"
-            )
-
-
-@dataclass
-class ReplayStats:
-    """What the replay did, for the summary."""
-
-    batches: int = 0
-    batches_applied: int = 0
-    batches_skipped: int = 0  # nothing applied: every record reported, a non-finite rest, an absurd step
-    records: int = 0  # fed
-    records_replayed: int = 0  # fed with a label in range
-    records_applied: int = 0  # that moved the weights
-    label_out_of_range: int = 0
-    loss_nonfinite: int = 0
-    grad_nonfinite: int = 0
-    batch_level: int = 0  # records of batches that go non-finite only together (warnings)
-    normalization: int = 0  # records only the L2 probe found
-    loss_outlier: int = 0
-    grad_outlier: int = 0
-    first_loss: float | None = None  # mean loss of the first applied batch
-    final_loss: float | None = None  # mean loss of the last applied batch
-    mean_loss: float | None = None  # mean of the applied batches' mean losses
-    _total: float = field(default=0.0, repr=False)
-
-    def applied(self, loss: float, records: int) -> None:
-        self.batches_applied += 1
-        self.records_applied += records
-        self.first_loss = loss if self.first_loss is None else self.first_loss
-        self.final_loss = loss
-        self._total += loss
-        self.mean_loss = self._total / self.batches_applied
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
 @dataclass(frozen=True, slots=True)
