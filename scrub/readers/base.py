@@ -93,6 +93,15 @@ class DatasetInfo:
     #: images/), for the HTML report's thumbnails; None where records are not image files
     image_root: str | None = None
 
+    #: the layout of a dataset whose records a list file names (Caffe's ImageData and HDF5Data
+    #: lists, CSV lists): its cleaned copy is a list of its own, beside copies of what it names
+    LIST_FILE: ClassVar[str] = "list-file"
+
+    @property
+    def listed(self) -> bool:
+        """Its records are named by a list file (see `LIST_FILE`)."""
+        return self.layout == self.LIST_FILE
+
     def to_dict(self) -> dict[str, Any]:
         document = {
             "format": self.format,

@@ -147,7 +147,7 @@ class HDF5Reader(Reader[RowRange]):
             root, layout = self.path.parent, "file"
             listed = [(self.path.name, self.path)]
         else:
-            root, layout = self.path.parent, "list-file"
+            root, layout = self.path.parent, DatasetInfo.LIST_FILE
             listed = [(line, root / line) for line in self._list_lines(self.path)]
         if not listed:
             raise UnusableDataset(f"{self.path}: no HDF5 files found")
@@ -371,7 +371,7 @@ class HDF5Reader(Reader[RowRange]):
             yield Batch(partition.source, row, row - partition.start, pieces, labels, meta)
 
     def members(self, partitions: Sequence[RowRange]) -> Iterator[str]:
-        if self.layout == "list-file":
+        if self.layout == DatasetInfo.LIST_FILE:
             yield str(self.path)
         for _, path in self.listed:
             yield path

@@ -300,7 +300,11 @@ class ImageReader(Reader[Sequence[Entry]]):
         if not entries:
             raise UnusableDataset(f"{list_path}: the list file is empty")
         info = DatasetInfo(
-            format=self.format, layout="list-file", root=str(root), labelled=True, records=len(entries)
+            format=self.format,
+            layout=DatasetInfo.LIST_FILE,
+            root=str(root),
+            labelled=True,
+            records=len(entries),
         )
         info.files[list_path.name] = form.describe()
         if form.delimiter is not None and form.label_column is None:

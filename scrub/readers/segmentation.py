@@ -232,7 +232,11 @@ class SegmentationReader(Reader[Sequence[Pair]]):
         if not pairs:
             raise UnusableDataset(f"{self.path}: the list file is empty")
         info = DatasetInfo(
-            format=self.format, layout="list-file", root=self.root, labelled=True, records=len(pairs)
+            format=self.format,
+            layout=DatasetInfo.LIST_FILE,
+            root=self.root,
+            labelled=True,
+            records=len(pairs),
         )
         info.files[self.path.name] = {"pairs": len(pairs)}
         info.image_root = os.path.join(self.root, self.image_folder)

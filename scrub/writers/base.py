@@ -88,14 +88,14 @@ class Writer(ABC):
     @property
     def output_is_folder(self) -> bool:
         """Whether the cleaned copy is a folder (else a single file, like the source)."""
-        return self.source.is_dir() or self.info.layout == "list-file"
+        return self.source.is_dir() or self.info.listed
 
     def clean_name(self) -> str:
         """The default cleaned copy's name, beside the source: ``NAME.clean`` for a folder or a
         list file's folder, ``STEM.clean.EXT`` for a single file."""
         if self.source.is_dir():
             return f"{self.source.name}.clean"
-        if self.info.layout == "list-file":
+        if self.info.listed:
             return f"{self.source.stem}.clean"
         return f"{self.source.stem}.clean{self.source.suffix}"
 
@@ -105,11 +105,11 @@ class Writer(ABC):
 
     def quarantine_name(self) -> str:
         """The quarantined dataset's name inside the quarantine folder."""
-        return self.base_name() if self.info.layout == "list-file" else self.source.name
+        return self.base_name() if self.info.listed else self.source.name
 
     def dataset_in(self, target: Path) -> Path:
         """The path to scan inside a written output (a list layout's list file)."""
-        return target / self.source.name if self.info.layout == "list-file" else target
+        return target / self.source.name if self.info.listed else target
 
     @abstractmethod
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:

@@ -91,7 +91,7 @@ class HDF5Writer(Writer):
             if quarantine is not None:
                 quarantine.mkdir()
         with contextlib.ExitStack() as open_lists:
-            if self.info.layout == "list-file":
+            if self.info.listed:
                 lists[False] = open_lists.enter_context(open(clean / self.source.name, "w", encoding="utf-8"))
                 if quarantine is not None:
                     lists[True] = open_lists.enter_context(
@@ -132,7 +132,7 @@ class HDF5Writer(Writer):
 
     def _relative(self, source: str) -> str:
         """A source's path relative to the root, as the outputs name it."""
-        if self.info.layout != "list-file":
+        if not self.info.listed:
             return source
         root = self.reader.root
         return os.path.relpath(os.path.normpath(os.path.join(root, source)), root).replace(os.sep, "/")
@@ -251,7 +251,7 @@ class HDF5Writer(Writer):
         them: by the list file's lines, the folder's HDF5 files, or the file itself."""
         if not target.exists():
             return
-        if self.info.layout == "list-file":
+        if self.info.listed:
             with open(target / self.source.name, encoding="utf-8") as lines:
                 for line in lines:
                     if line.strip():

@@ -43,7 +43,7 @@ class ImageWriter(Writer):
 
     @property
     def listed(self) -> bool:
-        return self.info.layout == "list-file"
+        return self.info.listed
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         """The partitions are copied by local worker processes (`CopyImages`), each file once;
