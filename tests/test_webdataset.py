@@ -220,7 +220,7 @@ def test_the_header_walk_agrees_with_tarfile(tmp_path_factory, members, form, fl
     writes in each format (long and non-ASCII names, folders, links, pax times as TarWriter
     writes them), it finds what tarfile finds, and fix copies every member byte for byte."""
     from scrub.readers.base import ReadOptions, open_reader
-    from scrub.readers.webdataset import Walk, open_shard, walk_shard
+    from scrub.readers.tarwalk import Walk, open_shard, walk_shard
     from scrub.writers.base import Verdicts
     from scrub.writers.webdataset import WebDatasetWriter
 

@@ -9,27 +9,22 @@ member, else its ``.npy``, or the member ``--data-key`` names) and its label (``
 other class-id extensions, ``.txt`` when every sampled one is an integer, or ``--label-key``).
 Its other ``.npy`` and ``.json`` members are checked to load.
 
-Shards are read with the standard library's `tarfile`: the driver walks every shard's headers
-(seeking past the data of an uncompressed shard; a compressed one is decompressed once) to count
-samples and cut partitions at sample boundaries, and workers seek to their partition's first
-header. A shard cut short gives a ``malformed-sample`` on the sample it cuts; headers that stop
-before the shard's end (a damaged header: `tarfile` itself silently stops there) give a
-``damaged-shard`` on the shard.
+Shards are walked by `scrub.readers.tarwalk`: the driver walks every shard's headers (seeking
+past the data of an uncompressed shard; a compressed one is decompressed once) to count samples
+and cut partitions at sample boundaries, and workers seek to their partition's first header. A
+shard cut short gives a ``malformed-sample`` on the sample it cuts; headers that stop before the
+shard's end (a damaged header: `tarfile` itself silently stops there) give a ``damaged-shard``
+on the shard.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-import os
 import re
-import tarfile
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -39,9 +34,20 @@ from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.images import parse_label
 from scrub.readers.lmdb import decode_value
+from scrub.readers.tarwalk import (
+    SHARD_SUFFIXES,
+    STREAM_ERRORS,
+    Member,
+    Walk,
+    is_compressed,
+    is_shard_name,
+    looks_like_tar,
+    open_shard,
+    shard_files,
+    walk_shard,
+)
 from scrub.records import Record
 
-SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 #: members WebDataset skips as metadata (its ``skip_meta``)
@@ -51,44 +57,6 @@ IMAGE_SUFFIXES = frozenset(extension.lstrip(".") for extension in EXTENSION_FORM
 LABEL_SUFFIXES = ("cls", "cls2", "class", "label", "target")
 #: how many ``.txt`` members are read to tell class ids from captions
 SAMPLED_TEXTS = 64
-BLOCK = tarfile.BLOCKSIZE
-
-
-def is_shard_name(name: str) -> bool:
-    return name.lower().endswith(SHARD_SUFFIXES)
-
-
-def is_compressed(path: Path | str) -> bool:
-    return not str(path).lower().endswith(".tar")
-
-
-def shard_files(folder: Path) -> list[Path]:
-    """The shards directly inside ``folder``, by name."""
-    return sorted(
-        entry
-        for entry in folder.iterdir()
-        if is_shard_name(entry.name) and not entry.name.startswith(".") and entry.is_file()
-    )
-
-
-def looks_like_tar(path: Path) -> bool:
-    """A ``.tar`` whose first header checks out, or a gzip file named ``.tar.gz``/``.tgz``."""
-    try:
-        with open(path, "rb") as file:
-            head = file.read(BLOCK)
-    except OSError:
-        return False
-    if is_compressed(path):
-        return head[:2] == b"\x1f\x8b"
-    if len(head) < BLOCK:
-        return False
-    if not any(head):  # an empty archive: only its end-of-archive blocks
-        return True
-    try:
-        tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")
-    except tarfile.HeaderError:
-        return False
-    return True
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -97,23 +65,6 @@ def split_name(name: str) -> tuple[str, str] | None:
         return None
     match = _KEY_AND_EXTENSION.match(name)
     return None if match is None else (match.group(1), match.group(2).lower())
-
-
-@dataclass
-class Member:
-    """One tar member as read: where its headers and data lie, and its data (None when only
-    headers were walked)."""
-
-    name: str
-    offset: int  # of its first header block (a pax or GNU extended header included)
-    offset_data: int
-    size: int
-    regular: bool  # a regular file (what samples are made of); else a folder, a link, ...
-    data: bytes | None = None
-    #: the shard ends inside this member's data: ``data`` holds the bytes there were
-    cut: bool = False
-    #: its header blocks as they are in the shard (when the walk was asked for them)
-    header: bytes | None = None
 
 
 @dataclass
@@ -132,278 +83,6 @@ class Other:
     """A member that belongs to no sample (a folder, a link, ``__meta__``, no extension)."""
 
     member: Member
-
-
-@dataclass
-class Walk:
-    """Where a walk over a shard's headers stopped, and why (see `walk_shard`)."""
-
-    end: int = 0  # offset just after the last member read
-    #: the shard ends inside a member or a header: the last member is `Member.cut` or lost
-    cut: bool = False
-    #: bytes after ``end`` that are neither headers nor the end-of-archive blocks
-    damaged: int = 0
-    #: no end-of-archive blocks: the shard may have been cut at a member boundary
-    unterminated: bool = False
-
-
-def open_shard(path: str) -> IO[bytes]:
-    """The shard's uncompressed bytes, seekable (forward seeks of a compressed one decompress)."""
-    if is_compressed(path):
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
-
-
-#: what a compressed shard cut short or damaged raises while it is read
-_STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
-
-
-def walk_shard(
-    file: IO[bytes],
-    start: int = 0,
-    with_data: bool = True,
-    walk: Walk | None = None,
-    with_headers: bool = False,
-) -> Iterator[Member]:
-    """The members of a shard from the header at ``start``, in order; ``walk`` (if given) says
-    afterwards how the walk ended.
-
-    Headers are parsed here for the common cases (ustar and GNU headers, pax ``path``/``size``
-    records: what ``tarfile`` and WebDataset's TarWriter write), at a fifth of `tarfile`'s cost
-    per member (measured: shards are mostly headers and small members); anything else (GNU long
-    names, sparse files, global pax headers, base-256 sizes, a header that fails its checksum)
-    is left to `tarfile` from that member on (tested to agree with it).
-    """
-    walk = walk if walk is not None else Walk()
-    walk.end = offset = start
-    size_of = _plain_size(file)
-    pending: dict[str, str] = {}
-    first = start  # the member's first header block (its pax header's, if any)
-    raw: list[bytes] = []
-    while True:
-        try:
-            file.seek(offset)
-            block = file.read(BLOCK)
-        except _STREAM_ERRORS:
-            walk.cut = True
-            return
-        if len(block) < BLOCK or not any(block):
-            if len(block) < BLOCK and (any(block) or pending):  # a header cut short
-                walk.cut = True
-                return
-            break  # the end-of-archive blocks, or the end of the file
-        parsed = _parse_header(block)
-        if parsed is None:  # not a case parsed here: tarfile takes it from this member on
-            yield from _tarfile_members(file, first, with_data, walk, with_headers)
-            return
-        name, size, kind = parsed
-        if with_headers:
-            raw.append(block)
-        if kind == b"x":  # pax records for the next header
-            try:
-                records = file.read(size)
-            except _STREAM_ERRORS:
-                records = b""
-            if len(records) < size:
-                walk.cut = True
-                return
-            keys = _pax_records(records)
-            if keys is None:
-                yield from _tarfile_members(file, first, with_data, walk, with_headers)
-                return
-            pending.update(keys)
-            if with_headers:
-                raw.append(records + bytes(-size % BLOCK))
-            offset += BLOCK + size + (-size % BLOCK)
-            continue
-        if kind == b"\0" and name.endswith("/"):  # an old tar's folder, as tarfile reads it
-            kind = b"5"
-        if "path" in pending:
-            name = pending["path"].rstrip("/")  # as tarfile applies it
-        if "size" in pending:
-            size = int(pending["size"])
-        regular = kind in REGULAR_TYPES
-        if kind == b"5":
-            name = name.rstrip("/")
-        offset_data = offset + BLOCK
-        member = Member(
-            name, first, offset_data, size, regular, header=b"".join(raw) if with_headers else None
-        )
-        pending, raw = {}, []
-        stored = size if regular else 0
-        if regular and with_data:
-            try:
-                member.data = file.read(size)
-            except _STREAM_ERRORS:
-                member.data = b""
-            member.cut = len(member.data) < size
-            available = offset_data + len(member.data)
-        elif regular:
-            available = size_of if size_of is not None else _size(file, offset_data + size)
-            member.cut = offset_data + size > available
-        offset = offset_data + stored + (-stored % BLOCK)
-        walk.end = offset
-        yield member
-        if member.cut:
-            walk.cut = True
-            walk.end = min(available, offset_data + size)
-            return
-        first = offset
-    walk.damaged, walk.cut = _rest(file, walk.end)
-    if not walk.damaged and not walk.cut:
-        walk.unterminated = _size(file, walk.end + 1) <= walk.end
-
-
-#: tar type flags of regular files (``tarfile.REGULAR_TYPES``: old and new regular, contiguous)
-REGULAR_TYPES = frozenset({b"0", b"\0", b"7"})
-#: the type flags parsed here; the others (GNU long names "L"/"K", sparse "S", global pax "g",
-#: vendor extensions) are left to `tarfile`
-_PARSED_TYPES = REGULAR_TYPES | frozenset({b"1", b"2", b"3", b"4", b"5", b"6", b"x"})
-_POSIX_MAGIC = b"ustar\x0000"
-
-
-def _parse_header(block: bytes) -> tuple[str, int, bytes] | None:
-    """(name, size, type flag) of a header block that checks out and is one of the cases parsed
-    here (`_PARSED_TYPES`, an octal size); None for anything `tarfile` must decide."""
-    try:
-        checksum = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
-    except ValueError:
-        return None
-    if checksum != 256 + sum(block) - sum(block[148:156]):
-        return None  # tarfile also accepts the signed sum of old tars: left to it
-    kind = block[156:157]
-    if kind not in _PARSED_TYPES or block[124] & 0x80:
-        return None
-    try:
-        size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
-    except ValueError:
-        return None
-    name = block[:100].split(b"\0", 1)[0]
-    if block[257:265] == _POSIX_MAGIC:
-        prefix = block[345:500].split(b"\0", 1)[0]
-        if prefix:
-            name = prefix + b"/" + name
-    return name.decode("utf-8", "surrogateescape"), size, kind
-
-
-def _pax_records(data: bytes) -> dict[str, str] | None:
-    """The ``path`` and ``size`` of pax records (``"%d %s=%s\\n"``); None for records that only
-    `tarfile` should interpret (another charset, GNU sparse maps) or that do not parse."""
-    found: dict[str, str] = {}
-    position = 0
-    while position < len(data) and data[position] != 0:
-        try:
-            space = data.index(b" ", position)
-            length = int(data[position:space])
-        except ValueError:
-            return None
-        record = data[space + 1 : position + length]
-        if length <= 0 or not record.endswith(b"\n"):
-            return None
-        key, equals, value = record[:-1].partition(b"=")
-        if not equals or key == b"hdrcharset" or key.startswith(b"GNU.sparse"):
-            return None
-        if key in (b"path", b"size"):
-            found[key.decode()] = value.decode("utf-8", "surrogateescape")
-        position += length
-    if "size" in found and not found["size"].isdigit():
-        return None
-    return found
-
-
-def _plain_size(file: IO[bytes]) -> int | None:
-    """The size of an uncompressed shard's file; None for a compressed one."""
-    if isinstance(file, gzip.GzipFile):
-        return None
-    return os.fstat(file.fileno()).st_size
-
-
-def _tarfile_members(
-    file: IO[bytes], start: int, with_data: bool, walk: Walk, with_headers: bool
-) -> Iterator[Member]:
-    """`walk_shard` by `tarfile`, from the header at ``start``."""
-    try:
-        file.seek(start)
-        tar = tarfile.open(fileobj=file, mode="r:")  # noqa: SIM115 - the caller owns ``file``
-    except tarfile.ReadError as error:
-        walk.end = start
-        if "empty file" in str(error):
-            walk.unterminated = True
-            return
-        walk.damaged, walk.cut = _rest(file, start)
-        walk.cut = walk.cut or not walk.damaged
-        return
-    except _STREAM_ERRORS:
-        walk.end, walk.cut = start, True
-        return
-    walk.end = start
-    while True:
-        try:
-            info = tar.next()
-        except tarfile.ReadError:  # "unexpected end of data", or a damaged extended header
-            walk.damaged, walk.cut = _rest(file, walk.end)
-            walk.cut = walk.cut or not walk.damaged
-            return
-        except _STREAM_ERRORS:
-            walk.cut = True
-            return
-        if info is None:
-            break
-        tar.members = []  # type: ignore[attr-defined]  # keep no headers: a shard may hold millions of members
-        member = Member(info.name, info.offset, info.offset_data, info.size, info.isreg())
-        if with_headers:
-            file.seek(info.offset)
-            member.header = file.read(info.offset_data - info.offset)
-        end = info.offset_data + (info.size if info.isreg() else 0)
-        if info.isreg() and with_data:
-            try:
-                file.seek(info.offset_data)
-                member.data = file.read(info.size)
-            except _STREAM_ERRORS:
-                member.data = b""
-            member.cut = len(member.data) < info.size
-        elif info.isreg():
-            available = _size(file, end)
-            member.cut = end > available
-        walk.end = info.offset_data + -(-(end - info.offset_data) // BLOCK) * BLOCK
-        yield member
-        if member.cut:
-            walk.cut = True
-            walk.end = info.offset_data + len(member.data) if member.data is not None else available
-            return
-    walk.damaged, walk.cut = _rest(file, walk.end)
-    if not walk.damaged and not walk.cut:
-        walk.unterminated = _size(file, walk.end + 1) <= walk.end
-
-
-def _size(file: IO[bytes], at_least: int) -> int:
-    """The stream's size if it is below ``at_least``, else ``at_least`` (cheap for plain files)."""
-    if isinstance(file, gzip.GzipFile):
-        try:
-            file.seek(at_least - 1)
-            return file.tell() + len(file.read(1))
-        except _STREAM_ERRORS:
-            return file.tell()
-    file.seek(0, io.SEEK_END)
-    return file.tell()
-
-
-def _rest(file: IO[bytes], offset: int) -> tuple[int, bool]:
-    """(non-zero bytes after ``offset``, whether the shard was cut short there): bytes after the
-    last header that are not end-of-archive zeros are damage, unless they are less than one
-    header (a header cut short, which `tarfile` passes over in silence) or a compressed stream
-    ends too early."""
-    try:
-        file.seek(offset)
-        damaged = total = 0
-        while chunk := file.read(1 << 20):
-            damaged += len(chunk) - chunk.count(0)
-            total += len(chunk)
-    except _STREAM_ERRORS:
-        return 0, True
-    if damaged and total < BLOCK:
-        return 0, True
-    return damaged, False
 
 
 def group_samples(members: Iterator[Member]) -> Iterator[Sample | Other]:
@@ -730,5 +409,5 @@ def _member_bytes(path: str, member: Member | None) -> bytes:
         file.seek(member.offset_data)
         try:
             return file.read(min(member.size, 1 << 16))
-        except _STREAM_ERRORS:
+        except STREAM_ERRORS:
             return b""

@@ -18,16 +18,8 @@ from pathlib import Path
 from typing import IO, cast
 
 from scrub.ledger import Ledger, identity_seed
-from scrub.readers.webdataset import (
-    SHARD_SUFFIXES,
-    Member,
-    Other,
-    Sample,
-    group_samples,
-    is_compressed,
-    open_shard,
-    walk_shard,
-)
+from scrub.readers.tarwalk import SHARD_SUFFIXES, Member, is_compressed, open_shard, walk_shard
+from scrub.readers.webdataset import Other, Sample, group_samples
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
