@@ -38,7 +38,7 @@ from scrub.readers.base import (
 )
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
-from scrub.readers.lmdb import decode_value
+from scrub.readers.values import decode_value
 from scrub.records import Record
 
 SNIFF_LINES = 100

@@ -1,9 +1,9 @@
 """LevelDB databases: Caffe's other backend (``convert_imageset --backend leveldb``).
 
-Values are decoded by the LMDB reader's codecs (`scrub.readers.lmdb.decode_value`: Caffe
-``Datum``s, raw encoded images, ``.npy`` values, pickles only with ``--allow-pickle``), keys are
-records in key order, and the metadata keys loaders use (``__keys__``, ``__len__``,
-``num-samples``) are skipped, as for LMDB. Read with `plyvel` (``pip install 'scrub[leveldb]'``).
+Values are decoded as LMDB's are (`scrub.readers.values.decode_value`: Caffe ``Datum``s, raw
+encoded images, ``.npy`` values, pickles only with ``--allow-pickle``), keys are records in key
+order, and the metadata keys loaders use (``__keys__``, ``__len__``, ``num-samples``) are
+skipped, as for LMDB. Read with `plyvel` (``pip install 'scrub[leveldb]'``).
 
 LevelDB has no read-only mode: opening a database replays its log and writes a new manifest,
 and only one process may hold it open (its ``LOCK``). So scrub never opens the source: it opens
@@ -32,7 +32,7 @@ from scrub.formats import needs
 from scrub.manifest import encode_key
 from scrub.outputs import scratch_folder
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.lmdb import (
+from scrub.readers.values import (
     CODECS,
     METADATA_KEYS,
     DictFields,

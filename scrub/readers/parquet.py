@@ -36,7 +36,7 @@ import numpy as np
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.formats import needs
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.readers.lmdb import use_array
+from scrub.readers.values import use_array
 from scrub.records import Batch, Record
 
 PARQUET_MAGIC = b"PAR1"

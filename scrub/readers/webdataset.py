@@ -33,7 +33,6 @@ from scrub.checks.images import EXTENSION_FORMATS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.images import parse_label
-from scrub.readers.lmdb import decode_value
 from scrub.readers.tarwalk import (
     SHARD_SUFFIXES,
     STREAM_ERRORS,
@@ -46,6 +45,7 @@ from scrub.readers.tarwalk import (
     shard_files,
     walk_shard,
 )
+from scrub.readers.values import decode_value
 from scrub.records import Record
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.readers.leveldb import open_database, plyvel_module
-from scrub.readers.lmdb import METADATA_KEYS
+from scrub.readers.values import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer
 from scrub.writers.lmdb import each_outputs_metadata
 

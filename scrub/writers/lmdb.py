@@ -22,7 +22,8 @@ from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.manifest import encode_key
-from scrub.readers.lmdb import METADATA_KEYS, open_environment
+from scrub.readers.lmdb import open_environment
+from scrub.readers.values import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer
 
 COMMIT_BYTES = 64 << 20
