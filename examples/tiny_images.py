@@ -7,12 +7,12 @@ and shared by every check. Its docstring needs the four sections that `scrub che
 """
 
 from scrub.checks import CheckOptions, Finding, record_check
-from scrub.records import Record, Severity
+from scrub.records import Carries, Record, Severity
 
 MIN_SIDE = 32
 
 
-@record_check("tiny-image", Severity.WARNING, needs="image")
+@record_check("tiny-image", Severity.WARNING, needs=Carries.IMAGE)
 def tiny_image(record: Record, options: CheckOptions) -> Finding | None:
     """An image whose shorter side is under 32 pixels.
 

@@ -28,6 +28,47 @@ class Severity(str, Enum):
 
 
 _SEVERITY_RANK = {Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+class Carries(str, Enum):
+    """What a dataset's records carry (a reader's ``provides``) and what a check needs to run
+    (its ``needs``): a check runs on a dataset whose reader provides what it needs. "any" and
+    "label" checks run everywhere (label checks where the dataset is labelled)."""
+
+    ANY = "any"
+    LABEL = "label"
+    IMAGE = "image"  # encoded images
+    BYTES = "bytes"  # records that are encoded files (their digest finds duplicates)
+    ARRAY = "array"  # numbers
+    ROWS = "rows"  # paired data/label array datasets
+    VALUES = "values"  # values of key-value stores
+    MASKS = "masks"  # segmentation masks
+    BOXES = "boxes"  # detection boxes
+    SAMPLES = "samples"  # WebDataset samples
+    LABEL_VECTORS = "label-vectors"  # (N, K) labels (`DatasetInfo.label_width`)
+    REPLAY = "replay"  # the dummy-loss replay ran
+    TRAINING_RUN = "training run"  # the NaN guard's findings
+    SEVERAL_DATASETS = "several datasets"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def described(self) -> str:
+        """What a dataset lacks when a check that needs this cannot run on it."""
+        return _DESCRIBED.get(self, self.value)
+
+
+_DESCRIBED = {
+    Carries.LABEL: "labels",
+    Carries.ARRAY: "numeric values",
+    Carries.IMAGE: "images",
+    Carries.BYTES: "encoded files",
+    Carries.ROWS: "array rows",
+    Carries.VALUES: "key-value records",
+    Carries.REPLAY: "--dummy-loss replay",
+    Carries.LABEL_VECTORS: "label vectors",
+}
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)
 SEVERITY_NAMES = {severity: severity.value for severity in Severity}
 

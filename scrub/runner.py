@@ -26,7 +26,7 @@ from scrub.checks.properties import annotate, tally
 from scrub.encoding import FLUSH_ISSUES, Encoder, Encoding
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
-from scrub.records import Batch, Issue, Record
+from scrub.records import Batch, Carries, Issue, Record
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.results import (
     NOT_REUSABLE,
@@ -189,7 +189,7 @@ class PartitionWork:
         ``group`` names the statistics the values go to (default: the batch's source); with an
         ``encoder``, findings become manifest lines at once (`Encoder.add_rows`)."""
         for check in batch_checks:
-            if check.needs == "label" and batch.labels is None:
+            if check.needs is Carries.LABEL and batch.labels is None:
                 continue
             found = _run_check(check, batch, self.options, check.batch)
             if encoder is not None:
@@ -257,7 +257,7 @@ class _Plan:
         self.batch = [c for c in checks if c.batch is not None]
         # Array values of record datasets get the checks that exist only in batch form; the
         # others (labels, empty-record) already ran on the record.
-        self.numeric = [c for c in self.batch if c.func is None and c.needs != "label"]
+        self.numeric = [c for c in self.batch if c.func is None and c.needs is not Carries.LABEL]
         self.dataset = [c for c in checks if c.kind == "dataset"]
 
 

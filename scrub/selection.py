@@ -13,12 +13,13 @@ from scrub.checks.base import (
 )
 from scrub.errors import UsageError
 from scrub.options import Selection
+from scrub.records import Carries
 
 
 def select_checks(
     selection: Selection,
     options: CheckOptions,
-    provides: Iterable[str] = ("image", "bytes", "array"),
+    provides: Iterable[Carries] = (Carries.IMAGE, Carries.BYTES, Carries.ARRAY),
     origin: Callable[[str], str] = lambda name: f"--{name}",
     dataset: str = "this dataset",
 ) -> list[Check]:
@@ -33,33 +34,20 @@ def select_checks(
         unknown = [c for c in ids if c not in REGISTRY]
         if unknown:
             raise UsageError(f"{origin(name)}: unknown check id: {', '.join(unknown)} (see `scrub checks`)")
-    applicable = {"any", "label", *provides}
+    applicable = {Carries.ANY, Carries.LABEL, *provides}
 
     def runs(check: Check) -> bool:
-        return check.needs in applicable and (check.needs != "label" or options.labelled)
+        return check.needs in applicable and (check.needs is not Carries.LABEL or options.labelled)
 
     dropped = set(selection.ignored)
     if selection.select is not None:
         cannot = [c for c in selection.select if not runs(REGISTRY[c])]
         if cannot:
             can = ", ".join(sorted(c.id for c in REGISTRY.values() if runs(c)))
+            lacks = " or ".join(sorted({REGISTRY[c].needs.described for c in cannot}))
             raise UsageError(
-                f"{origin('select')}: {', '.join(cannot)} cannot run on {dataset} (it has no "
-                f"{' or '.join(sorted({_need(REGISTRY[c].needs) for c in cannot}))}); the checks that apply: "
-                f"{can}"
+                f"{origin('select')}: {', '.join(cannot)} cannot run on {dataset} (it has no {lacks}); "
+                f"the checks that apply: {can}"
             )
     wanted = selection.select if selection.select is not None else sorted(REGISTRY)
     return [REGISTRY[c] for c in wanted if c not in dropped and runs(REGISTRY[c])]
-
-
-def _need(needs: str) -> str:
-    return {
-        "label": "labels",
-        "array": "numeric values",
-        "image": "images",
-        "bytes": "encoded files",
-        "rows": "array rows",
-        "values": "key-value records",
-        "replay": "--dummy-loss replay",
-        "label-vectors": "label vectors",
-    }.get(needs, needs)

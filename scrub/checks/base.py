@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from scrub.records import Issue, Record, Severity
+from scrub.records import Carries, Issue, Record, Severity
 
 #: The fixed sections of every check's docstring, in order (feeds `scrub checks --explain`,
 #: docs/checks.md and a test that fails when one is missing).
@@ -71,7 +71,7 @@ class Check:
     id: str
     severity: Severity
     kind: CheckKind
-    needs: str  # which records it applies to: "image", "label", "bytes", "any"
+    needs: Carries  # which records it applies to (see `Carries`)
     doc: str
     func: Callable[..., Any] | None = None
     collect: Callable[[Record], Any] | None = None
@@ -132,11 +132,11 @@ def _register(check: Check) -> Check:
     return check
 
 
-def record_check(id: str, severity: Severity, needs: str = "any") -> Callable:
+def record_check(id: str, severity: Severity, needs: Carries | str = Carries.ANY) -> Callable:
     """Register ``func(record, options) -> Finding | None`` as a record check."""
 
     def decorate(func: Callable) -> Callable:
-        _register(Check(id, severity, "record", needs, inspect.getdoc(func) or "", func=func))
+        _register(Check(id, severity, "record", Carries(needs), inspect.getdoc(func) or "", func=func))
         return func
 
     return decorate
@@ -148,7 +148,11 @@ RARE_KEPT = 1000
 
 
 def dataset_check(
-    id: str, severity: Severity, collect: Callable[[Record], Any], dtype: str, needs: str = "any"
+    id: str,
+    severity: Severity,
+    collect: Callable[[Record], Any],
+    dtype: str,
+    needs: Carries | str = Carries.ANY,
 ) -> Callable:
     """Register ``judge(column, options, locate) -> list[(position, Finding)]``.
 
@@ -162,13 +166,13 @@ def dataset_check(
 
     def decorate(func: Callable) -> Callable:
         doc = inspect.getdoc(func) or ""
-        _register(Check(id, severity, "dataset", needs, doc, func, collect, dtype))
+        _register(Check(id, severity, "dataset", Carries(needs), doc, func, collect, dtype))
         return func
 
     return decorate
 
 
-def batch_check(id: str, severity: Severity | None = None, needs: str = "array") -> Callable:
+def batch_check(id: str, severity: Severity | None = None, needs: Carries | str = Carries.ARRAY) -> Callable:
     """Register ``func(batch, options) -> [(row, Finding), ...]``, the vectorized form of a check.
 
     For an id already registered (a record check), this adds the batch form to it; otherwise it
@@ -181,7 +185,7 @@ def batch_check(id: str, severity: Severity | None = None, needs: str = "array")
         else:
             if severity is None:
                 raise ValueError(f"new check {id!r} needs a severity")
-            _register(Check(id, severity, "record", needs, inspect.getdoc(func) or "", batch=func))
+            _register(Check(id, severity, "record", Carries(needs), inspect.getdoc(func) or "", batch=func))
         return func
 
     return decorate
@@ -197,9 +201,9 @@ def batch_collector(id: str) -> Callable:
     return decorate
 
 
-def reader_check(id: str, severity: Severity, doc: str, needs: str = "any") -> Check:
+def reader_check(id: str, severity: Severity, doc: str, needs: Carries | str = Carries.ANY) -> Check:
     """Document a check that readers detect while reading."""
-    return _register(Check(id, severity, "reader", needs, inspect.cleandoc(doc)))
+    return _register(Check(id, severity, "reader", Carries(needs), inspect.cleandoc(doc)))
 
 
 def parse_sections(doc: str) -> dict[str, str]:

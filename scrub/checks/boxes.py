@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from scrub.checks.base import CheckOptions, Finding, reader_check, record_check
-from scrub.records import Record, Severity
+from scrub.records import Carries, Record, Severity
 
 #: how far a YOLO box edge may lie outside [0, 1] (rounding of normalized coordinates)
 YOLO_TOLERANCE = 0.01
@@ -58,7 +58,7 @@ MISSING_BOXES = reader_check(
     What fix does:
         Nothing by default (a warning): background images are legitimate.
     """,
-    needs="boxes",
+    needs=Carries.BOXES,
 )
 
 LABEL_WITHOUT_IMAGE = reader_check(
@@ -76,11 +76,11 @@ LABEL_WITHOUT_IMAGE = reader_check(
     What fix does:
         Nothing by default (a warning): the label file stays in the cleaned copy.
     """,
-    needs="boxes",
+    needs=Carries.BOXES,
 )
 
 
-@record_check("box-malformed", Severity.ERROR, needs="boxes")
+@record_check("box-malformed", Severity.ERROR, needs=Carries.BOXES)
 def box_malformed(record: Record, options: CheckOptions) -> Finding | None:
     """A label line or annotation that is not a box.
 
@@ -101,7 +101,7 @@ def box_malformed(record: Record, options: CheckOptions) -> Finding | None:
     return _finding("not a box", [ref for ref, _ in malformed], reasons=[why for _, why in malformed[:16]])
 
 
-@record_check("box-class-invalid", Severity.ERROR, needs="boxes")
+@record_check("box-class-invalid", Severity.ERROR, needs=Carries.BOXES)
 def box_class_invalid(record: Record, options: CheckOptions) -> Finding | None:
     """A box whose class id is not an integer, or lies outside the class range.
 
@@ -162,7 +162,7 @@ def _classes_shown(boxes: list[Box]) -> str:
     return shown + (f" and {len(boxes) - 5} more" if len(boxes) > 5 else "")
 
 
-@record_check("box-nonfinite", Severity.ERROR, needs="boxes")
+@record_check("box-nonfinite", Severity.ERROR, needs=Carries.BOXES)
 def box_nonfinite(record: Record, options: CheckOptions) -> Finding | None:
     """A box with a NaN or infinite coordinate.
 
@@ -180,7 +180,7 @@ def box_nonfinite(record: Record, options: CheckOptions) -> Finding | None:
     return _finding("a coordinate is NaN or infinite", bad) if bad else None
 
 
-@record_check("box-degenerate", Severity.ERROR, needs="boxes")
+@record_check("box-degenerate", Severity.ERROR, needs=Carries.BOXES)
 def box_degenerate(record: Record, options: CheckOptions) -> Finding | None:
     """A box of zero or negative width or height.
 
@@ -202,7 +202,7 @@ def box_degenerate(record: Record, options: CheckOptions) -> Finding | None:
     return _finding("zero or negative width or height", bad) if bad else None
 
 
-@record_check("box-out-of-bounds", Severity.ERROR, needs="boxes")
+@record_check("box-out-of-bounds", Severity.ERROR, needs=Carries.BOXES)
 def box_out_of_bounds(record: Record, options: CheckOptions) -> Finding | None:
     """A box that lies outside its image.
 
@@ -248,7 +248,7 @@ def box_out_of_bounds(record: Record, options: CheckOptions) -> Finding | None:
     return _finding("outside the image", bad) if bad else None
 
 
-@record_check("duplicate-box", Severity.WARNING, needs="boxes")
+@record_check("duplicate-box", Severity.WARNING, needs=Carries.BOXES)
 def duplicate_box(record: Record, options: CheckOptions) -> Finding | None:
     """The same box twice: the same class and coordinates.
 

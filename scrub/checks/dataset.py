@@ -21,7 +21,7 @@ from scrub.checks.base import (
     dataset_check,
 )
 from scrub.checks.labels import integer_label, integral_labels
-from scrub.records import Batch, Record, Severity
+from scrub.records import Batch, Carries, Record, Severity
 
 Judgement = list[tuple[Position, Finding]]
 
@@ -40,7 +40,7 @@ def _digest(record: Record) -> bytes | None:
     return record.meta.get("digest")
 
 
-@dataset_check("duplicate", Severity.WARNING, collect=_digest, dtype="S16", needs="bytes")
+@dataset_check("duplicate", Severity.WARNING, collect=_digest, dtype="S16", needs=Carries.BYTES)
 def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
     """Byte-identical content stored under another key; details name the first one.
 
@@ -97,7 +97,7 @@ def _image_mode(record: Record) -> str | None:
     return f"image|{facts.mode}"
 
 
-@dataset_check("shape-mismatch", Severity.WARNING, collect=_image_mode, dtype="category", needs="image")
+@dataset_check("shape-mismatch", Severity.WARNING, collect=_image_mode, dtype="category", needs=Carries.IMAGE)
 def shape_mismatch(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
     """Channels or mode differ from the dataset's dominant one.
 
@@ -181,7 +181,7 @@ def far_labels(distinct: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return distinct[above:] if rare_values and rare_records else distinct[:0]
 
 
-@dataset_check("label-outlier", Severity.WARNING, collect=_class_index, dtype="rare", needs="label")
+@dataset_check("label-outlier", Severity.WARNING, collect=_class_index, dtype="rare", needs=Carries.LABEL)
 def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
     """Without a declared class range: a label far outside the rest (8000 among 0..9).
 

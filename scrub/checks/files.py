@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scrub.checks.base import CheckOptions, Finding, reader_check, record_check
-from scrub.records import Record, Severity
+from scrub.records import Carries, Record, Severity
 
 MISSING_FILE = reader_check(
     "missing-file",
@@ -60,7 +60,7 @@ UNDECODABLE_RECORD = reader_check(
     What fix does:
         Moves the record to the quarantine.
     """,
-    needs="values",
+    needs=Carries.VALUES,
 )
 
 
@@ -83,7 +83,7 @@ MALFORMED_SAMPLE = reader_check(
     What fix does:
         Moves the sample to the quarantine shard (a cut member keeps the bytes there were).
     """,
-    needs="samples",
+    needs=Carries.SAMPLES,
 )
 
 DAMAGED_SHARD = reader_check(
@@ -104,7 +104,7 @@ DAMAGED_SHARD = reader_check(
         Sets the whole shard aside: it is copied byte for byte into the quarantine (rebuild it);
         the samples read before the damage are still scanned and reported.
     """,
-    needs="samples",
+    needs=Carries.SAMPLES,
 )
 
 UNREADABLE_DATASET = reader_check(
@@ -127,11 +127,11 @@ UNREADABLE_DATASET = reader_check(
         Nothing can be copied record by record from a dataset that does not open: `fix` of
         several datasets writes the others and says which one it could not open (exit 2).
     """,
-    needs="several datasets",
+    needs=Carries.SEVERAL_DATASETS,
 )
 
 
-@record_check("empty-record", Severity.ERROR, needs="any")
+@record_check("empty-record", Severity.ERROR, needs=Carries.ANY)
 def empty_record(record: Record, options: CheckOptions) -> Finding | None:
     """A record whose value is empty: a zero-byte file, an empty value, a zero-size row.
 

@@ -8,7 +8,7 @@ them to its manifest (which `scrub fix --manifest` takes).
 from __future__ import annotations
 
 from scrub.checks.base import reader_check
-from scrub.records import Severity
+from scrub.records import Carries, Severity
 
 TRAINING_NONFINITE = reader_check(
     "training-nonfinite",
@@ -33,7 +33,7 @@ TRAINING_NONFINITE = reader_check(
     What fix does:
         `scrub fix DATASET --manifest guard.scrub.jsonl` moves the record to the quarantine.
     """,
-    needs="training run",
+    needs=Carries.TRAINING_RUN,
 )
 
 TRAINING_JOINT_NONFINITE = reader_check(
@@ -56,7 +56,7 @@ TRAINING_JOINT_NONFINITE = reader_check(
     What fix does:
         Nothing by default (a warning); with `--severity warning` the records are quarantined.
     """,
-    needs="training run",
+    needs=Carries.TRAINING_RUN,
 )
 
 TRAINING_TRANSIENT = reader_check(
@@ -77,7 +77,7 @@ TRAINING_TRANSIENT = reader_check(
     What fix does:
         Nothing by default (a warning).
     """,
-    needs="training run",
+    needs=Carries.TRAINING_RUN,
 )
 
 TRAINING_SUSPECT = reader_check(
@@ -97,5 +97,5 @@ TRAINING_SUSPECT = reader_check(
     What fix does:
         Nothing by default (a warning): scan the suspects (`scrub scan`) to find the cause.
     """,
-    needs="training run",
+    needs=Carries.TRAINING_RUN,
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 
 from scrub.checks.base import CheckOptions, Finding, make_issue, record_check
-from scrub.records import Issue, Record, Severity
+from scrub.records import Carries, Issue, Record, Severity
 
 #: File extensions and the Pillow formats whose content they may hold.
 EXTENSION_FORMATS: dict[str, frozenset[str]] = {
@@ -31,7 +31,7 @@ EXTENSION_FORMATS: dict[str, frozenset[str]] = {
 IMAGE_EXTENSIONS = frozenset(EXTENSION_FORMATS)
 
 
-@record_check("corrupt-image", Severity.ERROR, needs="image")
+@record_check("corrupt-image", Severity.ERROR, needs=Carries.IMAGE)
 def corrupt_image(record: Record, options: CheckOptions) -> Finding | None:
     """Undecodable, truncated or damaged image data.
 
@@ -58,7 +58,7 @@ def corrupt_image(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-@record_check("decompression-bomb", Severity.ERROR, needs="image")
+@record_check("decompression-bomb", Severity.ERROR, needs=Carries.IMAGE)
 def decompression_bomb(record: Record, options: CheckOptions) -> Finding | None:
     """An image whose header declares more pixels than `--max-pixels`; never decoded.
 
@@ -83,7 +83,7 @@ def decompression_bomb(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-@record_check("format-mismatch", Severity.WARNING, needs="image")
+@record_check("format-mismatch", Severity.WARNING, needs=Carries.IMAGE)
 def format_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     """The content's format differs from what the file extension says.
 

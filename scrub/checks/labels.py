@@ -17,7 +17,7 @@ from scrub.checks.base import (
     dataset_check,
     record_check,
 )
-from scrub.records import Batch, Record, Severity
+from scrub.records import Batch, Carries, Record, Severity
 from scrub.wording import counted
 
 
@@ -32,7 +32,7 @@ def integer_label(label: object) -> int | None:
     return None
 
 
-@record_check("missing-label", Severity.ERROR, needs="label")
+@record_check("missing-label", Severity.ERROR, needs=Carries.LABEL)
 def missing_label(record: Record, options: CheckOptions) -> Finding | None:
     """A record of a labelled dataset that has no label.
 
@@ -52,7 +52,7 @@ def missing_label(record: Record, options: CheckOptions) -> Finding | None:
     return None
 
 
-@record_check("non-integer-label", Severity.ERROR, needs="label")
+@record_check("non-integer-label", Severity.ERROR, needs=Carries.LABEL)
 def non_integer_label(record: Record, options: CheckOptions) -> Finding | None:
     """A class label that is not an integer: `3.5`, `cat`, `1e3x`.
 
@@ -75,7 +75,7 @@ def non_integer_label(record: Record, options: CheckOptions) -> Finding | None:
     return Finding(f"label {label!r} is not an integer", {"label": label})
 
 
-@record_check("label-out-of-range", Severity.ERROR, needs="label")
+@record_check("label-out-of-range", Severity.ERROR, needs=Carries.LABEL)
 def label_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     """A label outside the declared class range: < 0 or >= `--num-classes` (or `--label-range`).
 
@@ -223,7 +223,11 @@ def _no_record_vector(record: Record) -> None:
 
 
 @dataset_check(
-    "invalid-label-vector", Severity.ERROR, collect=_no_record_vector, dtype="category", needs="label-vectors"
+    "invalid-label-vector",
+    Severity.ERROR,
+    collect=_no_record_vector,
+    dtype="category",
+    needs=Carries.LABEL_VECTORS,
 )
 def invalid_label_vector(column: Column, options: CheckOptions, locate: Locate) -> list:
     """A label vector that is not what the dataset's (N, K) labels are: one-hot, multi-label or

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check, value_counts
-from scrub.records import Batch, Record, Severity
+from scrub.records import Batch, Carries, Record, Severity
 
 #: Pillow modes whose pixels are class ids (a palette's indices count: VOC's masks are "P")
 CLASS_MAP_MODES = frozenset({"1", "L", "P", "I", "I;16", "I;16L", "I;16B", "I;16N"})
@@ -72,7 +72,7 @@ MISSING_MASK = reader_check(
     What fix does:
         Moves the image to the quarantine.
     """,
-    needs="masks",
+    needs=Carries.MASKS,
 )
 
 
@@ -104,7 +104,7 @@ def _facts(record: Record) -> MaskFacts | None:
     return record.meta.get("mask_facts")
 
 
-@record_check("mask-undecodable", Severity.ERROR, needs="masks")
+@record_check("mask-undecodable", Severity.ERROR, needs=Carries.MASKS)
 def mask_undecodable(record: Record, options: CheckOptions) -> Finding | None:
     """A mask file that does not decode.
 
@@ -125,7 +125,7 @@ def mask_undecodable(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-@record_check("mask-size-mismatch", Severity.ERROR, needs="masks")
+@record_check("mask-size-mismatch", Severity.ERROR, needs=Carries.MASKS)
 def mask_size_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     """A mask whose width and height differ from its image's.
 
@@ -151,7 +151,7 @@ def mask_size_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-@record_check("mask-not-class-map", Severity.ERROR, needs="masks")
+@record_check("mask-not-class-map", Severity.ERROR, needs=Carries.MASKS)
 def mask_not_class_map(record: Record, options: CheckOptions) -> Finding | None:
     """A mask with several channels where a class map (one class id per pixel) is expected.
 
@@ -185,7 +185,7 @@ def mask_not_class_map(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-@record_check("mask-out-of-range", Severity.ERROR, needs="masks")
+@record_check("mask-out-of-range", Severity.ERROR, needs=Carries.MASKS)
 def mask_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     """A mask pixel whose class id is ≥ `--num-classes` and is not `--ignore-index`.
 
@@ -220,7 +220,7 @@ def mask_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     )
 
 
-@record_check("mask-all-void", Severity.ERROR, needs="masks")
+@record_check("mask-all-void", Severity.ERROR, needs=Carries.MASKS)
 def mask_all_void(record: Record, options: CheckOptions) -> Finding | None:
     """A mask every pixel of which is `--ignore-index`: nothing to learn from.
 

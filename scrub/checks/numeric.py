@@ -39,7 +39,7 @@ from scrub.checks.base import (
     value_counts,
 )
 from scrub.checks.labels import integral_labels
-from scrub.records import Batch, Pieces, Record, Severity
+from scrub.records import Batch, Carries, Pieces, Record, Severity
 
 FP16_MAX = 65504.0
 #: The smallest magnitude that float16 rounds to Inf (65504 plus half of its last step, 32).
@@ -293,7 +293,7 @@ ROW_COUNT_MISMATCH = reader_check(
         Sets the whole file aside, copied byte for byte into the quarantine (whatever
         `--severity`): when the counts disagree, which label belongs to which row is unknown.
     """,
-    needs="rows",
+    needs=Carries.ROWS,
 )
 
 
@@ -536,7 +536,7 @@ def _row_magnitude(record: Record) -> float | None:
 
 
 @dataset_check(
-    "magnitude-outlier", Severity.WARNING, collect=_row_magnitude, dtype="magnitude", needs="array"
+    "magnitude-outlier", Severity.WARNING, collect=_row_magnitude, dtype="magnitude", needs=Carries.ARRAY
 )
 def magnitude_outlier(column: Column, options: CheckOptions, locate: Locate) -> list:
     """A row whose largest |value| is over 1000 times the typical row's, in a dataset where such
@@ -638,7 +638,7 @@ def empty_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]
     return [(row, Finding("empty row (0 values)", {"size": 0})) for row in range(len(batch))]
 
 
-@record_check("nonfinite-label", Severity.ERROR, needs="label")
+@record_check("nonfinite-label", Severity.ERROR, needs=Carries.LABEL)
 def nonfinite_label(record: Record, options: CheckOptions) -> Finding | None:
     """A NaN or infinite label.
 

@@ -7,7 +7,7 @@ registered like reader checks: the catalogue documents them, the replay attaches
 from __future__ import annotations
 
 from scrub.checks.base import reader_check
-from scrub.records import Severity
+from scrub.records import Carries, Severity
 
 LOSS_NONFINITE = reader_check(
     "loss-nonfinite",
@@ -35,7 +35,7 @@ LOSS_NONFINITE = reader_check(
     What fix does:
         Moves the record to the quarantine (batch-level warnings: nothing by default).
     """,
-    needs="replay",
+    needs=Carries.REPLAY,
 )
 
 GRAD_NONFINITE = reader_check(
@@ -58,7 +58,7 @@ GRAD_NONFINITE = reader_check(
     What fix does:
         Moves the record to the quarantine.
     """,
-    needs="replay",
+    needs=Carries.REPLAY,
 )
 
 LOSS_OUTLIER = reader_check(
@@ -80,7 +80,7 @@ LOSS_OUTLIER = reader_check(
     What fix does:
         Nothing by default (a warning); with `--severity warning` it is quarantined.
     """,
-    needs="replay",
+    needs=Carries.REPLAY,
 )
 
 GRAD_OUTLIER = reader_check(
@@ -106,5 +106,5 @@ GRAD_OUTLIER = reader_check(
     What fix does:
         Moves the record to the quarantine (warnings: nothing by default).
     """,
-    needs="replay",
+    needs=Carries.REPLAY,
 )

@@ -29,7 +29,7 @@ except (ImportError, AttributeError):
 from scrub.errors import UnusableDataset, UsageError
 from scrub.formats import READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
-from scrub.records import Batch, Issue, Record
+from scrub.records import Batch, Carries, Issue, Record
 
 #: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
 #: of entries); small and picklable, and ``len()`` is its number of records.
@@ -133,12 +133,11 @@ class Reader(ABC, Generic[PartitionT]):
     work_seconds: float | None = None
     #: Records per task: enough work (>= ~0.2 s) to amortize a task's ~2 ms (sending it, merging its result).
     records_per_task: ClassVar[int] = 1000
-    #: What its records carry, matched against each check's ``needs`` ("any" and "label"
-    #: checks run everywhere): "image" and "bytes" for encoded images, "array" for numbers,
-    #: "rows" for paired data/label datasets, "values" for key-value stores. ("label-vectors"
-    #: is added for a dataset whose `DatasetInfo.label_width` is set, "replay" with the replay.)
-    #: Not a ClassVar: a reader may narrow it for the dataset it opened (JPEGs hold no floats).
-    provides: frozenset[str] = frozenset()
+    #: What its records carry, matched against each check's ``needs`` (see `Carries`; the scan
+    #: adds LABEL_VECTORS for a dataset whose `DatasetInfo.label_width` is set, REPLAY with the
+    #: replay). Not a ClassVar: a reader may narrow it for the dataset it opened (JPEGs hold no
+    #: floats).
+    provides: frozenset[Carries] = frozenset()
     #: Whether a record's key is only its position (HDF5 rows): then its content is its identity
     #: across scans (see `scrub.baseline`).
     positional_keys: bool = False

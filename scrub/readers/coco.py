@@ -25,7 +25,7 @@ from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
 from scrub.readers.base import DatasetInfo, Reader, split_records
-from scrub.records import Record
+from scrub.records import Carries, Record
 
 SNIFF_BYTES = 1 << 16
 
@@ -83,7 +83,7 @@ def image_folder(path: Path, first: str | None, root: Path | None) -> Path:
 class CocoReader(Reader[Sequence[CocoImage]]):
     format = "coco"
     records_per_task = 500
-    provides = frozenset({"image", "bytes", "boxes"})
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.BOXES})
     options_used = frozenset({"root"})
     worker_imports = ("PIL.Image",)
 

@@ -35,7 +35,7 @@ from scrub.checks.base import Finding, make_issue
 from scrub.errors import UnusableDataset, first_line
 from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.records import Batch, Issue, Pieces
+from scrub.records import Batch, Carries, Issue, Pieces
 
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -103,7 +103,7 @@ class HDF5Reader(Reader[RowRange]):
     #: (see `open`), since decompression under h5py's lock runs on one core at a time
     preferred_scheduler = "threads"
     records_per_task = 0  # partitions are sized in bytes, see PARTITION_BYTES
-    provides = frozenset({"array", "rows"})
+    provides = frozenset({Carries.ARRAY, Carries.ROWS})
     options_used = frozenset({"data_key", "label_key"})
     positional_keys = True
     worker_imports = ("h5py",)
@@ -252,7 +252,7 @@ class HDF5Reader(Reader[RowRange]):
                 )
             label_width = label.shape[1] if has_labels and len(label.shape) == 2 and label.shape[1] > 1 else 0
             if masks:
-                self.provides = self.provides | {"masks"}
+                self.provides = self.provides | {Carries.MASKS}
                 info.notes.append(
                     f"labels: {source}: {label_key!r} holds (N, H, W) class maps: "
                     "checked as segmentation masks"

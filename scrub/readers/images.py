@@ -39,7 +39,7 @@ from scrub.readers.base import (
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.values import decode_value
-from scrub.records import Record
+from scrub.records import Carries, Record
 
 SNIFF_LINES = 100
 JPEG_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
@@ -133,7 +133,7 @@ class ImageReader(Reader[Sequence[Entry]]):
     format = "images"
     preferred_scheduler = "processes"
     records_per_task = 1000
-    provides = frozenset({"image", "bytes", "array"})  # array: the pixels of float images
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY})  # array: the pixels of float images
     options_used = frozenset({"root"})
     #: how a list file's lines are split (a folder's: Caffe's, unused)
     list_format: ListFormat = CAFFE
@@ -183,7 +183,7 @@ class ImageReader(Reader[Sequence[Entry]]):
             )
         if entries and all(os.path.splitext(e.key)[1].lower() in JPEG_EXTENSIONS for e in entries):
             # JPEG holds 8-bit samples only: the numeric checks (for float and 16-bit images) cannot run
-            self.provides = self.provides - {"array"}
+            self.provides = self.provides - {Carries.ARRAY}
         # as array readers do: a scan this small runs in this process (`scrub.scanning.run._plan`); from
         # the count of records, since their sizes would cost a stat each. Larger ones stay on
         # processes, whatever threads would save: only there is a decoder's crash or hang a
@@ -242,7 +242,9 @@ class ImageReader(Reader[Sequence[Entry]]):
         if not entries and arrays:
             entries = arrays
             self.arrays = True
-            self.provides = frozenset({"array", "bytes", "values"})  # values: a .npy that does not load
+            self.provides = frozenset(
+                {Carries.ARRAY, Carries.BYTES, Carries.VALUES}
+            )  # VALUES: a .npy that does not load
             notes.append(
                 f"each .npy file is one record ({len(arrays)} of them, loaded without pickle); to "
                 f"check the rows of each file instead, name them "

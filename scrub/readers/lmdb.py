@@ -43,7 +43,7 @@ from scrub.readers.values import (
     dict_fields,
     values_carry_labels,
 )
-from scrub.records import Record
+from scrub.records import Carries, Record
 
 LMDB_MAGIC = 0xBEEFC0DE
 
@@ -180,7 +180,7 @@ class LMDBReader(Reader[KeyRange | KeyList]):
     database_folder = True
     preferred_scheduler = "processes"
     records_per_task = 1000
-    provides = frozenset({"image", "bytes", "array", "values"})
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.VALUES})
     options_used = frozenset({"lmdb_codec", "allow_pickle", "data_key", "label_key"})
     #: the pickled dict fields --data-key/--label-key name
     fields: DictFields = (None, None)

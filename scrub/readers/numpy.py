@@ -35,7 +35,7 @@ from scrub.readers.hdf5 import (
     is_mask_array,
     row_partitioning,
 )
-from scrub.records import Batch, Pieces
+from scrub.records import Batch, Carries, Pieces
 
 DATA_KEYS = ("data", "x", "X", "features", "inputs", "images", "arr_0")
 LABEL_KEYS = ("label", "labels", "y", "Y", "target", "targets")
@@ -152,7 +152,7 @@ class NumpyReader(Reader[NpyRows]):
     file_suffixes = (".npy", ".npz")
     preferred_scheduler = "threads"  # an .npz switches to processes in `open`
     records_per_task = 0  # partitions are sized in bytes
-    provides = frozenset({"array", "rows"})
+    provides = frozenset({Carries.ARRAY, Carries.ROWS})
     positional_keys = True
     options_used = frozenset({"data_key", "label_key", "labels"})
 
@@ -199,7 +199,7 @@ class NumpyReader(Reader[NpyRows]):
         has_labels = label_member is not None or label_path is not None
         masks = has_labels and is_mask_array(load_array(label_path or self.path, label_member))
         if masks:
-            self.provides = self.provides | {"masks"}
+            self.provides = self.provides | {Carries.MASKS}
             notes.append(
                 f"labels: {label_member!r} holds (N, H, W) class maps: checked as segmentation masks"
             )

@@ -37,7 +37,7 @@ from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.formats import needs
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.values import use_array
-from scrub.records import Batch, Record
+from scrub.records import Batch, Carries, Record
 
 PARQUET_MAGIC = b"PAR1"
 IMAGE_COLUMNS = ("image", "img", "images", "jpg", "jpeg", "png", "webp", "picture", "pixel_values")
@@ -219,7 +219,7 @@ class ParquetReader(Reader[RowGroups]):
     file_suffixes = (".parquet",)
     records_per_task = 2000
     positional_keys = True
-    provides = frozenset({"image", "bytes", "array", "rows"})
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.ROWS})
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("pyarrow.parquet", "PIL.Image")
 

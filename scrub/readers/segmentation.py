@@ -23,7 +23,7 @@ from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
 from scrub.readers.images import IMAGE_EXTENSIONS
-from scrub.records import Record
+from scrub.records import Carries, Record
 
 IMAGE_FOLDERS = ("images", "JPEGImages", "img_dir", "imgs", "img")
 MASK_FOLDERS = ("masks", "SegmentationClass", "annotations", "ann_dir", "labels", "mask", "gt")
@@ -167,7 +167,7 @@ def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) ->
 class SegmentationReader(Reader[Sequence[Pair]]):
     format = "segmentation"
     records_per_task = 500
-    provides = frozenset({"image", "bytes", "masks"})
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.MASKS})
     worker_imports = ("PIL.Image", "numpy")
 
     #: the images and masks folders, relative to the dataset (set by `open`)

@@ -46,7 +46,7 @@ from scrub.readers.tarwalk import (
     walk_shard,
 )
 from scrub.readers.values import decode_value
-from scrub.records import Record
+from scrub.records import Carries, Record
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -125,7 +125,7 @@ class WebDatasetReader(Reader[ShardSpan]):
     format = "webdataset"
     file_suffixes = SHARD_SUFFIXES
     records_per_task = 500
-    provides = frozenset({"image", "bytes", "array", "samples"})
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.SAMPLES})
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("PIL.Image", "numpy")
 

@@ -29,7 +29,7 @@ from scrub.readers.segmentation import (
     read_ahead_pairs,
     unsafe_file,
 )
-from scrub.records import Record
+from scrub.records import Carries, Record
 
 LABEL_FOLDER = "labels"
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml")
@@ -111,7 +111,7 @@ def parse_labels(text: bytes) -> tuple[list[Box], list[tuple[str, str]]]:
 class YoloReader(Reader[Sequence[Pair]]):
     format = "yolo"
     records_per_task = 500
-    provides = frozenset({"image", "bytes", "boxes"})
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.BOXES})
     worker_imports = ("PIL.Image",)
 
     image_folder: str = ""

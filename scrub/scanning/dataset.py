@@ -21,7 +21,7 @@ from scrub.manifest import ManifestWriter
 from scrub.opening import OpenedDataset
 from scrub.options import ReplayOptions, ScanOptions
 from scrub.readers.base import Reader
-from scrub.records import Batch, Issue, Severity
+from scrub.records import Batch, Carries, Issue, Severity
 from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector
 from scrub.runner import PartitionWork
@@ -62,7 +62,7 @@ class DatasetScan:
         self.checking = replace(options.checks, labelled=info.labelled)
         if self.checking.declared_range is None and info.class_range is not None:
             self.checking = replace(self.checking, label_range=info.class_range)
-        if "masks" in reader.provides and self.checking.declared_range is None:
+        if Carries.MASKS in reader.provides and self.checking.declared_range is None:
             note = "mask values are not checked against a class count (mask-out-of-range): give --num-classes"
             if note not in info.notes:
                 info.notes.append(note)
@@ -73,8 +73,8 @@ class DatasetScan:
             )  # bad replay options fail before the scan, not after it
         provides = (
             reader.provides
-            | ({"replay"} if self.replay else set())
-            | ({"label-vectors"} if info.label_width else set())
+            | ({Carries.REPLAY} if self.replay else set())
+            | ({Carries.LABEL_VECTORS} if info.label_width else set())
         )
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
@@ -192,10 +192,15 @@ class DatasetScan:
         if not selected or self.aggregate.records == 0:
             return
         seen = {
-            "array": any(s.finite_values or s.nonfinite_values for s in self.aggregate.numeric.values()),
-            "image": bool(self.aggregate.stats.get("formats")),
+            Carries.ARRAY: any(
+                s.finite_values or s.nonfinite_values for s in self.aggregate.numeric.values()
+            ),
+            Carries.IMAGE: bool(self.aggregate.stats.get("formats")),
         }
-        what = {"array": "numeric values (float images, arrays)", "image": "an image that decodes"}
+        what = {
+            Carries.ARRAY: "numeric values (float images, arrays)",
+            Carries.IMAGE: "an image that decodes",
+        }
         for check in self.checks:
             if check.id in selected and not seen.get(check.needs, True):
                 self.aggregate.notes.append(
