@@ -10,7 +10,14 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from scrub.checks.boxes import Box
+    from scrub.checks.imagedecode import ImageFacts
+    from scrub.checks.masks import MaskFacts
 
 
 class Severity(str, Enum):
@@ -137,6 +144,38 @@ class Issue:
         )
 
 
+class RecordFacts(TypedDict, total=False):
+    """What a record carries beside its payload and label: set by readers (and by the checks'
+    shared passes, which compute a fact once for every check that reads it), read by checks.
+    Every key is optional: a record has the facts of its kind."""
+
+    # set by readers
+    kind: Literal["image", "array"]  # what the payload is (encoded image bytes, or numbers)
+    label_known: bool  # False: the record carries no label at all (not a missing one)
+    shape: str  # an array payload's shape, "3x32x32" ("list" for a list column's rows)
+    codec: str  # how a key-value store's value was decoded ("datum")
+    name: str  # the member or file name the payload came from (format-mismatch's extension)
+    raw: bytes  # the bytes `fix` copies where the payload is their decoded form (a .npy file)
+    mask: bytes  # a segmentation pair's encoded mask
+    mask_name: str
+    boxes: list[Box]  # detection boxes as parsed (YOLO, COCO)
+    malformed_boxes: list[tuple[str, str]]  # (where, why) of box lines that do not parse
+    categories: frozenset[int]  # COCO: the declared category ids
+    image_size: tuple[float, float]  # COCO: (width, height) the annotation file declares
+    # computed once per record by the checks' shared passes
+    digest: bytes  # the payload's content hash (duplicate)
+    image: ImageFacts  # the image decoded once (`scrub.checks.imagedecode`)
+    mask_facts: MaskFacts  # the mask decoded once (`scrub.checks.masks`)
+    magnitude: float | None  # the row's largest finite magnitude (magnitude-outlier)
+
+
+class BatchFacts(TypedDict, total=False):
+    """What a `Batch` carries beside its rows and labels."""
+
+    masks: np.ndarray  # the rows' (n, H, W) segmentation masks, where the labels are masks
+    profile: Any  # the numeric checks' one profile of the batch (`scrub.checks.numeric.profile`)
+
+
 @dataclass(slots=True)
 class Record:
     """One sample as read from a dataset.
@@ -152,7 +191,7 @@ class Record:
     index: int
     payload: bytes | Any | None
     label: int | float | str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RecordFacts = field(default_factory=lambda: RecordFacts())
     problems: list[Issue] = field(default_factory=list)
 
 
@@ -193,8 +232,7 @@ class Batch:
     offset: int
     data: Any
     labels: Any = None
-    #: per batch: ``masks``, the rows' (n, H, W) segmentation masks where the labels are masks
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: BatchFacts = field(default_factory=lambda: BatchFacts())
     keys: list[str] | None = None  # the rows' keys when they are not their indices (LMDB arrays)
 
     def __len__(self) -> int:

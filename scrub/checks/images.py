@@ -74,7 +74,7 @@ def decompression_bomb(record: Record, options: CheckOptions) -> Finding | None:
         Moves the record to the quarantine.
     """
     facts = record.meta.get("image")
-    if facts is None or not facts.bomb:
+    if facts is None or not facts.bomb or facts.width is None or facts.height is None:
         return None
     pixels = facts.width * facts.height
     return Finding(

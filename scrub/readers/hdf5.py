@@ -35,7 +35,7 @@ from scrub.checks.base import Finding, make_issue
 from scrub.errors import UnusableDataset, first_line
 from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, Reader
-from scrub.records import Batch, Carries, Issue, Pieces
+from scrub.records import Batch, BatchFacts, Carries, Issue, Pieces
 
 HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -322,7 +322,7 @@ class HDF5Reader(Reader[RowRange]):
                 file, data, partition.source, first, last, partition.block_rows
             ):
                 count = end - begin
-                meta: dict[str, np.ndarray] = {}
+                meta: BatchFacts = {}
                 try:
                     if partition.masks and label is not None:  # (n, H, W) class maps, as stored
                         meta["masks"] = np.asarray(label[begin:end])
@@ -362,7 +362,7 @@ class HDF5Reader(Reader[RowRange]):
                 ) from None
 
         for row in range(first, last):
-            labels, meta = None, {}
+            labels, meta = None, BatchFacts()
             if label is not None and partition.masks:
                 meta["masks"] = np.asarray(label[row : row + 1])
             elif label is not None:

@@ -22,7 +22,6 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -35,7 +34,7 @@ from scrub.readers.hdf5 import (
     is_mask_array,
     row_partitioning,
 )
-from scrub.records import Batch, Carries, Pieces
+from scrub.records import Batch, BatchFacts, Carries, Pieces
 
 DATA_KEYS = ("data", "x", "X", "features", "inputs", "images", "arr_0")
 LABEL_KEYS = ("label", "labels", "y", "Y", "target", "targets")
@@ -350,7 +349,7 @@ class NumpyReader(Reader[NpyRows]):
 
 def _labels(
     partition: NpyRows, labels: np.ndarray | None, begin: int, end: int
-) -> tuple[np.ndarray | None, dict[str, Any]]:
+) -> tuple[np.ndarray | None, BatchFacts]:
     """(labels, meta) of rows ``begin:end`` as a `Batch` carries them: class ids (n,) or label
     vectors (n, K) as float64, or (n, H, W) masks in the meta."""
     if labels is None:
