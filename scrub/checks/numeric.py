@@ -386,19 +386,7 @@ def fp16_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Findin
         return []
     severity = Severity.ERROR if options.precision == "float16" else None
     hint = "" if severity is None else " (--precision float16)"
-    findings = []
-    for row, count, largest in _rows_beyond(found, FP16_OVERFLOW):
-        findings.append(
-            (
-                row,
-                Finding(
-                    f"{count} value(s) become Inf in float16 (largest {largest:g}){hint}",
-                    {"count": count, "max_abs": largest},
-                    severity,
-                ),
-            )
-        )
-    return findings
+    return _overflows(found, FP16_OVERFLOW, "float16", hint, severity)
 
 
 @batch_check("float32-overflow", Severity.ERROR)
@@ -422,18 +410,7 @@ def float32_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Fin
     found = profile(batch)
     if found.dtype.itemsize <= 4 or found.dtype.kind not in "fc" or found.largest < F32_OVERFLOW:
         return []
-    findings = []
-    for row, count, largest in _rows_beyond(found, F32_OVERFLOW):
-        findings.append(
-            (
-                row,
-                Finding(
-                    f"{count} value(s) become Inf in float32 (largest {largest:g})",
-                    {"count": count, "max_abs": largest},
-                ),
-            )
-        )
-    return findings
+    return _overflows(found, F32_OVERFLOW, "float32")
 
 
 @batch_check("square-overflow", Severity.ERROR)
@@ -490,6 +467,23 @@ def square_overflow(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
             )
         )
     return findings
+
+
+def _overflows(
+    found: Profile, limit: float, type_name: str, hint: str = "", severity: Severity | None = None
+) -> list[tuple[int, Finding]]:
+    """A finding for each row holding values that become Inf in ``type_name`` (at ``limit``)."""
+    return [
+        (
+            row,
+            Finding(
+                f"{count} value(s) become Inf in {type_name} (largest {largest:g}){hint}",
+                {"count": count, "max_abs": largest},
+                severity,
+            ),
+        )
+        for row, count, largest in _rows_beyond(found, limit)
+    ]
 
 
 def _rows_beyond(found: Profile, limit: float) -> list[tuple[int, int, float]]:

@@ -58,10 +58,7 @@ def round_to_float16(values: np.ndarray) -> np.ndarray:
     """
     x = np.ascontiguousarray(values, dtype=np.float32)
     bits = x.view(np.uint32)
-    rounded = (bits >> np.uint32(13)) & np.uint32(1)
-    rounded += bits
-    rounded += np.uint32(0x0FFF)
-    rounded &= np.uint32(0xFFFFE000)
+    rounded = _round_half_to_even(bits, 13)  # float16 keeps 10 of float32's 23 mantissa bits
     magnitude = bits & np.uint32(0x7FFFFFFF)
     result = rounded.view(np.float32)
     small = magnitude < _SMALLEST_NORMAL
@@ -74,6 +71,16 @@ def round_to_float16(values: np.ndarray) -> np.ndarray:
     return result
 
 
+def _round_half_to_even(bits: np.ndarray, dropped: int) -> np.ndarray:
+    """float32 bit patterns with their low ``dropped`` bits rounded off, half to even (a carry
+    moves into the exponent): the rounding of a float32 to a type with fewer mantissa bits."""
+    rounded = (bits >> np.uint32(dropped)) & np.uint32(1)
+    rounded += bits
+    rounded += np.uint32((1 << (dropped - 1)) - 1)
+    rounded &= np.uint32((0xFFFFFFFF << dropped) & 0xFFFFFFFF)
+    return rounded
+
+
 def round_to_bfloat16(values: np.ndarray) -> np.ndarray:
     """float32 values rounded to bfloat16 (8 significant bits, float32's exponent), kept in a
     float32 array: round half to even on the upper 16 bits, as PyTorch's conversion does. A
@@ -81,10 +88,7 @@ def round_to_bfloat16(values: np.ndarray) -> np.ndarray:
     NaN stays NaN."""
     x = np.ascontiguousarray(values, dtype=np.float32)
     bits = x.view(np.uint32)
-    rounded = (bits >> np.uint32(16)) & np.uint32(1)
-    rounded += bits
-    rounded += np.uint32(0x7FFF)
-    rounded &= np.uint32(0xFFFF0000)
+    rounded = _round_half_to_even(bits, 16)
     result = rounded.view(np.float32)
     nan = np.isnan(x)
     if nan.any():
