@@ -11,6 +11,7 @@ their manifest lines.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -22,12 +23,13 @@ from scrub.errors import ScrubError, UnusableDataset, UsageError
 from scrub.manifest import ManifestWriter, read_manifest, read_scan_record, write_scan_record
 from scrub.options import FixOptions
 from scrub.outputs import scratch_directory
+from scrub.readers.base import ReadOptions
 from scrub.records import Issue
 from scrub.summary import Progress
 from scrub.wording import counted
 
-#: the reading options a scan record keeps (``reading``), by their option names
-READING = ("format", "root", "data_key", "label_key", "lmdb_codec", "allow_pickle", "labels")
+#: the reading options a scan record keeps (``reading``: `ReadOptions.recorded`), by name
+READING = frozenset(item.name for item in dataclasses.fields(ReadOptions))
 
 
 def restore(
@@ -59,7 +61,7 @@ def restore(
     kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
     reading = scan_record.get("reading") or {}
     options = FixOptions.build(
-        **{name: reading[name] for name in READING if reading.get(name) not in (None, False)},
+        **{name: value for name, value in reading.items() if name in READING and value not in (None, False)},
         out=Path(into) if into is not None else _clean_of(record),
         quarantine_dir=quarantine,
         severity=record.get("severity", "error"),
