@@ -53,6 +53,7 @@ IsolatedOpt = Annotated[
 #: the help's panels, by `Key.group`
 PANELS = {
     "read": "Reading",
+    "format": "Reading",
     "checks": "Checking",
     "selection": "Which checks",
     "run": "Running",

@@ -28,7 +28,7 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
     import tomli as tomllib
-from scrub.keys import COMMAND_LINE_ONLY, FIX_ONLY, KEYS, SCAN_ONLY
+from scrub.keys import COMMAND_LINE_ONLY, FIX_ONLY, KEYS, SCAN_ONLY, key_named
 from scrub.options import FixOptions, ScanOptions, build
 from scrub.optionvalues import coerce
 
@@ -130,7 +130,7 @@ def values(config: ConfigFile, dataset: Path, command: str) -> tuple[dict[str, A
             if table_name == "" and name == PATHS_TABLE:
                 continue
             label = config.where(name, table_name)
-            key = KEYS.get(name)
+            key = key_named(name)
             if key is None or name in COMMAND_LINE_ONLY or (per_path and not key.per_path):
                 allowed = sorted(
                     k for k, v in KEYS.items() if (v.per_path or not per_path) and k not in COMMAND_LINE_ONLY

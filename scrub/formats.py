@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from scrub.errors import UsageError
+from scrub.optionkey import Key
 
 #: the entry point group third-party formats register in
 ENTRY_POINTS = "scrub.formats"
@@ -34,6 +35,10 @@ class Format:
     extra: str | None = None  # the extra of scrub's package that installs it
     #: what a dataset of the format is, for the commands' help ("an LMDB environment")
     holds: str = ""
+    #: the format's own options (group "format"): flags of `scan` and `fix`, config keys and API
+    #: keywords as every option is, read by its reader as ``self.options.<attribute>``; two
+    #: formats may share one (the same `Key`)
+    options: tuple[Key, ...] = ()
 
     def install_hint(self) -> str | None:
         """How to install what it needs, for the one line a missing library gives."""
@@ -48,6 +53,8 @@ FORMATS: dict[str, Format] = {}
 #: and `scrub.writers.base` (views kept with the table, in its order)
 READERS: dict[str, str] = {}
 WRITERS: dict[str, str] = {}
+#: the formats' own options by name (`scrub.keys.KEYS` lists them after the shared ones)
+FORMAT_KEYS: dict[str, Key] = {}
 
 
 def register(row: Format, before: str | None = None) -> None:
@@ -55,6 +62,12 @@ def register(row: Format, before: str | None = None) -> None:
     needs for a format whose folders the image reader would also take)."""
     if row.name in FORMATS:
         raise ValueError(f"format {row.name!r} is registered twice")
+    for key in row.options:
+        if key.group != "format":
+            raise ValueError(f"format {row.name!r}: option {key.name!r} must be of the group 'format'")
+        if FORMAT_KEYS.get(key.name, key) != key:
+            raise ValueError(f"format {row.name!r}: another format declares option {key.name!r} otherwise")
+    FORMAT_KEYS.update((key.name, key) for key in row.options)
     rows = list(FORMATS.values())
     place = next((number for number, other in enumerate(rows) if other.name == before), len(rows))
     rows.insert(place, row)
@@ -112,6 +125,34 @@ def load_plugins() -> None:
 
 BUILT_IN: frozenset[str] = frozenset()  # scrub's own formats (set below)
 
+#: LMDB's and LevelDB's: how their values are decoded (`scrub.readers.values`)
+VALUE_CODEC = Key(
+    "lmdb-codec",
+    "format",
+    "str",
+    choices=("datum", "image", "npy", "pickle"),
+    per_path=True,
+    help="LMDB/LevelDB: force the value codec: datum, image, npy, pickle (default: detect per record).",
+)
+ALLOW_PICKLE = Key(
+    "allow-pickle",
+    "format",
+    "bool",
+    per_path=True,
+    help="LMDB/LevelDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
+    default=False,
+)
+NUMPY_LABELS = Key(
+    "labels",
+    "format",
+    "path",
+    per_path=True,
+    help=(
+        "NumPy: a .npy of labels aligned with the data file's rows (X.npy --labels y.npy): read, "
+        "checked and split by fix together with the rows."
+    ),
+)
+
 for _row in (
     Format(
         "lmdb",
@@ -119,6 +160,7 @@ for _row in (
         "scrub.writers.lmdb:LMDBWriter",
         "LMDB",
         holds="an LMDB environment",
+        options=(VALUE_CODEC, ALLOW_PICKLE),
     ),
     Format(
         "hdf5",
@@ -133,6 +175,7 @@ for _row in (
         "scrub.writers.numpy:NumpyWriter",
         "NumPy",
         holds="a .npy or .npz file",
+        options=(NUMPY_LABELS,),
     ),
     Format(
         "leveldb",
@@ -141,6 +184,7 @@ for _row in (
         "LevelDB",
         library="plyvel",
         holds="a LevelDB database",
+        options=(VALUE_CODEC, ALLOW_PICKLE),
         extra="leveldb",
     ),
     Format(

@@ -1,4 +1,5 @@
-"""Every user-facing option, once: its name (the flag, the config key and, with ``_`` for
+"""Every user-facing option, once (a format's own options are declared with its row of the
+format table, `scrub.formats`): its name (the flag, the config key and, with ``_`` for
 ``-``, the API keyword), the option group it lands in, its kind, its limits, its help and the
 commands that take it. The commands are built from `KEYS` (`scrub.cli_options`), config files
 are read by it (`scrub.config`), and every value goes through `scrub.optionvalues.coerce`.
@@ -6,9 +7,11 @@ are read by it (`scrub.config`), and every value goes through `scrub.optionvalue
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 
 from scrub.checks.numeric import PRECISIONS
+from scrub.formats import FORMAT_KEYS, load_plugins
+from scrub.optionkey import Key
 
 FAIL_ON = ("error", "warning", "new", "never")
 FIX_SEVERITIES = ("error", "warning")
@@ -16,42 +19,8 @@ FIX_SEVERITIES = ("error", "warning")
 SEVERITY_LEVELS = ("error", "warning", "ignore")
 
 
-@dataclass(frozen=True)
-class Key:
-    """One user-facing option: its name, where it lands, its type and its limits."""
-
-    name: str  # kebab-case: the flag without "--", the config key
-    group: str  # read, checks, selection, run, replay, scan, fix
-    kind: str  # int, float, str, bool, path, ids, severities, range, index (an int or "none")
-    choices: tuple[str, ...] | None = None
-    minimum: float | None = None
-    #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
-    per_path: bool = False
-    #: the flag's help (the commands are built from `KEYS`: `scrub.cli`); ``{formats}`` stands
-    #: for the format table's names
-    help: str = ""
-    short: str | None = None  # a one-letter flag beside the long one (``-q``)
-    switch: str | None = None  # a boolean's on/off pair (``--normalize/--no-normalize``)
-    fix_help: str | None = None  # where `scrub fix` reads the option otherwise (``--manifest``)
-    #: its kind under `scrub fix` when it differs ("paths": fix takes several manifests)
-    fix_kind: str | None = None
-    scan_only: bool = False  # only `scrub scan` takes it (its reports); the "fix" group is fix's own
-
-    @property
-    def commands(self) -> tuple[str, ...]:
-        """The commands that take it."""
-        return ("fix",) if self.group == "fix" else ("scan",) if self.scan_only else ("scan", "fix")
-
-    @property
-    def attribute(self) -> str:
-        return self.name.replace("-", "_")
-
-    @property
-    def flag(self) -> str:
-        return f"--{self.name}"
-
-
-KEYS: dict[str, Key] = {
+#: the options every format shares, and the other commands' options
+SHARED: dict[str, Key] = {
     key.name: key
     for key in [
         Key(
@@ -91,31 +60,6 @@ KEYS: dict[str, Key] = {
                 "HDF5 or .npz: the labels dataset or array (default: label, y, ...); WebDataset: the "
                 "label member's extension (default: cls, ...); Parquet: the label column; LMDB/LevelDB: "
                 "the label field of pickled dicts."
-            ),
-        ),
-        Key(
-            "lmdb-codec",
-            "read",
-            "str",
-            choices=("datum", "image", "npy", "pickle"),
-            per_path=True,
-            help="LMDB: force the value codec: datum, image, npy, pickle (default: detect per record).",
-        ),
-        Key(
-            "allow-pickle",
-            "read",
-            "bool",
-            per_path=True,
-            help="LMDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
-        ),
-        Key(
-            "labels",
-            "read",
-            "path",
-            per_path=True,
-            help=(
-                "NumPy: a .npy of labels aligned with the data file's rows (X.npy --labels y.npy): read, "
-                "checked and split by fix together with the rows."
             ),
         ),
         Key(
@@ -438,6 +382,35 @@ KEYS: dict[str, Key] = {
         ),
     ]
 }
+
+
+class _Keys(Mapping[str, Key]):
+    """`SHARED`, then the options of the formats of the table (`scrub.formats.FORMAT_KEYS`,
+    which grows as a plugin's format registers): a live view, in that order."""
+
+    def __getitem__(self, name: str) -> Key:
+        return SHARED[name] if name in SHARED else FORMAT_KEYS[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from SHARED
+        yield from (name for name in FORMAT_KEYS if name not in SHARED)
+
+    def __len__(self) -> int:
+        return len(SHARED) + sum(name not in SHARED for name in FORMAT_KEYS)
+
+
+#: every option by name
+KEYS: Mapping[str, Key] = _Keys()
+
+
+def key_named(name: str) -> Key | None:
+    """The option ``name``, or None; a name scrub's own formats and commands do not know may be
+    a plugin format's option, so the plugins are loaded before saying no (they are loaded only
+    when needed: see `scrub.formats`)."""
+    if name not in KEYS:
+        load_plugins()
+    return KEYS.get(name)
+
 
 #: Keys only one command uses; a config file may hold both (it serves both commands).
 SCAN_ONLY = frozenset(k.name for k in KEYS.values() if k.commands == ("scan",))

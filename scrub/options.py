@@ -10,9 +10,10 @@ its limits. Values from the command line, a config file or API keywords all go t
 wherever it came from.
 
 The `scan` and `fix` commands are built from `KEYS` (`scrub.cli_options`): flag, help, choices
-and default come from the key and its field (`default_of`). Adding a reader option is one field
-in `ReadOptions`, one `Key`, and the reader's own code (which also lists it in its
-``options_used``).
+and default come from the key and its field (`default_of`). An option every format may take
+is one field in `ReadOptions` and one `Key`; a format's own option is one `Key` in its row of
+the format table (`scrub.formats`). Either way the reader's own code lists it in its
+``options_used``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Any, TypeVar
 
 from scrub.checks.base import CheckOptions
 from scrub.errors import UsageError
-from scrub.keys import FIX_ONLY, KEYS, SCAN_ONLY, Key
+from scrub.keys import FIX_ONLY, KEYS, SCAN_ONLY, key_named
+from scrub.optionkey import Key
 from scrub.optionvalues import coerce
 from scrub.pipeline import DEFAULT_CLUSTER_WAIT, DEFAULT_TIMEOUT
 from scrub.readers.base import ReadOptions
@@ -166,6 +168,8 @@ def default_of(key: Key) -> Any:
         return None
     if key.group == "replay" and key.name == "dummy-loss":
         return False  # the replay's own switch: ReplayOptions is there or not
+    if key.group == "format":
+        return key.default  # a format's own option: no field holds it
     group = {
         "read": ReadOptions,
         "checks": CheckOptions,
@@ -196,7 +200,7 @@ def _keyword_values(keywords: Mapping[str, Any]) -> dict[str, Any]:
 def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any:
     """A `ScanOptions` or `FixOptions` from ``values`` (key name -> value, unvalidated);
     ``where`` names where each value came from, for the messages (default: its flag)."""
-    unknown = [name for name in values if name not in KEYS]
+    unknown = [name for name in values if key_named(name) is None]
     if unknown:
         known = ", ".join(sorted(KEYS))
         raise UsageError(f"unknown option {unknown[0]!r} (options: {known})")
@@ -206,7 +210,7 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         if stray:
             raise UsageError(f"{where.get(stray[0], KEYS[stray[0]].flag)}: only `scrub fix` takes it")
     groups: dict[str, dict[str, Any]] = {
-        g: {} for g in ("read", "checks", "selection", "run", "replay", "scan", "fix")
+        g: {} for g in ("read", "format", "checks", "selection", "run", "replay", "scan", "fix")
     }
     for name, value in values.items():
         key = KEYS[name]
@@ -229,7 +233,7 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         raise UsageError(f"{flags}: need --dummy-loss (they configure the replay)")
     read = groups["read"]
     scan = ScanOptions(
-        read=ReadOptions(**read),
+        read=ReadOptions(**read, own=tuple(sorted(groups["format"].items()))),
         checks=CheckOptions(**checks),
         selection=Selection(**selection),
         run=RunOptions(**groups["run"]),
@@ -316,6 +320,9 @@ def flatten(options: ScanOptions | FixOptions) -> dict[str, Any]:
             if name in KEYS and KEYS[name].group == group:
                 values[name] = getattr(holder, item.name)
     values["dummy-loss"] = scan.replay is not None
+    for key in KEYS.values():
+        if key.group == "format":
+            values[key.name] = getattr(scan.read, key.attribute)
     if isinstance(options, FixOptions):
         for item in dataclasses.fields(options):
             name = item.name.replace("_", "-")

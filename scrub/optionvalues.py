@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UsageError
-from scrub.keys import SEVERITY_LEVELS, Key
+from scrub.keys import SEVERITY_LEVELS
+from scrub.optionkey import Key
 
 
 def coerce(key: Key, value: Any, where: str) -> Any:

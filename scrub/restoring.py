@@ -11,7 +11,6 @@ their manifest lines.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -27,9 +26,6 @@ from scrub.readers.base import ReadOptions
 from scrub.records import Issue
 from scrub.summary import Progress
 from scrub.wording import counted
-
-#: the reading options a scan record keeps (``reading``: `ReadOptions.recorded`), by name
-READING = frozenset(item.name for item in dataclasses.fields(ReadOptions))
 
 
 def restore(
@@ -59,9 +55,10 @@ def restore(
     issues = list(read_manifest(manifest))
     restored = _chosen(issues, keys, quarantine)
     kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
-    reading = scan_record.get("reading") or {}
+    reading = scan_record.get("reading") or {}  # `ReadOptions.recorded`: every reading option
+    known = ReadOptions().recorded("")
     options = FixOptions.build(
-        **{name: value for name, value in reading.items() if name in READING and value not in (None, False)},
+        **{name: value for name, value in reading.items() if name in known and value not in (None, False)},
         out=Path(into) if into is not None else _clean_of(record),
         quarantine_dir=quarantine,
         severity=record.get("severity", "error"),

@@ -3,6 +3,7 @@ once, and a package's own format registers through the ``scrub.formats`` entry p
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -25,10 +26,37 @@ def test_readers_and_writers_are_views_of_one_table_and_a_name_is_registered_onc
         register(Format("hdf5", "x:Y", "x:Z"))
 
 
+def test_a_formats_own_options_are_keys_and_options_like_the_shared_ones():
+    """--lmdb-codec, --allow-pickle (LMDB's and LevelDB's) and --labels (NumPy's) are declared
+    with their formats' rows, not in ReadOptions' fields; they read, record and default as the
+    shared ones do, and a format cannot redeclare another's option otherwise."""
+    from scrub.keys import KEYS
+    from scrub.optionkey import Key
+    from scrub.options import ScanOptions, default_of
+    from scrub.readers.base import ReadOptions
+
+    assert {"lmdb-codec", "allow-pickle", "labels"} <= set(KEYS)
+    assert KEYS["lmdb-codec"] in FORMATS["lmdb"].options and KEYS["lmdb-codec"] in FORMATS["leveldb"].options
+    assert "lmdb_codec" not in {f.name for f in dataclasses.fields(ReadOptions)}
+    assert default_of(KEYS["allow-pickle"]) is False
+    read = ScanOptions.build(lmdb_codec="npy", labels="y.npy").read
+    assert (read.lmdb_codec, str(read.labels), read.allow_pickle) == ("npy", "y.npy", False)
+    assert read.recorded("lmdb") == {
+        "format": "lmdb", "root": None, "data_key": None, "label_key": None,
+        "lmdb_codec": "npy", "allow_pickle": False, "labels": "y.npy",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="declares option 'labels' otherwise"):
+        register(Format("other", "x:Y", "x:Z", options=(Key("labels", "format", "int"),)))
+    assert "other" not in FORMATS
+
+
 PLUGIN = '''
 from scrub.formats import Format
+from scrub.optionkey import Key
 from scrub.readers.numpy import NumpyReader
 from scrub.writers.numpy import NumpyWriter
+
+SPEC = Key("rows-spec", "format", "str", per_path=True, help="Rows: the spec they follow.", default="v1")
 
 
 class RowsReader(NumpyReader):
@@ -36,17 +64,23 @@ class RowsReader(NumpyReader):
 
     format = "rows"
     file_suffixes = (".rows",)
+    options_used = NumpyReader.options_used | {"rows_spec"}
 
     @classmethod
     def sniff(cls, path):
         return path.suffix == ".rows" and super().sniff(path)
+
+    def open(self, partition_size):
+        info, partitions = super().open(partition_size)
+        info.notes.append(f"rows spec {self.options.rows_spec}")
+        return info, partitions
 
 
 class RowsWriter(NumpyWriter):
     format = "rows"
 
 
-ROWS = Format("rows", "rows_format:RowsReader", "rows_format:RowsWriter", "row files")
+ROWS = Format("rows", "rows_format:RowsReader", "rows_format:RowsWriter", "row files", options=(SPEC,))
 '''
 
 
@@ -72,6 +106,16 @@ def test_a_package_registers_its_own_format_through_an_entry_point(tmp_path):
     )  # fmt: skip
     assert scan.returncode == 1, scan.stderr
     assert '"format": "rows"' in (tmp_path / "s.json").read_text()
+    assert "rows spec v1" in (tmp_path / "s.json").read_text()  # its own option's default
+    # its own option, from a config file (the command line's flags are scrub's own formats')
+    (tmp_path / "scrub.toml").write_text('rows-spec = "v2"\n')
+    configured = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", "train.rows", "--format", "rows", "-q", "--json", "s.json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert configured.returncode == 1, configured.stderr
+    assert "rows spec v2" in (tmp_path / "s.json").read_text()
+    (tmp_path / "scrub.toml").unlink()
     fix = subprocess.run(
         [sys.executable, "-m", "scrub", "fix", "train.rows", "--format", "rows", "-q"],
         capture_output=True,

@@ -27,7 +27,7 @@ except (ImportError, AttributeError):
     _RUSAGE_THREAD = None
 
 from scrub.errors import UnusableDataset, UsageError
-from scrub.formats import READERS, format_names, load_plugins
+from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
 from scrub.records import Batch, Carries, Issue, Record
 
@@ -40,22 +40,50 @@ CacheEntry = tuple[str, str | None, str, bytes | None]
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Reader options from the command line; each reader uses the ones that concern it."""
+    """Reader options from the command line; each reader uses the ones that concern it.
+
+    The options every format may take are fields; a format's own options (declared with its row
+    of `scrub.formats`: ``--lmdb-codec``, ``--labels``...) are held in ``own`` and read as
+    attributes all the same (``options.lmdb_codec``), their key's default when not given.
+    """
 
     root: Path | None = None  # where list-file paths are relative to (default: the list's folder)
-    data_key: str | None = None  # HDF5: the dataset whose rows are records (default "data")
-    label_key: str | None = None  # HDF5: the labels dataset (default "label")
-    lmdb_codec: str | None = None  # LMDB: force a value codec (default: detect per record)
-    allow_pickle: bool = False  # LMDB: unpickle pickled values (runs arbitrary code)
-    labels: Path | None = None  # NumPy: a .npy of labels aligned with the data file's rows
+    data_key: str | None = None  # the field, dataset, column or member of the data (per format)
+    label_key: str | None = None  # the field, dataset, column or member of the labels (per format)
     format: str | None = None  # force a reader (default: the first whose sniff accepts the path)
+    #: (attribute, value) of the formats' own options that were given
+    own: tuple[tuple[str, Any], ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        """A format's own option (only called for a name that is not a field)."""
+        if not name.startswith("_"):
+            for attribute, value in self.__dict__.get("own", ()):
+                if attribute == name:
+                    return value
+            for key in FORMAT_KEYS.values():
+                if key.attribute == name:
+                    return key.default
+        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+
+    def given(self) -> dict[str, Any]:
+        """Every option that differs from its default, by attribute (``format`` aside)."""
+        default = ReadOptions()
+        shared = {
+            item.name: getattr(self, item.name)
+            for item in fields(self)
+            if item.name not in ("format", "own") and getattr(self, item.name) != getattr(default, item.name)
+        }
+        return shared | {name: value for name, value in self.own if value != getattr(default, name)}
 
     def recorded(self, format: str) -> dict[str, Any]:
         """What decides what a record is, as a scan records it and its fingerprint hashes it:
-        the format read and every reading option (paths as text)."""
-        values = {item.name: getattr(self, item.name) for item in fields(self) if item.name != "format"}
+        the format read and every reading option, the formats' own included (paths as text)."""
+        names = [item.name for item in fields(self) if item.name not in ("format", "own")]
+        names += [key.attribute for key in FORMAT_KEYS.values()]
         return {"format": format} | {
-            name: str(value) if isinstance(value, Path) else value for name, value in values.items()
+            name: str(value) if isinstance(value, Path) else value
+            for name in names
+            for value in [getattr(self, name)]
         }
 
 
@@ -559,14 +587,11 @@ def is_dataset(path: Path) -> bool:
 
 
 def _applicable(cls: type[Reader], path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
-    default = ReadOptions()
-    for item in fields(options):
-        if item.name == "format" or getattr(options, item.name) == getattr(default, item.name):
-            continue
-        if item.name not in cls.options_used:
+    for name in options.given():
+        if name not in cls.options_used:
             used = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(cls.options_used)) or "none"
             raise UsageError(
-                f"{origin(item.name.replace('_', '-'))}: does not apply to {path} ({cls.format}); "
+                f"{origin(name.replace('_', '-'))}: does not apply to {path} ({cls.format}); "
                 f"the {cls.format} reader's options are: {used}"
             )
     return cls(path, options)

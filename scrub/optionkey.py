@@ -1,0 +1,44 @@
+"""One user-facing option's declaration (see `scrub.keys.KEYS`, and a format's own in its row
+of `scrub.formats`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Key:
+    """One user-facing option: its name, where it lands, its type and its limits."""
+
+    name: str  # kebab-case: the flag without "--", the config key
+    group: str  # read, format (a format's own), checks, selection, run, replay, scan, fix
+    kind: str  # int, float, str, bool, path, ids, severities, range, index (an int or "none")
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
+    per_path: bool = False
+    #: the flag's help (the commands are built from `KEYS`: `scrub.cli`); ``{formats}`` stands
+    #: for the format table's names
+    help: str = ""
+    short: str | None = None  # a one-letter flag beside the long one (``-q``)
+    switch: str | None = None  # a boolean's on/off pair (``--normalize/--no-normalize``)
+    fix_help: str | None = None  # where `scrub fix` reads the option otherwise (``--manifest``)
+    #: its kind under `scrub fix` when it differs ("paths": fix takes several manifests)
+    fix_kind: str | None = None
+    scan_only: bool = False  # only `scrub scan` takes it (its reports); the "fix" group is fix's own
+    #: a format's own option's value when not given (the others take their field's default)
+    default: Any = None
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands that take it."""
+        return ("fix",) if self.group == "fix" else ("scan",) if self.scan_only else ("scan", "fix")
+
+    @property
+    def attribute(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
