@@ -21,8 +21,8 @@ def main() -> None:
         raise
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: let the exit finish
-        # The interpreter's exit collects garbage over every object left, a third of the time
-        # of a short scan's exit (31 -> 10 ms after a 20,000-record scan); nothing left needs a
+        # The interpreter's exit collects garbage over every object left, a good share of a short
+        # scan's exit time (see docs/benchmarks.md, "Design measurements"); nothing left needs a
         # collection to be closed: the commands closed what they opened.
         gc.freeze()
 

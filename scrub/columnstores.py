@@ -66,8 +66,8 @@ class RareValueStore:
         self.bins = bins
         self.keep_negative = keep_negative
         #: the histogram so far: sorted distinct values (bins) and their counts, kept in NumPy: a
-        #: Counter updated per value held the GIL ~1.5 ms a partition of 1,000 classes, which the
-        #: worker threads of an HDF5 scan waited for (`merge_histograms`)
+        #: Counter updated per value held the GIL for every partition, which the worker threads of
+        #: an HDF5 scan waited for (`merge_histograms`; docs/benchmarks.md, "Design measurements")
         self.distinct = np.empty(0, dtype=np.float64)
         self.totals = np.empty(0, dtype=np.int64)
         self.common = np.empty(0, dtype=np.float64)

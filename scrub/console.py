@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 class _Console:
     """rich's ``Console``, imported when something is first printed: a run with ``-q`` that
-    prints nothing does not pay rich's import (~20 ms, measured with ``-X importtime``)."""
+    prints nothing does not pay rich's import time (see docs/benchmarks.md, "Design
+    measurements")."""
 
     def __init__(self, **options) -> None:
         self._options = options

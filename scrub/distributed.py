@@ -1,8 +1,9 @@
 """Run the pipeline's partitions on an existing ``dask.distributed`` cluster.
 
-Imported only when ``--scheduler`` is an address: importing ``distributed`` costs ~0.5 s, which
-small local jobs should not pay. The workers must see the dataset at the same path as this
-process (a shared file system), since they read it themselves.
+Imported only when ``--scheduler`` is an address: importing ``distributed`` is slow (see
+docs/benchmarks.md, "Design measurements"), which small local jobs should not pay. The workers
+must see the dataset at the same path as this process (a shared file system), since they read
+it themselves.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ class NoWorkers(Exception):
 
 
 #: Seconds without a worker before the scan says that it waits: a `dask worker` started with the
-#: scan joins in ~1.4 s, and a nanny restarts a dead worker in about as long; neither is a wait
-#: worth a line.
+#: scan joins well within it, and a nanny restarts a dead worker in about as long; neither is a
+#: wait worth a line (see docs/benchmarks.md, "Design measurements").
 WAIT_NOTICE_SECONDS = 3.0
 #: ...and with ``--quiet`` (this module's logger not enabled for INFO), where only a long wait is
 #: worth a line.

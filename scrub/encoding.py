@@ -24,9 +24,10 @@ from scrub.results import PartitionResult, row_digest
 @dataclass(frozen=True)
 class Encoding:
     """Issues leave the worker as manifest lines, counts and the few issues reports name, not
-    as one object each: a partition of a broken shard flags every row (measured before: ~620
-    bytes and ~20 us per finding in the driver, 665 MiB for a million). Used when nothing in the
-    driver needs each issue (no baseline to class them against, no replay, no cache)."""
+    as one object each: a partition of a broken shard flags every row, and an object per finding
+    cost the driver memory and time for each (see docs/benchmarks.md, "Design measurements").
+    Used when nothing in the driver needs each issue (no baseline to class them against, no
+    replay, no cache)."""
 
     #: check id -> the severity the user set for it
     severities: dict[str, Severity]
@@ -46,7 +47,7 @@ class Encoding:
 
 
 #: Issues a worker holds as objects before it encodes them (`Encoder.flush`): a block of a
-#: broken shard flags every row, and an issue object costs ~1.5 KB where its line costs ~250 bytes.
+#: broken shard flags every row, and an issue object is several times the size of its line.
 FLUSH_ISSUES = 4096
 
 

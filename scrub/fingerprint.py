@@ -4,8 +4,9 @@
 belong to another dataset or the dataset changed since. The fingerprint hashes what a reader
 reads (the format, the reading options that decide what a record is) and, for every file the
 records come from, its path relative to the root, size and modification time. A stat per file
-is cheap (tens of ms for 20,000 images) where hashing the contents would cost a second read of
-the dataset; like ``make`` and ``rsync``, it trusts that a changed file has a new mtime or size.
+is cheap (see docs/benchmarks.md, "Design measurements") where hashing the contents would cost a
+second read of the dataset; like ``make`` and ``rsync``, it trusts that a changed file has a new
+mtime or size.
 """
 
 from __future__ import annotations

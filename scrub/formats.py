@@ -6,8 +6,9 @@ The readers' and the writers' registries are views of this table, so they cannot
 name registered twice is an error. Formats of other packages register through the
 ``scrub.formats`` entry point group (each entry point loads a `Format`), as ``--plugin`` modules
 register checks. They are looked up only when needed (reading every installed package's metadata
-costs ~40 ms of a run): a ``--format`` the table does not hold, or a path no built-in reader takes
-but the image reader's last resort (any folder); see `scrub.readers.base.open_reader`.
+is a noticeable share of a short run: see docs/benchmarks.md, "Design measurements"): a
+``--format`` the table does not hold, or a path no built-in reader takes but the image reader's
+last resort (any folder); see `scrub.readers.base.open_reader`.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def needs(name: str) -> ModuleType:
 def format_names(plugins: bool = True) -> list[str]:
     """The formats' names, in the table's order: a list, since loading a plugin reorders the
     table (iterate this, not the table). ``plugins=False``: scrub's own only, without looking for
-    plugins (finding them reads every installed package's metadata, ~40 ms of a run that scans a
-    folder of images in ~240: the paths that run every time do without)."""
+    plugins (finding them reads every installed package's metadata, a noticeable share of a run
+    that scans a folder of images: the paths that run every time do without)."""
     if plugins:
         load_plugins()
         return list(FORMATS)

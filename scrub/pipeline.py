@@ -42,12 +42,9 @@ from scrub.interrupt import deferred, ignore_in_worker
 from scrub.workers import GuardedWork, start_worker_server, worker_context
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
-#: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process.
-#: Measured on 2 cores, warm, whole processes, uncompressed float32 HDF5, medians of 7: in-process
-#: ties with threads at 0.1 GiB (0.274 s against 0.278) and loses from there (0.25 GiB: 0.336
-#: against 0.318; 1 GiB: 0.53 against 0.44; 2 GiB: 0.75 against 0.59; a 245 MB .npy: 0.349
-#: against 0.336); one core checks ~3.5 GB/s. (With Dask's local scheduler, whose import cost
-#: 0.12 s, the crossover was ~1.2 GiB.)
+#: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process:
+#: there a pool of threads gains nothing, and above it in-process loses to threads, more the
+#: larger the dataset (see docs/benchmarks.md, "Design measurements").
 IN_PROCESS_SECONDS = 0.05
 #: Seconds one record may take before its decoder is deemed hung (``--timeout``).
 DEFAULT_TIMEOUT = 60.0
@@ -165,9 +162,10 @@ def _compute_local(
     been running. Each result goes to ``on_result`` as soon as it arrives.
 
     The pools are the standard library's, not Dask's local schedulers: the tasks are
-    independent, so Dask's graph adds nothing here, and importing Dask cost 0.12 s in this
+    independent, so Dask's graph adds nothing here, and importing Dask cost time in this
     process and as much in the worker server, on the critical path of every local scan
-    (measured: see docs/benchmarks.md). Clusters still run on ``dask.distributed``.
+    (measured: see docs/benchmarks.md, "Design measurements"). Clusters still run on
+    ``dask.distributed``.
     """
     guarded = plan.scheduler == "processes"
     task = GuardedWork(work, plan.timeout) if guarded else work
@@ -222,7 +220,7 @@ MANAGER_EXIT_SECONDS = 5.0
 
 
 def _stop(pool: ProcessPoolExecutor, drain: float = 0.0) -> None:
-    """Stop the workers now: a worker's own interpreter shutdown costs ~0.1 s at exit.
+    """Stop the workers now: a worker's own interpreter shutdown would delay the exit.
 
     The pool is shut down first (its manager thread exits cleanly), then any worker still
     alive is killed: at the end of a scan they are idle, every result is in; after an
@@ -274,10 +272,10 @@ def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
     """Start what the plan's workers need in the background while the dataset is listed.
 
     Called once the format is known (`scrub.opening.worker_starter`, then at the plan): the worker
-    server imports NumPy and scrub (~0.3 s of the other core), which only a scan on processes
-    repays. Started earlier, before the format was known, it ran beside every scan on threads
-    (a 2 GiB HDF5 file: 0.92 -> 0.81 s without it, medians of 11) and gained nothing on processes
-    (20,000 JPEGs, LMDB, photos: the same within noise)."""
+    server imports NumPy and scrub (time of the other core), which only a scan on processes
+    repays. Started earlier, before the format was known, it ran beside every scan on threads and
+    slowed them (an HDF5 file was faster without it), and gained nothing on processes (the same
+    within noise; see docs/benchmarks.md, "Design measurements")."""
     if plan.scheduler == "processes":
         worker_context(imports)
         start_worker_server()

@@ -38,8 +38,9 @@ from scrub.results import (
 )
 
 #: Rows checked at once: a block of a broken shard (65,536 narrow rows read as one chunk) would
-#: otherwise hold a finding object per row, per check, before any is encoded (measured: a
-#: worker of a 1M all-NaN scan went from 80 to 344 MB RSS on its first partition).
+#: otherwise hold a finding object per row, per check, before any is encoded, and a worker's
+#: memory would grow several-fold on its first partition (see docs/benchmarks.md, "Design
+#: measurements").
 CHECK_ROWS = 4096
 
 
@@ -197,7 +198,7 @@ class PartitionWork:
                     encoder.add_rows(batch, check, found)
                 continue
             # issues built here, not by make_issue: a broken block flags every row, and each
-            # finding's details are its own already (a third of the time per finding, measured)
+            # finding's details are its own already (make_issue's copy is a large share of the time)
             for row, finding in found:
                 issue = Issue(
                     batch.source,
@@ -279,8 +280,8 @@ def rare_only(
     of the rows whose value (magnitude bin) this partition holds at most the store's cap of, plus
     the histogram of every row: a value common here is common in the dataset, so its rows'
     positions are never needed, and a partition of millions of rows sends back its tails only.
-    Counted here, in the worker: the driver merging the histograms of 32,768 labels a partition
-    with `np.unique` took a core's 46 ms of a 2 GiB scan from the workers (measured)."""
+    Counted here, in the worker: the driver merging the histograms with `np.unique` took a core's
+    time from the workers (see docs/benchmarks.md, "Design measurements")."""
     offsets, values = np.asarray(offsets, np.int64), np.asarray(values, np.float64)
     if dtype == "magnitude":
         keys, cap, always = magnitude_bins(values), MAGNITUDE_KEPT_PER_BIN, None
@@ -296,7 +297,7 @@ def rare_only(
 def _counted(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct keys as float64, their counts, each key's count): by `np.bincount` when the keys
     are small non-negative integers (class indices, magnitude bins: [1408, 18192]), which does not
-    sort (~3.4 ms per 32,768 rows with `np.unique`), else by `np.unique`."""
+    sort (`np.unique` does, and costs more), else by `np.unique`."""
     if keys.size and keys.min() >= 0 and keys.max() < BINCOUNT_LIMIT:
         integers = keys.astype(np.int64)
         if (integers == keys).all():
@@ -312,7 +313,7 @@ def _merge_counts(pieces: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]
     values = np.concatenate([v for v, _ in pieces])
     counts = np.concatenate([c for _, c in pieces])
     if values.size and values.dtype.kind in "ui" and values.min() >= 0 and values.max() < BINCOUNT_LIMIT:
-        summed = np.bincount(values, weights=counts)  # class ids: no sort (1.5 ms a partition of 32 blocks)
+        summed = np.bincount(values, weights=counts)  # class ids: no sort
         distinct = np.flatnonzero(summed)
         return dict(zip(distinct.tolist(), summed[distinct].astype(np.int64).tolist()))
     distinct, inverse = np.unique(values, return_inverse=True)

@@ -83,8 +83,9 @@ def _own_scratch_folder() -> None:
 
 def worker_context(imports: Sequence[str] = ()):
     """Workers fork from a clean server process that has scrub (and ``imports``) imported:
-    fork-fast start-up (measured 3.1 s vs 5.0 s with spawn on 20,000 JPEGs) without forking
-    this possibly multi-threaded process. The first call's ``imports`` win: the server starts once."""
+    fork-fast start-up (spawned workers, each importing everything again, made a scan slower:
+    see docs/benchmarks.md, "Design measurements") without forking this possibly multi-threaded
+    process. The first call's ``imports`` win: the server starts once."""
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
@@ -98,7 +99,7 @@ class GuardedWork:
     A hung decoder cannot be interrupted from Python (it may hold the GIL), but it can be
     killed: the C watchdog thread of `faulthandler` calls ``_exit`` when it is not re-armed in
     time, the pool (or the cluster's nanny) sees a dead worker, and the unfinished partitions
-    are re-run under supervision (or bisected on the cluster). Arming costs ~30 us (it starts a
+    are re-run under supervision (or bisected on the cluster). Arming is not free (it starts a
     thread), so it is re-armed at most once per ``timeout``, for ``2 * timeout`` after the
     earliest progress of every guarded task of the process: a record runs at least ``timeout``
     and at most ``2 * timeout`` seconds before the kill. The watchdog is one per process, so a

@@ -105,8 +105,9 @@ class Column:
 
     def factorized(self) -> tuple[np.ndarray, list]:
         """(codes, names) of the values, names in first-seen order: a few distinct values among
-        many rows are then judged per name, without sorting the rows' Python strings (sorting
-        20,000 of them cost 40 ms of the driver's end of a scan)."""
+        many rows are then judged per name, without sorting the rows' Python strings (a sort that
+        cost the driver time at the end of a scan: see docs/benchmarks.md, "Design
+        measurements")."""
         if self.categories is not None:
             return self.categories
         names: dict[Any, int] = {}
@@ -262,8 +263,8 @@ BINCOUNT_LIMIT = 1 << 16
 
 def value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_counts=True)`` of integers: with `np.bincount` when they are
-    small and non-negative (class indices, mask values), which does not sort (4,096 labels: ~15
-    against ~200 µs; a 256x256 mask: 84 against 437 µs), else with `np.unique`."""
+    small and non-negative (class indices, mask values), which does not sort and so is several
+    times faster (see docs/benchmarks.md, "Design measurements"), else with `np.unique`."""
     values = values.ravel()
     if values.dtype == bool:
         values = values.view(np.uint8)
@@ -289,7 +290,7 @@ def in_sorted(values: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-D array, without its first call's import of ``numpy.ma``
-    (25 ms of every scan's start-up, measured with ``-X importtime``)."""
+    (a cost on every scan's start-up: see docs/benchmarks.md, "Design measurements")."""
     ordered = np.sort(values)
     if len(ordered) < 2:
         return ordered

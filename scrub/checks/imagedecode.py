@@ -10,10 +10,10 @@ JPEG (and MPO)
     warning), grayscale output at 1/8 DCT scale, like jpeginfo (which also asks libjpeg for
     grayscale at 1/8 scale). Reduced-scale decoding still Huffman/arithmetic-decodes every
     entropy-coded byte, so it finds exactly what a full decode finds; it releases the GIL, and
-    `inspect_image` checks ~4,500 256x256 JPEGs/s on one core, against ~2,100-3,000 for Pillow's
-    full ``load()``. Pillow's ``load()`` is not good enough
-    here: it discards libjpeg's warnings, so a bit flip that desynchronises the Huffman stream
-    passes as clean. Fallbacks, each for a valid file that the fast path cannot take:
+    it is faster on one core than Pillow's full ``load()`` (see docs/benchmarks.md, "Design
+    measurements"). Pillow's ``load()`` is not good enough here: it discards libjpeg's
+    warnings, so a bit flip that desynchronises the Huffman stream passes as clean. Fallbacks,
+    each for a valid file that the fast path cannot take:
 
     * Lossless JPEG (SOF3/SOF11): TurboJPEG ignores the scaling factor for lossless images but
       sizes its output buffer for it, so a scaled decode writes past the end of the heap buffer
@@ -221,7 +221,7 @@ _NO_SOF = "no readable SOF marker in the JPEG header"
 _MPF_SEGMENT = re.compile(rb"\xff\xe2..MPF\x00", re.DOTALL)  # APP2, length, MP Format identifier
 
 
-class _Sof(NamedTuple):  # a tuple: a frozen dataclass took 1 µs more a JPEG to build
+class _Sof(NamedTuple):  # a tuple: a frozen dataclass is slower to build, once per JPEG
     marker: int
     precision: int
     width: int
@@ -278,8 +278,9 @@ _PLAIN_MODES = {1: "L", 3: "RGB", 4: "CMYK"}  # Pillow's mode for 8-bit JPEGs by
 def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
     """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg.
 
-    A plain JPEG (8-bit, 1/3/4 components, no MPF index) skips Pillow: its header parse costs
-    ~35-50 us, a quarter of the whole check, and the SOF marker gives the same mode and size.
+    A plain JPEG (8-bit, 1/3/4 components, no MPF index) skips Pillow: its header parse is a
+    large share of the whole check (see docs/benchmarks.md, "Design measurements"), and the SOF
+    marker gives the same mode and size.
     """
     sof = _find_sof(data)
     if (

@@ -197,12 +197,12 @@ def _profile_real(rows: np.ndarray, floating: bool) -> Profile:
 
 
 def _total(rows: np.ndarray) -> float:
-    """The sum of the 2-D ``rows`` (for the mean). Float rows are summed by `np.einsum`, 0.06 ms
-    per 4 MiB of float32 against 0.17 for `np.sum`'s pairwise sum (measured: a third of the
-    profile of a block): wide rows one sum per row in their dtype, then those in float64 (relative
-    error 2e-9 on 1,024-value rows, 5e-8 for `np.sum`); narrow rows in one sum (7.6e-7 at worst
-    on a million equal values). Integers by `np.sum`, which widens them (einsum would wrap
-    them); float16 in float64 (its own sum rounds each block's total to 3 digits)."""
+    """The sum of the 2-D ``rows`` (for the mean). Float rows are summed by `np.einsum`, several
+    times faster than `np.sum`'s pairwise sum, which took a large share of a block's profile:
+    wide rows one sum per row in their dtype, then those in float64 (more accurate than
+    `np.sum`); narrow rows in one sum, accurate enough for a mean. Integers by `np.sum`, which
+    widens them (einsum would wrap them); float16 in float64 (its own sum rounds each block's
+    total to 3 digits). Speeds and errors: docs/benchmarks.md, "Design measurements"."""
     if rows.dtype.kind == "f" and rows.dtype.itemsize >= 4 and rows.dtype.isnative:
         if rows.shape[1] >= WIDE_ROW:
             return float(np.einsum("ij->i", rows).sum(dtype=np.float64))
@@ -211,9 +211,9 @@ def _total(rows: np.ndarray) -> float:
 
 
 #: Rows at least this wide get their extremes from two per-row reductions; narrower float rows
-#: from one over their bits (see `_narrow_magnitudes`). Measured per 4 MiB of float32: 1024
-#: values a row 0.25 ms (bits 0.44), 64 values 1.32 ms (bits 0.44 plus 0.39 for the batch's
-#: min, max and sum).
+#: from one over their bits (see `_narrow_magnitudes`): on wide rows the two plain reductions
+#: are faster, on narrow rows NumPy's per-row overhead makes one pass over the bits (plus the
+#: batch's min, max and sum) win (see docs/benchmarks.md, "Design measurements").
 WIDE_ROW = 128
 #: float dtype -> (the integer type of its bits, the mask that clears the sign, the bits of +Inf)
 _SIGN_MASKS: dict[np.dtype, tuple[type[np.signedinteger], int, int]] = {

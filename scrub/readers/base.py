@@ -159,7 +159,8 @@ class Reader(ABC, Generic[PartitionT]):
     #: readers; None: unknown). A scan whose work is under `scrub.pipeline.IN_PROCESS_SECONDS`
     #: runs in the scan's own process: a pool would cost more than it saves.
     work_seconds: float | None = None
-    #: Records per task: enough work (>= ~0.2 s) to amortize a task's ~2 ms (sending it, merging its result).
+    #: Records per task: enough work (~0.2 s) to amortize a task's fixed cost (sending it, merging
+    #: its result; see docs/benchmarks.md, "Design measurements").
     records_per_task: ClassVar[int] = 1000
     #: What its records carry, matched against each check's ``needs`` (see `Carries`; the scan
     #: adds LABEL_VECTORS for a dataset whose `DatasetInfo.label_width` is set, REPLAY with the
@@ -290,11 +291,11 @@ def open_reader(
     )
 
 
-#: A dataset that would fill fewer tasks than this per core is split finer: 500 photos were one
-#: task of 1,000 records, so one core of two checked them all (1.49 s; 8 tasks: see
-#: docs/benchmarks.md).
+#: A dataset that would fill fewer tasks than this per core is split finer: a small dataset in one
+#: task of `Reader.records_per_task` records left one core checking all of it while the others
+#: idled (see docs/benchmarks.md, "Design measurements").
 TASKS_PER_CORE = 4
-#: ...but never into tasks of fewer records than this (each task costs ~2 ms to send and merge).
+#: ...but never into tasks of fewer records than this (each task costs time to send and merge).
 MIN_RECORDS_PER_TASK = 25
 
 ItemT = TypeVar("ItemT")
@@ -321,8 +322,9 @@ def extension_of(key: str) -> str:
 
 def read_file(path: str) -> bytes:
     """A whole file by one open, one fstat and (usually) one read: ``open(path, "rb").read()``
-    costs ~3.5 µs more a file (its buffer and a last read to find the end), a quarter of reading
-    a 15 KB JPEG from the page cache. A file that grows or shrinks meanwhile is read to its end."""
+    costs more a file (its buffer and a last read to find the end), a sizeable share of reading a
+    small JPEG from the page cache (see docs/benchmarks.md, "Design measurements"). A file that
+    grows or shrinks meanwhile is read to its end."""
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         size = os.fstat(descriptor).st_size
@@ -341,13 +343,13 @@ def read_file(path: str) -> bytes:
 #: How many files `ReadAhead` announces to the kernel ahead of the one being read
 READ_AHEAD_FILES = 16
 #: Where the system cannot say what a thread read from its disks (`blocks_read`): a read slower
-#: than this came from the disk, not the page cache (~15 µs for a 15 KB JPEG)
+#: than this came from the disk, not the page cache (which serves a small JPEG far faster)
 SLOW_READ_SECONDS = 0.0005
 
 
 def blocks_read() -> int | None:
     """The blocks this thread has read from a disk so far (Linux's per-thread ``ru_inblock``,
-    ~0.7 µs), or None where the system cannot say (no ``RUSAGE_THREAD``: macOS, Windows)."""
+    cheap to ask), or None where the system cannot say (no ``RUSAGE_THREAD``: macOS, Windows)."""
     if _RUSAGE_THREAD is None:
         return None
     try:
@@ -359,7 +361,7 @@ def blocks_read() -> int | None:
 def will_need(path: str) -> None:
     """Ask the kernel to start reading ``path`` now (``POSIX_FADV_WILLNEED``, asynchronous): on a
     cold page cache the disk then has the next files queued while this one decodes, instead of
-    one small read at a time. Costs an open and a close (~3 µs) when the file is cached. Does
+    one small read at a time. Costs an open and a close when the file is cached. Does
     nothing where the system has no ``posix_fadvise`` (macOS, Windows)."""
     advise = getattr(os, "posix_fadvise", None)
     if advise is None:
@@ -380,13 +382,13 @@ class ReadAhead:
     """Reads a partition's files in order, announcing the next ones to the kernel (`will_need`)
     once a read proves to come from the disk.
 
-    Cold, the disk then works on the next files while this one decodes (20,000 JPEGs: 4.49 ->
-    2.90 s, ``jpeginfo -c`` on 2 processes 3.01). Warm, announcing would only add an open, an
-    fadvise and a close to every file, so it starts once a read made this thread read blocks
-    from a disk (`blocks_read`). That is exact where timing is not: cold files the host's cache
-    serves come in under `SLOW_READ_SECONDS` (200 of 200 on this VM), and a cached read that
-    lost its core for a moment took longer (warm, 1,200-8,400 of 20,000 files were announced
-    needlessly). Where the system cannot count blocks, the first read slower than that decides.
+    Cold, the disk then works on the next files while this one decodes, which brought a cold scan
+    of JPEGs level with ``jpeginfo -c``. Warm, announcing would only add an open, an fadvise and a
+    close to every file, so it starts once a read made this thread read blocks from a disk
+    (`blocks_read`). That is exact where timing is not: cold files the host's cache serves come
+    in under `SLOW_READ_SECONDS`, and a cached read that lost its core for a moment took longer
+    (warm, many files were announced needlessly). Where the system cannot count blocks, the
+    first read slower than that decides. (Numbers: docs/benchmarks.md, "Design measurements".)
     ``paths`` holds None for a file not to touch before its turn (a link, checked before it is
     read)."""
 

@@ -13,8 +13,8 @@ The schema (proto2, BVLC/caffe ``src/caffe/proto/caffe.proto``)::
 `parse_datum` is its own wire-format decoder, checked against protobuf by the tests, because
 protobuf is slow exactly where Caffe datasets are big: Caffe writes ``float_data`` unpacked,
 one 5-byte record (tag ``0x35`` + little-endian float32) per value, and upb decodes those one
-field at a time (1.3 ms for 3x256x256, measured with protobuf 7.36; packed takes 0.03 ms).
-Here a run of such records is one strided NumPy copy (0.18 ms), a packed field one copy.
+field at a time, far slower than a packed field. Here a run of such records is one strided NumPy
+copy, a packed field one copy (see docs/benchmarks.md, "Design measurements").
 Scalars follow protobuf: int32 is the low 32 bits of the varint, bool is "varint != 0", the
 last occurrence of a scalar wins, every ``float_data`` occurrence (packed or not) appends.
 
@@ -209,7 +209,7 @@ def _unpacked_run(octets: np.ndarray, start: int, end: int) -> int:
     while count < available:
         take = min(block, available - count)
         first = start + 5 * count
-        # copy, then compare: NumPy's strided copy is ~2x faster than a strided comparison
+        # copy, then compare: NumPy's strided copy is faster than a strided comparison
         good = octets[first : first + 5 * take : 5].copy() == _UNPACKED_TAG
         if not good.all():
             return count + int(good.argmin())

@@ -41,12 +41,13 @@ HDF5_EXTENSIONS = (".h5", ".hdf5", ".he5", ".hdf")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 PARTITION_BYTES = 128 << 20
 #: Rows per partition, at most, whatever their width: a partition of a broken shard may flag
-#: every row, and its findings travel back to the driver together (~300 bytes each as manifest
-#: lines), so narrow rows are split by count too (16-byte rows: 8 million rows by bytes alone).
+#: every row, and its findings travel back to the driver together (a manifest line each), so
+#: narrow rows are split by count too (16-byte rows: 8 million rows by bytes alone).
 PARTITION_ROWS = 1 << 16
-#: Rows per block, at most: a block's findings are objects until they are encoded (~1.5 KB each).
+#: Rows per block, at most: a block's findings are objects, far larger than their manifest lines,
+#: until they are encoded (sizes: docs/benchmarks.md, "Design measurements").
 BLOCK_ROWS = 1 << 15
-BLOCK_BYTES = 4 << 20  # measured: 0.49 s vs 0.64 s at 8 MiB for 2 GiB on 2 workers (L3-resident)
+BLOCK_BYTES = 4 << 20  # L3-resident: faster than 8 MiB (docs/benchmarks.md, "Design measurements")
 SNIFF_LINES = 100
 #: Names tried, in order, for the labels when ``--label-key`` is not given.
 LABEL_KEYS = ("label", "labels", "y", "target", "targets")
@@ -89,9 +90,9 @@ def is_hdf5_file(path: Path) -> bool:
     return head == HDF5_SIGNATURE or path.suffix.lower() in HDF5_EXTENSIONS
 
 
-#: Bytes of a chunked dataset one core reads and checks per second, uncompressed (measured
-#: 3.5 GB/s warm, float32, 4 KiB rows, read by pread) and compressed (gzip: 0.2 GB/s, the
-#: decompression's).
+#: Bytes of a chunked dataset one core reads and checks per second, uncompressed (read by pread)
+#: and compressed (gzip: the decompression's); measured, see docs/benchmarks.md, "Design
+#: measurements".
 PLAIN_BYTES_PER_SECOND = 3.5e9
 COMPRESSED_BYTES_PER_SECOND = 0.2e9
 
@@ -386,10 +387,10 @@ def _data_blocks(
     """(begin, end, rows) blocks of rows ``first:last``, read into this thread's reused buffer by
     `read_rows`: one ``pread`` a stretch of plain bytes (`plain_layout`), else HDF5.
 
-    HDF5's own read of plain bytes costs ~1.4x a ``pread`` (its selection and copy: 0.43 of a
-    1.15 s scan of 2 GiB). A memory map saves the copy but pays as much in page faults, and
-    populated at once it serializes threads on the process's memory map (see
-    docs/benchmarks.md).
+    HDF5's own read of plain bytes costs more than a ``pread`` (its selection and copy, a large
+    share of a scan). A memory map saves the copy but pays as much in page faults, and populated
+    at once it serializes threads on the process's memory map (see docs/benchmarks.md, and
+    "Design measurements" there).
     """
     buffer = _buffer((block_rows, *data.shape[1:]), data.dtype)
     layout = plain_layout(file, data)
@@ -483,7 +484,7 @@ def plain_layout(file, data) -> PlainLayout | None:
     only HDF5 can read them: filters (compression, shuffle, checksums), chunks that split rows,
     unallocated storage (read as the fill value), external or virtual storage, a user block, a
     driver other than the default one, non-native byte order, compound or variable-length
-    types. Ask once per dataset: its h5py properties cost ~0.2 ms a call."""
+    types. Ask once per dataset: its h5py properties are slow to ask."""
     import h5py
 
     dtype = data.dtype
@@ -522,7 +523,7 @@ _CHUNK_ADDRESSES: dict[tuple, np.ndarray] = {}
 
 
 def _same_ends(data, addresses: np.ndarray) -> bool:
-    """Whether the first and last chunks are still where ``addresses`` says (~15 µs): a file
+    """Whether the first and last chunks are still where ``addresses`` says (two lookups): a file
     rewritten in place keeps its inode, and its times move in clock ticks of a few ms."""
     if not len(addresses):
         return True
@@ -539,8 +540,8 @@ def _same_ends(data, addresses: np.ndarray) -> bool:
 def chunk_addresses(data, row_bytes: int) -> np.ndarray:
     """The file offset of each chunk of a dataset chunked in whole rows, by chunk number; empty
     when a chunk is unallocated (HDF5 reads the fill value), filtered or not of full size.
-    Walked once per file and process: ~1 µs a chunk (a lookup per chunk cost ~7 µs, 57 ms of a
-    2 GiB scan)."""
+    Walked once per file and process, which is much cheaper than a lookup per chunk (see
+    docs/benchmarks.md, "Design measurements")."""
     chunk_rows = data.chunks[0]
     count = -(-data.shape[0] // chunk_rows)
     addresses = np.full(count, -1, np.int64)

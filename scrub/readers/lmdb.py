@@ -1,14 +1,15 @@
 """LMDB environments: Caffe `Datum`s, raw encoded images (LSUN style), `.npy` arrays.
 
-The environment is opened read-only, with LMDB's default read-ahead (cold scans were 7–20x
-slower without it), and with its lock whenever the lock file can be written: a reader then holds
-a slot in the lock table, and a writer committing during the scan never reuses the pages of the
-snapshot the reader is on (read transactions are MVCC snapshots and never block the writer).
+The environment is opened read-only, with LMDB's default read-ahead (cold scans were many times
+slower without it: see docs/benchmarks.md, "Design measurements"), and with its lock whenever
+the lock file can be written: a reader then holds a slot in the lock table, and a writer
+committing during the scan never reuses the pages of the snapshot the reader is on (read
+transactions are MVCC snapshots and never block the writer).
 Without the lock (a read-only lock file: read-only media), a live writer reuses those pages
 under the reader, which then fails (``MDB_PAGE_NOTFOUND``) or aborts the process on an LMDB
 assertion: the summary says it was read so. Partitions are key intervals: the driver walks the
-keys once (keys only, ~5 M/s) in one snapshot to pick split keys and count records; each worker
-opens its own environment (py-lmdb refuses to open one twice in a process, and an environment
+keys once (keys only, which is quick) in one snapshot to pick split keys and count records; each
+worker opens its own environment (py-lmdb refuses to open one twice in a process, and an environment
 must not cross a fork) and walks its interval, up to the next partition's first key, with a
 cursor in one snapshot of its own: every key of that snapshot is read once, by the partition
 whose interval holds it, however the database changed since the listing. ``source`` is the

@@ -71,8 +71,9 @@ def table_files(folder: Path, suffix: str = ".parquet") -> list[Path]:
 
 def first_table_file(folder: Path, suffix: str) -> Path | None:
     """A ``suffix`` file of those `table_files` lists (any one: the sniff reads one), found
-    without listing the whole tree: the sniff runs on every folder given, and a folder of 20,000
-    images took `table_files` ~22 ms a suffix (~11 ms so, and it stops at the first table)."""
+    without listing the whole tree: the sniff runs on every folder given, and listing a large
+    folder of images with `table_files` cost twice this walk for every suffix, and this walk
+    stops at the first table (see docs/benchmarks.md, "Design measurements")."""
     folders = [str(folder)]
     while folders:
         with os.scandir(folders.pop()) as entries:

@@ -113,10 +113,11 @@ def walk_shard(
     afterwards how the walk ended.
 
     Headers are parsed here for the common cases (ustar and GNU headers, pax ``path``/``size``
-    records: what ``tarfile`` and WebDataset's TarWriter write), at a fifth of `tarfile`'s cost
-    per member (measured: shards are mostly headers and small members); anything else (GNU long
-    names, sparse files, global pax headers, base-256 sizes, a header that fails its checksum)
-    is left to `tarfile` from that member on (tested to agree with it).
+    records: what ``tarfile`` and WebDataset's TarWriter write), far cheaper per member than
+    `tarfile` (shards are mostly headers and small members; see docs/benchmarks.md, "Design
+    measurements"); anything else (GNU long names, sparse files, global pax headers, base-256
+    sizes, a header that fails its checksum) is left to `tarfile` from that member on (tested to
+    agree with it).
     """
     walk = walk if walk is not None else Walk()
     walk.end = offset = start

@@ -47,11 +47,12 @@ _OVERFLOW = np.uint32(0x477FF000)  # 65520: from here float16 rounds to Inf (NaN
 
 
 def round_to_float16(values: np.ndarray) -> np.ndarray:
-    """``values.astype(float16).astype(float32)``, bit for bit, ~5x faster on large arrays.
+    """``values.astype(float16).astype(float32)``, bit for bit, several times faster on large
+    arrays (see docs/benchmarks.md, "Design measurements").
 
-    NumPy's conversion takes a slow path whenever a value overflows (40 ms per million values,
-    twice per batch for a D x C weight matrix). Rounding the float32 mantissa to float16's 10 bits
-    is integer arithmetic (round half to even; a carry moves into the exponent as it should).
+    NumPy's conversion takes a slow path whenever a value overflows, and it runs twice per batch
+    for a D x C weight matrix. Rounding the float32 mantissa to float16's 10 bits is integer
+    arithmetic (round half to even; a carry moves into the exponent as it should).
     Below float16's smallest normal value its spacing is a constant 2**-24, so rounding is
     ``rint(x * 2**24) * 2**-24`` (exact: scaling by a power of two). Values that overflow, Inf
     and NaN, which are few, go through NumPy's conversion.
@@ -214,9 +215,10 @@ class LinearSoftmax:
 
     def norm(self) -> float:
         """The parameters' norm, ||(W, b)||. BLAS dot products in float32: relative error ~1e-5
-        where the limits it is compared with are factors of 10 (float64 sums cost 2 ms a batch
-        at 1024 x 1000, measured: half the replay's time). Kept between steps: a step sets it
-        from `step_norm`'s formula, and every `EXACT_EVERY` steps it is computed afresh."""
+        where the limits it is compared with are factors of 10 (float64 sums took half the
+        replay's time: see docs/benchmarks.md, "Design measurements"). Kept between steps: a
+        step sets it from `step_norm`'s formula, and every `EXACT_EVERY` steps it is computed
+        afresh."""
         if self._norm2 is None:
             self._norm2 = self._dot(self.weight, self.weight, self.bias, self.bias)
         return _norm(self._norm2)

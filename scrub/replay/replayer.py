@@ -240,8 +240,9 @@ class Replayer:
     ) -> list[tuple[int, _Verdict]]:
         """The records of ``group`` that go non-finite each in the company, by halving: a group
         that stays finite in the company holds none (a NaN or an Inf spreads through whatever
-        couples the records), so k culprits among n cost ~2k log2(n) passes instead of n (a
-        float16 PyTorch pass on the CPU takes ~0.1 s). Each culprit is judged alone at the end."""
+        couples the records), so k culprits among n cost ~2k log2(n) passes instead of n (each
+        a slow one for a float16 PyTorch model on the CPU). Each culprit is judged alone at the
+        end."""
         rows = np.array(group)
         if company is None and len(group) > 1:  # alone, one by one: a group may fail only together
             return [item for i in group for item in self._culprits(X, y, [i], None)]

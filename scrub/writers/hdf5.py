@@ -22,9 +22,10 @@ never rewritten and memory stays at a few blocks. Plain chunks (no filters, chun
 rows) are written as their bytes: where the source has no fill value of its own, the output's
 chunks are allocated when the dataset is created and never filled (HDF5's ``alloc_time`` early,
 ``fill_time`` never: the only creation properties that differ from the source's) and written by
-``pwrite`` beside a helper thread reading the next block (2 GiB to tmpfs: 1.9 s with h5py's
-chunk writes, 1.0 s so); else by ``write_direct_chunk``. The outputs are then read back
-through HDF5's own chunk index to check their ledger: a chunk at a wrong offset fails the fix.
+``pwrite`` beside a helper thread reading the next block (much faster than h5py's chunk writes,
+which hold the GIL: see docs/benchmarks.md, "Design measurements"); else by
+``write_direct_chunk``. The outputs are then read back through HDF5's own chunk index to check
+their ledger: a chunk at a wrong offset fails the fix.
 """
 
 from __future__ import annotations
@@ -377,7 +378,7 @@ class _RowSink:
 def _takes_raw_chunks(dataset) -> bool:
     """Whether whole chunks of ``dataset`` can be written as their bytes (`write_direct_chunk`):
     chunked in whole rows, without filters, of plain numbers. HDF5's own write of the same
-    chunks costs ~3.5x (2 GiB of float32 to tmpfs: 4.47 s against 1.26; a plain file write 0.91)."""
+    chunks costs several times as much (see docs/benchmarks.md, "Design measurements")."""
     import h5py
 
     plist = dataset.id.get_create_plist()
@@ -424,7 +425,7 @@ def _like(file, source, rows: int):
     ):
         options["dcpl"] = plist.copy()  # virtual and external layouts become plain data
         if _takes_raw_chunks(source) and plist.fill_value_defined() == h5py.h5d.FILL_VALUE_DEFAULT:
-            # Every chunk allocated now, unfilled (HDF5 would write 2 GiB of zeros first: 0.76 s),
+            # Every chunk allocated now, unfilled (HDF5 would first write the dataset in zeros),
             # so that whole chunks can be written by pwrite (see `_RowSink`), each of them once.
             # Only where the source has no fill value of its own: the output's properties say
             # "allocated early, never filled", which every chunk being written makes true.

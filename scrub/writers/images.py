@@ -180,7 +180,8 @@ class Copied:
 class CopyImages:
     """Copies one partition's files to the side each goes to (the `pipeline.Work` of `fix` for
     images): read, tallied, written, each file once. Partitions are independent and the ledger
-    is a sum, so workers copy side by side; in the scan's process it cost ~100 µs a file."""
+    is a sum, so workers copy side by side instead of the scan's process copying every file (see
+    docs/benchmarks.md, "Design measurements")."""
 
     reader: ImageReader
     clean: Path
@@ -257,8 +258,8 @@ def record_seed(relative: str, record: Record) -> int:
 
 
 def copy_plan(run: RunOptions | None, partitions: int) -> pipeline.Plan:
-    """How `fix` copies images: on local worker processes (writing a file holds the GIL ~50 µs,
-    so threads made it 2x slower; a cluster's workers cannot write this machine's outputs), on
+    """How `fix` copies images: on local worker processes (writing a file holds the GIL, so
+    threads made it slower; a cluster's workers cannot write this machine's outputs), on
     threads when the scan was asked to run on threads (a script without the main-module guard
     cannot start processes), in this process for a single partition, ``--workers 1`` or
     ``--scheduler sync``."""
