@@ -288,6 +288,7 @@ SHARED: dict[str, Key] = {
             "cache",
             "scan",
             "path",
+            each_dataset=True,
             help=(
                 "Keep per-record results in this folder and reuse them for records that did not change "
                 "(incremental rescans)."

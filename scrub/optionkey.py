@@ -29,11 +29,21 @@ class Key:
     scan_only: bool = False  # only `scrub scan` takes it (its reports); the "fix" group is fix's own
     #: a format's own option's value when not given (the others take their field's default)
     default: Any = None
+    #: an output option each dataset of a run may set for itself (a config file's ``cache``):
+    #: not one of the run's (`run_wide`)
+    each_dataset: bool = False
 
     @property
     def commands(self) -> tuple[str, ...]:
         """The commands that take it."""
         return ("fix",) if self.group == "fix" else ("scan",) if self.scan_only else ("scan", "fix")
+
+    @property
+    def run_wide(self) -> bool:
+        """An output option of the run as a whole (the manifest, the reports, the exit rule):
+        in a run of several datasets, each dataset's own value gives way to the run's. (The
+        "run" group, where and how the run runs, is run-wide as a whole.)"""
+        return self.group == "scan" and not self.each_dataset
 
     @property
     def attribute(self) -> str:

@@ -125,20 +125,25 @@ class ScanOptions:
         return build(cls, _keyword_values(keywords), {})
 
     def verdict_options(self) -> dict[str, Any]:
-        """What changes a record's verdict (recorded with the scan; part of the cache key)."""
-        checks = self.checks
-        return {
-            "num_classes": checks.num_classes,
-            "label_range": list(checks.label_range) if checks.label_range else None,
-            "max_pixels": checks.max_pixels,
-            "ignore_index": checks.ignore_index,
-            "mask_palette": [[index, list(colour)] for index, colour in checks.mask_palette or ()] or None,
-            "precision": checks.precision,
-            "select": list(self.selection.select) if self.selection.select is not None else None,
-            "ignore": list(self.selection.ignored),
-            "check_severity": {c: level for c, level in self.selection.check_severity if level != "ignore"},
-            "plugins": list(self.selection.plugins),
+        """What changes a record's verdict (recorded with the scan; part of the cache key): every
+        option of the checks' and the selection's groups, as JSON holds it. The checks ignored
+        include those whose severity was set to ``ignore``; the severities, only the others."""
+        holders = {"checks": self.checks, "selection": self.selection}
+        values = {}
+        for key in KEYS.values():
+            if key.group in holders:
+                name = "plugins" if key.name == "plugin" else key.attribute  # the field's name
+                values[name] = _as_json(getattr(holders[key.group], name))
+        values["ignore"] = list(self.selection.ignored)
+        values["check_severity"] = {
+            c: level for c, level in self.selection.check_severity if level != "ignore"
         }
+        return values
+
+
+def _as_json(value: Any) -> Any:
+    """Tuples as lists, all the way down (a palette's (index, (r, g, b)) pairs too)."""
+    return [_as_json(item) for item in value] if isinstance(value, tuple) else value
 
 
 @dataclass(frozen=True)

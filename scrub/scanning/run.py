@@ -20,7 +20,7 @@ from scrub.errors import (
     UsageError,
     first_line,
 )
-from scrub.keys import FAIL_ON
+from scrub.keys import FAIL_ON, KEYS
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.opening import OpenedDataset
 from scrub.options import RunOptions, ScanOptions
@@ -117,21 +117,10 @@ class Unopened:
 
 def run_wide(options: ScanOptions) -> dict[str, Any]:
     """The options that belong to a run, not to one of its datasets (a dataset's own are
-    replaced by them: its summary says what the run used)."""
-    return {
-        name: getattr(options, name)
-        for name in (
-            "run",
-            "manifest",
-            "baseline",
-            "json",
-            "fail_on",
-            "quiet",
-            "show",
-            "junit",
-            "html",
-            "summary_md",
-        )
+    replaced by them: its summary says what the run used): where and how it runs, and its
+    outputs (`Key.run_wide`)."""
+    return {"run": options.run} | {
+        key.attribute: getattr(options, key.attribute) for key in KEYS.values() if key.run_wide
     }
 
 
