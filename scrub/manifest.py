@@ -170,17 +170,24 @@ def read_scan_record(manifest: Path) -> dict[str, Any]:
     path = scan_record_path(manifest)
     if not Path(manifest).is_file():
         raise ScrubError(f"{manifest}: no such manifest")
+    missing = ScrubError(
+        f"{manifest}: its scan record {path.name} is missing, so scrub cannot tell which dataset it "
+        "describes; run the scan again (or run fix without --manifest)"
+    )
+    return read_json_record(path, "a scrub scan record", "fingerprint", missing)
+
+
+def read_json_record(path: Path, what: str, needs: str, missing: ScrubError) -> dict[str, Any]:
+    """A JSON object scrub wrote beside its outputs (a scan record, a fix record), or a one-line
+    error: ``missing`` when there is no such file, else one saying it is not ``what``."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ScrubError(
-            f"{manifest}: its scan record {path.name} is missing, so scrub cannot tell which dataset it "
-            "describes; run the scan again (or run fix without --manifest)"
-        ) from None
+        raise missing from None
     except (OSError, ValueError) as error:
-        raise ScrubError(f"{path}: not a scrub scan record ({first_line(error)})") from None
-    if not isinstance(record, dict) or "fingerprint" not in record:
-        raise ScrubError(f"{path}: not a scrub scan record (no fingerprint)")
+        raise ScrubError(f"{path}: not {what} ({first_line(error)})") from None
+    if not isinstance(record, dict) or needs not in record:
+        raise ScrubError(f"{path}: not {what} (no {needs})")
     return record
 
 

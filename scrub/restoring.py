@@ -11,15 +11,20 @@ their manifest lines.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scrub.cleaning import FIX_RECORD, QUARANTINE_MANIFEST, FixResult, fix
-from scrub.errors import ScrubError, UnusableDataset, UsageError
-from scrub.manifest import ManifestWriter, read_manifest, read_scan_record, write_scan_record
+from scrub.errors import UnusableDataset, UsageError
+from scrub.manifest import (
+    ManifestWriter,
+    read_json_record,
+    read_manifest,
+    read_scan_record,
+    write_scan_record,
+)
 from scrub.options import FixOptions
 from scrub.outputs import scratch_directory
 from scrub.readers.base import ReadOptions
@@ -107,18 +112,10 @@ def _clean_of(record: dict[str, Any]) -> Path:
 
 
 def _fix_record(quarantine: Path) -> dict[str, Any]:
-    path = quarantine / FIX_RECORD
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UnusableDataset(
-            f"{quarantine}: not a quarantine `scrub fix --quarantine` wrote (no {FIX_RECORD})"
-        ) from None
-    except (OSError, ValueError) as error:
-        raise ScrubError(f"{path}: not a fix record ({error})") from None
-    if not isinstance(record, dict) or "source" not in record:
-        raise ScrubError(f"{path}: not a fix record")
-    return record
+    missing = UnusableDataset(
+        f"{quarantine}: not a quarantine `scrub fix --quarantine` wrote (no {FIX_RECORD})"
+    )
+    return read_json_record(quarantine / FIX_RECORD, "a fix record", "source", missing)
 
 
 def _chosen(issues: Sequence[Issue], keys: Sequence[str] | None, quarantine: Path) -> set[tuple[str, str]]:

@@ -11,7 +11,7 @@ from scrub.ledger import Ledger, identity_seed
 from scrub.readers.leveldb import open_database, plyvel_module
 from scrub.readers.values import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer
-from scrub.writers.lmdb import each_outputs_metadata
+from scrub.writers.lmdb import each_outputs_metadata, split_records
 
 BATCH_BYTES = 16 << 20
 
@@ -34,13 +34,8 @@ class LevelDBWriter(Writer):
         try:
             batches = {side: database.write_batch() for side, database in outputs.items()}
             pending = dict.fromkeys(outputs, 0)
-            index = 0
-            for key, value in snapshot.iterator():
-                if key in METADATA_KEYS:
-                    metadata[key] = value
-                    continue
-                quarantined = whole or verdicts.quarantined(source_name, index)
-                (tally.quarantined if quarantined else tally.kept).add_record(identity_seed(key.hex()), value)
+            records = split_records(snapshot.iterator(), verdicts, source_name, whole, tally, metadata)
+            for quarantined, key, value in records:
                 if quarantined in outputs:
                     batches[quarantined].put(key, value)
                     pending[quarantined] += len(key) + len(value)
@@ -50,11 +45,6 @@ class LevelDBWriter(Writer):
                         batches[quarantined].write()
                         batches[quarantined] = outputs[quarantined].write_batch()
                         pending[quarantined] = 0
-                if quarantined:
-                    tally.records_quarantined += 1
-                else:
-                    tally.records_kept += 1
-                index += 1
             if metadata:
                 allow_pickle = self.reader.options.allow_pickle
                 for side, items in each_outputs_metadata(metadata, held, tally, allow_pickle):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,25 +56,12 @@ class LMDBWriter(Writer):
             with environment.begin(buffers=True) as transaction:
                 # each output's key list is kept only for a __keys__ to rewrite (~key size each)
                 listed = transaction.get(b"__keys__") is not None
-                index = 0
-                for key, value in transaction.cursor():
-                    key = bytes(key)
-                    if key in METADATA_KEYS:
-                        metadata[key] = bytes(value)  # written after the records, rewritten
-                        continue
-                    quarantined = whole or verdicts.quarantined(source_name, index)
-                    (tally.quarantined if quarantined else tally.kept).add_record(
-                        identity_seed(key.hex()), value
-                    )
+                records = split_records(transaction.cursor(), verdicts, source_name, whole, tally, metadata)
+                for quarantined, key, value in records:
                     if quarantined in outputs:
                         outputs[quarantined].put(key, value)
                         if listed:
                             held[quarantined].append(key)
-                    if quarantined:
-                        tally.records_quarantined += 1
-                    else:
-                        tally.records_kept += 1
-                    index += 1
             if metadata:
                 self._write_metadata(metadata, held, outputs, tally)
         finally:
@@ -113,6 +101,33 @@ class LMDBWriter(Writer):
         """Room for every value of the source: its data file is an upper bound (plus slack for a
         fuller last page per transaction); the file only grows as pages are used."""
         return max(MIN_MAP_SIZE, 2 * os.path.getsize(self._data_file))
+
+
+def split_records(
+    items: Iterable[tuple[Any, Any]],
+    verdicts: Verdicts,
+    source_name: str,
+    whole: bool,
+    tally: Tally,
+    metadata: dict[bytes, bytes],
+) -> Iterator[tuple[bool, bytes, Any]]:
+    """(quarantined, key, value) of a key-value store's records, in key order, each tallied on
+    its side; the metadata keys loaders use are collected into ``metadata`` instead (written
+    after the records, rewritten: `each_outputs_metadata`). Shared by LMDB and LevelDB."""
+    index = 0
+    for key, value in items:
+        key = bytes(key)
+        if key in METADATA_KEYS:
+            metadata[key] = bytes(value)
+            continue
+        quarantined = whole or verdicts.quarantined(source_name, index)
+        (tally.quarantined if quarantined else tally.kept).add_record(identity_seed(key.hex()), value)
+        if quarantined:
+            tally.records_quarantined += 1
+        else:
+            tally.records_kept += 1
+        index += 1
+        yield quarantined, key, value
 
 
 def each_outputs_metadata(
