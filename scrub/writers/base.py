@@ -17,11 +17,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from scrub.formats import WRITERS
 from scrub.ledger import Ledger
+from scrub.readers.base import Reader
 from scrub.records import Issue, Severity
+
+if TYPE_CHECKING:  # the fix hands a writer what it opened, and how it runs
+    from scrub.opening import OpenedDataset
+    from scrub.options import RunOptions
 
 
 @dataclass
@@ -68,8 +73,12 @@ class Tally:
     notes: list[str] = field(default_factory=list)
 
 
-class Writer(ABC):
-    """Base class of all writers; one per reader format."""
+#: the reader of the format a writer writes (whose partitions and facts it reads)
+ReaderT = TypeVar("ReaderT", bound=Reader)
+
+
+class Writer(ABC, Generic[ReaderT]):
+    """Base class of all writers; one per reader format (``Writer[ItsReader]``)."""
 
     format: ClassVar[str]
     #: Whether `write` can hard-link kept files (``fix --link``) rather than copy them.
@@ -78,12 +87,12 @@ class Writer(ABC):
     #: a file whose writes failed): then the command line exits at once after its error line.
     unsafe_after_write_failure: ClassVar[bool] = False
 
-    def __init__(self, dataset: Any, run: Any = None) -> None:
-        self.dataset = dataset  # scrub.opening.OpenedDataset
-        self.reader = dataset.reader
+    def __init__(self, dataset: OpenedDataset, run: RunOptions | None = None) -> None:
+        self.dataset = dataset
+        self.reader = cast(ReaderT, dataset.reader)  # the table pairs the format's reader and writer
         self.info = dataset.info
         self.source = Path(dataset.path)
-        self.run = run  # scrub.options.RunOptions of the fix, or None: its defaults
+        self.run = run  # of the fix; None: the defaults
 
     @property
     def output_is_folder(self) -> bool:
@@ -134,7 +143,7 @@ def link_again(source: str, destination: Path) -> None:
     os.symlink(os.path.join(os.path.dirname(os.path.abspath(source)), os.readlink(source)), destination)
 
 
-def writer_for(dataset: Any, run: Any = None) -> Writer:
+def writer_for(dataset: OpenedDataset, run: RunOptions | None = None) -> Writer[Any]:
     """The writer for an opened dataset's format (``run``: the fix's `RunOptions`)."""
     target = REGISTRY[dataset.reader.format]
     module, _, name = target.partition(":")

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
-from scrub.readers.coco import load_coco
+from scrub.readers.coco import CocoReader, load_coco
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
-class CocoWriter(Writer):
+class CocoWriter(Writer[CocoReader]):
     format = "coco"
 
     @property

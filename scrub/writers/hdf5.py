@@ -47,6 +47,7 @@ from scrub.paths import is_within
 from scrub.readers.hdf5 import (
     BLOCK_BYTES,
     PLAIN_KINDS,
+    HDF5Reader,
     chunk_addresses,
     is_hdf5_file,
     piece_plan,
@@ -64,7 +65,7 @@ SOURCE_ROW = "scrub_source_row"
 WHOLE_FILE_CHECKS = frozenset({"unsafe-path", "missing-file", "row-count-mismatch"})
 
 
-class HDF5Writer(Writer):
+class HDF5Writer(Writer[HDF5Reader]):
     format = "hdf5"
     unsafe_after_write_failure = True  # HDF5 segfaults closing a file whose writes failed (measured)
 

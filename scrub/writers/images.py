@@ -37,7 +37,7 @@ from scrub.records import Record
 from scrub.writers.base import Tally, Verdicts, Writer, link_again
 
 
-class ImageWriter(Writer):
+class ImageWriter(Writer[ImageReader]):
     format = "images"
     links = True
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scrub.ledger import Ledger, identity_seed
-from scrub.readers.leveldb import open_database, plyvel_module
+from scrub.readers.leveldb import LevelDBReader, open_database, plyvel_module
 from scrub.readers.values import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer
 from scrub.writers.lmdb import each_outputs_metadata, split_records
@@ -16,7 +16,7 @@ from scrub.writers.lmdb import each_outputs_metadata, split_records
 BATCH_BYTES = 16 << 20
 
 
-class LevelDBWriter(Writer):
+class LevelDBWriter(Writer[LevelDBReader]):
     format = "leveldb"
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:

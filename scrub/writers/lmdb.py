@@ -23,7 +23,7 @@ from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.manifest import encode_key
-from scrub.readers.lmdb import open_environment
+from scrub.readers.lmdb import LMDBReader, open_environment
 from scrub.readers.values import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer
 
@@ -31,7 +31,7 @@ COMMIT_BYTES = 64 << 20
 MIN_MAP_SIZE = 64 << 20
 
 
-class LMDBWriter(Writer):
+class LMDBWriter(Writer[LMDBReader]):
     format = "lmdb"
 
     @property

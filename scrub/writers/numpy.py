@@ -20,11 +20,11 @@ import numpy as np
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.hdf5 import BLOCK_BYTES
-from scrub.readers.numpy import is_npy_file, load_array, npz_members
+from scrub.readers.numpy import NumpyReader, is_npy_file, load_array, npz_members
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
-class NumpyWriter(Writer):
+class NumpyWriter(Writer[NumpyReader]):
     format = "numpy"
 
     @property

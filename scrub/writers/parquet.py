@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
-from scrub.readers.parquet import ParquetStorage, pyarrow_modules
+from scrub.readers.parquet import ParquetReader, ParquetStorage, pyarrow_modules
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
-class ParquetWriter(Writer):
+class ParquetWriter(Writer[ParquetReader]):
     format = "parquet"
 
     def _targets(self, output: Path) -> list[tuple[Path, str, Path]]:

@@ -14,10 +14,11 @@ from typing import Any
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.paths import is_within
+from scrub.readers.segmentation import SegmentationReader
 from scrub.writers.base import Tally, Verdicts, Writer, link_again
 
 
-class PairsWriter(Writer):
+class PairsWriter(Writer[SegmentationReader]):
     """The writer of the paired-file readers (`scrub.readers.segmentation`,
     `scrub.readers.yolo`): they say which files a record is (`files_of`) and where records lie
     in a copy (`pairs_in`)."""

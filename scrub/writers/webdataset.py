@@ -19,7 +19,7 @@ from typing import IO, cast
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.readers.tarwalk import SHARD_SUFFIXES, Member, is_compressed, open_shard, walk_shard
-from scrub.readers.webdataset import Other, Sample, group_samples
+from scrub.readers.webdataset import Other, Sample, WebDatasetReader, group_samples
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
@@ -31,7 +31,7 @@ def shard_stem(name: str) -> tuple[str, str]:
     return name[: len(name) - len(suffix)], name[len(name) - len(suffix) :]
 
 
-class WebDatasetWriter(Writer):
+class WebDatasetWriter(Writer[WebDatasetReader]):
     format = "webdataset"
 
     def clean_name(self) -> str:
