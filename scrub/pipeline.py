@@ -35,9 +35,12 @@ from concurrent.futures import (
     wait,
 )
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scrub.errors import UsageError
+
+if TYPE_CHECKING:
+    from scrub.options import RunOptions
 from scrub.interrupt import deferred, ignore_in_worker
 from scrub.workers import GuardedWork, start_worker_server, worker_context
 
@@ -106,6 +109,52 @@ class Plan:
                 f"unknown scheduler {scheduler!r}: use threads, processes, sync or tcp://host:port"
             )
         return cls(scheduler, workers, timeout, cluster_wait)
+
+    @classmethod
+    def for_scan(cls, run: RunOptions, demands: Sequence[Demand], tasks: int) -> Plan:
+        """One plan for a run's datasets: processes if any reader prefers them, else the first
+        one's preference; in this process when the whole work is known to be tiny (a pool would
+        cost more than it saves); threads when a reader's handle lives in this process (threads
+        share it, other processes cannot)."""
+        scheduler = "processes" if any(d.preferred == "processes" for d in demands) else demands[0].preferred
+        work = [demand.work_seconds for demand in demands]
+        known = [seconds for seconds in work if seconds is not None]
+        if run.workers is None and len(known) == len(work) and sum(known) < IN_PROCESS_SECONDS:
+            scheduler = "sync"
+        alone = [demand.name for demand in demands if demand.in_one_process]
+        if alone:
+            if run.scheduler not in (None, "threads", "sync"):
+                raise UsageError(
+                    f"--scheduler {run.scheduler}: {alone[0]} is read by the scan's own process only "
+                    "(one handle, shared by threads): use --scheduler threads or sync"
+                )
+            scheduler = "threads"
+        return cls.choose(run.scheduler, run.workers, run.timeout, scheduler, tasks, run.cluster_wait)
+
+    @classmethod
+    def for_copies(cls, run: RunOptions | None, partitions: int) -> Plan:
+        """How `fix` copies files: on local worker processes (writing a file holds the GIL, so
+        threads made it slower; a cluster's workers cannot write this machine's outputs), on
+        threads when the run was asked to run on threads (a script without the main-module
+        guard cannot start processes), in this process for a single partition, ``--workers 1``
+        or ``--scheduler sync``."""
+        cores = os.cpu_count() or 1
+        workers = min(run.workers, cores) if run is not None and run.workers else cores
+        timeout = run.timeout if run is not None else DEFAULT_TIMEOUT
+        scheduler = run.scheduler if run is not None else None
+        if partitions <= 1 or workers == 1 or scheduler == "sync":
+            return cls("sync", 1, timeout)
+        return cls("threads" if scheduler == "threads" else "processes", workers, timeout)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one dataset asks of a run's plan: its reader's capabilities, not its format."""
+
+    name: str  # the format, for messages
+    preferred: str  # the local scheduler that runs it fastest
+    work_seconds: float | None  # one core's work on it, where its size tells
+    in_one_process: bool  # its handle lives in the scan's own process
 
 
 def run(

@@ -150,23 +150,13 @@ def _unreadable_aggregate(
 
 
 def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions) -> pipeline.Plan:
-    """One plan for every dataset's tasks: the schedulers the readers prefer, the tasks' count."""
-    preferred = [scan.dataset.reader.preferred_scheduler for scan in scans]
+    """One plan for every dataset's tasks (`pipeline.Plan.for_scan`)."""
+    demands = [
+        pipeline.Demand(reader.format, reader.preferred_scheduler, reader.work_seconds, reader.in_one_process)
+        for reader in (scan.dataset.reader for scan in scans)
+    ]
     count = sum(getattr(scan, "task_count", len(task.items)) for scan, task in zip(scans, tasks))
-    scheduler = "processes" if "processes" in preferred else preferred[0]
-    work = [scan.dataset.reader.work_seconds for scan in scans]
-    known = [seconds for seconds in work if seconds is not None]
-    if run.workers is None and len(known) == len(work) and sum(known) < pipeline.IN_PROCESS_SECONDS:
-        scheduler = "sync"  # a pool would cost more than it saves
-    alone = [scan.dataset.reader.format for scan in scans if scan.dataset.reader.in_one_process]
-    if alone:  # its handle lives in this process: threads share it, other processes cannot
-        if run.scheduler not in (None, "threads", "sync"):
-            raise UsageError(
-                f"--scheduler {run.scheduler}: {alone[0]} is read by the scan's own process only "
-                "(one handle, shared by threads): use --scheduler threads or sync"
-            )
-        scheduler = "threads"
-    return pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, scheduler, count, run.cluster_wait)
+    return pipeline.Plan.for_scan(run, demands, count)
 
 
 def scan_dataset(

@@ -28,7 +28,6 @@ from scrub import pipeline
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import ScrubError, UnusableDataset
 from scrub.ledger import Ledger, identity_seed
-from scrub.options import RunOptions
 from scrub.outputs import new_file_mode
 from scrub.readers.base import ReadOptions
 from scrub.readers.images import Entry, ImageReader
@@ -93,7 +92,7 @@ class ImageWriter(Writer[ImageReader]):
                     done[following].lines = []
                     following += 1
 
-            pipeline.run(work, items, copy_plan(self.run, len(items)), add, _copy_failed)
+            pipeline.run(work, items, pipeline.Plan.for_copies(self.run, len(items)), add, _copy_failed)
         for number in range(len(items)):  # in the source's order
             tally.forced += done[number].forced
         return tally
@@ -106,7 +105,11 @@ class ImageWriter(Writer[ImageReader]):
         except UnusableDataset:  # an empty output: nothing went to this side
             return ledger
         pipeline.run(
-            TallyImages(reader), partitions, copy_plan(self.run, len(partitions)), ledger.merge, _copy_failed
+            TallyImages(reader),
+            partitions,
+            pipeline.Plan.for_copies(self.run, len(partitions)),
+            ledger.merge,
+            _copy_failed,
         )
         return ledger
 
@@ -255,21 +258,6 @@ def record_seed(relative: str, record: Record) -> int:
     """A record's identity in the ledgers: its path as written and its label. The source's tally
     (`CopyImages`) and the outputs' (`TallyImages`) must compute it alike."""
     return identity_seed(relative, repr(record.label))
-
-
-def copy_plan(run: RunOptions | None, partitions: int) -> pipeline.Plan:
-    """How `fix` copies images: on local worker processes (writing a file holds the GIL, so
-    threads made it slower; a cluster's workers cannot write this machine's outputs), on
-    threads when the scan was asked to run on threads (a script without the main-module guard
-    cannot start processes), in this process for a single partition, ``--workers 1`` or
-    ``--scheduler sync``."""
-    cores = os.cpu_count() or 1
-    workers = min(run.workers, cores) if run is not None and run.workers else cores
-    timeout = run.timeout if run is not None else pipeline.DEFAULT_TIMEOUT
-    scheduler = run.scheduler if run is not None else None
-    if partitions <= 1 or workers == 1 or scheduler == "sync":
-        return pipeline.Plan("sync", 1, timeout)
-    return pipeline.Plan("threads" if scheduler == "threads" else "processes", workers, timeout)
 
 
 def _copy_failed(partition_no: int, item: CopyItem | Sequence[Entry], offset: int, reason: str) -> Copied:
