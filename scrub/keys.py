@@ -101,8 +101,46 @@ SHARED: dict[str, Key] = {
             "index",
             per_path=True,
             help=(
-                "Segmentation: the mask value the loss ignores, as cross_entropy(ignore_index=...) "
-                "(default 255; 'none': every value is a class)."
+                "The label value the loss ignores, as cross_entropy(ignore_index=...): by default 255 for "
+                "segmentation masks and -100 for token labels ('none': every value counts)."
+            ),
+        ),
+        Key(
+            "vocab-size",
+            "checks",
+            "int",
+            minimum=1,
+            per_path=True,
+            help="Token data: token ids and labels must lie in [0, N) (default: from --tokenizer).",
+        ),
+        Key(
+            "max-length",
+            "checks",
+            "int",
+            minimum=1,
+            per_path=True,
+            help=(
+                "Token data: the length the trainer truncates to; longer sequences are warned of, and "
+                "supervised tokens are counted within it. Also the window of flat token files."
+            ),
+        ),
+        Key(
+            "max-positions",
+            "checks",
+            "int",
+            minimum=1,
+            per_path=True,
+            help="Token data: the model's positions; a longer sequence is an error (default: --tokenizer's).",
+        ),
+        Key(
+            "tokenizer",
+            "checks",
+            "path",
+            per_path=True,
+            help=(
+                "Token data: a local tokenizer.json, config.json or model folder (nothing is downloaded): "
+                "the vocabulary size and positions, and texts tokenized as the trainer will (with "
+                "scrub[text])."
             ),
         ),
         Key(

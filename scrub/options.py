@@ -236,6 +236,8 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
     if replay and not dummy_loss:
         flags = ", ".join(where.get(n.replace("_", "-"), "--" + n.replace("_", "-")) for n in replay)
         raise UsageError(f"{flags}: need --dummy-loss (they configure the replay)")
+    if "tokenizer" in checks:
+        where = {**where, **_model_limits(checks, where)}
     read = groups["read"]
     scan = ScanOptions(
         read=ReadOptions(**read, own=tuple(sorted(groups["format"].items()))),
@@ -282,6 +284,23 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
     if fix.get("quarantine_dir") is not None:
         fix["quarantine"] = True
     return FixOptions(scan=scan, **fix)
+
+
+def _model_limits(checks: dict[str, Any], where: Mapping[str, str]) -> dict[str, str]:
+    """Read ``--tokenizer`` now (a bad path is one line before the scan) and take from it the
+    vocabulary size and the positions not given otherwise; returns where they came from."""
+    from scrub.vocabulary import load_vocabulary
+
+    path = str(checks["tokenizer"])
+    checks["tokenizer"] = path
+    vocabulary = load_vocabulary(path)
+    origin = where.get("tokenizer", "--tokenizer")
+    origins = {}
+    for name, value in (("vocab_size", vocabulary.size), ("max_positions", vocabulary.max_positions)):
+        if checks.get(name) is None and value is not None:
+            checks[name] = value
+            origins[name.replace("_", "-")] = f"{origin} {path}"
+    return origins
 
 
 def origins_from_files(where: Mapping[str, str]) -> set[str]:

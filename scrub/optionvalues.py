@@ -50,14 +50,14 @@ def coerce(key: Key, value: Any, where: str) -> Any:
     elif key.kind == "palette":
         return _palette(value, where)
     elif key.kind == "index":
-        if isinstance(value, str) and value.strip().lower() == "none":
-            return None
+        if isinstance(value, str) and value.strip().lower() in ("none", "auto"):
+            return None if value.strip().lower() == "none" else "auto"
         try:
             value = int(value) if isinstance(value, str) else value
         except ValueError:
-            raise fail("an integer or none") from None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise fail("an integer >= 0 or none")
+            raise fail("an integer, auto or none") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer, auto or none")
         return value
     elif key.kind == "range":
         if isinstance(value, (list, tuple)) and len(value) == 2:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from scrub.checks.boxes import Box
     from scrub.checks.imagedecode import ImageFacts
     from scrub.checks.masks import MaskFacts
+    from scrub.checks.tokens import TokenFacts
 
 
 class Severity(str, Enum):
@@ -52,6 +53,7 @@ class Carries(str, Enum):
     MASKS = "masks"  # segmentation masks
     BOXES = "boxes"  # detection boxes
     SAMPLES = "samples"  # WebDataset samples
+    TOKENS = "tokens"  # token sequences and the texts they are tokenized from (language models)
     LABEL_VECTORS = "label-vectors"  # (N, K) labels (`DatasetInfo.label_width`)
     REPLAY = "replay"  # the dummy-loss replay ran
     TRAINING_RUN = "training run"  # the NaN guard's findings
@@ -75,6 +77,7 @@ _DESCRIBED = {
     Carries.VALUES: "key-value records",
     Carries.REPLAY: "--dummy-loss replay",
     Carries.LABEL_VECTORS: "label vectors",
+    Carries.TOKENS: "token sequences or texts",
 }
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)
 SEVERITY_NAMES = {severity: severity.value for severity in Severity}
@@ -144,13 +147,22 @@ class Issue:
         )
 
 
+#: A text record's payload: its parts in order, as (role, text, supervised): one
+#: ``("text", ..., True)`` for plain text, ``("prompt", ..., False), ("completion", ..., True)``,
+#: or one part per chat message, supervised where the role is the assistant's. The loss counts
+#: the supervised parts' tokens only.
+TextParts = tuple[tuple[str, str, bool], ...]
+
+
 class RecordFacts(TypedDict, total=False):
     """What a record carries beside its payload and label: set by readers (and by the checks'
     shared passes, which compute a fact once for every check that reads it), read by checks.
     Every key is optional: a record has the facts of its kind."""
 
     # set by readers
-    kind: Literal["image", "array"]  # what the payload is (encoded image bytes, or numbers)
+    #: what the payload is: encoded image bytes, numbers, a token sequence (a 1-D integer array
+    #: of input ids, in the store's dtype) or a text (`TextParts`, tokenized by the checks)
+    kind: Literal["image", "array", "tokens", "text"]
     label_known: bool  # False: the record carries no label at all (not a missing one)
     shape: str  # an array payload's shape, "3x32x32" ("list" for a list column's rows)
     codec: str  # how a key-value store's value was decoded ("datum")
@@ -162,11 +174,14 @@ class RecordFacts(TypedDict, total=False):
     malformed_boxes: list[tuple[str, str]]  # (where, why) of box lines that do not parse
     categories: frozenset[int]  # COCO: the declared category ids
     image_size: tuple[float, float]  # COCO: (width, height) the annotation file declares
+    token_labels: np.ndarray  # a token sequence's own labels (absent: the input ids are the labels)
+    attention_mask: np.ndarray  # a token sequence's attention mask (absent: every token attends)
     # computed once per record by the checks' shared passes
     digest: bytes  # the payload's content hash (duplicate)
     image: ImageFacts  # the image decoded once (`scrub.checks.imagedecode`)
     mask_facts: MaskFacts  # the mask decoded once (`scrub.checks.masks`)
     magnitude: float | None  # the row's largest finite magnitude (magnitude-outlier)
+    tokens: TokenFacts  # the sequence as the trainer sees it (`scrub.checks.tokens`)
 
 
 class BatchFacts(TypedDict, total=False):

@@ -32,6 +32,11 @@ DOC_SECTIONS = ("What it finds", "Why it breaks training", "Example", "What fix 
 
 CheckKind = Literal["reader", "record", "dataset"]
 
+#: the ignore index of each kind of label, as PyTorch's segmentation references and Hugging
+#: Face's language-model losses use them (``--ignore-index auto``)
+MASK_IGNORE_INDEX = 255
+TOKEN_IGNORE_INDEX = -100
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -51,11 +56,29 @@ class CheckOptions:
     num_classes: int | None = None
     label_range: tuple[int, int] | None = None  # inclusive LO, exclusive HI
     max_pixels: int | None = None
-    #: the mask value a segmentation loss ignores (``cross_entropy(ignore_index=...)``); None: none
-    ignore_index: int | None = 255
+    #: the label value the loss ignores (``cross_entropy(ignore_index=...)``); None: none;
+    #: "auto": by what is checked, 255 for masks and -100 for token labels (`MASK_IGNORE_INDEX`,
+    #: `TOKEN_IGNORE_INDEX`), as PyTorch's segmentation code and Hugging Face use them
+    ignore_index: int | None | Literal["auto"] = "auto"
     #: colours of RGB masks, as (class id, (r, g, b)) pairs (``--mask-palette``); None: RGB masks
     #: are not class maps
     mask_palette: tuple[tuple[int, tuple[int, int, int]], ...] | None = None
+    #: token ids must be below this (None: unknown, from `tokenizer` when given)
+    vocab_size: int | None = None
+    #: the length the trainer truncates sequences to (None: no truncation)
+    max_length: int | None = None
+    #: the model's positions: a longer sequence fails (None: unknown, from `tokenizer`)
+    max_positions: int | None = None
+    #: a tokenizer.json, config.json or a folder of them (`scrub.vocabulary`)
+    tokenizer: str | None = None
+
+    @property
+    def mask_ignore_index(self) -> int | None:
+        return MASK_IGNORE_INDEX if self.ignore_index == "auto" else self.ignore_index
+
+    @property
+    def token_ignore_index(self) -> int | None:
+        return TOKEN_IGNORE_INDEX if self.ignore_index == "auto" else self.ignore_index
 
     @property
     def declared_range(self) -> tuple[int, int] | None:

@@ -208,7 +208,7 @@ def mask_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     outside = {
         value: count
         for value, count in facts.counts.items()
-        if not low <= value < high and value != options.ignore_index
+        if not low <= value < high and value != options.mask_ignore_index
     }
     if not outside:
         return None
@@ -236,13 +236,13 @@ def mask_all_void(record: Record, options: CheckOptions) -> Finding | None:
         Moves the pair to the quarantine.
     """
     facts = _facts(record)
-    if facts is None or not facts.counts or options.ignore_index is None:
+    if facts is None or not facts.counts or options.mask_ignore_index is None:
         return None
-    if set(facts.counts) != {options.ignore_index}:
+    if set(facts.counts) != {options.mask_ignore_index}:
         return None
     return Finding(
-        f"every pixel is the ignore index {options.ignore_index}: a mean loss over it is NaN",
-        {"ignore_index": options.ignore_index},
+        f"every pixel is the ignore index {options.mask_ignore_index}: a mean loss over it is NaN",
+        {"ignore_index": options.mask_ignore_index},
     )
 
 
@@ -260,8 +260,8 @@ def mask_out_of_range_rows(batch: Batch, options: CheckOptions) -> list[tuple[in
     low, high = declared
     flat = masks.reshape(len(masks), -1)
     outside = (flat < low) | (flat >= high)
-    if options.ignore_index is not None:
-        outside &= flat != options.ignore_index
+    if options.mask_ignore_index is not None:
+        outside &= flat != options.mask_ignore_index
     counts = outside.sum(axis=1)
     found = []
     for row in np.flatnonzero(counts):
@@ -283,12 +283,12 @@ def mask_out_of_range_rows(batch: Batch, options: CheckOptions) -> list[tuple[in
 def mask_all_void_rows(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
     """`mask-all-void` on (N, H, W) mask arrays (HDF5, NumPy), vectorized."""
     masks = _batch_masks(batch)
-    if masks is None or options.ignore_index is None or not len(masks):
+    if masks is None or options.mask_ignore_index is None or not len(masks):
         return []
-    void = (masks.reshape(len(masks), -1) == options.ignore_index).all(axis=1)
+    void = (masks.reshape(len(masks), -1) == options.mask_ignore_index).all(axis=1)
     finding = Finding(
-        f"every pixel is the ignore index {options.ignore_index}: a mean loss over it is NaN",
-        {"ignore_index": options.ignore_index},
+        f"every pixel is the ignore index {options.mask_ignore_index}: a mean loss over it is NaN",
+        {"ignore_index": options.mask_ignore_index},
     )
     return [(int(row), finding) for row in np.flatnonzero(void)]
 

@@ -120,6 +120,10 @@ class DatasetInfo:
     #: where a record's key names its image file (the folder of an image folder, a pair layout's
     #: images/), for the HTML report's thumbnails; None where records are not image files
     image_root: str | None = None
+    #: per source file of token ids stored in a fixed integer dtype (a Megatron ``.bin``, a
+    #: nanoGPT ``train.bin``, an MDS or Arrow column): that dtype's name ("uint16"), which
+    #: `token-dtype-overflow` holds against the vocabulary
+    token_dtypes: dict[str, str] = field(default_factory=dict)
 
     #: the layout of a dataset whose records a list file names (Caffe's ImageData and HDF5Data
     #: lists, CSV lists): its cleaned copy is a list of its own, beside copies of what it names

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.checks.tokens import dtype_overflows
 from scrub.encoding import Encoding
 from scrub.errors import (
     UsageError,
@@ -119,6 +120,8 @@ class DatasetScan:
         """The dataset-wide issues the reader found, the results the cache holds, and the tasks
         for the rest."""
         self.aggregate.add_dataset_issues(self.dataset.info.issues)
+        info = self.dataset.info
+        self.aggregate.add_dataset_issues(dtype_overflows(info.token_dtypes, self.options.checks))
         if self.cache is None:
             return Tasks(self.work, list(self.dataset.partitions), self.aggregate.add, self.work.failure)
         return self._cached_tasks()
