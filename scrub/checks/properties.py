@@ -10,14 +10,19 @@ from scrub.checks.base import CheckOptions
 from scrub.checks.imagedecode import inspect_image
 from scrub.checks.labels import integer_label
 from scrub.checks.masks import inspect_mask
+from scrub.checks.tokens import tally_tokens, token_facts
 from scrub.records import Record
 
 BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
 def annotate(record: Record, options: CheckOptions) -> None:
-    """Attach the record's content digest and, for encoded images, what decoding found."""
+    """Attach the record's content digest and, for encoded images, what decoding found; for a
+    language-model record, the sequence as the trainer sees it."""
     payload = record.payload
+    if record.meta.get("kind") in ("tokens", "text"):
+        token_facts(record, options)
+        return
     if not isinstance(payload, BYTES_TYPES) or len(payload) == 0:
         return
     record.meta["digest"] = xxhash.xxh3_128_digest(payload)
@@ -41,6 +46,8 @@ def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> N
     if masks is not None:
         for value, count in masks.counts.items():
             stats["mask_pixels"][value] += count
+    if "tokens" in record.meta:
+        tally_tokens(record.meta["tokens"], stats)
     if options.labelled:
         label = integer_label(record.label)
         if label is not None:

@@ -12,6 +12,8 @@ answer).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -26,6 +28,7 @@ from scrub.checks.base import (
     record_check,
 )
 from scrub.records import Carries, Issue, Record, Severity, TextParts
+from scrub.wording import counted
 
 if TYPE_CHECKING:
     from scrub.vocabulary import Vocabulary
@@ -111,6 +114,70 @@ def _judged(
     return TokenFacts(ids, length, supervised, attended, length == 0, empty_answer, seen)
 
 
+def tally_tokens(facts: TokenFacts, stats: dict[str, Counter]) -> None:
+    """Count the record into the summary's ``tokens`` statistics, which the notes read
+    (`token_notes`): how many records were judged on tokens, and how many have no supervised one."""
+    counts = stats["tokens"]
+    counts["records"] += 1
+    if facts.ids is None:
+        counts["untokenized texts"] += 1
+    if facts.supervised is not None:
+        counts["judged for supervision"] += 1
+        if facts.supervised == 0 and not facts.empty:
+            counts["without a supervised token"] += 1
+
+
+def token_notes(
+    counts: Counter | None, options: CheckOptions, origin: Callable[[str], str], batch_size: int | None
+) -> list[str]:
+    """What a person should know about how a scan judged its language-model records: the ignore
+    index that applied, what was not checked for want of a vocabulary or a tokenizer, and the
+    share of records the loss learns nothing from, with the chance that a whole batch is such."""
+    if not counts or not counts.get("records"):
+        return []
+    notes = []
+    ignore = options.token_ignore_index
+    how = "by default for token labels" if options.ignore_index == "auto" else origin("ignore-index")
+    applied = f"ignore index {ignore} ({how})" if ignore is not None else "every label counts"
+    notes.append(f"token labels: {applied}")
+    vocabulary = _vocabulary(options)
+    if vocabulary is not None:
+        notes += vocabulary.notes
+    if options.vocab_size is None:
+        notes.append(
+            "token-out-of-range: no vocabulary size (--vocab-size, or --tokenizer with a config.json): "
+            "only negative ids were checked"
+        )
+    untokenized = counts.get("untokenized texts", 0)
+    if untokenized:
+        why = (
+            "--tokenizer needs the tokenizers library: pip install 'scrub[text]'"
+            if options.tokenizer is not None
+            else "give --tokenizer to judge them as the trainer will"
+        )
+        notes.append(
+            f"{counted(untokenized, 'text record')} judged untokenized: lengths and supervised tokens were "
+            f"not counted, only empty texts and empty answers found ({why})"
+        )
+    judged = counts.get("judged for supervision", 0)
+    unsupervised = counts.get("without a supervised token", 0)
+    if judged and unsupervised:
+        share = unsupervised / judged
+        size = batch_size or DEFAULT_BATCH
+        chance = share**size
+        where = "--batch-size" if batch_size else "a batch size of 64; --batch-size with --dummy-loss sets it"
+        notes.append(
+            f"no-supervised-tokens: {unsupervised:,} of {judged:,} records ({share:.1%}) leave the loss "
+            f"nothing to count; a batch of {size} ({where}) drawn at random holds nothing else with "
+            f"probability {chance:.2g}, and its mean loss is NaN"
+        )
+    return notes
+
+
+#: the batch the share of unsupervised records is turned into a chance for, without --batch-size
+DEFAULT_BATCH = 64
+
+
 def _vocabulary(options: CheckOptions) -> Vocabulary | None:
     if options.tokenizer is None:
         return None
@@ -174,6 +241,8 @@ def no_supervised_tokens(record: Record, options: CheckOptions) -> Finding | Non
     facts = token_facts(record, options)
     if facts is None or facts.empty or facts.empty_answer is not None or facts.supervised != 0:
         return None
+    if facts.attended == 0 and "token_labels" not in record.meta:
+        return None  # labelled by its mask, which is empty: `empty-attention` names the cause
     details: dict = {"length": facts.length}
     if options.max_length is not None and facts.length is not None and facts.length > options.max_length:
         details["max_length"] = options.max_length

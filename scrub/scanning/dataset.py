@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
-from scrub.checks.tokens import dtype_overflows
+from scrub.checks.tokens import dtype_overflows, token_notes
 from scrub.encoding import Encoding
 from scrub.errors import (
     UsageError,
@@ -173,6 +173,12 @@ class DatasetScan:
         )
         self._note_the_range()
         self._note_idle_selections()
+        aggregate.notes += token_notes(
+            aggregate.stats.get("tokens"),
+            self.options.checks,
+            self.options.origin,
+            self.options.replay.batch_size if self.options.replay is not None else None,
+        )
         if self.replay is not None:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
         if aggregate.records != info.records and info.snapshots:
