@@ -101,10 +101,12 @@ def test_voc_folders_and_the_ignore_index(tmp_path):
     faults = write_pairs(root, "JPEGImages", "SegmentationClass")
     result = scrub.scan(root, num_classes=CLASSES, scheduler="sync")
     assert {issue.check for issue in result.issues()} == set(faults.values())
+    assert "masks: ignore index 255 (by default for masks)" in result.summary.notes
     # without an ignore index, 255 is a class id like any other: out of range, never "void"
     result = scrub.scan(root, num_classes=CLASSES, ignore_index="none", scheduler="sync")
     checks = {(issue.key, issue.check) for issue in result.issues()}
     assert ("train/0002.jpg", "mask-out-of-range") in checks and "mask-all-void" not in {c for _, c in checks}
+    assert "masks: every value is a class (--ignore-index none)" in result.summary.notes
     without = scrub.scan(root, scheduler="sync")  # no class count: said, not silently skipped
     assert any("give --num-classes" in note for note in without.summary.notes)
     assert "--ignore-index" in one_line_error("scan", root, "--ignore-index", "void")

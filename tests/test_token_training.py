@@ -109,7 +109,7 @@ def test_gpt2_fails_on_exactly_the_flagged_records_and_trains_on_the_cleaned_cop
     (model_folder / "config.json").write_text(config.to_json_string())
 
     result = scrub.scan(path, tokenizer=str(model_folder), scheduler="sync")
-    flagged = {int(issue.key) for issue in result.issues if issue.severity.value == "error"}
+    flagged = {int(issue.key) for issue in result.issues() if issue.severity.value == "error"}
     failing = {number for number, line in enumerate(lines, 1) if outcome(model, line) != "finite"}
     assert flagged == failing == set(range(21, 21 + len(bad)))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -297,3 +298,14 @@ def mask_pixel_counts(masks: np.ndarray) -> dict[int, int]:
     """Pixels of each value of a mask or a block of masks (the summary's ``stats.mask_pixels``)."""
     values, counts = value_counts(masks)
     return {int(value): int(count) for value, count in zip(values.tolist(), counts.tolist())}
+
+
+def ignore_note(mask_pixels: dict | None, options: CheckOptions, origin: Callable[[str], str]) -> list[str]:
+    """Which ignore index the masks were judged with (the default depends on what is checked)."""
+    if not mask_pixels:
+        return []
+    ignore = options.mask_ignore_index
+    if ignore is None:
+        return ["masks: every value is a class (--ignore-index none)"]
+    how = "by default for masks" if options.ignore_index == "auto" else origin("ignore-index")
+    return [f"masks: ignore index {ignore} ({how})"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
 from scrub.encoding import Encoding
 from scrub.errors import (
@@ -173,6 +174,8 @@ class DatasetScan:
         )
         self._note_the_range()
         self._note_idle_selections()
+        checks, origin = self.options.checks, self.options.origin
+        aggregate.notes += ignore_note(aggregate.stats.get("mask_pixels"), checks, origin)
         aggregate.notes += token_notes(
             aggregate.stats.get("tokens"),
             self.options.checks,
