@@ -101,7 +101,7 @@ class MDSWriter(Writer[MDSReader]):
                     tally.records_quarantined += quarantined
                     for side, output in outputs.items():
                         if output.spans:
-                            target = sides[side] / relative / folder
+                            target = sides[side] / folder  # the index.json folder, inside the dataset
                             entries[side].append(_write_shard(opened, output, target, tally))
             for side, target in sides.items():
                 (target / relative).mkdir(parents=True, exist_ok=True)
