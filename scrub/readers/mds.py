@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bz2
 import json
+import math
 import mmap
 import os
 import pickle
@@ -104,6 +105,9 @@ ENCODINGS = frozenset(
 )
 #: the compressions scrub reads (streaming's extension -> how to open it); others are refused
 COMPRESSIONS = ("zstd", "gz", "bz2")
+#: what reading and checking one sample costs a core (see docs/benchmarks.md): a dataset whose
+#: work is small is scanned in the scan's own process (`Reader.work_seconds`)
+SECONDS_PER_SAMPLE = 80e-6
 #: how the samples' int64 token ids of a ``bytes`` column are read
 BYTES_TOKEN_DTYPE = np.dtype("<i8")
 
@@ -407,7 +411,7 @@ def decode_ndarray(config: str, data: bytes) -> np.ndarray:
         )
         position += ndim * width
     dtype = np.dtype(dtype_name).newbyteorder("<")
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if len(data) - position != count * dtype.itemsize:
         raise ValueError(
             f"shape {shape} of {dtype_name} needs {count * dtype.itemsize} bytes, the column holds "
@@ -484,6 +488,7 @@ class MDSReader(Reader[SampleRange]):
             for start in range(0, shard.samples, max(step, 1)):
                 partitions.append(SampleRange(shard, start, min(start + step, shard.samples)))
         info.records = sum(len(p) for p in partitions)
+        self.work_seconds = info.records * SECONDS_PER_SAMPLE
         info.notes.append(
             "keys: a sample's position in the whole dataset (StreamingDataset(local=...)[key]); "
             "source: its shard"
@@ -579,6 +584,8 @@ class MDSReader(Reader[SampleRange]):
         if first >= last:
             return
         roles = self.roles[shard.columns]
+        # the options are looked up once: a format's own option is a lookup through the table
+        reading = (bool(self.options.allow_pickle), self.options.label_key)
         try:
             opened = ShardBytes(shard)
         except OSError as error:
@@ -597,14 +604,16 @@ class MDSReader(Reader[SampleRange]):
                         problem(record, "malformed-record", f"sample {sample} of {shard.source}: {span}")
                     )
                 else:
-                    self._fill(record, opened.sample(span), shard, roles)
+                    self._fill(record, opened.sample(span), shard, roles, reading)
                 yield record
 
     def _record(self, shard: Shard, sample: int) -> Record:
         index = shard.first + sample
         return Record(shard.source, str(index), index, None)
 
-    def _fill(self, record: Record, data: bytes, shard: Shard, roles: Roles) -> None:
+    def _fill(
+        self, record: Record, data: bytes, shard: Shard, roles: Roles, reading: tuple[bool, str | None]
+    ) -> None:
         try:
             cut = split_columns(data, shard.columns)
         except ValueError as error:
@@ -612,13 +621,14 @@ class MDSReader(Reader[SampleRange]):
             return
         fields: dict[str, Any] = {}
         ids = roles.data_key or IDS
-        token_columns = {ids, self.options.label_key or LABELS, ATTENTION}
+        allow_pickle, label_key = reading
+        token_columns = {ids, label_key or LABELS, ATTENTION}
         for column in shard.columns:
             if column.name not in roles.read:
                 continue
             try:
                 fields[column.name] = decode_column(
-                    column, cut[column.name], bool(self.options.allow_pickle), column.name in token_columns
+                    column, cut[column.name], allow_pickle, column.name in token_columns
                 )
             except Pickled:
                 record.problems.append(
@@ -639,7 +649,7 @@ class MDSReader(Reader[SampleRange]):
                     )
                 )
                 return
-        fill_record(record, fields, roles.data_key, self.options.label_key)
+        fill_record(record, fields, roles.data_key, label_key)
 
     def members(self, partitions: Sequence[SampleRange]) -> Iterator[str]:
         yield from self.indexes
