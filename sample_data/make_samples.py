@@ -439,6 +439,42 @@ def make_coco(root: Path) -> None:
     (root / "annotations" / "instances_val2017.json").write_text(json.dumps(document, indent=1))
 
 
+def make_mds(root: Path) -> None:
+    """MosaicML Streaming datasets as streaming's own MDSWriter writes them, one per folder:
+    ``sft/`` (input_ids int32 and labels int64, shards of ~400 bytes: sample 2 holds id 1500,
+    beyond a vocabulary of 1000; sample 4's labels are all -100) and ``pretrain/`` (llm-foundry's
+    ``tokens`` column of int64 bytes: sample 3 is empty). Needs mosaicml-streaming (and torch)."""
+    import importlib.util
+    import sys
+    import types
+
+    try:
+        import streaming.base
+    except ImportError:  # its top-level package imports torchvision; streaming.base needs torch only
+        for name in [name for name in sys.modules if name.split(".")[0] == "streaming"]:
+            del sys.modules[name]  # what the failed import left half-done
+        spec = importlib.util.find_spec("streaming")
+        assert spec is not None and spec.submodule_search_locations is not None
+        package = types.ModuleType("streaming")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["streaming"] = package
+        import streaming.base
+    columns = {"input_ids": "ndarray:int32", "labels": "ndarray:int64"}
+    with streaming.base.MDSWriter(out=str(root / "sft"), columns=columns, size_limit=400) as out:
+        for row in range(8):
+            ids = np.arange(1, 9, dtype=np.int32) * (row + 1) % 1000
+            labels = np.where(np.arange(8) < 3, -100, ids).astype(np.int64)  # the prompt is masked
+            if row == 2:
+                ids[5] = 1500  # token-out-of-range with a vocabulary of 1000
+            if row == 4:
+                labels[:] = -100  # no-supervised-tokens: the answer was truncated away
+            out.write({"input_ids": ids, "labels": labels})
+    with streaming.base.MDSWriter(out=str(root / "pretrain"), columns={"tokens": "bytes"}) as out:
+        for row in range(6):
+            tokens = np.arange(16, dtype=np.int64) + 10 * row
+            out.write({"tokens": b"" if row == 3 else tokens.tobytes()})  # empty-sequence
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
@@ -452,6 +488,7 @@ def main() -> None:
         ("segmentation", make_segmentation),
         ("yolo", make_yolo),
         ("coco", make_coco),
+        ("mds", make_mds),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

@@ -140,7 +140,10 @@ ALLOW_PICKLE = Key(
     "format",
     "bool",
     per_path=True,
-    help="LMDB/LevelDB: unpickle pickled values. Unpickling runs arbitrary code: only for data you trust.",
+    help=(
+        "LMDB/LevelDB/MDS: unpickle pickled values (MDS: pkl columns). Unpickling runs arbitrary code: "
+        "only for data you trust."
+    ),
     default=False,
 )
 NUMPY_LABELS = Key(
@@ -229,6 +232,14 @@ for _row in (
     ),
     Format(
         "coco", "scrub.readers.coco:CocoReader", "scrub.writers.coco:CocoWriter", "COCO", holds="a COCO JSON"
+    ),
+    Format(
+        "mds",
+        "scrub.readers.mds:MDSReader",
+        "scrub.writers.mds:MDSWriter",
+        "MosaicML Streaming (MDS)",
+        holds="a MosaicML Streaming folder (index.json and MDS shards)",
+        options=(ALLOW_PICKLE,),
     ),
     # last: its reader takes any folder
     Format(
