@@ -20,7 +20,9 @@ extensions, ``.txt`` when every sampled one is an integer, or ``--label-key``):
 * a ``.txt`` (``.text``, ``.transcript``) member that is not the label: a text record (UTF-8, as
   WebDataset decodes it);
 * a ``.json`` or msgpack value of numbers (an object of numbers, a list of them): an array
-  record of those numbers; another object: a ``malformed-record`` naming its fields.
+  record of those numbers. Another object is metadata (a URL, a source): a sample with nothing
+  else is ``malformed-sample``, as one with no member to train on (named by ``--data-key``:
+  ``malformed-record``, naming its fields).
 
 A member compressed with gzip (``.txt.gz``, as WebDataset decompresses it) is read as the member
 it holds. The dataset is a language model's (`Carries.TOKENS`) when the first samples are
@@ -396,20 +398,22 @@ class WebDatasetReader(Reader[ShardSpan]):
                 return suffix
         if "npy" in seen:
             return "npy"
+        values: dict[str, Any] = {}
         for suffix, last in lasts:
-            if last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES:
-                member = sample.get(suffix)
+            member = sample.get(suffix)
+            if (last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES) and member is not None and member.data:
                 try:
-                    value = _decoded(last, member.data) if member is not None and member.data else None
+                    value = values[suffix] = _decoded(last, member.data)
                 except ValueError:
-                    continue  # said where it is read
+                    continue  # said where it is checked
                 if isinstance(value, dict) and any(name in value for name in KNOWN):
                     return suffix
-        for wanted in (TENBIN_SUFFIXES, TEXT_SUFFIXES, JSON_SUFFIXES | MSGPACK_SUFFIXES):
+        for wanted in (TENBIN_SUFFIXES, TEXT_SUFFIXES):
             found = next((suffix for suffix, last in lasts if last in wanted), None)
             if found is not None:
                 return found
-        return None
+        # numbers are data (WebDataset's mpdata.tar); another object is metadata (a URL, a source)
+        return next((suffix for suffix, value in values.items() if _numbers(value) is not None), None)
 
     def _read_data(self, record: Record, suffix: str, member: Member) -> None:
         """Set the record's payload from its data member (see the module's docstring)."""
