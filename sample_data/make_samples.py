@@ -353,6 +353,38 @@ def make_parquet(root: Path) -> None:
     )
 
 
+def make_hf_tokens(root: Path) -> None:
+    """A tokenized language-model split as Hugging Face ``datasets`` saves it (``save_to_disk``:
+    ``data-00000-of-00001.arrow``, ``state.json``, ``dataset_info.json``): 24 rows of uint16
+    ``input_ids`` with ``labels`` and ``attention_mask``, scanned with ``--vocab-size 1000``:
+    id 1500 (token-out-of-range), labels all -100 (no-supervised-tokens), a mask of zeros
+    (empty-attention), an empty row (empty-sequence). Needs datasets."""
+    import json
+
+    import datasets
+
+    rng = np.random.default_rng(11)
+    ids = [rng.integers(1, 1000, size=int(rng.integers(6, 16))).tolist() for _ in range(24)]
+    ids[15] = []  # empty-sequence
+    ids[3][2] = 1500  # token-out-of-range
+    labels = [list(row) for row in ids]
+    labels[7] = [-100] * len(ids[7])  # no-supervised-tokens
+    masks = [[1] * len(row) for row in ids]
+    masks[11] = [0] * len(ids[11])  # empty-attention
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("uint16")),
+            "labels": datasets.Sequence(datasets.Value("int32")),
+            "attention_mask": datasets.Sequence(datasets.Value("int8")),
+        }
+    )
+    columns = {"input_ids": ids, "labels": labels, "attention_mask": masks}
+    datasets.Dataset.from_dict(columns, features=features).save_to_disk(str(root))
+    state = json.loads((root / "state.json").read_text())
+    state["_fingerprint"] = "5c2b0a7e11f3d9a4"  # datasets draws one at random: fixed, to regenerate alike
+    (root / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+
+
 def make_segmentation(root: Path) -> None:
     """images/ + masks/ of 5 classes (ignore index 255), 10 pairs of 64x64: a mask with class 7,
     an all-void mask (NaN under cross_entropy(ignore_index=255)), one of the wrong size, an RGB
@@ -485,6 +517,7 @@ def main() -> None:
         ("numpy", make_numpy),
         ("webdataset", make_webdataset),
         ("parquet", make_parquet),
+        ("hf_tokens", make_hf_tokens),
         ("segmentation", make_segmentation),
         ("yolo", make_yolo),
         ("coco", make_coco),

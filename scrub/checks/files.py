@@ -70,10 +70,10 @@ MALFORMED_SAMPLE = reader_check(
     """A WebDataset sample that a loader cannot use whole.
 
     What it finds:
-        A sample (the tar members sharing a key) with no image or `.npy` member to train on; a
-        member the shard ends inside of (a truncated download or copy); two members with the same
-        extension (WebDataset raises "duplicate file name"); a `.json` or second `.npy` member
-        that does not load.
+        A sample (the tar members sharing a key) with no image, `.npy`, text, `.json`, msgpack or
+        `.ten` member to train on; a member the shard ends inside of (a truncated download or
+        copy); two members with the same extension (WebDataset raises "duplicate file name"); a
+        `.json`, msgpack, `.ten` or second `.npy` member that does not load.
     Why it breaks training:
         WebDataset's decoder raises on the sample (a `KeyError` for the missing `jpg`, a
         `ReadError` for the cut member), which ends the epoch unless a handler skips it

@@ -14,6 +14,17 @@ where present (``--data-key``/``--label-key`` override):
   ``label-out-of-range`` runs without ``--num-classes``), else the first integer or float column
   named like a label (`LABEL_COLUMNS`).
 
+A table of language-model records is read as such (`Carries.TOKENS`; no class labels), by the
+first of: a list-of-integers ``input_ids`` column (with ``labels`` and ``attention_mask`` when
+present: each row is a token record, its ids in the column's own dtype, which is recorded for
+``token-dtype-overflow``); a chat ``messages`` (``conversations``) column; ``prompt`` and
+``completion`` text columns; a ``text`` (``content``) column, where no numeric list column is
+there to check instead. An image column comes first. ``--data-key`` names the ids or text column
+when it is another one (a list-of-integers column is read as token ids beside a list ``labels``
+or ``attention_mask`` column or a list ``--label-key``, else as numbers as before), ``--label-key``
+the token labels. Rows are read as `scrub.readers.tokenfields` reads any record's fields; token
+columns straight from Arrow's offsets and values, without a Python list per row.
+
 Other columns (text, ids) are named in a note as not checked. Partitions are runs of whole row
 groups (Parquet's unit of reading); each worker opens the file and reads only its row groups and
 only the chosen columns. Equal-length numeric rows are checked as one vectorized batch.
@@ -33,9 +44,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.formats import needs
 from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.tokenfields import ATTENTION, CHAT_FIELDS, IDS, LABELS, TEXT_FIELDS, fill_record
 from scrub.readers.values import use_array
 from scrub.records import Batch, Carries, Record
 
@@ -193,11 +206,17 @@ class ArrowStorage:
 class Columns:
     """What `ParquetReader.open` chose: the data column(s), how to read them, the label column."""
 
-    kind: str  # "image": encoded images; "list": numeric list rows; "table": numeric scalar columns
+    #: "image": encoded images; "list": numeric list rows; "table": numeric scalar columns;
+    #: "tokens": token ids (``data``) with their labels and mask; "text": the columns of texts
+    #: (`scrub.readers.tokenfields.fill_record` reads each row's)
+    kind: str
     data: tuple[str, ...]
     label: str | None
     #: a list column of fixed size (``fixed_size_list``): its rows are checked as one block
     fixed: bool = False
+    #: a token table's labels and attention mask columns (None: it has none)
+    token_labels: str | None = None
+    attention: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +288,10 @@ class ParquetReader(Reader[RowGroups]):
             if schema is None:
                 schema = file_schema
                 self.columns = self._choose(schema, info)
+            if self.columns is not None and self.columns.kind == "tokens":
+                dtype = _token_dtype(file_schema.field(self.columns.data[0]).type)
+                if dtype is not None:
+                    info.token_dtypes[source] = dtype
             elif not file_schema.remove_metadata().equals(schema.remove_metadata()):
                 raise UnusableDataset(
                     f"{path}: its columns differ from {self.source_of(files[0])}'s: name the files "
@@ -288,6 +311,8 @@ class ParquetReader(Reader[RowGroups]):
             info.files[source] = {**self.chosen, **described}
         assert self.columns is not None
         info.labelled = self.columns.label is not None
+        if self.columns.kind in ("tokens", "text"):  # token labels are not class labels
+            self.provides = frozenset({Carries.TOKENS})
         # rows of numbers are known by their content across scans (as HDF5 rows); an image's
         # identity is its position (its bytes are hashed by the duplicate check already)
         self.positional_keys = self.columns.kind != "image"
@@ -311,6 +336,31 @@ class ParquetReader(Reader[RowGroups]):
                 )
             return schema.field(name).type
 
+        language = self._language_model(schema, names, feature_type, column, pa)
+        if language is not None:
+            used = {*language.data, language.token_labels, language.attention} - {None}
+            others = [n for n in names if n not in used]
+            if others:
+                info.notes.append(f"columns not checked: {', '.join(others)}")
+            if language.kind == "tokens":
+                said = f"token ids from {language.data[0]!r}" + "".join(
+                    f", {what} from {name!r}"
+                    for what, name in (
+                        ("labels", language.token_labels),
+                        ("attention masks", language.attention),
+                    )
+                    if name is not None
+                )
+            else:
+                said = f"texts from {', '.join(map(repr, language.data))}"
+            info.notes.append(f"language-model records: {said}")
+            self.chosen = {
+                "data": list(language.data),
+                "kind": language.kind,
+                "labels": language.token_labels,
+                "attention_mask": language.attention,
+            }
+            return language
         label = self.options.label_key
         if label is not None:
             kind = column("label-key", label)
@@ -360,13 +410,73 @@ class ParquetReader(Reader[RowGroups]):
         self.chosen = {"data": list(chosen.data), "kind": chosen.kind, "label": label}
         return chosen
 
-    def _detect(self, schema: Any, names: list[str], label: str | None, feature_type, pa) -> Columns:
+    def _language_model(self, schema: Any, names: list[str], feature_type, column, pa) -> Columns | None:
+        """The columns of a table of language-model records (see the module's docstring), or None
+        where the table is not one."""
+        data_key, label_key = self.options.data_key, self.options.label_key
+
+        def ints(name: str | None) -> bool:
+            return name is not None and name in names and _integer_list(schema.field(name).type, pa)
+
+        def text(name: str) -> bool:
+            return name in names and _is_text(schema.field(name).type, pa)
+
+        lists = [n for n in names if _kind(schema.field(n).type, pa) == "list"]
+        if data_key is not None:
+            kind = column("data-key", data_key)
+            if _is_text(kind, pa):
+                if label_key is not None:
+                    raise UsageError(
+                        f"--label-key {label_key}: the texts of {data_key!r} have no token labels "
+                        "(their tokens are what the loss counts)"
+                    )
+                return Columns("text", (data_key,), None)
+            beside = label_key is not None and _kind(column("label-key", label_key), pa) == "list"
+            if not (ints(data_key) and (beside or ints(LABELS) or ints(ATTENTION) or data_key == IDS)):
+                return None
+            ids: str | None = data_key
+        else:
+            if self._image_columns(schema, names, None, feature_type, pa):
+                return None
+            ids = IDS if ints(IDS) else None
+        if ids is not None:
+            labels = label_key if label_key is not None else (LABELS if ints(LABELS) else None)
+            if labels is not None and not ints(labels):
+                raise UsageError(
+                    f"--label-key {labels}: the column holds {column('label-key', labels)}, not token "
+                    "labels (a list of integers)"
+                )
+            attention = ATTENTION if ints(ATTENTION) and ids != ATTENTION else None
+            return Columns("tokens", (ids,), None, token_labels=labels, attention=attention)
+        chosen: tuple[str, ...] | None = None
+        chat = next((n for n in CHAT_FIELDS if n in names and _is_chat(schema.field(n).type, pa)), None)
+        if chat is not None:
+            chosen = (chat,)
+        elif text("prompt") and text("completion"):
+            chosen = ("prompt", "completion")
+        elif not lists:
+            chosen = next(((n,) for n in TEXT_FIELDS if text(n)), None)
+        if chosen is None:
+            return None
+        if label_key is not None:
+            raise UsageError(
+                f"--label-key {label_key}: a table of texts ({', '.join(chosen)}) has no token labels "
+                "(their tokens are what the loss counts)"
+            )
+        return Columns("text", chosen, None)
+
+    def _image_columns(self, schema: Any, names: list[str], label: str | None, feature_type, pa) -> list[str]:
+        """The image columns, in order (Hugging Face's ``Image`` features first)."""
         candidates = [n for n in names if n != label]
-        images = [n for n in candidates if feature_type(n) == "Image"] or [
+        return [n for n in candidates if feature_type(n) == "Image"] or [
             n for n in candidates if _kind(schema.field(n).type, pa) == "image" and (
                 pa.types.is_struct(schema.field(n).type) or n.lower() in IMAGE_COLUMNS
             )
         ]  # fmt: skip
+
+    def _detect(self, schema: Any, names: list[str], label: str | None, feature_type, pa) -> Columns:
+        candidates = [n for n in names if n != label]
+        images = self._image_columns(schema, names, label, feature_type, pa)
         if images:
             return Columns("image", (images[0],), label)
         lists = [n for n in candidates if _kind(schema.field(n).type, pa) == "list"]
@@ -386,7 +496,9 @@ class ParquetReader(Reader[RowGroups]):
         pyarrow_modules()
         columns = self.columns
         assert columns is not None
-        wanted = list(columns.data) + ([columns.label] if columns.label else [])
+        wanted = list(columns.data) + [
+            name for name in (columns.label, columns.token_labels, columns.attention) if name is not None
+        ]
         stop = len(partition) if stop is None else min(stop, len(partition))
         firsts = dict(zip(partition.groups, itertools.accumulate((0, *partition.sizes))))
         needed = [
@@ -412,6 +524,12 @@ class ParquetReader(Reader[RowGroups]):
         columns = self.columns
         assert columns is not None
         first_row = partition.first_row + offset
+        if columns.kind == "tokens":
+            yield from self._tokens(table, partition.source, first_row)
+            return
+        if columns.kind == "text":
+            yield from self._texts(table, partition.source, first_row)
+            return
         if columns.kind == "image":
             yield from self._images(table, partition.source, first_row)
             return
@@ -457,6 +575,51 @@ class ParquetReader(Reader[RowGroups]):
                     record.meta["name"] = str(cell["path"])
             else:
                 record.payload = cell or b""
+            yield record
+
+    def _tokens(self, table: Any, source: str, first_row: int) -> Iterator[Record]:
+        """Token records, each row's ids, labels and mask views of the columns' values."""
+        columns = self.columns
+        assert columns is not None
+        named = [
+            (columns.data[0], None),
+            (columns.token_labels, "token_labels"),
+            (columns.attention, "attention_mask"),
+        ]
+        read = [(name, fact, _integer_rows(table.column(name))) for name, fact in named if name is not None]
+        for row in range(table.num_rows):
+            record = Record(source, str(first_row + row), first_row + row, None, None, {"label_known": False})
+            payload = None
+            for name, fact, (begins, ends, valid, holes, values) in read:
+                if not valid[row]:
+                    if fact is None:  # as `fill_record` words it
+                        record.problems.append(
+                            problem(record, "malformed-record", f"{name} is null, not a list of token ids")
+                        )
+                        break
+                    continue  # no labels (no mask): as a row without the column
+                if holes is not None and holes[row]:
+                    record.problems.append(problem(record, "malformed-record", f"{name} holds a null"))
+                    payload = None
+                    break
+                found = values[begins[row] : ends[row]]
+                if fact is None:
+                    payload = found
+                else:
+                    record.meta[fact] = found  # type: ignore[literal-required]
+            if payload is not None:
+                record.payload, record.meta["kind"] = payload, "tokens"
+            yield record
+
+    def _texts(self, table: Any, source: str, first_row: int) -> Iterator[Record]:
+        """Text records: each row's fields, read as `fill_record` reads any record's."""
+        columns = self.columns
+        assert columns is not None
+        cells = {name: table.column(name).to_pylist() for name in columns.data}
+        data_key = self.options.data_key
+        for row in range(table.num_rows):
+            record = Record(source, str(first_row + row), first_row + row, None, None, {"label_known": False})
+            fill_record(record, {name: cells[name][row] for name in columns.data}, data_key)
             yield record
 
     def _labels(self, table: Any) -> list:
@@ -516,6 +679,65 @@ def _kind(kind: Any, pa) -> str | None:
     if not depth and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         return "table"
     return None
+
+
+def _integer_list(kind: Any, pa) -> bool:
+    """A list (of any kind, not nested) of integers or booleans: token ids, labels, masks."""
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
+        return False
+    return pa.types.is_integer(kind.value_type) or pa.types.is_boolean(kind.value_type)
+
+
+def _is_text(kind: Any, pa) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _is_chat(kind: Any, pa) -> bool:
+    """A list of structs: chat messages (their fields are judged per row)."""
+    return bool(
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(kind.value_type)
+    )
+
+
+def _token_dtype(kind: Any) -> str | None:
+    """The NumPy name of a token list column's integer type ("uint16"), or None."""
+    import pyarrow as pa
+
+    value = kind.value_type
+    if not pa.types.is_integer(value):
+        return None
+    return np.dtype(value.to_pandas_dtype()).name
+
+
+def _integer_rows(
+    column: Any,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """(first, end, valid, holes, values) of an integer list column's rows: row ``i`` is
+    ``values[first[i]:end[i]]`` in the column's own dtype, ``valid`` says which rows are not
+    null, ``holes`` (None where there is none) which hold a null value. Straight from Arrow's
+    offsets and values: no Python list per row."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    rows = len(array)
+    valid = ~np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_fixed_size_list(array.type):
+        size = array.type.list_size
+        begins = (np.arange(rows, dtype=np.int64) + array.offset) * size
+        ends = begins + size
+    else:
+        offsets = np.asarray(array.offsets.to_numpy(), dtype=np.int64)
+        begins, ends = offsets[:-1], offsets[1:]
+    values = array.values
+    holes = None
+    if values.null_count:
+        nulls = np.concatenate(([0], np.cumsum(values.is_null().to_numpy(zero_copy_only=False))))
+        holes = nulls[ends] > nulls[begins]
+        values = values.fill_null(0)
+    leaf = values.to_numpy(zero_copy_only=False)
+    if leaf.dtype == bool:
+        leaf = leaf.astype(np.uint8)
+    return begins, ends, valid, holes, leaf
 
 
 def _floats(column: Any) -> np.ndarray:

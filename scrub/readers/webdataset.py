@@ -4,10 +4,30 @@ A sample is the run of consecutive members that share a key, by WebDataset's own
 (``webdataset.tariterators.base_plus_ext``): the member's path up to the first dot of its
 basename; the rest is the member's extension (``jpg``, ``cls``, ``seg.png``). Members without an
 extension, directories, links and ``__meta__``-style members belong to no sample, as for
-WebDataset; `fix` copies them unchanged. A sample's record is its key, its data (the first image
-member, else its ``.npy``, or the member ``--data-key`` names) and its label (``.cls`` and the
-other class-id extensions, ``.txt`` when every sampled one is an integer, or ``--label-key``).
-Its other ``.npy`` and ``.json`` members are checked to load.
+WebDataset; `fix` copies them unchanged. A sample's record is its key, its data (the member
+``--data-key`` names, else the first of these) and its label (``.cls`` and the other class-id
+extensions, ``.txt`` when every sampled one is an integer, or ``--label-key``):
+
+* an image member: an image record;
+* a ``.npy`` member: an array record;
+* a ``.json`` or msgpack (``.mp``, ``.msgpack``, ``.msg``) object with a language model's fields
+  (``input_ids``, ``messages``, ``prompt``/``completion``, ``text``: read by
+  `scrub.readers.tokenfields.fill_record`): a token or text record;
+* a ``.ten`` (``.tenbin``, ``.tb``) member (WebDataset's tenbin, `decode_tenbin`): its first
+  integer array is the input ids of a token record (an array named ``labels`` is their labels,
+  one named ``attn`` or ``mask`` their attention mask); without an integer array its first array
+  is an array record;
+* a ``.txt`` (``.text``, ``.transcript``) member that is not the label: a text record (UTF-8, as
+  WebDataset decodes it);
+* a ``.json`` or msgpack value of numbers (an object of numbers, a list of them): an array
+  record of those numbers. Another object is metadata (a URL, a source): a sample with nothing
+  else is ``malformed-sample``, as one with no member to train on (named by ``--data-key``:
+  ``malformed-record``, naming its fields).
+
+A member compressed with gzip (``.txt.gz``, as WebDataset decompresses it) is read as the member
+it holds. The dataset is a language model's (`Carries.TOKENS`) when the first samples are
+token or text records. Its other ``.npy``, ``.json``, msgpack and ``.ten`` members are checked to
+load.
 
 Shards are walked by `scrub.readers.tarwalk`: the driver walks every shard's headers (seeking
 past the data of an uncompressed shard; a compressed one is decompressed once) to count samples
@@ -21,6 +41,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +66,8 @@ from scrub.readers.tarwalk import (
     shard_files,
     walk_shard,
 )
-from scrub.readers.values import decode_value
+from scrub.readers.tokenfields import KNOWN, fill_record
+from scrub.readers.values import decode_value, use_array
 from scrub.records import Carries, Record
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
@@ -57,6 +79,15 @@ IMAGE_SUFFIXES = frozenset(extension.lstrip(".") for extension in EXTENSION_FORM
 LABEL_SUFFIXES = ("cls", "cls2", "class", "label", "target")
 #: how many ``.txt`` members are read to tell class ids from captions
 SAMPLED_TEXTS = 64
+#: how many of the first samples are read to tell a language model's dataset (`Carries.TOKENS`)
+SAMPLED_RECORDS = 32
+JSON_SUFFIXES = frozenset({"json", "jsn"})
+MSGPACK_SUFFIXES = frozenset({"mp", "msgpack", "msg"})
+TEXT_SUFFIXES = frozenset({"txt", "text", "transcript"})
+#: WebDataset's extensions of tenbin members
+TENBIN_SUFFIXES = frozenset({"ten", "tenbin", "tb"})
+#: a gzip member decompresses to at most this much (a small bomb is not read whole)
+GZIP_LIMIT = 1 << 28
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -226,6 +257,7 @@ class WebDatasetReader(Reader[ShardSpan]):
         if data_key is not None and data_key.lower() not in suffixes:
             known = ", ".join(sorted(suffixes)) or "none"
             raise UsageError(f"--data-key {data_key}: no sample of {self.path} has it (extensions: {known})")
+        self._judge_kinds(partitions, info)
         if data_key is None and several_images:
             info.notes.append(
                 f"{several_images} samples hold more than one image: only the first of each is "
@@ -234,6 +266,30 @@ class WebDatasetReader(Reader[ShardSpan]):
         if others:
             info.skipped["member in no sample"] = others
         return info, partitions
+
+    def _judge_kinds(self, partitions: list[ShardSpan], info: DatasetInfo) -> None:
+        """A language model's dataset (`Carries.TOKENS`) when the first samples read are token or
+        text records; mixed with images or arrays, both kinds' checks run."""
+        kinds: dict[str, int] = {}
+        read = 0
+        for partition in partitions:
+            for record in self.read(partition, 0, SAMPLED_RECORDS - read):
+                kind = record.meta.get("kind")
+                if kind is not None:
+                    kinds[kind] = kinds.get(kind, 0) + 1
+                read += 1
+            if read >= SAMPLED_RECORDS:
+                break
+        language = {kind for kind in kinds if kind in ("tokens", "text")}
+        if not language:
+            return
+        if language == set(kinds):
+            self.provides = frozenset({Carries.TOKENS, Carries.SAMPLES})
+            info.notes.append(
+                f"language-model samples: {' and '.join(sorted(language))} records (of the first {read} read)"
+            )
+        else:
+            self.provides = type(self).provides | {Carries.TOKENS}
 
     def _label_suffix(self, suffixes: dict[str, int], texts: list[bytes], info: DatasetInfo) -> str | None:
         given = self.options.label_key
@@ -308,13 +364,10 @@ class WebDatasetReader(Reader[ShardSpan]):
                     )
                 )
         if data_suffix is None:
-            data_suffix = next(
-                (s for s, _ in sample.members if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES),
-                "npy" if "npy" in seen else None,
-            )
+            data_suffix = self._data_suffix(sample, seen)
         data = sample.get(data_suffix) if data_suffix is not None else None
         if data is None:
-            wanted = f".{data_suffix}" if self.options.data_key else "image or .npy"
+            wanted = f".{data_suffix}" if self.options.data_key else "image, .npy, text, .json, .mp or .ten"
             record.problems.append(
                 problem(
                     record,
@@ -324,12 +377,9 @@ class WebDatasetReader(Reader[ShardSpan]):
                 )
             )
         elif not data.cut:
-            assert data.data is not None
+            assert data.data is not None and data_suffix is not None
             record.meta["name"] = data.name
-            if data_suffix is not None and data_suffix.rsplit(".", 1)[-1] == "npy":
-                decode_value(record, data.data, "npy", False)
-            else:
-                record.payload, record.meta["kind"] = data.data, "image"
+            self._read_data(record, data_suffix, data)
         for suffix, member in sample.members:
             if member is not data and not member.cut:
                 self._check_member(record, suffix, member)
@@ -340,19 +390,97 @@ class WebDatasetReader(Reader[ShardSpan]):
             record.label = parse_label(_text(label.data))
         return record
 
+    def _data_suffix(self, sample: Sample, seen: set[str]) -> str | None:
+        """The extension of the member that is a sample's data (see the module's docstring)."""
+        lasts = [(suffix, _inner(suffix)) for suffix, _ in sample.members if suffix != self.label_suffix]
+        for suffix, last in lasts:
+            if last.rsplit(".", 1)[-1] in IMAGE_SUFFIXES:
+                return suffix
+        if "npy" in seen:
+            return "npy"
+        values: dict[str, Any] = {}
+        for suffix, last in lasts:
+            member = sample.get(suffix)
+            if (last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES) and member is not None and member.data:
+                try:
+                    value = values[suffix] = _decoded(last, member.data)
+                except ValueError:
+                    continue  # said where it is checked
+                if isinstance(value, dict) and any(name in value for name in KNOWN):
+                    return suffix
+        for wanted in (TENBIN_SUFFIXES, TEXT_SUFFIXES):
+            found = next((suffix for suffix, last in lasts if last in wanted), None)
+            if found is not None:
+                return found
+        # numbers are data (WebDataset's mpdata.tar); another object is metadata (a URL, a source)
+        return next((suffix for suffix, value in values.items() if _numbers(value) is not None), None)
+
+    def _read_data(self, record: Record, suffix: str, member: Member) -> None:
+        """Set the record's payload from its data member (see the module's docstring)."""
+        assert member.data is not None
+        data = member.data
+        last = _inner(suffix)
+        if last != suffix:  # a gzip member: the member it holds
+            try:
+                data = _gunzip(data)
+            except ValueError as error:
+                record.problems.append(problem(record, "malformed-sample", f"{member.name}: {error}"))
+                return
+        if last.rsplit(".", 1)[-1] in IMAGE_SUFFIXES:
+            record.payload, record.meta["kind"] = data, "image"
+        elif last == "npy":
+            decode_value(record, data, "npy", False)
+        elif last in TEXT_SUFFIXES:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                record.problems.append(
+                    problem(record, "malformed-record", f"{member.name} is not UTF-8 text: {error.reason}")
+                )
+                return
+            record.payload, record.meta["kind"] = (("text", text, True),), "text"
+        elif last in TENBIN_SUFFIXES:
+            try:
+                arrays = decode_tenbin(data)
+            except ValueError as error:
+                record.problems.append(problem(record, "malformed-sample", f"{member.name}: {error}"))
+                return
+            _use_tensors(record, arrays, member.name)
+        elif last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES:
+            try:
+                value = _decoded(last, data)
+            except ValueError as error:
+                record.problems.append(problem(record, "malformed-sample", f"{member.name}: {error}"))
+                return
+            numbers = _numbers(value)
+            if numbers is not None:
+                use_array(record, numbers)
+            elif isinstance(value, dict):
+                fill_record(record, value)
+            else:
+                record.problems.append(
+                    problem(
+                        record,
+                        "malformed-record",
+                        f"{member.name} holds {type(value).__name__}, not an object",
+                    )
+                )
+        else:  # a member --data-key names, of no known kind: its bytes (as images are read)
+            record.payload, record.meta["kind"] = data, "image"
+
     def _check_member(self, record: Record, suffix: str, member: Member) -> None:
-        """A sample's ``.json`` and other ``.npy`` members must load."""
+        """A sample's ``.json``, msgpack, ``.ten`` and other ``.npy`` members must load."""
         assert member.data is not None
         last = suffix.rsplit(".", 1)[-1]
-        if last in ("json", "jsn"):
+        if last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES or last in TENBIN_SUFFIXES:
             try:
-                json.loads(member.data)
+                decode_tenbin(member.data) if last in TENBIN_SUFFIXES else _decoded(last, member.data)
             except ValueError as error:
                 record.problems.append(
                     problem(
                         record,
                         "malformed-sample",
-                        f"{member.name} is not JSON: {error}",
+                        f"{member.name} does not load: {error}",
                         member=member.name,
                     )
                 )
@@ -395,6 +523,125 @@ class WebDatasetReader(Reader[ShardSpan]):
             found.get(o) or (partition.source, f"#{partition.first_index + o}", partition.first_index + o)
             for o in offsets
         ]
+
+
+#: tenbin's dtype codes (webdataset.tenbin's ``long_to_short``; its ``u4`` is NumPy's uint32)
+TENBIN_DTYPES = frozenset({"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"})
+TENBIN_MAGIC = b"~TenBin~"
+
+
+def decode_tenbin(data: bytes) -> list[tuple[str, np.ndarray]]:
+    """The (name, array) pairs of a ``.ten`` member, by WebDataset's tenbin layout: chunks of
+    ``~TenBin~``, an int64 length and that many bytes padded to a multiple of 64, in pairs of a
+    header chunk (int64s: the dtype code as 8 ASCII bytes, the name as 8 ASCII bytes, the rank,
+    the dimensions) and a data chunk. Little-endian, as every machine WebDataset runs on writes
+    it. ValueError saying what is wrong."""
+    chunks: list[bytes] = []
+    offset = 0
+    while offset < len(data):
+        if data[offset : offset + 8] != TENBIN_MAGIC:
+            raise ValueError(f"no tenbin chunk at byte {offset} (magic {data[offset : offset + 8]!r})")
+        if offset + 16 > len(data):
+            raise ValueError(f"tenbin chunk at byte {offset} is cut short")
+        size = int.from_bytes(data[offset + 8 : offset + 16], "little", signed=True)
+        if size < 0 or offset + 16 + size > len(data):
+            raise ValueError(
+                f"tenbin chunk at byte {offset} claims {size} bytes, {len(data) - offset - 16} follow"
+            )
+        chunks.append(data[offset + 16 : offset + 16 + size])
+        offset += 16 + -(-size // 64) * 64
+    if len(chunks) % 2:
+        raise ValueError(f"{len(chunks)} tenbin chunks: a header without its data")
+    arrays = []
+    for header, values in zip(chunks[::2], chunks[1::2]):
+        if len(header) < 24 or len(header) % 8:
+            raise ValueError(f"a tenbin header of {len(header)} bytes")
+        code = header[:8].rstrip(b"\0").decode("ascii", errors="replace")
+        name = header[8:16].rstrip(b"\0").decode("ascii", errors="replace")
+        numbers = np.frombuffer(header, dtype="<i8")
+        rank = int(numbers[2])
+        if code not in TENBIN_DTYPES:
+            raise ValueError(f"tenbin dtype {code!r} is not one tenbin writes")
+        if not 0 <= rank < 10 or len(numbers) < 3 + rank or (numbers[3 : 3 + rank] < 0).any():
+            raise ValueError(f"a tenbin header of rank {rank} with dimensions {numbers[3:].tolist()}")
+        shape = tuple(int(n) for n in numbers[3 : 3 + rank])
+        dtype = np.dtype("<" + code)
+        count = int(np.prod(shape, dtype=np.int64))
+        if count * dtype.itemsize > len(values):
+            raise ValueError(
+                f"tenbin array {name!r} of shape {shape} needs {count * dtype.itemsize} bytes, "
+                f"has {len(values)}"
+            )
+        arrays.append((name, np.frombuffer(values, dtype=dtype, count=count).reshape(shape)))
+    return arrays
+
+
+def _use_tensors(record: Record, arrays: list[tuple[str, np.ndarray]], name: str) -> None:
+    """A ``.ten`` member's arrays as a record: the first integer array not named as labels or a
+    mask is the input ids (see the module's docstring), else the first array is an array record."""
+    labels = next((a for n, a in arrays if n == "labels" and a.dtype.kind in "iu"), None)
+    mask = next(
+        (a for n, a in arrays if n.startswith(("attn", "attentio", "mask")) and a.dtype.kind in "iu"), None
+    )
+    ids = next((a for n, a in arrays if a.dtype.kind in "iu" and a is not labels and a is not mask), None)
+    if ids is not None:
+        record.payload, record.meta["kind"] = ids.ravel(), "tokens"
+        if labels is not None:
+            record.meta["token_labels"] = labels.ravel()
+        if mask is not None:
+            record.meta["attention_mask"] = mask.ravel()
+    elif arrays:
+        use_array(record, arrays[0][1])
+    else:
+        record.problems.append(problem(record, "malformed-sample", f"{name} holds no array"))
+
+
+def _inner(suffix: str) -> str:
+    """The extension of the member a gzip member holds (``txt.gz`` -> ``txt``), else ``suffix``."""
+    return suffix[:-3] if suffix.endswith(".gz") else suffix
+
+
+def _gunzip(data: bytes) -> bytes:
+    """A gzip member's content, at most `GZIP_LIMIT` bytes; ValueError saying why not."""
+    inflater = zlib.decompressobj(wbits=47)  # gzip or zlib headers
+    try:
+        out = inflater.decompress(data, GZIP_LIMIT)
+    except zlib.error as error:
+        raise ValueError(f"does not decompress: {error}") from None
+    if inflater.unconsumed_tail:
+        raise ValueError(f"decompresses to more than {GZIP_LIMIT} bytes")
+    return out
+
+
+def _decoded(suffix: str, data: bytes) -> Any:
+    """A ``.json`` or msgpack member's value; ValueError saying why it does not load."""
+    if suffix in JSON_SUFFIXES:
+        try:
+            return json.loads(data)
+        except ValueError as error:
+            raise ValueError(f"not JSON: {error}") from None
+    try:
+        import msgpack
+    except ImportError:
+        raise ValueError("msgpack is not installed: pip install msgpack") from None
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise ValueError(f"not msgpack: {error}") from None
+
+
+def _numbers(value: Any) -> np.ndarray | None:
+    """An object of numbers or a list of them as a float64 row (WebDataset's numeric ``.mp``
+    samples), else None."""
+    items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else None
+    if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+        return None
+    if isinstance(value, list) and all(isinstance(v, int) for v in items):
+        return None  # a bare list of integers: read as a record's fields cannot name it
+    try:
+        return np.asarray(items, dtype=np.float64)
+    except OverflowError:
+        return None
 
 
 def _text(data: bytes) -> str:

@@ -4,15 +4,29 @@ sub-folders kept) holding its kept rows, in order, with the source's schema and 
 becomes one, minus its set-aside rows); the quarantine holds files of the set-aside rows.
 `pyarrow` (and so ``datasets``, pandas, Spark) reads every output. Rows are checksummed over
 every column (`scrub.ledger.row_digests`: numbers by their bytes, other values by their text),
-whatever columns the scan checked."""
+whatever columns the scan checked.
+
+A Hugging Face ``save_to_disk`` folder (``state.json``, ``dataset_info.json`` beside its
+``data-0000x-of-0000N.arrow`` files; a ``DatasetDict``'s ``dataset_dict.json`` above its splits)
+stays one that ``datasets.load_from_disk`` loads, in the cleaned copy and in the quarantine
+alike: every data file is written (empty where no row is left), and each ``state.json`` gets a
+fingerprint of its own (``datasets`` keys its caches by it: the source's would name other rows)
+and its ``dataset_info.json`` the split's new ``num_examples`` and ``num_bytes``. A Hub dataset
+card (``README.md`` whose YAML header's ``dataset_info`` lists the splits' sizes, which
+``datasets.load_dataset`` verifies) gets the cleaned copy's sizes, each split's files found by
+the card's ``configs`` patterns (else by the split's name in the file's path)."""
 
 from __future__ import annotations
 
+import fnmatch
+import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.parquet import ParquetReader, ParquetStorage, pyarrow_modules
@@ -35,6 +49,9 @@ class ParquetWriter(Writer[ParquetReader]):
         pyarrow_modules()
         tally = Tally()
         storage = self.reader.storage
+        #: per output file: (rows, bytes of Arrow data) written; per source: the rows set aside
+        self.written: dict[Path, list[int]] = {}
+        self.set_aside: dict[str, list[np.ndarray]] = {}
         quarantines = {path: target for path, _, target in self._targets(quarantine)} if quarantine else {}
         for path, source, target in self._targets(clean):
             schema, sizes, described = storage.facts(path)
@@ -59,17 +76,65 @@ class ParquetWriter(Writer[ParquetReader]):
                     tally.quarantined.add_values(values[set_aside])
                     tally.records_quarantined += int(set_aside.sum())
                     tally.records_kept += int((~set_aside).sum())
+                    self.set_aside.setdefault(source, []).append(rows[set_aside])
                     for side, writer in writers.items():
                         part = table.filter(set_aside if side else ~set_aside)
                         if part.num_rows:  # one row group (record batch) per source one
                             writer.write_table(part, part.num_rows)
+                            counted = self.written.setdefault(outputs[side], [0, 0])
+                            counted[0] += part.num_rows
+                            counted[1] += part.nbytes
                     first += table.num_rows
             finally:
                 for writer in writers.values():
                     writer.close()
         if self.source.is_dir():
             tally.other_files += self._copy_other_files(clean)
+            self._saved_to_disk(clean, "clean")
+            self._dataset_card(clean)
+            if quarantine is not None:
+                self._saved_to_disk(quarantine, "quarantine")
         return tally
+
+    def _saved_to_disk(self, output: Path, side: str) -> None:
+        """Each ``save_to_disk`` folder's description in ``output``, as `datasets` would write it
+        for the rows written there (see the module's docstring)."""
+        for state_path in sorted(self.source.rglob("state.json")):
+            relative = state_path.parent.relative_to(self.source)
+            if any(part.startswith(".") for part in relative.parts):
+                continue
+            try:
+                state = json.loads(state_path.read_text(encoding="utf-8"))
+                names = [entry["filename"] for entry in state["_data_files"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not datasets' state: copied as it is (the cleaned copy) or left out
+            folder = output / relative
+            counts = [self.written.get(folder / name, [0, 0]) for name in names]
+            seed = xxhash.xxh64(f"{state.get('_fingerprint')}:{side}".encode())
+            for name in names:
+                source = (relative / name).as_posix()
+                for rows in self.set_aside.get(source, []):
+                    seed.update(source.encode())
+                    seed.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+            state["_fingerprint"] = seed.hexdigest()
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+            info_path = state_path.parent / "dataset_info.json"
+            if info_path.is_file():
+                try:
+                    info = json.loads(info_path.read_text(encoding="utf-8"))
+                except ValueError:
+                    info = None
+                if isinstance(info, dict):
+                    _count_split(
+                        info, state.get("_split"), sum(c[0] for c in counts), sum(c[1] for c in counts)
+                    )
+                    (folder / "dataset_info.json").write_text(
+                        json.dumps(info, indent=2, sort_keys=True), encoding="utf-8"
+                    )
+        dictionary = self.source / "dataset_dict.json"
+        if side == "quarantine" and dictionary.is_file():  # a DatasetDict: its splits' list
+            shutil.copyfile(dictionary, output / "dataset_dict.json")
 
     def _new_file(self, output: Path, source: Path, schema: Any, described: dict[str, Any]) -> Any:
         """A writer of a new file like ``source``: its schema (and metadata), codec, and for
@@ -100,6 +165,70 @@ class ParquetWriter(Writer[ParquetReader]):
                 shutil.copyfile(path, clean / relative)
                 copied += 1
         return copied
+
+    def _dataset_card(self, clean: Path) -> None:
+        """The cleaned copy's ``README.md`` with its splits' sizes (see the module's docstring)."""
+        import yaml
+
+        card = clean / "README.md"
+        try:
+            text = card.read_text(encoding="utf-8")
+        except OSError:
+            return
+        match = re.match(r"---\r?\n(.*?\r?\n)---(\r?\n|$)", text, re.DOTALL)
+        if match is None:
+            return
+        try:
+            header = yaml.safe_load(match.group(1))
+        except yaml.YAMLError:
+            return
+        if not isinstance(header, dict):
+            return
+        infos = header.get("dataset_info")
+        configs: list[Any] = header["configs"] if isinstance(header.get("configs"), list) else []
+        changed = False
+        for info in infos if isinstance(infos, list) else [infos]:
+            if not isinstance(info, dict) or not isinstance(info.get("splits"), list):
+                continue
+            name = info.get("config_name", "default")
+            config = next((c for c in configs if isinstance(c, dict) and c.get("config_name") == name), None)
+            splits = [entry for entry in info["splits"] if isinstance(entry, dict) and "name" in entry]
+            for entry in splits:
+                files = self._split_files(clean, str(entry["name"]), config, len(splits) == 1)
+                rows = sum(self.written.get(path, [0, 0])[0] for path in files)
+                size = sum(self.written.get(path, [0, 0])[1] for path in files)
+                if entry.get("num_examples") != rows:
+                    before = entry.get("num_bytes")
+                    entry["num_examples"], entry["num_bytes"] = rows, size
+                    if isinstance(before, int) and isinstance(info.get("dataset_size"), int):
+                        info["dataset_size"] += size - before
+                    changed = True
+        if changed:
+            dumped = yaml.safe_dump(header, sort_keys=False, allow_unicode=True)
+            card.write_text(f"---\n{dumped}---\n{text[match.end() :]}", encoding="utf-8")
+
+    def _split_files(self, clean: Path, split: str, config: Any, only: bool) -> list[Path]:
+        """The cleaned copy's data files of a split: by its config's ``data_files`` patterns, else
+        by the split's name in their path (``data/train-00000-of-00002.parquet``), else all of them
+        where the card lists one split."""
+        outputs = [
+            (self.reader.source_of(path), clean / self.reader.source_of(path)) for path in self.reader.files()
+        ]
+        patterns: list[str] = []
+        data_files = config.get("data_files") if isinstance(config, dict) else None
+        for entry in data_files if isinstance(data_files, list) else [data_files] if data_files else []:
+            if isinstance(entry, dict) and entry.get("split") == split:
+                paths = entry.get("path")
+                patterns += (
+                    [paths] if isinstance(paths, str) else [p for p in paths or [] if isinstance(p, str)]
+                )
+            elif isinstance(entry, str) and split == "train":
+                patterns.append(entry)
+        if patterns:
+            return [out for name, out in outputs if any(fnmatch.fnmatch(name, p) for p in patterns)]
+        named = re.compile(rf"(^|[/_.-]){re.escape(split)}([/_.-]|$)")
+        found = [out for name, out in outputs if named.search(name)]
+        return found or ([out for _, out in outputs] if only else [])
 
     def tally_output(self, verdicts: Verdicts, target: Path, side: str) -> Ledger:
         pyarrow_modules()
@@ -145,6 +274,20 @@ def _row_values(source: str, rows: np.ndarray, table: Any) -> np.ndarray:
                 cells[row] = cell
             digests.append(row_digests(cells))
     return row_values(identity_seed(source), rows[: table.num_rows], digests)
+
+
+def _count_split(info: dict[str, Any], split: Any, rows: int, size: int) -> None:
+    """Set ``split``'s rows and bytes in a ``dataset_info.json`` (and the totals that add them up)."""
+    splits = info.get("splits")
+    if not isinstance(splits, dict) or not isinstance(splits.get(split), dict):
+        return
+    entry = splits[split]
+    before = entry.get("num_bytes")
+    entry["num_examples"], entry["num_bytes"] = rows, size
+    if isinstance(before, int):
+        for total in ("dataset_size", "size_in_bytes"):
+            if isinstance(info.get(total), int):
+                info[total] += size - before
 
 
 def _codec(metadata: Any) -> str:

@@ -54,6 +54,7 @@ SAMPLES_BY_FORMAT = [
     Sample("webdataset", "webdataset", "", {"num_classes": 10}),
     Sample("parquet", "parquet", "train.parquet", needs="pyarrow"),
     Sample("arrow", "parquet", "train.arrow", needs="pyarrow"),  # written from the Parquet sample
+    Sample("arrow", "hf_tokens", "", {"vocab_size": 1000}, needs="pyarrow"),  # save_to_disk, tokens
     Sample("segmentation", "segmentation", "", {"num_classes": 5}),
     Sample("yolo", "yolo"),
     Sample("coco", "coco", "annotations/instances_val2017.json"),
@@ -67,7 +68,7 @@ def dataset_of(sample: Sample, tmp_path: Path) -> Path:
         pytest.importorskip(sample.needs)
     folder = tmp_path / sample.copy
     shutil.copytree(SAMPLES / sample.copy, folder, symlinks=True)
-    if sample.format == "arrow":
+    if sample.format == "arrow" and sample.copy == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
