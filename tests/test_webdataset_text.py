@@ -65,7 +65,6 @@ def test_text_json_msgpack_and_tenbin_samples_are_records(tmp_path):
         ("j1", "no-supervised-tokens"),
         ("j2", "no-supervised-tokens"),
         ("m1", "empty-attention"),
-        ("m1", "no-supervised-tokens"),  # a mask of zeros: no label counted either
         ("m2", "empty-sequence"),
         ("n1", "token-out-of-range"),
         ("n2", "empty-sequence"),
