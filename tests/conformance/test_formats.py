@@ -57,6 +57,7 @@ SAMPLES_BY_FORMAT = [
     Sample("segmentation", "segmentation", "", {"num_classes": 5}),
     Sample("yolo", "yolo"),
     Sample("coco", "coco", "annotations/instances_val2017.json"),
+    Sample("jsonl", "jsonl", "train.jsonl", {"vocab_size": 1000}),
 ]
 
 
