@@ -35,6 +35,7 @@ import numpy as np
 import orjson
 
 from scrub.checks.base import problem
+from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import MANIFEST_SUFFIX
 from scrub.outputs import is_output_name
@@ -47,7 +48,7 @@ from scrub.wording import counted
 PLAIN_SUFFIXES = (".jsonl", ".ndjson")
 COMPRESSED_SUFFIXES = tuple(f"{plain}{packed}" for plain in PLAIN_SUFFIXES for packed in (".gz", ".zst"))
 SUFFIXES = PLAIN_SUFFIXES + COMPRESSED_SUFFIXES
-#: Hugging Face's ImageFolder and AudioFolder keep their labels in a ``metadata.jsonl`` among the
+#: Hugging Face's ImageFolder and AudioFolder keep their labels in a ``metadata.jsonl`` among their
 #: files: a folder holding one is theirs, not a JSON Lines dataset
 METADATA_NAMES = frozenset(f"metadata{suffix}" for suffix in SUFFIXES)
 GZIP_MAGIC = b"\x1f\x8b"
@@ -243,21 +244,25 @@ def _scrubs_own(name: str) -> bool:
 
 
 def _first_json_lines_file(folder: Path) -> bool:
-    """Whether a JSON Lines file (by its name; a HF ImageFolder's ``metadata.jsonl`` aside) lies
-    in ``folder`` or below, found without listing the whole tree."""
+    """Whether a JSON Lines file (by its name) lies in ``folder`` or below, found without listing
+    the whole tree; one beside images is theirs (Hugging Face ImageFolder's ``metadata.jsonl``,
+    a detection dataset's annotations), not a dataset of its own."""
     folders = [str(folder)]
     while folders:
+        found = False
         with os.scandir(folders.pop()) as entries:
             for entry in entries:
-                if entry.name.startswith(".") or _scrubs_own(entry.name):
+                name = entry.name.lower()
+                if name.startswith(".") or _scrubs_own(entry.name):
                     continue
-                if has_json_lines_name(entry.name):
-                    if entry.name.lower() in METADATA_NAMES:
-                        return False  # another format's labels beside its files
-                    if entry.is_file():
-                        return True
+                if os.path.splitext(name)[1] in IMAGE_EXTENSIONS or name in METADATA_NAMES:
+                    return False
+                if has_json_lines_name(name):
+                    found = found or entry.is_file()
                 elif entry.is_dir(follow_symlinks=False):
                     folders.append(entry.path)
+        if found:
+            return True
     return False
 
 

@@ -130,18 +130,17 @@ class JsonLinesWriter(Writer[JsonLinesReader]):
 def _tally_clean(ledger: Ledger, verdicts: Verdicts, source: str, lines: Iterator[bytes]) -> None:
     """The cleaned copy's records: its lines are the source's with the set-aside ones left out, so
     each line's number in the source is the next one not set aside."""
-    whole = source in verdicts.files
+    if source in verdicts.files:  # set aside whole: its blank lines only are here
+        for line in lines:
+            if not is_blank(line):
+                ledger.add(0)  # no record of this source belongs here: the sums cannot match
+        return
     number = 0
     for line in lines:
-        if is_blank(line):
+        while verdicts.quarantined(source, number):  # a set-aside line is never blank
             number += 1
-            continue
-        if whole:  # no record of this source belongs here: the sums cannot match
-            ledger.add(0)
-            continue
-        while verdicts.quarantined(source, number):
-            number += 1
-        ledger.add(line_value(source, number, line))
+        if not is_blank(line):
+            ledger.add(line_value(source, number, line))
         number += 1
 
 
