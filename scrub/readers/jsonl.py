@@ -56,14 +56,14 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 #: how much of a ``.json`` file the sniff reads to find its first two lines
 SNIFF_BYTES = 1 << 20
 #: the blocks `open` scans and workers read
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 4 << 20
 #: a partition holds at most about this many bytes of lines, however few records that is
-PARTITION_BYTES = 64 << 20
+PARTITION_BYTES = 8 << 20
 #: what JSON counts as whitespace: a line of only these is blank
 WHITESPACE = b" \t\r\n"
 #: one core's throughput parsing and checking lines of a typical chat or text dataset, for
 #: `Reader.work_seconds` (see docs/benchmarks.md)
-BYTES_PER_SECOND = 40e6
+BYTES_PER_SECOND = 50e6
 
 
 def compression_of(path: Path | str) -> str | None:
@@ -103,32 +103,38 @@ def open_lines(path: str, compression: str | None) -> IO[bytes]:
     return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
 
 
-def blocks(stream: IO[bytes], limit: int | None = None) -> Iterator[bytes]:
+def blocks(stream: IO[bytes], limit: int | None = None) -> Iterator[memoryview]:
     """The stream's bytes (at most ``limit`` of them) in blocks of whole lines, each ending with
-    a newline but the last, which ends where the stream does. A line longer than a block is one
-    block of its own."""
-    pending: list[bytes] = []
+    a newline but the last, which ends where the stream does; a line longer than a block makes
+    the block grow. Read into one reused buffer (fresh blocks cost more in page faults than the
+    newline search itself): a block is valid until the next is asked for."""
+    buffer = bytearray(BLOCK_BYTES)
+    filled = 0  # the start of a line carried over from the last block
     left = limit
     while True:
-        size = BLOCK_BYTES if left is None else min(BLOCK_BYTES, left)
-        block = stream.read(size) if size else b""
+        want = len(buffer) - filled if left is None else min(len(buffer) - filled, left)
+        got = stream.readinto(memoryview(buffer)[filled : filled + want]) or 0 if want else 0  # type: ignore[attr-defined]
         if left is not None:
-            left -= len(block)
-        if not block:
-            if pending:
-                yield b"".join(pending)
+            left -= got
+        end = filled + got
+        if not got:
+            if filled:
+                yield memoryview(buffer)[:filled]
             return
-        cut = block.rfind(b"\n") + 1
-        if not cut:
-            pending.append(block)
+        cut = buffer.rfind(b"\n", filled, end) + 1
+        if not cut:  # no line ends in the buffer: a longer one
+            filled = end
+            if filled == len(buffer):
+                buffer = buffer + bytearray(len(buffer))
             continue
-        yield b"".join([*pending, block[:cut]]) if pending else block[:cut]
-        pending = [block[cut:]] if cut < len(block) else []
+        yield memoryview(buffer)[:cut]
+        buffer[: end - cut] = buffer[cut:end]
+        filled = end - cut
 
 
-def lines_of(chunk: bytes) -> Iterator[bytes]:
+def lines_of(chunk: memoryview | bytes) -> Iterator[bytes]:
     """The lines of a block of whole lines, each with its ``\\n`` (the last may have none)."""
-    parts = chunk.split(b"\n")
+    parts = bytes(chunk).split(b"\n")
     for part in parts[:-1]:
         yield part + b"\n"
     if parts[-1]:
@@ -139,20 +145,25 @@ def is_blank(line: bytes) -> bool:
     return not line.strip(WHITESPACE)
 
 
-def line_layout(chunk: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """(start of each line in a block of whole lines, whether it is blank), vectorized: only
-    lines that begin with whitespace (a record begins with ``{``) are looked at one by one."""
-    array = np.frombuffer(chunk, dtype=np.uint8)
-    ends = np.flatnonzero(array == 10) + 1
-    if len(chunk) and chunk[-1:] != b"\n":
-        ends = np.append(ends, len(chunk))
-    starts = np.concatenate(([0], ends[:-1])) if len(ends) else ends
-    first = array[starts] if len(starts) else array[:0]
+def line_layout(
+    data: np.ndarray, begin: int, end: int, line_start: int, final: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(start of each line that ends in ``data[begin:end]``, whether it is blank, the start of the
+    line still open at ``end``), vectorized: only lines that begin with whitespace (a record
+    begins with ``{``) are looked at one by one. ``line_start`` is where the line open at
+    ``begin`` started; ``final``: the data ends at ``end`` (its last line may have no newline)."""
+    ends = np.flatnonzero(data[begin:end] == 10) + (begin + 1)
+    if final and (ends[-1] if len(ends) else line_start) < end:
+        ends = np.append(ends, end)
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = line_start
+        starts[1:] = ends[:-1]
+    first = data[starts]
     blank = first == 10  # an empty line
-    doubtful = np.flatnonzero((first == 32) | (first == 9) | (first == 13))
-    for line in doubtful.tolist():
-        blank[line] = is_blank(chunk[starts[line] : ends[line]])
-    return starts, blank
+    for line in np.flatnonzero((first == 32) | (first == 9) | (first == 13)).tolist():
+        blank[line] = is_blank(data[starts[line] : ends[line]].tobytes())
+    return starts, blank, int(ends[-1]) if len(ends) else line_start
 
 
 @dataclass(frozen=True)
@@ -188,15 +199,15 @@ class Layout:
 
 
 def survey(path: Path, compression: str | None, stride: int) -> Layout:
-    """Count a file's lines and records, block by block, and note where every ``stride``-th
-    record starts (None: no offsets, for a compressed file read whole)."""
+    """Count a file's lines and records, a block at a time as it streams (decompressed), and
+    note where every ``stride``-th record starts."""
     layout = Layout()
     offsets: list[np.ndarray] = []
     numbers: list[np.ndarray] = []
-    last = b""
     with open_lines(str(path), compression) as stream:
         for chunk in blocks(stream):
-            starts, blank = line_layout(chunk)
+            data = np.frombuffer(chunk, dtype=np.uint8)
+            starts, blank, _ = line_layout(data, 0, len(data), 0, True)
             records = np.flatnonzero(~blank)
             first = -layout.records % stride
             offsets.append(layout.size + starts[records[first::stride]])
@@ -204,9 +215,9 @@ def survey(path: Path, compression: str | None, stride: int) -> Layout:
             layout.lines += len(starts)
             layout.records += len(records)
             layout.blank += int(blank.sum())
-            layout.size += len(chunk)
-            last = chunk[-1:]
-    layout.ends_open = last not in (b"", b"\n")
+            layout.size += len(data)
+            layout.ends_open = bool(data[-1] != 10)
+            del data  # the buffer is reused for the next block
     if offsets:
         layout.offsets, layout.numbers = np.concatenate(offsets), np.concatenate(numbers)
     return layout
@@ -299,7 +310,7 @@ def _json_kind(value: Any) -> str:
 class JsonLinesReader(Reader[Lines]):
     format = "jsonl"
     file_suffixes = SUFFIXES
-    records_per_task = 1000
+    records_per_task = 20_000
     provides = frozenset({Carries.TOKENS})
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("orjson", "scrub.readers.tokenfields")
