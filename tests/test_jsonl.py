@@ -293,3 +293,41 @@ def test_restore_puts_every_line_back_where_it_was(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert fixed.clean.read_bytes() == path.read_bytes()  # every line back where it was
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_a_compressed_file_cut_short_is_set_aside_whole_and_the_scan_goes_on(tmp_path, suffix):
+    """A download that stopped: the lines before the damage are scanned, the file is named by a
+    dataset-level malformed-record, fix copies it byte for byte into the quarantine."""
+    folder = tmp_path / "shards"
+    lines = [json.dumps(good(i)) for i in range(3000)]
+    whole = write_jsonl(folder / f"a{suffix}", lines)
+    cut = write_jsonl(folder / f"b{suffix}", lines)
+    cut.write_bytes(cut.read_bytes()[: len(cut.read_bytes()) // 2])
+    result = scrub.scan(folder, scheduler="sync")
+    damaged = [issue for issue in result.issues() if issue.key == "*"]
+    assert [(issue.source, issue.check) for issue in damaged] == [(cut.name, "malformed-record")]
+    assert "damaged after line" in damaged[0].message
+    read = result.summary.dataset.files[cut.name]["records"]
+    assert read < 3000 and result.summary.records == 3000 + read  # zstd may hold back a cut block
+    fixed = scrub.fix(folder, quarantine=True, scheduler="sync")
+    assert fixed.verified and fixed.report["quarantined"] == read
+    assert (fixed.quarantine / "shards" / cut.name).read_bytes() == cut.read_bytes()
+    assert not (fixed.clean / cut.name).exists()
+    assert (fixed.clean / whole.name).read_bytes()[:2] == whole.read_bytes()[:2]
+
+
+def test_ids_that_are_not_all_integers_are_malformed(tmp_path):
+    path = write_jsonl(
+        tmp_path / "ids.jsonl",
+        [
+            json.dumps({"input_ids": [1, True]}),
+            json.dumps({"input_ids": [1, 2.5]}),
+            json.dumps({"input_ids": [1, 2]}),
+        ],
+    )
+    result = scrub.scan(path, scheduler="sync")
+    assert {(issue.key, issue.check) for issue in result.issues()} == {
+        ("1", "malformed-record"),
+        ("2", "malformed-record"),
+    }

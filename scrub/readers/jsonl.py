@@ -26,15 +26,16 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 import orjson
 
-from scrub.checks.base import problem
+from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import MANIFEST_SUFFIX
@@ -92,18 +93,84 @@ def zstandard_module() -> Any:
     return zstandard
 
 
-def open_lines(path: str, compression: str | None) -> IO[bytes]:
-    """The file's bytes as a stream, decompressed."""
+class Decompressed:
+    """A compressed file's bytes as they decompress; damage (a download cut short, a flipped bit)
+    ends them and is remembered in `damage` rather than raised: the lines before it are read,
+    the same ones by every reader of the file (the scan's count, a worker, the writer). Read a
+    piece at a time (``read1``), so that what decompressed before the damage is kept."""
+
+    def __init__(self, path: str, compression: str) -> None:
+        self.damage: str | None = None
+        self.stream: Any
+        if compression == "gzip":
+            self.stream = gzip.open(path, "rb")  # noqa: SIM115  # closed by __exit__
+            self.errors: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error)
+        else:
+            zstandard = zstandard_module()
+            self.stream = ZstdFrames(path, zstandard)
+            self.errors = (EOFError, OSError, zstandard.ZstdError)
+
+    def readinto(self, view: memoryview) -> int:
+        filled = 0
+        while filled < len(view) and self.damage is None:
+            try:
+                piece = self.stream.read1(len(view) - filled)
+            except self.errors as error:
+                self.damage = first_line(error) or type(error).__name__
+                break
+            if not piece:
+                break
+            view[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        return filled
+
+    def __enter__(self) -> Decompressed:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.stream.close()
+
+
+class ZstdFrames:
+    """A Zstandard file's frames, one after another, decompressed; a file that ends inside a
+    frame raises EOFError (zstandard's stream reader ends there without a word)."""
+
+    def __init__(self, path: str, zstandard: Any) -> None:
+        self.raw = open(path, "rb")  # noqa: SIM115  # closed by close()
+        self.context = zstandard.ZstdDecompressor()
+        self.frame = self.context.decompressobj()
+        self.fed = False  # the current frame has had input
+        self.pending = b""
+
+    def read1(self, size: int) -> bytes:
+        while not self.pending:
+            chunk = self.raw.read(1 << 17)
+            if not chunk:
+                if self.fed and not self.frame.eof:
+                    raise EOFError("the file ends inside a Zstandard frame")
+                return b""
+            out = [self.frame.decompress(chunk)]
+            self.fed = True
+            while self.frame.eof and self.frame.unused_data:
+                rest = self.frame.unused_data
+                self.frame = self.context.decompressobj()
+                out.append(self.frame.decompress(rest))
+            self.pending = b"".join(out)
+        piece, self.pending = self.pending[:size], self.pending[size:]
+        return piece
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def open_lines(path: str, compression: str | None) -> Any:
+    """The file's bytes as a stream (``readinto``, ``seek`` for a plain file), decompressed."""
     if compression is None:
         return open(path, "rb")
-    if compression == "gzip":
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    zstandard = zstandard_module()
-    raw = open(path, "rb")  # noqa: SIM115  # closed by the stream reader (closefd)
-    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+    return Decompressed(path, compression)
 
 
-def blocks(stream: IO[bytes], limit: int | None = None) -> Iterator[memoryview]:
+def blocks(stream: Any, limit: int | None = None) -> Iterator[memoryview]:
     """The stream's bytes (at most ``limit`` of them) in blocks of whole lines, each ending with
     a newline but the last, which ends where the stream does; a line longer than a block makes
     the block grow. Read into one reused buffer (fresh blocks cost more in page faults than the
@@ -113,7 +180,7 @@ def blocks(stream: IO[bytes], limit: int | None = None) -> Iterator[memoryview]:
     left = limit
     while True:
         want = len(buffer) - filled if left is None else min(len(buffer) - filled, left)
-        got = stream.readinto(memoryview(buffer)[filled : filled + want]) or 0 if want else 0  # type: ignore[attr-defined]
+        got = stream.readinto(memoryview(buffer)[filled : filled + want]) or 0 if want else 0
         if left is not None:
             left -= got
         end = filled + got
@@ -194,6 +261,7 @@ class Layout:
     blank: int = 0
     size: int = 0  # bytes (decompressed)
     ends_open: bool = False  # the last line has no newline
+    damage: str | None = None  # why a compressed file's stream ends early
     offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -218,6 +286,7 @@ def survey(path: Path, compression: str | None, stride: int) -> Layout:
             layout.size += len(data)
             layout.ends_open = bool(data[-1] != 10)
             del data  # the buffer is reused for the next block
+        layout.damage = getattr(stream, "damage", None)
     if offsets:
         layout.offsets, layout.numbers = np.concatenate(offsets), np.concatenate(numbers)
     return layout
@@ -362,11 +431,13 @@ class JsonLinesReader(Reader[Lines]):
         layouts: list[tuple[Path, str, str | None, Layout]] = []
         for path in files:
             compression = compression_of(path)
+            what = {"gzip": "gzip file", "zstd": "Zstandard file"}.get(compression or "", "file")
             try:
                 layout = survey(path, compression, stride)
-            except (OSError, EOFError, ValueError) as error:  # a damaged gzip or zstd stream too
-                what = {"gzip": "gzip file", "zstd": "Zstandard file"}.get(compression or "", "file")
-                raise UnusableDataset(f"{path}: not a readable {what} ({first_line(error)})") from None
+            except OSError as error:
+                raise UnusableDataset(f"{path}: cannot read ({error.strerror or error})") from None
+            if layout.damage is not None and not layout.lines and self.path.is_file():
+                raise UnusableDataset(f"{path}: not a readable {what} ({layout.damage})")
             source = self.source_of(path)
             layouts.append((path, source, compression, layout))
             info.records += layout.records
@@ -377,6 +448,21 @@ class JsonLinesReader(Reader[Lines]):
                 "compression": compression or "none",
                 "bytes": layout.size,
             }
+            if layout.damage is not None:
+                info.files[source]["damaged_after_line"] = layout.lines
+                info.issues.append(
+                    make_issue(
+                        "malformed-record",
+                        source,
+                        "*",
+                        None,
+                        Finding(
+                            f"the {what} is damaged after line {layout.lines} ({layout.damage}): the "
+                            "lines before are scanned; fix sets the whole file aside",
+                            {"lines_read": layout.lines},
+                        ),
+                    )
+                )
         size = partition_size_for(info.records, partition_size)
         partitions = [
             partition
@@ -397,7 +483,7 @@ class JsonLinesReader(Reader[Lines]):
             )
         )
         if not info.records:
-            raise UnusableDataset(f"{self.path}: no JSON lines in it (every line is blank)")
+            raise UnusableDataset(f"{self.path}: no JSON lines in it (empty, or every line is blank)")
         self.work_seconds = sum(layout.size for *_, layout in layouts) / BYTES_PER_SECOND
         return info, partitions
 

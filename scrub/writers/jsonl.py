@@ -2,8 +2,9 @@
 sub-folders kept) holding the source's lines but the set-aside ones, byte for byte and in order
 (blank lines, which are no records, stay where they were); the quarantine holds files of the
 set-aside lines, byte for byte, in order. A compressed source is written compressed the same way
-(gzip or Zstandard: the lines are the same, the compressed bytes need not be). Other files of a
-folder (a README) are copied into the cleaned copy.
+(gzip or Zstandard: the lines are the same, the compressed bytes need not be). A file set aside
+whole (a damaged compressed stream) is copied byte for byte into the quarantine, as a damaged
+WebDataset shard is. Other files of a folder (a README) are copied into the cleaned copy.
 
 Nothing more is needed to put a line back where it was: the manifest names each set-aside line by
 its number, and `scrub restore` writes the cleaned copy again from the source. Each record is
@@ -82,6 +83,9 @@ class JsonLinesWriter(Writer[JsonLinesReader]):
         quarantines = {path: target for path, _, target in self._targets(quarantine)} if quarantine else {}
         for path, source, target in self._targets(clean):
             compression = compression_of(path)
+            if source in verdicts.files:  # set aside whole (damaged): copied byte for byte
+                self._set_aside_whole(path, source, compression, target, quarantines.get(path), tally)
+                continue
             with (
                 _Output(target, compression, always=True) as kept,
                 _Output(quarantines.get(path), compression) as held,
@@ -102,6 +106,22 @@ class JsonLinesWriter(Writer[JsonLinesReader]):
         if self.source.is_dir():
             tally.other_files += self._copy_other_files(clean)
         return tally
+
+    def _set_aside_whole(
+        self, path: Path, source: str, compression: str | None, clean: Path, held: Path | None, tally: Tally
+    ) -> None:
+        """A file set aside whole (a damaged compressed stream) goes into the quarantine as it is;
+        its records, the lines read before the damage, are tallied there. A single file's cleaned
+        copy is then an empty file."""
+        if held is not None:
+            held.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, held)
+        if not self.source.is_dir():
+            clean.touch(exist_ok=False)
+        for number, line in enumerate(stream_lines(str(path), compression)):
+            if not is_blank(line):
+                tally.quarantined.add(line_value(source, number, line))
+                tally.records_quarantined += 1
 
     def _copy_other_files(self, clean: Path) -> int:
         """A folder's files that are not JSON Lines (a README), copied into the cleaned copy."""
@@ -130,10 +150,10 @@ class JsonLinesWriter(Writer[JsonLinesReader]):
 def _tally_clean(ledger: Ledger, verdicts: Verdicts, source: str, lines: Iterator[bytes]) -> None:
     """The cleaned copy's records: its lines are the source's with the set-aside ones left out, so
     each line's number in the source is the next one not set aside."""
-    if source in verdicts.files:  # set aside whole: its blank lines only are here
+    if source in verdicts.files:  # set aside whole: nothing of it belongs here
         for line in lines:
             if not is_blank(line):
-                ledger.add(0)  # no record of this source belongs here: the sums cannot match
+                ledger.add(0)  # the sums cannot match
         return
     number = 0
     for line in lines:
