@@ -505,6 +505,36 @@ def make_mds(root: Path) -> None:
         for row in range(6):
             tokens = np.arange(16, dtype=np.int64) + 10 * row
             out.write({"tokens": b"" if row == 3 else tokens.tobytes()})  # empty-sequence
+def make_jsonl(root: Path) -> None:
+    """A JSON Lines file of 24 language-model records (texts, chats, prompt/completion pairs and
+    tokenized records, scanned with --vocab-size 1000) and a blank line: a line that is not JSON
+    (line 7), an empty completion (line 10), labels all -100 (line 17: no-supervised-tokens), a
+    token id 1000 (line 21: token-out-of-range), an all-zero attention mask (line 25). Line 13 is
+    blank: no record, as datasets skips it; keys are line numbers counted from 1."""
+    import json
+
+    rng = np.random.default_rng(30)
+    records: list[dict | str] = []
+    for i in range(24):
+        ids = [int(v) for v in rng.integers(1, 1000, size=12)]
+        records.append(
+            [
+                {"text": f"Document {i}: the quick brown fox jumps over the lazy dog."},
+                {"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
+                              {"role": "assistant", "content": f"{2 * i}."}]},
+                {"prompt": f"Translate 'cat' ({i}) into French:", "completion": " chat"},
+                {"input_ids": ids, "labels": [-100] * 4 + ids[4:], "attention_mask": [1] * 12},
+            ][i % 4]
+        )  # fmt: skip
+    records[6] = '{"text": "a line cut off by a crash'  # malformed-record: not JSON
+    records[9] = {"prompt": "Translate 'dog' into French:", "completion": ""}  # empty-sequence
+    records[15]["labels"] = [-100] * 12  # type: ignore[index]  # no-supervised-tokens
+    records[19]["input_ids"][5] = 1000  # type: ignore[index]  # token-out-of-range (--vocab-size 1000)
+    records[23]["attention_mask"] = [0] * 12  # type: ignore[index]  # empty-attention
+    lines = [record if isinstance(record, str) else json.dumps(record) for record in records]
+    lines.insert(12, "")  # a blank line: no record, as datasets skips it
+    root.mkdir(parents=True)
+    (root / "train.jsonl").write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:
@@ -522,6 +552,7 @@ def main() -> None:
         ("yolo", make_yolo),
         ("coco", make_coco),
         ("mds", make_mds),
+        ("jsonl", make_jsonl),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

@@ -230,6 +230,14 @@ for _row in (
         "YOLO",
         holds="a YOLO dataset",
     ),
+    # before COCO, which takes a .json that mentions "images" (a JSON Lines .json may)
+    Format(
+        "jsonl",
+        "scrub.readers.jsonl:JsonLinesReader",
+        "scrub.writers.jsonl:JsonLinesWriter",
+        "JSON Lines",
+        holds="a JSON Lines file (.jsonl, .jsonl.gz, .jsonl.zst) or folder",
+    ),
     Format(
         "coco", "scrub.readers.coco:CocoReader", "scrub.writers.coco:CocoWriter", "COCO", holds="a COCO JSON"
     ),

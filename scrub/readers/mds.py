@@ -30,7 +30,7 @@ cleaned copy's index): a dataset whose download stopped half-way is still checke
 
 Partitions are runs of samples of one shard, read through a memory map; a compressed shard is
 one partition, decompressed once by the worker that reads it (zstd needs ``zstandard``:
-``pip install 'scrub[mds]'``; gzip and bz2 are Python's own; Brotli and Snappy are refused with
+``pip install 'scrub[zstd]'``; gzip and bz2 are Python's own; Brotli and Snappy are refused with
 one line).
 """
 
@@ -219,7 +219,7 @@ def decompressor(compression: str, shown: str) -> Callable[[bytes], bytes]:
             import zstandard
         except ImportError:
             raise UsageError(
-                f"{shown}: reading zstd-compressed MDS shards needs zstandard: pip install 'scrub[mds]' "
+                f"{shown}: reading zstd-compressed MDS shards needs zstandard: pip install 'scrub[zstd]' "
                 "(or pip install zstandard)"
             ) from None
         return lambda data: _unzstd(zstandard, data)

@@ -59,6 +59,7 @@ SAMPLES_BY_FORMAT = [
     Sample("yolo", "yolo"),
     Sample("coco", "coco", "annotations/instances_val2017.json"),
     Sample("mds", "mds", "", {"vocab_size": 1000}),
+    Sample("jsonl", "jsonl", "train.jsonl", {"vocab_size": 1000}),
 ]
 
 

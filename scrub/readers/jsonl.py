@@ -1,0 +1,571 @@
+"""JSON Lines: one JSON object a line (``.jsonl``, ``.ndjson``, a ``.json`` whose lines are each an
+object), compressed with gzip (``.jsonl.gz``) or Zstandard (``.jsonl.zst``, needs ``zstandard``),
+or a folder of such files (sub-folders too), each file a source. The language-model datasets
+people train on are mostly this: a `text`, a chat's `messages`, a `prompt` and its `completion`,
+or already tokenized `input_ids` with their `labels` and `attention_mask`
+(`scrub.readers.tokenfields` reads the object).
+
+A record is a line, named by its line number counted from 1, as editors and ``sed -n 12p`` number
+them (key ``"12"``; its index is the line's 0-based position, 11). Lines end at ``\\n`` only (a
+``\\r`` before it is part of the line's ending, as JSON parsers read it). A blank line (nothing
+but spaces, tabs, ``\\r``) is no record, as ``datasets.load_dataset("json")`` and
+``pandas.read_json(lines=True)`` skip it: it keeps its number (the lines after it are numbered as
+an editor shows them) and is counted in the summary's ``skipped``. A line that is not JSON, or
+not an object, is a `malformed-record` on that line, never the end of the scan.
+
+Partitions are byte ranges of whole lines: `open` finds the line starts with a vectorized pass
+over blocks of the file (a newline search in NumPy, never a Python object a line), keeping the
+offset of every `MIN_RECORDS_PER_TASK`-th record only, and each worker reads its range itself. A
+compressed file cannot be entered in the middle: it is one partition, decompressed as a stream
+by one worker (a folder of compressed files is scanned a file per worker), after `open` has
+counted its lines in the same streaming way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from scrub.checks.base import Finding, make_issue, problem
+from scrub.checks.images import IMAGE_EXTENSIONS
+from scrub.errors import UnusableDataset, UsageError, first_line
+from scrub.manifest import MANIFEST_SUFFIX
+from scrub.outputs import is_output_name
+from scrub.readers.base import MIN_RECORDS_PER_TASK, DatasetInfo, Reader, partition_size_for
+from scrub.readers.tokenfields import fill_record
+from scrub.records import Carries, Record
+from scrub.wording import counted
+
+#: what a JSON Lines file's name ends with (a ``.json`` is one by its content: `is_json_lines`)
+PLAIN_SUFFIXES = (".jsonl", ".ndjson")
+COMPRESSED_SUFFIXES = tuple(f"{plain}{packed}" for plain in PLAIN_SUFFIXES for packed in (".gz", ".zst"))
+SUFFIXES = PLAIN_SUFFIXES + COMPRESSED_SUFFIXES
+#: Hugging Face's ImageFolder and AudioFolder keep their labels in a ``metadata.jsonl`` among their
+#: files: a folder holding one is theirs, not a JSON Lines dataset
+METADATA_NAMES = frozenset(f"metadata{suffix}" for suffix in SUFFIXES)
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: how much of a ``.json`` file the sniff reads to find its first two lines
+SNIFF_BYTES = 1 << 20
+#: the blocks `open` scans and workers read
+BLOCK_BYTES = 4 << 20
+#: a partition holds at most about this many bytes of lines, however few records that is
+PARTITION_BYTES = 8 << 20
+#: what JSON counts as whitespace: a line of only these is blank
+WHITESPACE = b" \t\r\n"
+#: one core's throughput parsing and checking lines of a typical chat or text dataset, for
+#: `Reader.work_seconds` (see docs/benchmarks.md)
+BYTES_PER_SECOND = 50e6
+
+
+def compression_of(path: Path | str) -> str | None:
+    """ "gzip" or "zstd" by the file's first bytes (its name may not say), else None."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return None
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head == ZSTD_MAGIC:
+        return "zstd"
+    return None
+
+
+def zstandard_module() -> Any:
+    """The ``zstandard`` module, or a one-line error saying how to install it."""
+    try:
+        import zstandard
+    except ImportError:
+        raise UsageError(
+            "reading Zstandard-compressed JSON Lines needs zstandard: pip install 'scrub[zstd]' "
+            "(or pip install zstandard)"
+        ) from None
+    return zstandard
+
+
+class Decompressed:
+    """A compressed file's bytes as they decompress; damage (a download cut short, a flipped bit)
+    ends them and is remembered in `damage` rather than raised: the lines before it are read,
+    the same ones by every reader of the file (the scan's count, a worker, the writer). Read a
+    piece at a time (``read1``), so that what decompressed before the damage is kept."""
+
+    def __init__(self, path: str, compression: str) -> None:
+        self.damage: str | None = None
+        self.stream: Any
+        if compression == "gzip":
+            self.stream = gzip.open(path, "rb")  # noqa: SIM115  # closed by __exit__
+            self.errors: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error)
+        else:
+            zstandard = zstandard_module()
+            self.stream = ZstdFrames(path, zstandard)
+            self.errors = (EOFError, OSError, zstandard.ZstdError)
+
+    def readinto(self, view: memoryview) -> int:
+        filled = 0
+        while filled < len(view) and self.damage is None:
+            try:
+                piece = self.stream.read1(len(view) - filled)
+            except self.errors as error:
+                self.damage = first_line(error) or type(error).__name__
+                break
+            if not piece:
+                break
+            view[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        return filled
+
+    def __enter__(self) -> Decompressed:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.stream.close()
+
+
+class ZstdFrames:
+    """A Zstandard file's frames, one after another, decompressed; a file that ends inside a
+    frame raises EOFError (zstandard's stream reader ends there without a word)."""
+
+    def __init__(self, path: str, zstandard: Any) -> None:
+        self.raw = open(path, "rb")  # noqa: SIM115  # closed by close()
+        self.context = zstandard.ZstdDecompressor()
+        self.frame = self.context.decompressobj()
+        self.fed = False  # the current frame has had input
+        self.pending = b""
+
+    def read1(self, size: int) -> bytes:
+        while not self.pending:
+            chunk = self.raw.read(1 << 17)
+            if not chunk:
+                if self.fed and not self.frame.eof:
+                    raise EOFError("the file ends inside a Zstandard frame")
+                return b""
+            out = [self.frame.decompress(chunk)]
+            self.fed = True
+            while self.frame.eof and self.frame.unused_data:
+                rest = self.frame.unused_data
+                self.frame = self.context.decompressobj()
+                out.append(self.frame.decompress(rest))
+            self.pending = b"".join(out)
+        piece, self.pending = self.pending[:size], self.pending[size:]
+        return piece
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def open_lines(path: str, compression: str | None) -> Any:
+    """The file's bytes as a stream (``readinto``, ``seek`` for a plain file), decompressed."""
+    if compression is None:
+        return open(path, "rb")
+    return Decompressed(path, compression)
+
+
+def blocks(stream: Any, limit: int | None = None) -> Iterator[memoryview]:
+    """The stream's bytes (at most ``limit`` of them) in blocks of whole lines, each ending with
+    a newline but the last, which ends where the stream does; a line longer than a block makes
+    the block grow. Read into one reused buffer (fresh blocks cost more in page faults than the
+    newline search itself): a block is valid until the next is asked for."""
+    buffer = bytearray(BLOCK_BYTES)
+    filled = 0  # the start of a line carried over from the last block
+    left = limit
+    while True:
+        want = len(buffer) - filled if left is None else min(len(buffer) - filled, left)
+        got = stream.readinto(memoryview(buffer)[filled : filled + want]) or 0 if want else 0
+        if left is not None:
+            left -= got
+        end = filled + got
+        if not got:
+            if filled:
+                yield memoryview(buffer)[:filled]
+            return
+        cut = buffer.rfind(b"\n", filled, end) + 1
+        if not cut:  # no line ends in the buffer: a longer one
+            filled = end
+            if filled == len(buffer):
+                buffer = buffer + bytearray(len(buffer))
+            continue
+        yield memoryview(buffer)[:cut]
+        buffer[: end - cut] = buffer[cut:end]
+        filled = end - cut
+
+
+def lines_of(chunk: memoryview | bytes) -> Iterator[bytes]:
+    """The lines of a block of whole lines, each with its ``\\n`` (the last may have none)."""
+    parts = bytes(chunk).split(b"\n")
+    for part in parts[:-1]:
+        yield part + b"\n"
+    if parts[-1]:
+        yield parts[-1]
+
+
+def is_blank(line: bytes) -> bool:
+    return not line.strip(WHITESPACE)
+
+
+def line_layout(
+    data: np.ndarray, begin: int, end: int, line_start: int, final: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(start of each line that ends in ``data[begin:end]``, whether it is blank, the start of the
+    line still open at ``end``), vectorized: only lines that begin with whitespace (a record
+    begins with ``{``) are looked at one by one. ``line_start`` is where the line open at
+    ``begin`` started; ``final``: the data ends at ``end`` (its last line may have no newline)."""
+    ends = np.flatnonzero(data[begin:end] == 10) + (begin + 1)
+    if final and (ends[-1] if len(ends) else line_start) < end:
+        ends = np.append(ends, end)
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = line_start
+        starts[1:] = ends[:-1]
+    first = data[starts]
+    blank = first == 10  # an empty line
+    for line in np.flatnonzero((first == 32) | (first == 9) | (first == 13)).tolist():
+        blank[line] = is_blank(data[starts[line] : ends[line]].tobytes())
+    return starts, blank, int(ends[-1]) if len(ends) else line_start
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A partition: the lines of ``path`` from byte ``start`` (the start of line ``first_line``,
+    counted from 0) to ``stop`` (None: the end), holding ``records`` records (its non-blank
+    lines); in the decompressed stream for a compressed file."""
+
+    path: str
+    source: str
+    start: int
+    stop: int | None
+    first_line: int
+    records: int
+    compression: str | None
+
+    def __len__(self) -> int:
+        return self.records
+
+
+@dataclass
+class Layout:
+    """What `survey` learned of a file: its lines, records and blank lines, and the (byte
+    offset, line) of every ``stride``-th record."""
+
+    lines: int = 0
+    records: int = 0
+    blank: int = 0
+    size: int = 0  # bytes (decompressed)
+    ends_open: bool = False  # the last line has no newline
+    damage: str | None = None  # why a compressed file's stream ends early
+    offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def survey(path: Path, compression: str | None, stride: int) -> Layout:
+    """Count a file's lines and records, a block at a time as it streams (decompressed), and
+    note where every ``stride``-th record starts."""
+    layout = Layout()
+    offsets: list[np.ndarray] = []
+    numbers: list[np.ndarray] = []
+    with open_lines(str(path), compression) as stream:
+        for chunk in blocks(stream):
+            data = np.frombuffer(chunk, dtype=np.uint8)
+            starts, blank, _ = line_layout(data, 0, len(data), 0, True)
+            records = np.flatnonzero(~blank)
+            first = -layout.records % stride
+            offsets.append(layout.size + starts[records[first::stride]])
+            numbers.append(layout.lines + records[first::stride])
+            layout.lines += len(starts)
+            layout.records += len(records)
+            layout.blank += int(blank.sum())
+            layout.size += len(data)
+            layout.ends_open = bool(data[-1] != 10)
+            del data  # the buffer is reused for the next block
+        layout.damage = getattr(stream, "damage", None)
+    if offsets:
+        layout.offsets, layout.numbers = np.concatenate(offsets), np.concatenate(numbers)
+    return layout
+
+
+def is_json_lines(path: Path) -> bool:
+    """Whether a ``.json`` file holds JSON Lines: its first line that is not blank is an object
+    on its own, and a second such line follows. A COCO file or any single JSON document is not
+    (pretty-printed, its first line is ``{`` alone; on one line, no second line follows)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    found = [line for line in head.split(b"\n")[:-1] if not is_blank(line)][:2]
+    if len(found) < 2 or not found[1].lstrip(WHITESPACE).startswith(b"{"):
+        return False
+    try:
+        return isinstance(orjson.loads(found[0]), dict)
+    except orjson.JSONDecodeError:
+        try:
+            return isinstance(json.loads(found[0]), dict)
+        except (ValueError, RecursionError):
+            return False
+
+
+def has_json_lines_name(name: str) -> bool:
+    return name.lower().endswith(SUFFIXES)
+
+
+def _scrubs_own(name: str) -> bool:
+    """scrub's own outputs, which a folder may hold: a scan's manifest (JSON Lines itself), a
+    cleaned copy, a quarantine."""
+    return name.endswith(MANIFEST_SUFFIX) or is_output_name(name)
+
+
+def _first_json_lines_file(folder: Path) -> bool:
+    """Whether a JSON Lines file (by its name) lies in ``folder`` or below, found without listing
+    the whole tree; one beside images is theirs (Hugging Face ImageFolder's ``metadata.jsonl``,
+    a detection dataset's annotations), not a dataset of its own."""
+    folders = [str(folder)]
+    while folders:
+        found = False
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                name = entry.name.lower()
+                if name.startswith(".") or _scrubs_own(entry.name):
+                    continue
+                if os.path.splitext(name)[1] in IMAGE_EXTENSIONS or name in METADATA_NAMES:
+                    return False
+                if has_json_lines_name(name):
+                    found = found or entry.is_file()
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+        if found:
+            return True
+    return False
+
+
+def parse(line: bytes) -> tuple[Any, str | None]:
+    """(the line's value, None), or (None, why it is not JSON). orjson first; Python's ``json``
+    for what orjson refuses and Python (so a ``json.loads`` loader) reads: NaN, integers beyond
+    64 bits."""
+    try:
+        return orjson.loads(line), None
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(line), None
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as error:
+        return None, f"{error.msg.removesuffix(' at')} at column {error.colno}"
+    except (ValueError, RecursionError) as error:
+        return None, first_line(error) or type(error).__name__
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
+class JsonLinesReader(Reader[Lines]):
+    format = "jsonl"
+    file_suffixes = SUFFIXES
+    records_per_task = 20_000
+    provides = frozenset({Carries.TOKENS})
+    options_used = frozenset({"data_key", "label_key"})
+    worker_imports = ("orjson", "scrub.readers.tokenfields")
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        if path.is_file():
+            name = path.name.lower()
+            return has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
+        if path.is_dir():
+            try:
+                return _first_json_lines_file(path)
+            except OSError:
+                return False
+        return False
+
+    @classmethod
+    def holds_dataset(cls, path: Path) -> bool:
+        return not _scrubs_own(path.name) and cls.sniff(path)
+
+    def files(self) -> tuple[list[Path], list[Path]]:
+        """(the JSON Lines files, in path order; the other files of a folder)."""
+        if self.path.is_file():
+            return [self.path], []
+        found: list[Path] = []
+        others: list[Path] = []
+        for path in sorted(self.path.rglob("*")):
+            relative = path.relative_to(self.path)
+            if (
+                any(part.startswith(".") or _scrubs_own(part) for part in relative.parts)
+                or not path.is_file()
+            ):
+                continue
+            name = path.name.lower()
+            chosen = has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
+            (found if chosen else others).append(path)
+        return found, others
+
+    def source_of(self, path: Path) -> str:
+        return path.name if self.path.is_file() else path.relative_to(self.path).as_posix()
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[Lines]]:
+        files, others = self.files()
+        if not files:
+            raise UnusableDataset(f"{self.path}: no JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) here")
+        self.root = str(self.path.parent if self.path.is_file() else self.path)
+        info = DatasetInfo(format=self.format, layout="lines", root=self.root, labelled=False, records=0)
+        stride = max(1, min(MIN_RECORDS_PER_TASK, partition_size))
+        layouts: list[tuple[Path, str, str | None, Layout]] = []
+        for path in files:
+            compression = compression_of(path)
+            what = {"gzip": "gzip file", "zstd": "Zstandard file"}.get(compression or "", "file")
+            try:
+                layout = survey(path, compression, stride)
+            except OSError as error:
+                raise UnusableDataset(f"{path}: cannot read ({error.strerror or error})") from None
+            if layout.damage is not None and not layout.lines and self.path.is_file():
+                raise UnusableDataset(f"{path}: not a readable {what} ({layout.damage})")
+            source = self.source_of(path)
+            layouts.append((path, source, compression, layout))
+            info.records += layout.records
+            info.files[source] = {
+                "lines": layout.lines,
+                "records": layout.records,
+                "blank_lines": layout.blank,
+                "compression": compression or "none",
+                "bytes": layout.size,
+            }
+            if layout.damage is not None:
+                info.files[source]["damaged_after_line"] = layout.lines
+                info.issues.append(
+                    make_issue(
+                        "malformed-record",
+                        source,
+                        "*",
+                        None,
+                        Finding(
+                            f"the {what} is damaged after line {layout.lines} ({layout.damage}): the "
+                            "lines before are scanned; fix sets the whole file aside",
+                            {"lines_read": layout.lines},
+                        ),
+                    )
+                )
+        size = partition_size_for(info.records, partition_size)
+        partitions = [
+            partition
+            for path, source, compression, layout in layouts
+            for partition in _partitions(str(path), source, compression, layout, stride, size)
+        ]
+        blank = sum(layout.blank for *_, layout in layouts)
+        if blank:
+            info.skipped["blank line"] = blank
+        if others:
+            info.skipped["not a JSON Lines file"] = len(others)
+        info.notes.append(
+            "records are lines, keyed by their line number counted from 1 (as editors number them)"
+            + (
+                f"; {counted(blank, 'blank line')} skipped (datasets and pandas skip them too)"
+                if blank
+                else ""
+            )
+        )
+        if not info.records:
+            raise UnusableDataset(f"{self.path}: no JSON lines in it (empty, or every line is blank)")
+        self.work_seconds = sum(layout.size for *_, layout in layouts) / BYTES_PER_SECOND
+        return info, partitions
+
+    def read(self, partition: Lines, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        data_key, label_key = self.options.data_key, self.options.label_key
+        for offset, number, line in _records(partition, stop):
+            if offset < start:
+                continue
+            record = Record(partition.source, str(number + 1), number, None, None)
+            value, why = parse(line[:-1] if line.endswith(b"\n") else line)
+            if why is not None:
+                if not line.endswith(b"\n"):
+                    why += "; the file ends inside this line, with no newline (cut short?)"
+                record.problems.append(problem(record, "malformed-record", f"not JSON: {why}"))
+            elif not isinstance(value, dict):
+                record.problems.append(
+                    problem(record, "malformed-record", f"{_json_kind(value)}, not a JSON object")
+                )
+            else:
+                fill_record(record, value, data_key, label_key)
+            yield record
+
+    def members(self, partitions: Sequence[Lines]) -> Iterator[str]:
+        for path in self.files()[0]:
+            yield str(path)
+
+    def locate(self, partition: Lines, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        if not offsets:
+            return []
+        numbers = {offset: number for offset, number, _ in _records(partition, max(offsets) + 1)}
+        return [(partition.source, str(numbers[o] + 1), numbers[o]) for o in offsets]
+
+
+def _partitions(
+    path: str, source: str, compression: str | None, layout: Layout, stride: int, size: int
+) -> list[Lines]:
+    """A file's partitions: runs of about ``size`` records and at most about `PARTITION_BYTES`,
+    cut at the recorded record starts; a compressed file's one."""
+    if not layout.records:
+        return []
+    if compression is not None:
+        return [Lines(path, source, 0, None, 0, layout.records, compression)]
+    ordinals = np.arange(len(layout.offsets), dtype=np.int64) * stride
+    cut = np.ones(len(ordinals), dtype=bool)
+    cut[1:] = (ordinals[1:] // size != ordinals[:-1] // size) | (
+        layout.offsets[1:] // PARTITION_BYTES != layout.offsets[:-1] // PARTITION_BYTES
+    )
+    firsts = np.flatnonzero(cut).tolist()
+    partitions = []
+    for number, first in enumerate(firsts):
+        end = firsts[number + 1] if number + 1 < len(firsts) else None
+        records = (int(ordinals[end]) if end is not None else layout.records) - int(ordinals[first])
+        stop = int(layout.offsets[end]) if end is not None else None
+        partitions.append(
+            Lines(path, source, int(layout.offsets[first]), stop, int(layout.numbers[first]), records, None)
+        )
+    return partitions
+
+
+def _records(partition: Lines, stop: int | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """(offset in the partition, 0-based line number, the line with its newline) of the
+    partition's records, up to offset ``stop``."""
+    offset, number = 0, partition.first_line
+    if stop is not None and stop <= 0:
+        return
+    with open_lines(partition.path, partition.compression) as stream:
+        if partition.start:
+            stream.seek(partition.start)
+        limit = None if partition.stop is None else partition.stop - partition.start
+        for chunk in blocks(stream, limit):
+            for line in lines_of(chunk):
+                if not is_blank(line):
+                    yield offset, number, line
+                    offset += 1
+                    if stop is not None and offset >= stop:
+                        return
+                number += 1
+
+
+def stream_lines(path: str, compression: str | None) -> Iterator[bytes]:
+    """Every line of a file, blank ones too, each with its newline (the last may have none):
+    what the writer copies."""
+    with open_lines(path, compression) as stream:
+        for chunk in blocks(stream):
+            yield from lines_of(chunk)
