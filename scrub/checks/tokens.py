@@ -121,9 +121,10 @@ def tally_tokens(facts: TokenFacts, stats: dict[str, Counter]) -> None:
     counts["records"] += 1
     if facts.ids is None:
         counts["untokenized texts"] += 1
-    if facts.supervised is not None:
+    nothing = facts.empty or facts.empty_answer is not None or facts.supervised == 0
+    if facts.supervised is not None or nothing:
         counts["judged for supervision"] += 1
-        if facts.supervised == 0 and not facts.empty:
+        if nothing:  # whichever check names the cause (an empty one, a mask of zeros, all ignored)
             counts["without a supervised token"] += 1
 
 
@@ -165,11 +166,12 @@ def token_notes(
         share = unsupervised / judged
         size = batch_size or DEFAULT_BATCH
         chance = share**size
-        where = "--batch-size" if batch_size else "a batch size of 64; --batch-size with --dummy-loss sets it"
+        where = "--batch-size" if batch_size else "--batch-size with --dummy-loss sets it"
         notes.append(
-            f"no-supervised-tokens: {unsupervised:,} of {judged:,} records ({share:.1%}) leave the loss "
-            f"nothing to count; a batch of {size} ({where}) drawn at random holds nothing else with "
-            f"probability {chance:.2g}, and its mean loss is NaN"
+            f"{unsupervised:,} of {judged:,} token records ({share:.1%}) have no token the loss counts "
+            "(empty-sequence, empty-attention, no-supervised-tokens): a batch of "
+            f"{size} ({where}) drawn at random holds nothing else with probability {chance:.2g}, "
+            "and its mean loss is NaN"
         )
     return notes
 
