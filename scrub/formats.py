@@ -230,6 +230,20 @@ for _row in (
     Format(
         "coco", "scrub.readers.coco:CocoReader", "scrub.writers.coco:CocoWriter", "COCO", holds="a COCO JSON"
     ),
+    Format(
+        "megatron",
+        "scrub.readers.megatron:MegatronReader",
+        "scrub.writers.megatron:MegatronWriter",
+        "Megatron",
+        holds="a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx, named by PREFIX or either file)",
+    ),
+    Format(
+        "tokenbin",
+        "scrub.readers.tokenbin:TokenBinReader",
+        "scrub.writers.tokenbin:TokenBinWriter",
+        "token file",
+        holds="a flat token file (nanoGPT's uint16 .bin, llm.c's shards), read in --max-length windows",
+    ),
     # last: its reader takes any folder
     Format(
         "images",

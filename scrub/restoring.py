@@ -61,7 +61,7 @@ def restore(
     restored = _chosen(issues, keys, quarantine)
     kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
     reading = scan_record.get("reading") or {}  # `ReadOptions.recorded`: every reading option
-    known = ReadOptions().recorded("")
+    known = ReadOptions(max_length=1).recorded("")  # max_length: recorded only where it was set
     options = FixOptions.build(
         **{name: value for name, value in reading.items() if name in known and value not in (None, False)},
         out=Path(into) if into is not None else _clean_of(record),
