@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -535,6 +536,45 @@ def make_jsonl(root: Path) -> None:
     lines.insert(12, "")  # a blank line: no record, as datasets skips it
     root.mkdir(parents=True)
     (root / "train.jsonl").write_text("\n".join(lines) + "\n")
+def megatron_pair(prefix: Path, documents: list[np.ndarray], dtype: str = "uint16") -> None:
+    """A Megatron-LM indexed dataset written per its layout (indexed_dataset.py: MMIDIDX header,
+    version 1, dtype code, counts, int32 lengths, int64 byte pointers, int64 document indices),
+    one sequence per document as preprocess_data.py writes it."""
+    codes = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint16": 8}
+    arrays = [np.asarray(d, dtype=dtype) for d in documents]
+    lengths = np.array([len(a) for a in arrays], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)]) * np.dtype(dtype).itemsize
+    indices = np.arange(len(arrays) + 1, dtype=np.int64)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{prefix}.bin").write_bytes(b"".join(a.tobytes() for a in arrays))
+    header = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, codes[dtype], len(arrays), len(indices))
+    Path(f"{prefix}.idx").write_bytes(header + lengths.tobytes() + pointers.astype(np.int64).tobytes() + indices.tobytes())
+
+
+def make_megatron(root: Path) -> None:
+    """A Megatron pair (uint16) of 40 documents for a vocabulary of 1000: document 3 holds id
+    1500 (token-out-of-range with --vocab-size 1000), 7 is empty (empty-sequence), 9 is one
+    token (no-supervised-tokens: nothing left after the shift)."""
+    rng = np.random.default_rng(30)
+    documents = [rng.integers(0, 1000, int(rng.integers(2, 50))) for _ in range(40)]
+    documents[3][5] = 1500
+    documents[7] = np.zeros(0, dtype=np.int64)
+    documents[9] = np.array([42])
+    megatron_pair(root / "my_text_document", documents)
+
+
+def make_tokenbin(root: Path) -> None:
+    """nanoGPT's raw uint16 ``train.bin`` and an llm.c shard (header version 1), each 961 tokens
+    for a vocabulary of 1000 read in windows of 64: window 2 holds id 1200 (token-out-of-range
+    with --vocab-size 1000), and the last window is one token (no-supervised-tokens)."""
+    rng = np.random.default_rng(31)
+    tokens = rng.integers(0, 1000, 15 * 64 + 1).astype(np.uint16)
+    tokens[2 * 64 + 10] = 1200
+    root.mkdir(parents=True)
+    tokens.tofile(root / "train.bin")
+    header = np.zeros(256, "<i4")
+    header[:3] = (20240520, 1, len(tokens))
+    (root / "fineweb_train_000001.bin").write_bytes(header.tobytes() + tokens.tobytes())
 
 
 def main() -> None:
@@ -553,6 +593,8 @@ def main() -> None:
         ("coco", make_coco),
         ("mds", make_mds),
         ("jsonl", make_jsonl),
+        ("megatron", make_megatron),
+        ("tokenbin", make_tokenbin),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

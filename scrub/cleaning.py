@@ -352,6 +352,8 @@ class _Outputs:
     ) -> None:
         self.writer = writer
         clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
+        if clean_path.suffix in writer.output_suffixes:  # --out NAME.bin of a pair: its prefix NAME
+            clean_path = clean_path.with_suffix("")
         quarantine_path = None
         if quarantine:
             quarantine_path = (
@@ -360,10 +362,12 @@ class _Outputs:
                 else clean_path.parent / f"{writer.base_name()}.quarantine"
             )
         _refuse_overlaps(dataset, clean_path, quarantine_path)
-        self.clean = StagedOutput(clean_path, force=force, what="cleaned copy")
+        self.clean = StagedOutput(
+            clean_path, force=force, what="cleaned copy", suffixes=writer.output_suffixes
+        )
         self.quarantine = None
         if quarantine_path is not None:
-            orphan = _is_orphan(quarantine_path, clean_path, dataset)
+            orphan = _is_orphan(quarantine_path, clean_path, dataset, writer.output_suffixes)
             self.quarantine = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
         for output in (self.clean, self.quarantine):
             if output is not None:
@@ -470,7 +474,7 @@ def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | Non
         raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
 
 
-def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset) -> bool:
+def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset, suffixes: tuple[str, ...] = ()) -> bool:
     """A quarantine left by a fix of this same dataset that was killed between renaming the
     quarantine and the cleaned copy into place: safe to replace without --force."""
     try:
@@ -480,7 +484,7 @@ def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset) -> bool:
     return (
         isinstance(record, dict)
         and os.path.abspath(str(record.get("clean"))) == os.path.abspath(clean)
-        and not os.path.lexists(clean)
+        and not StagedOutput(clean, force=False, what="", suffixes=suffixes).exists()
         and (record.get("fingerprint") or {}).get("digest") == _fingerprint_now(dataset)["digest"]
     )
 

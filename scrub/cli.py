@@ -112,8 +112,9 @@ def scan(
         messages_to_stderr(options.quiet)
         if options.manifest is None:
             from scrub.manifest import default_manifest
+            from scrub.readers.base import names_dataset
 
-            named = path[0] if len(path) == 1 and path[0].exists() else Path("datasets")
+            named = path[0] if len(path) == 1 and names_dataset(path[0]) else Path("datasets")
             options = replace(options, manifest=default_manifest(named))
         from scrub.api import scan_many, scan_one
 

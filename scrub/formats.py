@@ -249,6 +249,20 @@ for _row in (
         holds="a MosaicML Streaming folder (index.json and MDS shards)",
         options=(ALLOW_PICKLE,),
     ),
+    Format(
+        "megatron",
+        "scrub.readers.megatron:MegatronReader",
+        "scrub.writers.megatron:MegatronWriter",
+        "Megatron",
+        holds="a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx, named by PREFIX or either file)",
+    ),
+    Format(
+        "tokenbin",
+        "scrub.readers.tokenbin:TokenBinReader",
+        "scrub.writers.tokenbin:TokenBinWriter",
+        "token file",
+        holds="a flat token file (nanoGPT's uint16 .bin, llm.c's shards), read in --max-length windows",
+    ),
     # last: its reader takes any folder
     Format(
         "images",

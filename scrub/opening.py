@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ def open_dataset(
         reader = open_reader(path, options.read, options.origin)
     except UnusableDataset as error:
         raise UnopenedDataset(str(error)) from None
+    if "max_length" in type(reader).options_used:  # flat token files: the window is what a record is
+        reader.options = replace(reader.options, max_length=options.checks.max_length)
     if before_open is not None:
         before_open(reader)
     try:

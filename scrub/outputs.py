@@ -24,17 +24,29 @@ PREFIX_MARK = ".scrub-"
 
 
 class StagedOutput:
-    """One destination path, staged in a temporary sibling until `commit`."""
+    """One destination path, staged in a temporary sibling until `commit`.
 
-    def __init__(self, destination: Path, *, force: bool, what: str) -> None:
+    With ``suffixes``, the output is the files ``destination + suffix`` (a Megatron pair named by
+    its prefix: ``PREFIX.bin`` and ``PREFIX.idx``), renamed into place one after the other: each
+    file appears whole, the pair in two steps."""
+
+    def __init__(self, destination: Path, *, force: bool, what: str, suffixes: tuple[str, ...] = ()) -> None:
         self.destination = Path(destination)
         self.force = force
         self.what = what
+        self.suffixes = suffixes
         self.staging: Path | None = None
+
+    def _names(self) -> list[str]:
+        """The names the output is, beside the destination's folder."""
+        return [self.destination.name + suffix for suffix in self.suffixes] or [self.destination.name]
+
+    def exists(self) -> bool:
+        return any(os.path.lexists(self.destination.parent / name) for name in self._names())
 
     def check(self) -> None:
         """Refuse an existing destination unless forced; make its parent folder."""
-        if os.path.lexists(self.destination) and not self.force:
+        if self.exists() and not self.force:
             raise UsageError(
                 f"{self.destination}: the {self.what} already exists (use --force to replace it)"
             )
@@ -63,10 +75,11 @@ class StagedOutput:
     def commit(self) -> None:
         """Move the finished output into place, replacing an old one (``--force``)."""
         assert self.staging is not None
-        built = self.staging / self.destination.name
-        if os.path.lexists(self.destination):
-            os.rename(self.destination, self.staging / ".replaced")  # moved aside, then deleted
-        os.rename(built, self.destination)
+        for name in self._names():
+            final = self.destination.parent / name
+            if os.path.lexists(final):
+                os.rename(final, self.staging / f".replaced{name}")  # moved aside, then deleted
+            os.rename(self.staging / name, final)
         shutil.rmtree(self.staging, ignore_errors=True)
         self.staging = None
 

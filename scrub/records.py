@@ -272,3 +272,34 @@ class Batch:
                 {"masks": self.meta["masks"][first:last]} if "masks" in self.meta else {},
                 keys=None if self.keys is None else self.keys[first:last],
             )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRows:
+    """Consecutive token sequences of a flat token store (Megatron's ``.bin``, nanoGPT's and
+    llm.c's token files) as a `Batch`'s data: ``tokens`` holds them end to end in the store's
+    dtype (often a view of its memory map), ``bounds`` (n + 1 integers, from 0) where each
+    starts, so that row ``i`` is ``tokens[bounds[i]:bounds[i + 1]]``. The token checks judge
+    them in a few vectorized passes over ``tokens`` (`scrub.checks.tokenbatch`): no Python
+    object per sequence."""
+
+    tokens: Any  # 1-D integer np.ndarray
+    bounds: Any  # 1-D int64 np.ndarray of len(self) + 1 entries
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, item: int | slice) -> Any:
+        """Row ``item`` (its tokens), or consecutive rows as `TokenRows` of their own."""
+        if isinstance(item, slice):
+            first, last, _ = item.indices(len(self))
+            last = max(first, last)
+            begin = int(self.bounds[first])
+            return TokenRows(
+                self.tokens[begin : int(self.bounds[last])], self.bounds[first : last + 1] - begin
+            )
+        return self.tokens[int(self.bounds[item]) : int(self.bounds[item + 1])]
+
+    @property
+    def lengths(self) -> Any:
+        return self.bounds[1:] - self.bounds[:-1]

@@ -27,7 +27,7 @@ from scrub.manifest import (
 )
 from scrub.options import FixOptions
 from scrub.outputs import scratch_directory
-from scrub.readers.base import ReadOptions
+from scrub.readers.base import ReadOptions, names_dataset
 from scrub.records import Issue
 from scrub.summary import Progress
 from scrub.wording import counted
@@ -52,7 +52,7 @@ def restore(
     manifest = quarantine / QUARANTINE_MANIFEST
     scan_record = read_scan_record(manifest)
     source = Path(record.get("source_path") or record["source"])
-    if not source.exists():
+    if not names_dataset(source):
         raise UnusableDataset(
             f"{quarantine}: the source fix read, {source}, is gone: restore writes the cleaned copy from it "
             "(copy the quarantined records back by hand)"
@@ -61,7 +61,7 @@ def restore(
     restored = _chosen(issues, keys, quarantine)
     kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
     reading = scan_record.get("reading") or {}  # `ReadOptions.recorded`: every reading option
-    known = ReadOptions().recorded("")
+    known = ReadOptions(max_length=1).recorded("")  # max_length: recorded only where it was set
     options = FixOptions.build(
         **{name: value for name, value in reading.items() if name in known and value not in (None, False)},
         out=Path(into) if into is not None else _clean_of(record),

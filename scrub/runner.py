@@ -26,7 +26,7 @@ from scrub.checks.properties import annotate, tally
 from scrub.encoding import FLUSH_ISSUES, Encoder, Encoding
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
-from scrub.records import Batch, Carries, Issue, Record
+from scrub.records import Batch, Carries, Issue, Record, TokenRows
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.results import (
     NOT_REUSABLE,
@@ -86,7 +86,14 @@ class PartitionWork:
         for item in self.reader.read(partition, start, stop):
             if on_record is not None:
                 on_record(offset)
-            if isinstance(item, Batch):
+            if isinstance(item, Batch) and isinstance(item.data, TokenRows):
+                result.records += len(item)
+                for rows in item.slices(CHECK_ROWS):
+                    self._check_tokens(rows, plan, result, encoder)
+                    if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
+                        encoder.flush(result)
+                offset += len(item)
+            elif isinstance(item, Batch):
                 result.records += len(item)
                 for rows in item.slices(CHECK_ROWS):
                     self._check_batch(
@@ -192,27 +199,9 @@ class PartitionWork:
         for check in batch_checks:
             if check.needs is Carries.LABEL and batch.labels is None:
                 continue
-            found = _run_check(check, batch, self.options, check.batch)
-            if encoder is not None:
-                if found:
-                    encoder.add_rows(batch, check, found)
-                continue
-            # issues built here, not by make_issue: a broken block flags every row, and each
-            # finding's details are its own already (make_issue's copy is a large share of the time)
-            for row, finding in found:
-                issue = Issue(
-                    batch.source,
-                    batch.key(row),
-                    batch.start + row,
-                    check.id,
-                    finding.severity or check.severity,
-                    finding.message,
-                    finding.details,
-                )
-                if batch.keys is None:  # rows keyed by position: their content is their identity
-                    issue.content = row_digest(batch, row)
-                result.issues.append(issue)
-                result.offsets.append(batch.offset + row)
+            self._add_found(
+                batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
+            )
         for check in dataset_checks:
             if check.collect_batch is not None:
                 rows, values = check.collect_batch(batch)
@@ -234,6 +223,57 @@ class PartitionWork:
             result.moments.setdefault(key, Moments()).add(typical, per_feature=not pixels)
         if batch.labels is not None and self.options.labelled:
             label_counts.append(label_stats(batch.labels))
+
+    def _add_found(
+        self, batch: Batch, check: Check, found, result: PartitionResult, encoder: Encoder | None
+    ) -> None:
+        """A batch check's findings as issues of its rows (or, with an ``encoder``, manifest lines)."""
+        if encoder is not None:
+            if found:
+                encoder.add_rows(batch, check, found)
+            return
+        # issues built here, not by make_issue: a broken block flags every row, and each
+        # finding's details are its own already (make_issue's copy is a large share of the time)
+        for row, finding in found:
+            issue = Issue(
+                batch.source,
+                batch.key(row),
+                batch.start + row,
+                check.id,
+                finding.severity or check.severity,
+                finding.message,
+                finding.details,
+            )
+            if batch.keys is None:  # rows keyed by position: their content is their identity
+                issue.content = row_digest(batch, row)
+            result.issues.append(issue)
+            result.offsets.append(batch.offset + row)
+
+    def _check_tokens(
+        self, batch: Batch, plan: "_Plan", result: PartitionResult, encoder: Encoder | None
+    ) -> None:
+        """Token sequences of a flat store (`TokenRows`): the token checks' vectorized forms
+        (`scrub.checks.tokenbatch`) over the whole batch; a token check with a record form only
+        (a plugin's) runs on each sequence as a record of input ids. Checks of any record
+        (`empty-record`) leave token sequences to the token checks, as their record forms do."""
+        for check in plan.tokens:
+            self._add_found(
+                batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
+            )
+        if not plan.token_records:
+            return
+        rows = cast(TokenRows, batch.data)
+        for row in range(len(batch)):
+            record = Record(
+                batch.source, batch.key(row), batch.start + row, rows[row], meta={"kind": "tokens"}
+            )
+            found = []
+            for check, function in plan.token_records:
+                finding = _run_check(check, record, self.options, function)
+                if finding is not None:
+                    found.append((check, finding))
+            for check, finding in found:
+                self._add_found(batch, check, [(row, finding)], result, encoder)
 
     def failure(
         self, partition_no: int, partition: Sequence[Any], offset: int, reason: str
@@ -260,6 +300,14 @@ class _Plan:
         # others (labels, empty-record) already ran on the record.
         self.numeric = [c for c in self.batch if c.func is None and c.needs is not Carries.LABEL]
         self.dataset = [c for c in checks if c.kind == "dataset"]
+        #: on token sequences (`TokenRows`): the token checks' batch forms, and those with a
+        #: record form only
+        self.tokens = [c for c in self.batch if c.needs is Carries.TOKENS]
+        self.token_records = [
+            (c, c.func)
+            for c in checks
+            if c.needs is Carries.TOKENS and c.batch is None and c.func is not None
+        ]
 
 
 def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:

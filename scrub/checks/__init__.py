@@ -3,7 +3,19 @@
 See `scrub.checks.base` for the kinds of check and how to write one.
 """
 
-from scrub.checks import boxes, dataset, files, guard, images, labels, masks, numeric, replay, tokens  # noqa: F401 - registration
+from scrub.checks import (  # noqa: F401 - registration
+    boxes,
+    dataset,
+    files,
+    guard,
+    images,
+    labels,
+    masks,
+    numeric,
+    replay,
+    tokenbatch,
+    tokens,
+)
 from scrub.checks.base import REGISTRY, Check, CheckOptions, Finding, dataset_check, record_check
 
 __all__ = ["REGISTRY", "Check", "CheckOptions", "Finding", "catalogue", "dataset_check", "record_check"]

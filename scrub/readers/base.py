@@ -51,6 +51,10 @@ class ReadOptions:
     data_key: str | None = None  # the field, dataset, column or member of the data (per format)
     label_key: str | None = None  # the field, dataset, column or member of the labels (per format)
     format: str | None = None  # force a reader (default: the first whose sniff accepts the path)
+    #: the record size of flat token files (`--max-length`, a checking option): set by
+    #: `scrub.opening` only for a reader whose ``options_used`` holds it, and recorded only when
+    #: set (it decides what a record is there, and nowhere else)
+    max_length: int | None = None
     #: (attribute, value) of the formats' own options that were given
     own: tuple[tuple[str, Any], ...] = ()
 
@@ -84,6 +88,7 @@ class ReadOptions:
             name: str(value) if isinstance(value, Path) else value
             for name in names
             for value in [getattr(self, name)]
+            if name != "max_length" or value is not None
         }
 
 
@@ -186,6 +191,10 @@ class Reader(ABC, Generic[PartitionT]):
     #: Whether a dataset of this format is a folder that is one database (LMDB, LevelDB): a
     #: folder holding such folders is a folder of datasets (`expand_datasets`).
     database_folder: ClassVar[bool] = False
+    #: Name endings of the files a dataset of this format is named by the common prefix of
+    #: (Megatron's ``data/name`` for ``name.bin`` and ``name.idx``): that prefix names a dataset
+    #: although no file bears it (`names_dataset`).
+    prefix_files: ClassVar[tuple[str, ...]] = ()
 
     # What `open` sets and writers (`scrub.writers`) may read; nothing else of a reader is theirs.
     #: The folder the records' paths are relative to (an image folder, a list file's root, an
@@ -274,7 +283,7 @@ def open_reader(
     A reading option this reader does not use is an error that names the ones it does use:
     ``--data-key`` on an image folder must not pass for a key that was looked at.
     """
-    if not path.exists():
+    if not names_dataset(path):
         raise UnusableDataset(f"{path}: no such file or directory")
     if options.format not in (None, "auto"):
         return _applicable(reader_class(options.format), path, options, origin)
@@ -293,6 +302,18 @@ def open_reader(
         f"{path}: not a dataset scrub can read (expected {', '.join(sorted(REGISTRY))}; "
         "use --format to force one)"
     )
+
+
+def names_dataset(path: Path) -> bool:
+    """Whether ``path`` exists, or is the prefix a format names its dataset by (`Reader.prefix_files`:
+    ``data/my_text_document`` for ``my_text_document.bin`` and ``.idx``)."""
+    if path.exists():
+        return True
+    for name in format_names(plugins=False):
+        endings = reader_class(name).prefix_files
+        if endings and all(Path(f"{path}{ending}").is_file() for ending in endings):
+            return True
+    return False
 
 
 #: A dataset that would fill fewer tasks than this per core is split finer: a small dataset in one

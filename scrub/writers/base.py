@@ -86,6 +86,9 @@ class Writer(ABC, Generic[ReaderT]):
     #: Whether the format's library cannot shut down after a failed write (HDF5 segfaults closing
     #: a file whose writes failed): then the command line exits at once after its error line.
     unsafe_after_write_failure: ClassVar[bool] = False
+    #: Where the cleaned copy is several files named by one prefix (Megatron's ``PREFIX.bin`` and
+    #: ``PREFIX.idx``): their endings; `write` then gets the prefix (`scrub.outputs.StagedOutput`).
+    output_suffixes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, dataset: OpenedDataset, run: RunOptions | None = None) -> None:
         self.dataset = dataset

@@ -60,6 +60,9 @@ SAMPLES_BY_FORMAT = [
     Sample("coco", "coco", "annotations/instances_val2017.json"),
     Sample("mds", "mds", "", {"vocab_size": 1000}),
     Sample("jsonl", "jsonl", "train.jsonl", {"vocab_size": 1000}),
+    Sample("megatron", "megatron", "my_text_document", {"vocab_size": 1000, "max_length": 64}),  # a prefix
+    Sample("tokenbin", "tokenbin", "train.bin", {"vocab_size": 1000, "max_length": 64}),
+    Sample("tokenbin", "tokenbin", "fineweb_train_000001.bin", {"vocab_size": 1000, "max_length": 64}),
 ]
 
 
