@@ -554,7 +554,7 @@ def megatron_pair(prefix: Path, documents: list[np.ndarray], dtype: str = "uint1
 def make_megatron(root: Path) -> None:
     """A Megatron pair (uint16) of 40 documents for a vocabulary of 1000: document 3 holds id
     1500 (token-out-of-range with --vocab-size 1000), 7 is empty (empty-sequence), 9 is one
-    token (no-supervised-tokens: nothing left after the shift)."""
+    token (no finding: GPTDataset packs documents into samples)."""
     rng = np.random.default_rng(30)
     documents = [rng.integers(0, 1000, int(rng.integers(2, 50))) for _ in range(40)]
     documents[3][5] = 1500
@@ -566,7 +566,7 @@ def make_megatron(root: Path) -> None:
 def make_tokenbin(root: Path) -> None:
     """nanoGPT's raw uint16 ``train.bin`` and an llm.c shard (header version 1), each 961 tokens
     for a vocabulary of 1000 read in windows of 64: window 2 holds id 1200 (token-out-of-range
-    with --vocab-size 1000), and the last window is one token (no-supervised-tokens)."""
+    with --vocab-size 1000), and the last window is one token (no finding: training packs)."""
     rng = np.random.default_rng(31)
     tokens = rng.integers(0, 1000, 15 * 64 + 1).astype(np.uint16)
     tokens[2 * 64 + 10] = 1200

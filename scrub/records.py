@@ -54,6 +54,9 @@ class Carries(str, Enum):
     BOXES = "boxes"  # detection boxes
     SAMPLES = "samples"  # WebDataset samples
     TOKENS = "tokens"  # token sequences and the texts they are tokenized from (language models)
+    #: token records a trainer takes whole, one a sample (JSON Lines, token columns, MDS): not the
+    #: documents of a store that training packs into samples of its own (Megatron, nanoGPT)
+    SEQUENCES = "sequences"
     LABEL_VECTORS = "label-vectors"  # (N, K) labels (`DatasetInfo.label_width`)
     REPLAY = "replay"  # the dummy-loss replay ran
     TRAINING_RUN = "training run"  # the NaN guard's findings
@@ -78,6 +81,7 @@ _DESCRIBED = {
     Carries.REPLAY: "--dummy-loss replay",
     Carries.LABEL_VECTORS: "label vectors",
     Carries.TOKENS: "token sequences or texts",
+    Carries.SEQUENCES: "training sequences (a packed store's documents are not: their trainer packs them)",
 }
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)
 SEVERITY_NAMES = {severity: severity.value for severity in Severity}

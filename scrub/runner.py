@@ -23,6 +23,7 @@ from scrub.checks.images import decoder_failure
 from scrub.checks.masks import mask_pixel_counts
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
 from scrub.checks.properties import annotate, tally
+from scrub.checks.tokens import tally_token_rows
 from scrub.encoding import FLUSH_ISSUES, Encoder, Encoding
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
@@ -256,6 +257,7 @@ class PartitionWork:
         (`scrub.checks.tokenbatch`) over the whole batch; a token check with a record form only
         (a plugin's) runs on each sequence as a record of input ids. Checks of any record
         (`empty-record`) leave token sequences to the token checks, as their record forms do."""
+        tally_token_rows(cast(TokenRows, batch.data).lengths, self.options.max_length, result.stats)
         for check in plan.tokens:
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
@@ -288,6 +290,10 @@ class PartitionWork:
         return result
 
 
+#: what the checks that judge token sequences need
+TOKEN_NEEDS = frozenset({Carries.TOKENS, Carries.SEQUENCES})
+
+
 class _Plan:
     """The selected checks, sorted by the path that runs them."""
 
@@ -302,11 +308,9 @@ class _Plan:
         self.dataset = [c for c in checks if c.kind == "dataset"]
         #: on token sequences (`TokenRows`): the token checks' batch forms, and those with a
         #: record form only
-        self.tokens = [c for c in self.batch if c.needs is Carries.TOKENS]
+        self.tokens = [c for c in self.batch if c.needs in TOKEN_NEEDS]
         self.token_records = [
-            (c, c.func)
-            for c in checks
-            if c.needs is Carries.TOKENS and c.batch is None and c.func is not None
+            (c, c.func) for c in checks if c.needs in TOKEN_NEEDS and c.batch is None and c.func is not None
         ]
 
 

@@ -39,7 +39,7 @@ def planted(count: int = 30, seed: int = 0) -> list[list[np.ndarray]]:
     documents = [[rng.integers(0, 1000, int(rng.integers(2, 40)))] for _ in range(count)]
     documents[4][0][3] = 1234  # token-out-of-range with --vocab-size 1000
     documents[11] = [np.zeros(0, np.int64)]  # empty-sequence
-    documents[20] = [np.array([7])]  # no-supervised-tokens: one token, nothing after the shift
+    documents[20] = [np.array([7])]  # one token: fine, GPTDataset packs documents into samples
     return documents
 
 
@@ -47,7 +47,7 @@ def found(result) -> set[tuple[str, int, str]]:
     return {(issue.key, issue.index, issue.check) for issue in result.issues()}
 
 
-PLANTED = {("4", 4, "token-out-of-range"), ("11", 11, "empty-sequence"), ("20", 20, "no-supervised-tokens")}
+PLANTED = {("4", 4, "token-out-of-range"), ("11", 11, "empty-sequence")}
 
 
 def megatron_dataset():
@@ -77,17 +77,17 @@ def test_a_pair_megatron_wrote_is_named_by_its_prefix_and_fixed_into_one_megatro
     fixed = scrub.fix(
         prefix, out=tmp_path / "out" / "clean", vocab_size=1000, max_length=64, scheduler="sync"
     )
-    assert fixed.verified and fixed.report["kept"] == 27
+    assert fixed.verified and fixed.report["kept"] == 28
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["clean.bin", "clean.idx"]
     source, clean = (
         indexed.IndexedDataset(str(prefix)),
         indexed.IndexedDataset(str(tmp_path / "out" / "clean")),
     )
-    kept = [i for i in range(30) if i not in (4, 11, 20)]
+    kept = [i for i in range(30) if i not in (4, 11)]
     assert len(clean) == len(kept)
     assert all(np.array_equal(clean[j], source[i]) for j, i in enumerate(kept))
     assert clean.index.dtype == np.uint16
-    assert list(clean.document_indices) == list(range(28))  # three one-sequence documents dropped
+    assert list(clean.document_indices) == list(range(29))  # two one-sequence documents dropped
     assert not found(scrub.scan(tmp_path / "out" / "clean", vocab_size=1000, max_length=64, scheduler="sync"))
 
 
@@ -97,12 +97,12 @@ def test_split_sentences_keep_their_documents_and_megatron_loads_the_copy(tmp_pa
     rng = np.random.default_rng(1)
     documents = [[rng.integers(0, 1000, 5) for _ in range(3)] for _ in range(4)]
     documents[1][1] = np.array([1, 2000, 3])  # sequence 4: out of range
-    documents[2] = [np.array([9]), np.array([1, 2000])]  # sequences 6 and 7: the whole document goes
+    documents[2] = [np.array([2000]), np.array([1, 2000])]  # sequences 6 and 7: the whole document goes
     write_pair(prefix, documents)
     result = scrub.scan(prefix, vocab_size=1000, scheduler="sync")
     assert {(i.index, i.check) for i in result.issues()} == {
         (4, "token-out-of-range"),
-        (6, "no-supervised-tokens"),
+        (6, "token-out-of-range"),
         (7, "token-out-of-range"),
     }
     assert any("sequences in 4 documents" in note for note in result.summary.notes)
@@ -111,7 +111,7 @@ def test_split_sentences_keep_their_documents_and_megatron_loads_the_copy(tmp_pa
     clean = indexed.IndexedDataset(str(tmp_path / "clean"))
     assert list(clean.document_indices) == [0, 3, 5, 8]  # document 1 lost a sentence, document 2 all
     quarantine = indexed.IndexedDataset(str(fixed.quarantine / "sentences"))
-    assert [list(quarantine[i]) for i in range(3)] == [[1, 2000, 3], [9], [1, 2000]]
+    assert [list(quarantine[i]) for i in range(3)] == [[1, 2000, 3], [2000], [1, 2000]]
     assert list(quarantine.document_indices) == [0, 1, 3]
 
 
@@ -169,7 +169,7 @@ def test_sequences_past_the_end_of_a_truncated_bin_are_malformed_and_the_scan_go
     assert malformed and malformed[-1] == 29 and "run past the end of d.bin" in issues[-1].message
     assert found(result) >= PLANTED
     fixed = scrub.fix(tmp_path / "d", out=tmp_path / "c", quarantine=True, vocab_size=1000, scheduler="sync")
-    assert fixed.verified and fixed.report["quarantined"] == 3 + len(malformed)
+    assert fixed.verified and fixed.report["quarantined"] == len(PLANTED) + len(malformed)
     assert not [i for i in scrub.scan(tmp_path / "c", vocab_size=1000, scheduler="sync").issues()]
 
 
@@ -179,9 +179,9 @@ def test_restore_puts_every_sequence_back(tmp_path):
     write_pair(tmp_path / "d", planted())
     fixed = scrub.fix(tmp_path / "d", quarantine=True, vocab_size=1000, max_length=64, scheduler="sync")
     assert fixed.clean == tmp_path / "d.clean" and (tmp_path / "d.clean.idx").exists()
-    assert fixed.report["quarantined"] == 3
+    assert fixed.report["quarantined"] == 2
     partly = restore(fixed.quarantine, keys=["d.bin:11"], scheduler="sync")
-    assert partly.verified and partly.report["kept"] == 28
+    assert partly.verified and partly.report["kept"] == 29
     whole = restore(fixed.quarantine, scheduler="sync")
     assert whole.verified and whole.report["kept"] == 30
     assert (tmp_path / "d.clean.bin").read_bytes() == (tmp_path / "d.bin").read_bytes()

@@ -36,7 +36,8 @@ def test_nanogpt_train_bin_is_read_in_windows_and_fixed_without_the_bad_ones(tmp
     ids.tofile(tmp_path / "train.bin")
     result = scrub.scan(tmp_path / "train.bin", vocab_size=1000, max_length=64, scheduler="sync")
     assert result.summary.records == 11  # 10 windows of 64 and the last of one token
-    assert keyed(result) == {("3", "token-out-of-range"), ("10", "no-supervised-tokens")}
+    assert keyed(result) == {("3", "token-out-of-range")}  # the one-token window: training packs
+    assert any("packed" in note for note in result.summary.notes)
     position = next(i for i in result.issues() if i.key == "3").details["position"]
     assert position == 5
     assert result.summary.to_dict()["reading"]["max_length"] == 64
@@ -46,9 +47,9 @@ def test_nanogpt_train_bin_is_read_in_windows_and_fixed_without_the_bad_ones(tmp
     assert fixed.verified and fixed.clean == tmp_path / "train.clean.bin"
     clean = np.fromfile(fixed.clean, dtype=np.uint16)  # as nanoGPT's get_batch maps it
     windows = [ids[i * 64 : (i + 1) * 64] for i in range(11)]
-    assert np.array_equal(clean, np.concatenate([w for i, w in enumerate(windows) if i not in (3, 10)]))
+    assert np.array_equal(clean, np.concatenate([w for i, w in enumerate(windows) if i != 3]))
     held = np.fromfile(fixed.quarantine / "train.bin", dtype=np.uint16)
-    assert np.array_equal(held, np.concatenate([windows[3], windows[10]]))
+    assert np.array_equal(held, windows[3])
     assert not keyed(scrub.scan(fixed.clean, vocab_size=1000, max_length=64, scheduler="sync"))
 
 
@@ -63,7 +64,7 @@ def test_an_llmc_shard_keeps_its_header_with_the_new_count(tmp_path, version):
         tmp_path / "fineweb_train_000001.bin", vocab_size=vocabulary, max_length=64, scheduler="sync"
     )
     expected = {("3", "token-out-of-range")} if version == 1 else {("7", "token-out-of-range")}
-    assert keyed(result) == expected | {("10", "no-supervised-tokens")}
+    assert keyed(result) == expected
     assert result.summary.dataset.to_dict()["files"]["fineweb_train_000001.bin"]["dtype"] == (
         "uint16" if version == 1 else "uint32"
     )
@@ -75,9 +76,9 @@ def test_an_llmc_shard_keeps_its_header_with_the_new_count(tmp_path, version):
     )
     assert fixed.verified
     header = np.fromfile(tmp_path / "clean.bin", dtype="<i4", count=256)
-    assert list(header[:3]) == [MAGIC, version, 9 * 64]
+    assert list(header[:3]) == [MAGIC, version, 9 * 64 + 1]
     body = np.fromfile(tmp_path / "clean.bin", dtype=np.uint16 if version == 1 else np.uint32, offset=1024)
-    assert len(body) == 9 * 64
+    assert len(body) == 9 * 64 + 1
 
 
 def test_without_max_length_a_token_file_is_one_line_naming_it(tmp_path):

@@ -17,7 +17,7 @@ from typing import cast
 import numpy as np
 
 from scrub.checks.base import CheckOptions, Finding, batch_check
-from scrub.checks.tokens import _positions, _vocabulary_size
+from scrub.checks.tokens import ONE_TOKEN, model_positions, vocabulary_size
 from scrub.records import Batch, Severity, TokenRows
 
 Found = list[tuple[int, Finding]]
@@ -62,7 +62,7 @@ def no_supervised(batch: Batch, options: CheckOptions) -> Found:
             found.append(
                 (
                     int(row),
-                    Finding("no supervised token: every label the loss counts is the ignore index", details),
+                    Finding(ONE_TOKEN, details),
                 )
             )
     return found
@@ -80,7 +80,7 @@ def out_of_range(batch: Batch, options: CheckOptions) -> Found:
     if rows is None or not rows.tokens.size:
         return []
     tokens = rows.tokens
-    vocabulary = options.vocab_size if options.vocab_size is not None else _vocabulary_size(options)
+    vocabulary = options.vocab_size if options.vocab_size is not None else vocabulary_size(options)
     signed = tokens.dtype.kind == "i"
     high = int(tokens.max()) if vocabulary is not None else None
     low = int(tokens.min()) if signed else 0
@@ -128,7 +128,7 @@ def too_long(batch: Batch, options: CheckOptions) -> Found:
     rows = _rows(batch)
     if rows is None:
         return []
-    positions = options.max_positions if options.max_positions is not None else _positions(options)
+    positions = options.max_positions if options.max_positions is not None else model_positions(options)
     limit = options.max_length
     if positions is None and limit is None:
         return []

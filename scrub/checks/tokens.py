@@ -128,6 +128,16 @@ def tally_tokens(facts: TokenFacts, stats: dict[str, Counter]) -> None:
             counts["without a supervised token"] += 1
 
 
+def tally_token_rows(lengths: np.ndarray, max_length: int | None, stats: dict[str, Counter]) -> None:
+    """`tally_tokens` for a batch of sequences labelled by their input ids (a flat token store):
+    one with fewer than two tokens within ``max_length`` has no supervised token."""
+    cut = lengths if max_length is None else np.minimum(lengths, max_length)
+    counts = stats["tokens"]
+    counts["records"] += len(lengths)
+    counts["judged for supervision"] += len(lengths)
+    counts["without a supervised token"] += int(np.count_nonzero(cut < 2))
+
+
 def token_notes(
     counts: Counter | None, options: CheckOptions, origin: Callable[[str], str], batch_size: int | None
 ) -> list[str]:
@@ -220,7 +230,7 @@ def empty_sequence(record: Record, options: CheckOptions) -> Finding | None:
     return None
 
 
-@record_check("no-supervised-tokens", Severity.ERROR, needs=Carries.TOKENS)
+@record_check("no-supervised-tokens", Severity.ERROR, needs=Carries.SEQUENCES)
 def no_supervised_tokens(record: Record, options: CheckOptions) -> Finding | None:
     """A sequence whose labels leave the loss nothing to count: every label the ignore index.
 
@@ -255,10 +265,23 @@ def no_supervised_tokens(record: Record, options: CheckOptions) -> Finding | Non
         )
     if facts.ids is None:
         return Finding("no supervised part: nothing the loss counts (no answer, no assistant message)")
+    if "token_labels" not in record.meta and facts.length == 1:
+        return Finding(ONE_TOKEN, details)
     return Finding("no supervised token: every label the loss counts is the ignore index", details)
 
 
-@record_check("empty-attention", Severity.ERROR, needs=Carries.TOKENS)
+#: said of a store whose documents training packs into samples of its own (Megatron's GPTDataset,
+#: nanoGPT's random windows): a document's length and supervision are not a sample's
+PACKED = (
+    "documents are packed into training samples (not one a sample): no-supervised-tokens, "
+    "empty-attention and sequence-too-long judge samples and do not run; ids and empty documents are checked"
+)
+
+#: why a sequence of one token, labelled by its input ids, has no supervised token
+ONE_TOKEN = "one token: nothing left to predict once a causal model shifts its labels (a NaN loss)"
+
+
+@record_check("empty-attention", Severity.ERROR, needs=Carries.SEQUENCES)
 def empty_attention(record: Record, options: CheckOptions) -> Finding | None:
     """An attention mask with no 1: a sequence with nothing to attend to.
 
@@ -301,7 +324,7 @@ def token_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     facts = token_facts(record, options)
     if facts is None or facts.ids is None or facts.empty:
         return None
-    vocabulary = options.vocab_size if options.vocab_size is not None else _vocabulary_size(options)
+    vocabulary = options.vocab_size if options.vocab_size is not None else vocabulary_size(options)
     for what, values in (("token id", facts.ids), ("label", record.meta.get("token_labels"))):
         if values is None or not len(values):
             continue
@@ -322,12 +345,12 @@ def token_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     return None
 
 
-def _vocabulary_size(options: CheckOptions) -> int | None:
+def vocabulary_size(options: CheckOptions) -> int | None:
     vocabulary = _vocabulary(options)
     return None if vocabulary is None else vocabulary.size
 
 
-@record_check("sequence-too-long", Severity.WARNING, needs=Carries.TOKENS)
+@record_check("sequence-too-long", Severity.WARNING, needs=Carries.SEQUENCES)
 def sequence_too_long(record: Record, options: CheckOptions) -> Finding | None:
     """A sequence longer than `--max-length` (a warning), or than `--max-positions` (an error).
 
@@ -348,7 +371,7 @@ def sequence_too_long(record: Record, options: CheckOptions) -> Finding | None:
     facts = token_facts(record, options)
     if facts is None or facts.length is None:
         return None
-    positions = options.max_positions if options.max_positions is not None else _positions(options)
+    positions = options.max_positions if options.max_positions is not None else model_positions(options)
     truncates = options.max_length is not None and facts.length > options.max_length
     if positions is not None and facts.length > positions and not truncates:
         return Finding(
@@ -365,7 +388,7 @@ def sequence_too_long(record: Record, options: CheckOptions) -> Finding | None:
     return None
 
 
-def _positions(options: CheckOptions) -> int | None:
+def model_positions(options: CheckOptions) -> int | None:
     vocabulary = _vocabulary(options)
     return None if vocabulary is None else vocabulary.max_positions
 
@@ -427,7 +450,7 @@ reader_check(
 def dtype_overflows(token_dtypes: dict[str, str], options: CheckOptions) -> list[Issue]:
     """`token-dtype-overflow` of each token file whose dtype cannot hold the vocabulary (known from
     `--vocab-size` or `--tokenizer`), as dataset-wide issues (key ``*``)."""
-    vocabulary = options.vocab_size if options.vocab_size is not None else _vocabulary_size(options)
+    vocabulary = options.vocab_size if options.vocab_size is not None else vocabulary_size(options)
     if vocabulary is None:
         return []
     issues = []

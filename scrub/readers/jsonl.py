@@ -380,7 +380,7 @@ class JsonLinesReader(Reader[Lines]):
     format = "jsonl"
     file_suffixes = SUFFIXES
     records_per_task = 20_000
-    provides = frozenset({Carries.TOKENS})
+    provides = frozenset({Carries.TOKENS, Carries.SEQUENCES})
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("orjson", "scrub.readers.tokenfields")
 

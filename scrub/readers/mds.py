@@ -422,7 +422,8 @@ def decode_ndarray(config: str, data: bytes) -> np.ndarray:
 
 class MDSReader(Reader[SampleRange]):
     format = "mds"
-    provides = frozenset({Carries.TOKENS, Carries.VALUES})  # VALUES: a pickled column's finding
+    #: VALUES: a pickled column's finding (`undecodable-record`)
+    provides = frozenset({Carries.TOKENS, Carries.SEQUENCES, Carries.VALUES})
     positional_keys = True
     options_used = frozenset({"allow_pickle", "data_key", "label_key"})
 

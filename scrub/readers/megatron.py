@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from scrub.checks.base import problem
+from scrub.checks.tokens import PACKED
 from scrub.errors import UnusableDataset
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.hdf5 import PLAIN_BYTES_PER_SECOND
@@ -248,6 +249,7 @@ class MegatronReader(Reader[Sequences]):
                 f"{source}: {facts.sequences:,} sequences in {documents:,} documents (sentences split): "
                 "a record is a sequence, as IndexedDataset[i] fetches it"
             )
+        info.notes.append(PACKED)
         self.work_seconds = facts.bin_bytes / PLAIN_BYTES_PER_SECOND
         return info, partitions
 

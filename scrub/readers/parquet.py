@@ -312,7 +312,7 @@ class ParquetReader(Reader[RowGroups]):
         assert self.columns is not None
         info.labelled = self.columns.label is not None
         if self.columns.kind in ("tokens", "text"):  # token labels are not class labels
-            self.provides = frozenset({Carries.TOKENS})
+            self.provides = frozenset({Carries.TOKENS, Carries.SEQUENCES})
         # rows of numbers are known by their content across scans (as HDF5 rows); an image's
         # identity is its position (its bytes are hashed by the duplicate check already)
         self.positional_keys = self.columns.kind != "image"

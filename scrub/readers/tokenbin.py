@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scrub.checks.tokens import PACKED
 from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.hdf5 import PLAIN_BYTES_PER_SECOND
@@ -155,6 +156,7 @@ class TokenBinReader(Reader[Windows]):
             f"{source}: {found.count:,} tokens read as {windows:,} windows of {window} (--max-length); "
             f"window i holds tokens i*{window} to (i+1)*{window}-1"
         )
+        info.notes.append(PACKED)
         self.work_seconds = found.count * np.dtype(found.dtype).itemsize / PLAIN_BYTES_PER_SECOND
         return info, partitions
 

@@ -284,12 +284,12 @@ class WebDatasetReader(Reader[ShardSpan]):
         if not language:
             return
         if language == set(kinds):
-            self.provides = frozenset({Carries.TOKENS, Carries.SAMPLES})
+            self.provides = frozenset({Carries.TOKENS, Carries.SEQUENCES, Carries.SAMPLES})
             info.notes.append(
                 f"language-model samples: {' and '.join(sorted(language))} records (of the first {read} read)"
             )
         else:
-            self.provides = type(self).provides | {Carries.TOKENS}
+            self.provides = type(self).provides | {Carries.TOKENS, Carries.SEQUENCES}
 
     def _label_suffix(self, suffixes: dict[str, int], texts: list[bytes], info: DatasetInfo) -> str | None:
         given = self.options.label_key
