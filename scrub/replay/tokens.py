@@ -326,26 +326,44 @@ class EmbeddingLM:
         grad_w = np.zeros((D, V), np.float32)
         grad_b = np.zeros(V, np.float32)
         grad_rows = np.zeros((len(rows), D), np.float32)
-        block = max(1, LOGIT_BLOCK // V)
+        block = max(1, min(len(rows), LOGIT_BLOCK // V))
+        buffer = np.empty(block * V, np.float32)  # one block's logits, then its gradient, reused
+        partial = np.empty((D, V), np.float32)
+        scale = np.float32(1.0 / max(total, 1))
         with np.errstate(all="ignore"):  # overflow and NaN are findings, not warnings
             weight, bias = self._cast(self.weight), self._cast(self.bias)
             for first in range(0, len(rows), block):
                 h = self._cast(self.embedding[rows[first : first + block]])
-                logits = self._cast(self._cast(h @ weight) + bias)
-                bad_rows[first : first + len(h)] = ~np.isfinite(logits).all(axis=1)
-                shifted = logits - logits.max(axis=1, keepdims=True)
-                log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-                low, high = np.searchsorted(by_row, [first, first + len(h)])
+                u = len(h)
+                logits = buffer[: u * V].reshape(u, V)
+                np.matmul(h, weight, out=logits)
+                if self.precision != "float32":
+                    logits[...] = self._cast(logits)
+                logits += bias
+                if self.precision != "float32":
+                    logits[...] = self._cast(logits)
+                low, high = np.searchsorted(by_row, [first, first + u])
                 chosen = order[low:high]
-                local = inverse[chosen] - first
-                token_losses[chosen] = -log_probs[local, targets[chosen]]
-                # d(mean loss)/d(logits) summed over the positions of each input id
-                delta = np.exp(log_probs) * np.bincount(local, minlength=len(h)).astype(np.float32)[:, None]
-                np.subtract.at(delta, (local, targets[chosen]), 1.0)
-                delta = self._cast(delta / np.float32(max(total, 1)))
-                grad_w += h.T @ delta  # float32 accumulation over the blocks, as one GEMM's
+                local, wanted = inverse[chosen] - first, targets[chosen]
+                picked = logits[local, wanted]  # each position's logit of its label
+                bad_block = ~np.isfinite(logits.sum(axis=1))  # a sum that overflows: look closer
+                if bad_block.any():
+                    bad_block[bad_block] = ~np.isfinite(logits[bad_block]).all(axis=1)
+                bad_rows[first : first + u] = bad_block
+                top = logits.max(axis=1)
+                logits -= top[:, None]  # the stable log-softmax: exp never overflows
+                np.exp(logits, out=logits)
+                mass = logits.sum(axis=1)
+                token_losses[chosen] = (top + np.log(mass))[local] - picked
+                # d(mean loss)/d(logits), summed over the positions of each input id:
+                # (count · softmax - the labels' counts) / counted tokens
+                logits *= (np.bincount(local, minlength=u) / mass * scale).astype(np.float32)[:, None]
+                np.subtract.at(logits, (local, wanted), scale)
+                delta = self._cast(logits)
+                np.matmul(h.T, delta, out=partial)
+                grad_w += partial  # float32 accumulation over the blocks, as one GEMM's
                 grad_b += delta.sum(axis=0, dtype=np.float32)
-                grad_rows[first : first + len(h)] = self._cast(delta @ weight.T)
+                grad_rows[first : first + u] = self._cast(delta @ weight.T)
             grad_w = self._cast(grad_w)
             sums = np.bincount(owner, weights=token_losses, minlength=n)
             per_record = np.bincount(owner, minlength=n)

@@ -12,6 +12,10 @@ scalar loss, as a NumPy array or a PyTorch tensor. It may return ``(losses, grad
 instead, ``gradient`` being any array, tensor or sequence of them (its gradients, with respect to
 whatever it likes): then scrub checks those too and reports `grad-nonfinite`. PyTorch is never
 imported here: a tensor is recognised by its ``detach`` and ``cpu`` methods.
+
+On token data (`load_token_model`) only a factory is accepted, its required parameters among
+``vocab_size``, ``max_length`` and ``num_classes``; `scrub.replay.torchlm` trains the language
+model it returns.
 """
 
 from __future__ import annotations
