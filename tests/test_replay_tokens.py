@@ -19,7 +19,7 @@ import pytest
 import scrub
 from scrub import pipeline
 from scrub.checks.base import CheckOptions, Finding
-from scrub.checks.tokens import empty_sequence, no_supervised_tokens, token_out_of_range
+from scrub.checks.tokens import empty_attention, empty_sequence, no_supervised_tokens, token_out_of_range
 from scrub.errors import UsageError
 from scrub.manifest import dumps
 from scrub.options import ReplayOptions
@@ -71,7 +71,7 @@ def corpus(seed: int = 0) -> tuple[list[Record], dict[int, str]]:
         3: "no-supervised-tokens",
         17: "no-supervised-tokens",
         29: "empty-sequence",
-        55: "no-supervised-tokens",
+        55: "empty-attention",  # labelled by its mask, which is empty
     }
     return records, planted
 
@@ -205,7 +205,8 @@ def test_the_replay_names_exactly_the_records_whose_own_loss_is_nan():
     checked = {
         r.index
         for r in records
-        if r.index not in (40, 90) and (no_supervised_tokens(r, options) or empty_sequence(r, options))
+        if r.index not in (40, 90)
+        and any(check(r, options) for check in (no_supervised_tokens, empty_sequence, empty_attention))
     }
     assert checked == set(planted)
     assert features.skipped == {"token": 1, "text": 1}
@@ -495,3 +496,48 @@ def test_scan_with_dummy_loss_on_a_jsonl_file(tmp_path):
     replayed = {(i.index, i.check) for i in result.issues() if i.check == "loss-nonfinite"}
     assert {index for index, _ in replayed} == set(planted)
     assert result.summary.replay["tokens"]["vocab_from"] == "--vocab-size"
+
+
+def token_table(records) -> dict[str, list]:
+    """The corpus's token records as columns (labels: their own, else their ids)."""
+    columns: dict[str, list] = {"input_ids": [], "labels": []}
+    for record in records:
+        if record.meta.get("kind") != "tokens" or "attention_mask" in record.meta:
+            continue
+        ids = np.asarray(record.payload).tolist()
+        columns["input_ids"].append(ids)
+        columns["labels"].append(record.meta.get("token_labels", np.asarray(ids)).tolist())
+    return columns
+
+
+@pytest.mark.parametrize(("scheduler", "partition_size"), [("sync", None), ("processes", 13)])
+def test_scan_with_dummy_loss_on_a_parquet_file_of_token_columns(tmp_path, scheduler, partition_size):
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    records, planted = corpus()
+    columns = token_table(records)  # 98 rows: without the masked record (55) and the text (90)
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table(columns), path)
+    rows = {i: np.asarray(ids) for i, ids in enumerate(columns["input_ids"])}
+    expected = {row for row, ids in rows.items() if len(ids) == 0}
+    expected |= {row for row, labels in enumerate(columns["labels"]) if all(v == IGNORE for v in labels[1:])}
+    assert len(expected) == 3  # records 3, 17 and 29
+    result = scrub.scan(
+        path, dummy_loss=True, vocab_size=V, scheduler=scheduler, workers=2, partition_size=partition_size
+    )
+    replayed = {int(i.key) for i in result.issues() if i.check == "loss-nonfinite"}
+    assert replayed == expected
+    checked = {int(i.key) for i in result.issues() if i.check in ("no-supervised-tokens", "empty-sequence")}
+    assert checked == expected
+    replay_summary = result.summary.replay
+    assert replay_summary["tokens"]["vocab_from"] == "--vocab-size"
+    assert replay_summary["skipped"] == {"token": 1}  # the id beyond V: token-out-of-range's
+    assert {i.key for i in result.issues() if i.check == "token-out-of-range"} == {"40"}
+    derived = scrub.scan(path, dummy_loss=True, scheduler="sync")
+    assert derived.summary.replay["tokens"] == {
+        "vocab_size": V + 4,
+        "vocab_from": "data",
+        "ignore_index": IGNORE,
+        "max_length": None,
+    }
+    assert {int(i.key) for i in derived.issues() if i.check == "loss-nonfinite"} == expected

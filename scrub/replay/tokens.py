@@ -104,6 +104,13 @@ class Sequences:
     def lengths(self) -> np.ndarray:
         return np.array([len(ids) for ids in self.ids], np.int64)
 
+    def attended(self) -> np.ndarray:
+        """Per record, the ones of its attention mask (its length without a mask)."""
+        return np.array(
+            [len(ids) if m is None else int(np.count_nonzero(m)) for ids, m in zip(self.ids, self.masks)],
+            np.int64,
+        )
+
     def counted(self) -> np.ndarray:
         """Per record, the tokens its loss counts."""
         return np.array([int(np.count_nonzero(t >= 0)) for t in self.targets], np.int64)
@@ -235,6 +242,7 @@ class TokenPass:
     mean_loss: float  # the batch's mean over its counted tokens (NaN: none in the whole batch)
     counted: np.ndarray  # (n,) tokens each record's loss counts
     lengths: np.ndarray  # (n,) tokens fed
+    attended: np.ndarray  # (n,) ones in the attention mask
     bad_logits: np.ndarray  # (n,) bool: a record with a non-finite logit
     grad_w: np.ndarray  # (D, V)
     grad_b: np.ndarray  # (V,)
@@ -261,13 +269,16 @@ class TokenPass:
 
     def why(self, i: int) -> dict[str, Any]:
         """Details for record ``i``'s issue: why its loss is what it is."""
-        return counted_details(int(self.counted[i]), int(self.lengths[i]))
+        return counted_details(int(self.counted[i]), int(self.lengths[i]), int(self.attended[i]))
 
 
-def counted_details(counted: int, length: int) -> dict[str, Any]:
+def counted_details(counted: int, length: int, attended: int) -> dict[str, Any]:
+    """A record's issue's details: its tokens, those counted, and when none is, the token check
+    that names the cause (a sequence without a token, a mask without a 1, labels all ignored)."""
     details: dict[str, Any] = {"tokens": length, "counted_tokens": counted}
     if counted == 0:
-        details["confirms"] = "empty-sequence" if length == 0 else "no-supervised-tokens"
+        empty = "empty-sequence" if length == 0 else "empty-attention" if attended == 0 else None
+        details["confirms"] = empty or "no-supervised-tokens"
         details["why"] = "its loss is a mean over 0 counted tokens: 0/0"
     return details
 
@@ -373,7 +384,9 @@ class EmbeddingLM:
             if bad_rows.any():
                 bad[np.unique(owner[bad_rows[inverse]])] = True
             norm2 = _dot(grad_w, grad_w) + _dot(grad_b, grad_b) + _dot(grad_rows, grad_rows)
-        return TokenPass(losses, mean_loss, per_record, lengths, bad, grad_w, grad_b, rows, grad_rows, norm2)
+        return TokenPass(
+            losses, mean_loss, per_record, lengths, X.attended(), bad, grad_w, grad_b, rows, grad_rows, norm2
+        )
 
     def norm(self) -> float:
         """||(E, W, b)||."""

@@ -40,6 +40,7 @@ class TorchTokenPass:
     bad_logits: np.ndarray  # (n,) bool
     counted: np.ndarray
     lengths: np.ndarray
+    attended: np.ndarray
     grads: list  # the batch loss's gradient per parameter (tensors)
     buffers: list
     errors: dict[int, str] = field(default_factory=dict)  # record -> what its forward pass raised
@@ -63,7 +64,7 @@ class TorchTokenPass:
     def why(self, i: int) -> dict[str, Any]:
         if i in self.errors:
             return {"error": self.errors[i], "why": "the model's forward pass raises on it"}
-        return counted_details(int(self.counted[i]), int(self.lengths[i]))
+        return counted_details(int(self.counted[i]), int(self.lengths[i]), int(self.attended[i]))
 
 
 class TorchLanguageModel(TorchModel):
@@ -116,7 +117,9 @@ class TorchLanguageModel(TorchModel):
                 p.grad.detach().clone() if p.grad is not None else self.torch.zeros_like(p)
                 for p in self.parameters
             ]
-        return TorchTokenPass(losses, mean_loss, bad, X.counted(), X.lengths(), grads, after, errors)
+        return TorchTokenPass(
+            losses, mean_loss, bad, X.counted(), X.lengths(), X.attended(), grads, after, errors
+        )
 
     def _raising(self, X: Sequences) -> dict[int, str]:
         """The records whose forward pass raises on their own, and what it raises."""
