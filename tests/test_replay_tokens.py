@@ -541,3 +541,25 @@ def test_scan_with_dummy_loss_on_a_parquet_file_of_token_columns(tmp_path, sched
         "max_length": None,
     }
     assert {int(i.key) for i in derived.issues() if i.check == "loss-nonfinite"} == expected
+
+
+def test_scan_with_dummy_loss_on_a_flat_token_file(tmp_path):
+    """nanoGPT's train.bin, read as windows (`TokenRows` batches): the last window of one token
+    has nothing to predict, and the window with an id beyond V is token-out-of-range's."""
+    ids = np.random.default_rng(0).integers(0, 1000, 10 * 64 + 1).astype(np.uint16)
+    ids[3 * 64 + 5] = 1100
+    ids.tofile(tmp_path / "train.bin")
+    result = scrub.scan(
+        tmp_path / "train.bin",
+        dummy_loss=True,
+        vocab_size=1000,
+        max_length=64,
+        batch_size=4,
+        scheduler="sync",
+    )
+    assert {(i.key, i.check) for i in result.issues() if i.check == "loss-nonfinite"} == {
+        ("10", "loss-nonfinite")
+    }
+    replay_summary = result.summary.replay
+    assert replay_summary["records_replayed"] == 10 and replay_summary["skipped"] == {"token": 1}
+    assert replay_summary["records_applied"] == 9 and replay_summary["batches"] == 3

@@ -25,7 +25,7 @@ import numpy as np
 
 from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.readers.base import Reader
-from scrub.records import Batch, Issue
+from scrub.records import Batch, Issue, Record, TokenRows
 from scrub.replay.features import Features, FeatureSpec, featurize_batch, featurize_records
 from scrub.replay.replayer import Replayer
 from scrub.replay.standardize import PIXELS, Moments, Standardizer
@@ -91,7 +91,10 @@ class ReplayWork:
         for item in self.reader.read(partition, start, stop):
             if on_record is not None:
                 on_record(offset)
-            if isinstance(item, Batch):  # rows of numbers: not a language model's records
+            if isinstance(item, Batch) and isinstance(item.data, TokenRows):  # a flat token store's
+                records.extend(token_rows(item))
+                offset += len(item)
+            elif isinstance(item, Batch):  # rows of numbers: not a language model's records
                 skipped["payload"] += len(item)
                 offset += len(item)
             else:
@@ -107,6 +110,16 @@ class ReplayWork:
         if isinstance(self.spec, TokenSpec):
             return ReplayPiece(partition_no, offset, 1, TokenFeatures.empty(crashed))
         return ReplayPiece(partition_no, offset, 1, Features.empty(self.spec.dim, crashed))
+
+
+def token_rows(batch: Batch) -> list[Record]:
+    """The sequences of a flat token store's batch (`TokenRows`) as token records, each its own
+    copy of its ids (the batch may be a view of a memory map)."""
+    rows = batch.data
+    return [
+        Record(batch.source, batch.key(row), batch.start + row, np.array(rows[row]), meta={"kind": "tokens"})
+        for row in range(len(batch))
+    ]
 
 
 @dataclass
@@ -145,9 +158,11 @@ class TokenExtentWork:
             for item in self.reader.read(partition, start, stop):
                 if on_record is not None:
                     on_record(offset)
-                if isinstance(item, Batch):  # rows of numbers: not a language model's records
+                if isinstance(item, Batch):
                     offset += len(item)
-                    continue
+                    if isinstance(item.data, TokenRows):  # a flat token store's sequences
+                        yield from token_rows(item)
+                    continue  # else rows of numbers: not a language model's records
                 offset += 1
                 yield item
 
