@@ -185,12 +185,19 @@ def print_summary(summary, findings=None) -> None:
         skipped = sum(replay["skipped"].values())
         standardization = replay["standardization"]
         inputs = "standardized (" + standardization["source"] + ")" if standardization else "raw values"
+        tokens = replay.get("tokens")
+        model = replay["options"]["model"]
+        if tokens is not None:  # token data: a language model over a vocabulary
+            model = "embedding language" if ":" not in model else model
+            shape = f"vocabulary {tokens['vocab_size']:,} (from {tokens['vocab_from']})"
+        else:
+            shape = f"{replay['classes']} classes, {replay['features']} features"
         out.print(
             f"dummy-loss replay: {counted(replay['records_replayed'], 'record')} in "
             f"{counted(replay['batches'], 'batch')} ({counted(replay['records_applied'], 'record')} trained "
-            f"on), {replay['options']['model']} model, "
-            f"{replay['classes']} classes, {replay['features']} features, {replay['options']['precision']}, "
-            f"{inputs}; {counted(skipped, 'record')} not replayable (see the checks above)",
+            f"on), {model} model, {shape}, {replay['options']['precision']}"
+            + ("" if tokens is not None else f", {inputs}")
+            + f"; {counted(skipped, 'record')} not replayable (see the checks above)",
             markup=False,
         )
     if findings is not None and findings.errors:

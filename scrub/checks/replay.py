@@ -25,7 +25,10 @@ LOSS_NONFINITE = reader_check(
         probe also reports rows that an L2 normalization of the input turns into NaN
         (`normalization: true` in the details, and `confirms`: an error for squares that
         overflow, `square-overflow`'s severity; a warning for an all-zero row, `zero-norm`'s,
-        unless `--model l2` says the model normalizes its input).
+        unless `--model l2` says the model normalizes its input). On token data, a sequence
+        whose loss counts no token (a mean over nothing: `confirms` names
+        `no-supervised-tokens` or `empty-sequence`), and with a PyTorch language model, one on
+        which the model raises (its `error` in the details).
     Why it breaks training:
         The batch's mean loss is NaN, so is every gradient, and one SGD step later every weight:
         the run is lost, and the batch that did it is long gone from the logs.

@@ -7,6 +7,8 @@ would throw the weights far away.
 * `model`: the built-in models (``linear``, ``l2``, ``batchnorm``), in NumPy, and float16 /
   bfloat16 rounding;
 * `torchmodel` and `usermodel`: ``--model module:function``, a PyTorch model factory or a loss;
+* `tokens` and `torchlm`: token data, as sequences, through an embedding language model or a
+  PyTorch language model;
 * `replayer`: the batches, the localization, the screens and the update (its docstring has the
   rules);
 * `stage`: the pipeline stage that feeds the replayer in record order.

@@ -22,12 +22,13 @@ import numpy as np
 from scrub.checks import replay as _replay_checks  # noqa: F401 - registers the replay's check ids
 from scrub.checks.base import Finding, make_issue
 from scrub.checks.numeric import F32_OVERFLOW
+from scrub.errors import UsageError
 from scrub.records import Issue, Severity
 from scrub.replay.config import ReplayConfig, ReplayStats
 from scrub.replay.features import Identity
 from scrub.replay.model import BUILT_IN, round_to_bfloat16
 from scrub.replay.standardize import typical
-from scrub.replay.usermodel import LossFunction, call_loss, load_model
+from scrub.replay.usermodel import LossFunction, call_loss, load_model, load_token_model
 
 #: What the forward pass computes: non-finite there is `loss-nonfinite`; else `grad-nonfinite`.
 FORWARD = frozenset({"norm", "variance", "logits", "loss"})
@@ -39,6 +40,7 @@ class _Verdict:
     losses: np.ndarray  # (n,), or () for a user loss that returns the batch's scalar
     step: Any = None  # the model's pass, to apply
     rows_finite: np.ndarray | None = None  # per record, for models whose losses are per record
+    why: dict[str, Any] | None = None  # a record's own: what its issue's details explain
 
 
 class Replayer:
@@ -46,6 +48,10 @@ class Replayer:
 
     ``standardize`` maps raw inputs to what the model sees (None: raw, as ``--no-normalize``);
     ``input_shape`` is a record's shape, for PyTorch models (D for the built-in ones).
+
+    With ``tokens=True`` the data is token sequences (`scrub.replay.tokens`): X is a `Sequences`,
+    y is not used, ``num_classes`` is the vocabulary size V, ``dim`` the built-in language
+    model's embedding width and ``input_shape`` ``(longest sequence,)``, for a PyTorch factory.
     """
 
     def __init__(
@@ -55,6 +61,7 @@ class Replayer:
         dim: int,
         standardize: Callable[[np.ndarray], np.ndarray] | None = None,
         input_shape: tuple[int, ...] | None = None,
+        tokens: bool = False,
     ) -> None:
         if num_classes < 1 or dim < 1:
             raise ValueError("num_classes and dim must be >= 1")
@@ -64,7 +71,12 @@ class Replayer:
         self.stats = ReplayStats()
         self._loss: LossFunction | None = None  # a user's loss function, where there is no model
         self.model: Any = None
-        if config.model in BUILT_IN:
+        self.tokens = tokens
+        #: what the issues' details call the model
+        self.model_name = "lm" if tokens and ":" not in config.model else config.model
+        if tokens:
+            self.model = _token_model(config, num_classes, dim, (input_shape or (1,))[0])
+        elif config.model in BUILT_IN:
             self.model = BUILT_IN[config.model](
                 dim, num_classes, config.seed, config.init_std, config.precision
             )
@@ -82,30 +94,36 @@ class Replayer:
         #: or normalized by the model itself (on raw pixels at lr 0.01, a linear layer's first
         #: step multiplies its norm by ~45 on clean photos)
         self._guarded = self.standardizes or getattr(self.model, "normalizes_input", False)
-        self._probe = config.model == "linear"  # the L2 probe beside the default model
+        self._probe = config.model == "linear" and not tokens  # the L2 probe beside the default model
         self._floor = math.log(max(num_classes, 2))
         self._company: tuple[np.ndarray, np.ndarray] | None = None  # the last clean batch
         self._ids: list[Identity] = []
-        self._X: list[np.ndarray] = []
+        self._X: list[Any] = []  # arrays, or token `Sequences`
         self._y: list[np.ndarray] = []
         self._pending = 0
         self._finished = False
 
     # -- feeding -----------------------------------------------------------------------------
 
-    def feed(self, identities: Sequence[Identity], X: np.ndarray, y: np.ndarray) -> list[Issue]:
+    def feed(self, identities: Sequence[Identity], X: Any, y: Any) -> list[Issue]:
         """Add records (in record order) and run every batch that is now complete."""
         if self._finished:
             raise RuntimeError("feed() after finish()")
-        X, y = np.asarray(X), np.asarray(y)
         n = len(identities)
-        if X.shape != (n, self.dim) or y.shape != (n,):
-            raise ValueError(f"expected X ({n}, {self.dim}) and y ({n},), got {X.shape} and {y.shape}")
+        if self.tokens:
+            y = np.zeros(n, np.int64) if y is None else np.asarray(y)
+            if len(X) != n or y.shape != (n,):
+                raise ValueError(f"expected {n} sequences and y ({n},), got {len(X)} and {y.shape}")
+        else:
+            X, y = np.asarray(X), np.asarray(y)
+            if X.shape != (n, self.dim) or y.shape != (n,):
+                raise ValueError(f"expected X ({n}, {self.dim}) and y ({n},), got {X.shape} and {y.shape}")
         if n and not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"labels must be integers, not {y.dtype}")
         self.stats.records += n
         self._ids.extend(identities)
-        self._X.append(np.array(X, np.float32))  # a copy: the caller may reuse its buffers
+        # a copy: the caller may reuse its buffers (sequences are never modified)
+        self._X.append(X if self.tokens else np.array(X, np.float32))
         self._y.append(y.astype(np.int64))
         self._pending += n
         size, issues = self.config.batch_size, []
@@ -188,7 +206,8 @@ class Replayer:
                 return self._dominating(number, ids, X, y, verdict, factor)
             self.model.step(verdict.step, self.config.lr)
         self._company = (X.copy(), y.copy())  # a user loss has no weights: its clean batches keep company
-        self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)), len(y))
+        loss = getattr(verdict.step, "mean_loss", None)  # a language model's: over the batch's tokens
+        self.stats.applied(float(np.mean(verdict.losses, dtype=np.float64)) if loss is None else loss, len(y))
         return []
 
     def _evaluate(self, X: np.ndarray, y: np.ndarray) -> _Verdict:
@@ -216,13 +235,17 @@ class Replayer:
         """Judge each record on its own; what fails only together is a batch-level pathology."""
         found: dict[int, Issue] = {}
         if batch.rows_finite is not None:  # per-record losses: each record's own row of the pass
+            step = batch.step
             for i in np.flatnonzero(~batch.rows_finite):
-                own = [("logits", batch.step.logits[i]), ("loss", batch.losses[i])]
-                if batch.step.statistic is not None:  # the L2 model's norm (per record)
-                    own.insert(0, (batch.step.statistic[0], batch.step.statistic[1][i]))
-                broken = [name for name, values in own if not np.isfinite(values).all()]
+                if hasattr(step, "own"):  # a language model: its pass knows each record's part
+                    broken, why = step.own(int(i)), step.why(int(i))
+                else:
+                    own = [("logits", step.logits[i]), ("loss", batch.losses[i])]
+                    if step.statistic is not None:  # the L2 model's norm (per record)
+                        own.insert(0, (step.statistic[0], step.statistic[1][i]))
+                    broken, why = [name for name, values in own if not np.isfinite(values).all()], None
                 found[int(i)] = self._nonfinite_issue(
-                    ids[i], number, _Verdict(broken, batch.losses[i : i + 1])
+                    ids[i], number, _Verdict(broken, batch.losses[i : i + 1], why=why)
                 )
         else:
             company = self._company_for(X, y)
@@ -438,7 +461,7 @@ class Replayer:
     # -- issues ------------------------------------------------------------------------------
 
     def _context(self) -> dict[str, Any]:
-        return {"precision": self.config.precision, "model": self.config.model}
+        return {"precision": self.config.precision, "model": self.model_name}
 
     def _label_issue(self, identity: Identity, label: int, number: int) -> Issue:
         self.stats.label_out_of_range += 1
@@ -454,10 +477,16 @@ class Replayer:
             check, self.stats.grad_nonfinite = "grad-nonfinite", self.stats.grad_nonfinite + 1
         loss = _number(alone.losses)
         details = {"batch": number, "nonfinite": alone.nonfinite, "loss": loss, **self._context()}
+        why = alone.why or {}
+        details |= why
         message = (
             f"{', '.join(alone.nonfinite)} non-finite when the record is replayed on its own "
             f"(loss {loss}; batch {number}, {self.config.precision})"
         )
+        if "error" in why:
+            message = f"the model raises on it: {why['error']} (batch {number}, {self.config.precision})"
+        elif "why" in why:
+            message += f": {why['why']}"
         return make_issue(check, *identity, Finding(message, details))
 
     def _batch_level_issue(self, identity: Identity, number: int, together: _Verdict, size: int) -> Issue:
@@ -476,6 +505,21 @@ class Replayer:
         return make_issue("loss-nonfinite", *identity, Finding(message, details, Severity.WARNING))
 
 
+def _token_model(config: Any, vocab_size: int, dim: int, max_length: int) -> Any:
+    """The replay's model on token data: the built-in `EmbeddingLM` (the default ``--model``), or
+    the PyTorch language model a ``module:factory`` builds."""
+    if ":" in config.model:
+        return load_token_model(config.model, vocab_size, max_length, config)
+    if config.model != "linear":
+        raise UsageError(
+            f"--model {config.model} is a model of vectors (arrays, images); on token data the replay "
+            "trains its embedding language model (the default --model) or a module:factory"
+        )
+    from scrub.replay.tokens import EmbeddingLM
+
+    return EmbeddingLM(vocab_size, dim, config.seed, config.init_std, config.precision)
+
+
 def _number(losses: np.ndarray) -> float | str:
     """The record's loss for the manifest (JSON has no NaN or Inf: those are written as text).
 
@@ -484,5 +528,9 @@ def _number(losses: np.ndarray) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+def _joined(parts: list[Any]) -> Any:
+    if len(parts) == 1:
+        return parts[0]
+    if hasattr(parts[0], "targets"):  # token sequences (`scrub.replay.tokens.Sequences`)
+        return type(parts[0]).concatenate(parts)
+    return np.concatenate(parts)

@@ -10,6 +10,8 @@ partitions that finish ahead of a slower one (a few partitions' worth).
 
 The stage knows no format: the vector length comes from what the scan saw (image records, or
 the most common array shape), the class count from the options or the scan's label histogram.
+Token data (`scrub.replay.tokens`) goes the same way as sequences: `TokenExtentWork` first finds
+the largest id and the longest sequence when the options do not give them.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import numpy as np
 
 from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.readers.base import Reader
-from scrub.records import Batch, Issue
+from scrub.records import Batch, Issue, Record, TokenRows
 from scrub.replay.features import Features, FeatureSpec, featurize_batch, featurize_records
 from scrub.replay.replayer import Replayer
 from scrub.replay.standardize import PIXELS, Moments, Standardizer
+from scrub.replay.tokens import TokenFeatures, TokenSpec, featurize_token_records, token_extent
 
 
 @dataclass
@@ -36,13 +39,13 @@ class ReplayPiece:
     partition: int
     start: int
     records: int
-    features: Features
+    features: Features | TokenFeatures
 
 
 class ReplayWork:
     """Featurize every record of a partition (worker side)."""
 
-    def __init__(self, reader: Reader, spec: FeatureSpec) -> None:
+    def __init__(self, reader: Reader, spec: FeatureSpec | TokenSpec) -> None:
         self.reader = reader
         self.spec = spec
 
@@ -54,6 +57,9 @@ class ReplayWork:
         stop: int | None = None,
         on_record: Callable[[int], None] | None = None,
     ) -> ReplayPiece:
+        spec = self.spec
+        if isinstance(spec, TokenSpec):
+            return self._tokens(partition_no, partition, spec, start, stop, on_record)
         parts: list[Features] = []
         records: list = []
         offset = start
@@ -61,18 +67,109 @@ class ReplayWork:
             if on_record is not None:
                 on_record(offset)
             if isinstance(item, Batch):
-                parts.append(featurize_batch(item, self.spec))
+                parts.append(featurize_batch(item, spec))
                 offset += len(item)
             else:
                 records.append(item)
                 offset += 1
         if records:
-            parts.append(featurize_records(records, self.spec))
-        return ReplayPiece(partition_no, start, offset - start, Features.concatenate(parts, self.spec.dim))
+            parts.append(featurize_records(records, spec))
+        return ReplayPiece(partition_no, start, offset - start, Features.concatenate(parts, spec.dim))
+
+    def _tokens(
+        self,
+        partition_no: int,
+        partition: Sequence[Any],
+        spec: TokenSpec,
+        start: int,
+        stop: int | None,
+        on_record: Callable[[int], None] | None,
+    ) -> ReplayPiece:
+        records: list = []
+        skipped: Counter[str] = Counter()
+        offset = start
+        for item in self.reader.read(partition, start, stop):
+            if on_record is not None:
+                on_record(offset)
+            if isinstance(item, Batch) and isinstance(item.data, TokenRows):  # a flat token store's
+                records.extend(token_rows(item))
+                offset += len(item)
+            elif isinstance(item, Batch):  # rows of numbers: not a language model's records
+                skipped["payload"] += len(item)
+                offset += len(item)
+            else:
+                records.append(item)
+                offset += 1
+        features = featurize_token_records(records, spec)
+        features.skipped.update(skipped)
+        return ReplayPiece(partition_no, start, offset - start, features)
 
     def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> ReplayPiece:
         """A record that crashed or hung its worker (the scan reported it): not replayed."""
-        return ReplayPiece(partition_no, offset, 1, Features.empty(self.spec.dim, Counter({"crashed": 1})))
+        crashed = Counter({"crashed": 1})
+        if isinstance(self.spec, TokenSpec):
+            return ReplayPiece(partition_no, offset, 1, TokenFeatures.empty(crashed))
+        return ReplayPiece(partition_no, offset, 1, Features.empty(self.spec.dim, crashed))
+
+
+def token_rows(batch: Batch) -> list[Record]:
+    """The sequences of a flat token store's batch (`TokenRows`) as token records, each its own
+    copy of its ids (the batch may be a view of a memory map)."""
+    rows = batch.data
+    return [
+        Record(batch.source, batch.key(row), batch.start + row, np.array(rows[row]), meta={"kind": "tokens"})
+        for row in range(len(batch))
+    ]
+
+
+@dataclass
+class TokenExtent:
+    """The largest id (or label), the longest sequence as fed, and the text records that cannot
+    be tokenized, of some records."""
+
+    largest: int = -1
+    longest: int = 0
+    texts: int = 0
+
+    def add(self, other: "TokenExtent") -> None:
+        self.largest = max(self.largest, other.largest)
+        self.longest = max(self.longest, other.longest)
+        self.texts += other.texts
+
+
+class TokenExtentWork:
+    """`TokenExtent` of a partition (worker side): the replay's pass before its first batch, when
+    ``--vocab-size`` (or, for a PyTorch factory, ``--max-length``) is not given."""
+
+    def __init__(self, reader: Reader, spec: TokenSpec) -> None:
+        self.reader = reader
+        self.spec = spec
+
+    def __call__(
+        self,
+        partition_no: int,
+        partition: Sequence[Any],
+        start: int = 0,
+        stop: int | None = None,
+        on_record: Callable[[int], None] | None = None,
+    ) -> TokenExtent:
+        def records():
+            offset = start
+            for item in self.reader.read(partition, start, stop):
+                if on_record is not None:
+                    on_record(offset)
+                if isinstance(item, Batch):
+                    offset += len(item)
+                    if isinstance(item.data, TokenRows):  # a flat token store's sequences
+                        yield from token_rows(item)
+                    continue  # else rows of numbers: not a language model's records
+                offset += 1
+                yield item
+
+        return TokenExtent(*token_extent(records(), self.spec.options))
+
+    def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> TokenExtent:
+        return TokenExtent()
 
 
 @dataclass
@@ -99,7 +196,7 @@ class ReplayStage:
     def _complete(self, partition: int) -> bool:
         return sum(p.records for p in self._waiting.get(partition, ())) >= self.sizes[partition]
 
-    def _feed(self, features: Features) -> None:
+    def _feed(self, features: Features | TokenFeatures) -> None:
         self.skipped.update(features.skipped)
         if len(features):
             self._emit(self.replayer.feed(features.identities, features.X, features.y))
@@ -175,3 +272,71 @@ def class_count(
         if usable:
             return max(2, int(max(usable)) + 1)
     return 2
+
+
+def replay_tokens(
+    dataset: Any, options: Any, replay: Any, plan: Any, aggregate: Any, selected: set[str]
+) -> dict[str, Any]:
+    """The replay of token data (`scrub.replay.tokens`), inside a scan: V from ``--vocab-size``,
+    else ``--tokenizer``, else one more than the data's largest id (a first pass finds it, and the
+    longest sequence for a PyTorch factory's ``max_length`` when ``--max-length`` is not given).
+    ``dataset`` is the `OpenedDataset`, ``options`` its `CheckOptions`, ``aggregate`` the scan's
+    `ScanAggregate`, which receives the issues of the checks in ``selected`` and the notes."""
+    from dataclasses import asdict
+
+    from scrub import pipeline
+    from scrub.replay.config import ReplayStats
+    from scrub.replay.tokens import EMBEDDING_DIM, MAX_DERIVED_VOCABULARY
+
+    config = replay.config(options.precision)
+    vocab, origin = options.vocab_size, "--vocab-size"
+    if vocab is None and options.tokenizer is not None:
+        from scrub.vocabulary import load_vocabulary
+
+        vocab, origin = load_vocabulary(options.tokenizer).size, "--tokenizer"
+    longest = options.max_length
+    if vocab is None or (longest is None and ":" in config.model):
+        extent = TokenExtent()
+        probe = TokenExtentWork(dataset.reader, TokenSpec(1, options))
+        pipeline.run(probe, dataset.partitions, plan, extent.add, probe.failure)
+        if vocab is None:
+            vocab, origin = extent.largest + 1, "data"
+        longest = extent.longest if longest is None else longest
+    described = {
+        "classes": vocab,
+        "features": EMBEDDING_DIM,
+        "options": asdict(replay) | {"precision": options.precision},
+        "standardization": None,
+        "tokens": {
+            "vocab_size": vocab,
+            "vocab_from": origin,
+            "ignore_index": options.token_ignore_index,
+            "max_length": options.max_length,
+        },
+    }
+    if vocab < 1 or (origin == "data" and vocab > MAX_DERIVED_VOCABULARY):
+        why = (
+            "no token id in the data"
+            if vocab < 1
+            else f"the largest token id, {vocab - 1:,}, is beyond any vocabulary: give --vocab-size "
+            "(token-out-of-range then names the records above it)"
+        )
+        aggregate.notes.append(f"dummy-loss replay: not run: {why}")
+        return described | ReplayStats().to_dict() | {"skipped": {}}
+
+    def emit(issue: Issue) -> None:
+        if issue.check in selected:
+            aggregate.add_issue(issue)
+
+    replayer = Replayer(config, vocab, EMBEDDING_DIM, None, (max(longest or 1, 1),), tokens=True)
+    stage = ReplayStage(replayer, [len(p) for p in dataset.partitions], emit, aggregate.label_flagged)
+    work = ReplayWork(dataset.reader, TokenSpec(vocab, options))
+    pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
+    found = stage.finish()
+    texts = found["skipped"].get("text", 0)
+    if texts:
+        aggregate.notes.append(
+            f"dummy-loss replay: {texts:,} text records not replayed: they become tokens only with "
+            "--tokenizer"
+        )
+    return described | found

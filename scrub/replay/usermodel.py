@@ -12,6 +12,10 @@ scalar loss, as a NumPy array or a PyTorch tensor. It may return ``(losses, grad
 instead, ``gradient`` being any array, tensor or sequence of them (its gradients, with respect to
 whatever it likes): then scrub checks those too and reports `grad-nonfinite`. PyTorch is never
 imported here: a tensor is recognised by its ``detach`` and ``cpu`` methods.
+
+On token data (`load_token_model`) only a factory is accepted, its required parameters among
+``vocab_size``, ``max_length`` and ``num_classes``; `scrub.replay.torchlm` trains the language
+model it returns.
 """
 
 from __future__ import annotations
@@ -29,34 +33,63 @@ LossFunction = Callable[[np.ndarray, np.ndarray], Any]
 
 def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config: Any) -> Any:
     """The loss function ``spec`` names, or the `TorchModel` its factory builds."""
-    import inspect
-
     function = load_loss(spec)
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):  # a builtin without a signature: call it as a loss
-        return function
     offered = {
         "input_shape": tuple(input_shape),
         "num_features": int(np.prod(input_shape)),
         "num_classes": num_classes,
     }
+    keywords = _factory_keywords(function, offered)
+    if keywords is None:
+        return function  # f(X, y): a loss
+    from scrub.replay.torchmodel import TorchModel
+
+    return TorchModel(_build(function, keywords, spec, config), spec, input_shape, num_classes, config)
+
+
+def load_token_model(spec: str, vocab_size: int, max_length: int, config: Any) -> Any:
+    """The `TorchLanguageModel` the factory ``spec`` builds, for token data: a factory whose
+    required parameters are among ``vocab_size`` (V), ``max_length`` (the longest sequence the
+    replay feeds: its position embeddings must reach it) and ``num_classes`` (V too)."""
+    function = load_loss(spec)
+    offered = {"vocab_size": vocab_size, "max_length": max_length, "num_classes": vocab_size}
+    keywords = _factory_keywords(function, offered)
+    if keywords is None:
+        raise UsageError(
+            f"--model {spec}: on token data --model names a factory of a language model (parameters "
+            "among vocab_size, max_length), not a loss f(X, y)"
+        )
+    from scrub.replay.torchlm import TorchLanguageModel
+
+    return TorchLanguageModel(_build(function, keywords, spec, config), spec, vocab_size, config)
+
+
+def _factory_keywords(function: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any] | None:
+    """The keywords to call ``function`` with if it is a model factory (its required parameters
+    all among ``offered``), else None (a loss)."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it as a loss
+        return None
     required = [
         p.name for p in parameters if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
     named = {p.name for p in parameters} & set(offered)
     if any(name not in offered for name in required) or not (named or not required and parameters == []):
-        return function  # f(X, y): a loss
-    from scrub.replay.torchmodel import TorchModel
+        return None
+    return {k: v for k, v in offered.items() if k in named}
 
-    keywords = {k: v for k, v in offered.items() if k in named}
+
+def _build(function: Callable[..., Any], keywords: dict[str, Any], spec: str, config: Any) -> Any:
+    """The module the factory returns, PyTorch seeded with ``--seed`` first."""
     try:
         import torch
     except ImportError:
         raise UsageError(
             f"--model {spec} is a model factory, which needs PyTorch: pip install 'scrub[torch]'"
         ) from None
-    import torch
 
     torch.manual_seed(config.seed)  # the factory's initial weights, like the built-in models'
     try:
@@ -67,7 +100,7 @@ def load_model(spec: str, input_shape: tuple[int, ...], num_classes: int, config
         raise UsageError(
             f"--model {spec} returned {type(module).__name__}, not a torch.nn.Module (a loss takes (X, y))"
         )
-    return TorchModel(module, spec, input_shape, num_classes, config)
+    return module
 
 
 def load_loss(spec: str) -> Callable[..., Any]:

@@ -365,6 +365,10 @@ def _replay(
     checks: Sequence,
 ) -> dict[str, Any]:
     """The dummy-loss replay: a second pass, featurized in parallel, replayed in record order."""
+    if Carries.TOKENS in dataset.reader.provides:
+        from scrub.replay.stage import replay_tokens
+
+        return replay_tokens(dataset, options, replay, plan, aggregate, {c.id for c in checks})
     from scrub.replay.replayer import Replayer
     from scrub.replay.stage import ReplayStage, ReplayWork, class_count, feature_spec, standardizer
 
