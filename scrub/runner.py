@@ -257,7 +257,7 @@ class PartitionWork:
         (`scrub.checks.tokenbatch`) over the whole batch; a token check with a record form only
         (a plugin's) runs on each sequence as a record of input ids. Checks of any record
         (`empty-record`) leave token sequences to the token checks, as their record forms do."""
-        tally_token_rows(cast(TokenRows, batch.data).lengths, self.options.max_length, result.stats)
+        tally_token_rows(cast(TokenRows, batch.data).lengths, result.stats)
         for check in plan.tokens:
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder

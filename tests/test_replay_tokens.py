@@ -545,7 +545,8 @@ def test_scan_with_dummy_loss_on_a_parquet_file_of_token_columns(tmp_path, sched
 
 def test_scan_with_dummy_loss_on_a_flat_token_file(tmp_path):
     """nanoGPT's train.bin, read as windows (`TokenRows` batches): the last window of one token
-    has nothing to predict, and the window with an id beyond V is token-out-of-range's."""
+    is not replayed alone (training packs it with its neighbours: no loss of its own, no finding),
+    and the window with an id beyond V is token-out-of-range's."""
     ids = np.random.default_rng(0).integers(0, 1000, 10 * 64 + 1).astype(np.uint16)
     ids[3 * 64 + 5] = 1100
     ids.tofile(tmp_path / "train.bin")
@@ -557,9 +558,8 @@ def test_scan_with_dummy_loss_on_a_flat_token_file(tmp_path):
         batch_size=4,
         scheduler="sync",
     )
-    assert {(i.key, i.check) for i in result.issues() if i.check == "loss-nonfinite"} == {
-        ("10", "loss-nonfinite")
-    }
+    assert {(i.key, i.check) for i in result.issues()} == {("3", "token-out-of-range")}
     replay_summary = result.summary.replay
-    assert replay_summary["records_replayed"] == 10 and replay_summary["skipped"] == {"token": 1}
-    assert replay_summary["records_applied"] == 9 and replay_summary["batches"] == 3
+    assert replay_summary["skipped"] == {"token": 1, "packed": 1}
+    assert any("1 document of fewer than two tokens not replayed alone" in n for n in result.summary.notes)
+    assert replay_summary["records_replayed"] == 9 and replay_summary["records_applied"] == 9

@@ -128,14 +128,9 @@ def tally_tokens(facts: TokenFacts, stats: dict[str, Counter]) -> None:
             counts["without a supervised token"] += 1
 
 
-def tally_token_rows(lengths: np.ndarray, max_length: int | None, stats: dict[str, Counter]) -> None:
-    """`tally_tokens` for a batch of sequences labelled by their input ids (a flat token store):
-    one with fewer than two tokens within ``max_length`` has no supervised token."""
-    cut = lengths if max_length is None else np.minimum(lengths, max_length)
-    counts = stats["tokens"]
-    counts["records"] += len(lengths)
-    counts["judged for supervision"] += len(lengths)
-    counts["without a supervised token"] += int(np.count_nonzero(cut < 2))
+def tally_token_rows(lengths: np.ndarray, stats: dict[str, Counter]) -> None:
+    """`tally_tokens` for a batch of a flat token store's documents (`TokenRows`)."""
+    stats["tokens"]["records"] += len(lengths)  # packed into samples: supervision is the samples'
 
 
 def token_notes(
@@ -147,10 +142,12 @@ def token_notes(
     if not counts or not counts.get("records"):
         return []
     notes = []
-    ignore = options.token_ignore_index
-    how = "by default for token labels" if options.ignore_index == "auto" else origin("ignore-index")
-    applied = f"ignore index {ignore} ({how})" if ignore is not None else "every label counts"
-    notes.append(f"token labels: {applied}")
+    judged = counts.get("judged for supervision", 0)
+    if judged:  # records with labels (or labelled by their ids) the loss counts
+        ignore = options.token_ignore_index
+        how = "by default for token labels" if options.ignore_index == "auto" else origin("ignore-index")
+        applied = f"ignore index {ignore} ({how})" if ignore is not None else "every label counts"
+        notes.append(f"token labels: {applied}")
     vocabulary = _vocabulary(options)
     if vocabulary is not None:
         notes += vocabulary.notes
@@ -170,7 +167,6 @@ def token_notes(
             f"{counted(untokenized, 'text record')} judged untokenized: lengths and supervised tokens were "
             f"not counted, only empty texts and empty answers found ({why})"
         )
-    judged = counts.get("judged for supervision", 0)
     unsupervised = counts.get("without a supervised token", 0)
     if judged and unsupervised:
         share = unsupervised / judged
@@ -273,8 +269,9 @@ def no_supervised_tokens(record: Record, options: CheckOptions) -> Finding | Non
 #: said of a store whose documents training packs into samples of its own (Megatron's GPTDataset,
 #: nanoGPT's random windows): a document's length and supervision are not a sample's
 PACKED = (
-    "documents are packed into training samples (not one a sample): no-supervised-tokens, "
-    "empty-attention and sequence-too-long judge samples and do not run; ids and empty documents are checked"
+    "a record is a document (or a window) that training packs into samples of its own: "
+    "no-supervised-tokens, empty-attention and sequence-too-long judge samples and do not run here; "
+    "token ids and empty documents are checked"
 )
 
 #: why a sequence of one token, labelled by its input ids, has no supervised token

@@ -30,6 +30,7 @@ from scrub.replay.features import Features, FeatureSpec, featurize_batch, featur
 from scrub.replay.replayer import Replayer
 from scrub.replay.standardize import PIXELS, Moments, Standardizer
 from scrub.replay.tokens import TokenFeatures, TokenSpec, featurize_token_records, token_extent
+from scrub.wording import counted
 
 
 @dataclass
@@ -92,7 +93,7 @@ class ReplayWork:
             if on_record is not None:
                 on_record(offset)
             if isinstance(item, Batch) and isinstance(item.data, TokenRows):  # a flat token store's
-                records.extend(token_rows(item))
+                records.extend(token_rows(item, skipped))
                 offset += len(item)
             elif isinstance(item, Batch):  # rows of numbers: not a language model's records
                 skipped["payload"] += len(item)
@@ -112,13 +113,19 @@ class ReplayWork:
         return ReplayPiece(partition_no, offset, 1, Features.empty(self.spec.dim, crashed))
 
 
-def token_rows(batch: Batch) -> list[Record]:
+def token_rows(batch: Batch, skipped: Counter[str] | None = None) -> list[Record]:
     """The sequences of a flat token store's batch (`TokenRows`) as token records, each its own
-    copy of its ids (the batch may be a view of a memory map)."""
+    copy of its ids (the batch may be a view of a memory map). Training packs such a store's
+    documents into samples, so one of fewer than two tokens never has a loss of its own: it is
+    counted in ``skipped`` ("packed") rather than replayed alone into a 0/0."""
     rows = batch.data
+    lengths = rows.lengths
+    if skipped is not None:
+        skipped["packed"] += int(np.count_nonzero(lengths < 2))
     return [
         Record(batch.source, batch.key(row), batch.start + row, np.array(rows[row]), meta={"kind": "tokens"})
         for row in range(len(batch))
+        if skipped is None or lengths[row] >= 2
     ]
 
 
@@ -333,6 +340,12 @@ def replay_tokens(
     work = ReplayWork(dataset.reader, TokenSpec(vocab, options))
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
     found = stage.finish()
+    packed = found["skipped"].get("packed", 0)
+    if packed:
+        aggregate.notes.append(
+            f"dummy-loss replay: {counted(packed, 'document')} of fewer than two tokens not replayed alone: "
+            "training packs them into samples with their neighbours"
+        )
     texts = found["skipped"].get("text", 0)
     if texts:
         aggregate.notes.append(
