@@ -37,7 +37,7 @@ def test_nanogpt_train_bin_is_read_in_windows_and_fixed_without_the_bad_ones(tmp
     result = scrub.scan(tmp_path / "train.bin", vocab_size=1000, max_length=64, scheduler="sync")
     assert result.summary.records == 11  # 10 windows of 64 and the last of one token
     assert keyed(result) == {("3", "token-out-of-range")}  # the one-token window: training packs
-    assert any("packed" in note for note in result.summary.notes)
+    assert any("packs into samples" in note for note in result.summary.notes)
     position = next(i for i in result.issues() if i.key == "3").details["position"]
     assert position == 5
     assert result.summary.to_dict()["reading"]["max_length"] == 64
