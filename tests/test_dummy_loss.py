@@ -230,6 +230,7 @@ def test_float16_rounding_matches_numpy_bit_for_bit():
         assert same.all(), values[~same][:5]
 
 
+@pytest.mark.slow
 def test_the_replay_on_a_real_distributed_cluster_matches_sync(tmp_path):
     distributed = pytest.importorskip("distributed")
     path = planted_h5(tmp_path / "data.h5")

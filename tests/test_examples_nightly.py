@@ -44,6 +44,7 @@ def run_nightly(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_three_nights(tmp_path):
     data, state = tmp_path / "data", tmp_path / "state"

@@ -447,6 +447,7 @@ def test_cli_fix_prints_the_split_and_writes_json(tmp_path):
     assert (tmp_path / "held" / "fix.json").is_file() and (tmp_path / "held" / "manifest.jsonl").is_file()
 
 
+@pytest.mark.slow
 def test_cli_fix_errors_are_one_line_exit_2(tmp_path):
     source = copy_sample(tmp_path, "images")
     assert run_cli("fix", source, "-q", cwd=tmp_path).returncode == 0
@@ -462,6 +463,7 @@ def test_cli_fix_errors_are_one_line_exit_2(tmp_path):
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.slow
 def test_default_outputs_are_named_after_the_dataset_and_fix_dot_works(tmp_path):
     images, h5 = copy_sample(tmp_path, "images"), copy_sample(tmp_path, "hdf5")
     work = tmp_path / "work"
@@ -492,6 +494,7 @@ def test_link_on_a_dataset_that_is_rewritten_is_an_error(tmp_path):
     assert not (tmp_path / "rows.clean.npy").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["folder", "list"])
 def test_fix_copies_images_on_worker_processes_in_order(tmp_path, layout):
     """Images are copied by worker processes, partition by partition: from the command line with

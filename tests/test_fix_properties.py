@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 import lmdb
 import numpy as np
+import pytest
 from conftest import image_bytes, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,6 +112,7 @@ def test_image_lists(entries):
         st.tuples(st.integers(0, 39), st.sampled_from(["nan", "inf", "label", "zero"])), max_size=8
     ),
 )
+@pytest.mark.slow
 def test_hdf5_files(rows, width, chunk, faults):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "train.h5"

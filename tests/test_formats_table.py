@@ -84,6 +84,7 @@ ROWS = Format("rows", "rows_format:RowsReader", "rows_format:RowsWriter", "row f
 '''
 
 
+@pytest.mark.slow
 def test_a_package_registers_its_own_format_through_an_entry_point(tmp_path):
     """A real distribution on the path (its dist-info with an entry_points.txt): `--format rows`
     finds the format through the table, for `scrub scan` and `scrub fix`. (Its files hold NumPy's

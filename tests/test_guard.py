@@ -98,6 +98,7 @@ def classify(model, batch):
     return F.cross_entropy(model(inputs), targets)
 
 
+@pytest.mark.slow
 def test_a_constant_image_under_per_image_standardization_is_named_as_scrub_names_it(image_folder, tmp_path):
     model = convnet()
     guard = NanGuard(model, nn.CrossEntropyLoss(), manifest=tmp_path / "guard.scrub.jsonl")
@@ -472,6 +473,7 @@ def test_hdf5_rows_named_by_record_key_are_removed_by_fix(tmp_path):
         scrub.fix(tmp_path / "train.h5", manifest=tmp_path / "other.scrub.jsonl", out=tmp_path / "again.h5")
 
 
+@pytest.mark.slow
 def test_the_example_names_the_gray_image_and_fix_sets_it_aside(tmp_path):
     """`examples/guard_training.py`, whose output the README shows."""
     import subprocess

@@ -50,6 +50,7 @@ def scratch_of(pid: int) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}{pid}-*"))
 
 
+@pytest.mark.slow
 def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(tmp_path):
     images = tmp_path / "images"
     images.mkdir()

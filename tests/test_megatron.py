@@ -57,6 +57,7 @@ def megatron_dataset():
         return pytest.importorskip("megatron.core.datasets.indexed_dataset")
 
 
+@pytest.mark.slow
 def test_a_pair_megatron_wrote_is_named_by_its_prefix_and_fixed_into_one_megatron_loads(tmp_path):
     indexed = megatron_dataset()
     import torch

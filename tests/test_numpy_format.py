@@ -203,6 +203,7 @@ def test_labels_in_a_npy_of_their_own_are_checked_and_split_with_the_rows(tmp_pa
     assert rescan.summary.records_with_errors == 0
 
 
+@pytest.mark.slow
 def test_labels_that_do_not_align_or_apply_are_one_line(tmp_path):
     from conftest import one_line_error
 
