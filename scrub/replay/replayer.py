@@ -22,16 +22,14 @@ import numpy as np
 from scrub.checks import replay as _replay_checks  # noqa: F401 - registers the replay's check ids
 from scrub.checks.base import Finding, make_issue
 from scrub.checks.numeric import F32_OVERFLOW
-from scrub.errors import UsageError
 from scrub.records import Issue, Severity
 from scrub.replay.config import ReplayConfig, ReplayStats
 from scrub.replay.features import Identity
+from scrub.replay.findings import batch_level_issue, label_issue, nonfinite_issue
 from scrub.replay.model import BUILT_IN, round_to_bfloat16
 from scrub.replay.standardize import typical
-from scrub.replay.usermodel import LossFunction, call_loss, load_model, load_token_model
-
-#: What the forward pass computes: non-finite there is `loss-nonfinite`; else `grad-nonfinite`.
-FORWARD = frozenset({"norm", "variance", "logits", "loss"})
+from scrub.replay.tokens import joined
+from scrub.replay.usermodel import LossFunction, call_loss, load_model, token_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +73,7 @@ class Replayer:
         #: what the issues' details call the model
         self.model_name = "lm" if tokens and ":" not in config.model else config.model
         if tokens:
-            self.model = _token_model(config, num_classes, dim, (input_shape or (1,))[0])
+            self.model = token_model(config, num_classes, dim, (input_shape or (1,))[0])
         elif config.model in BUILT_IN:
             self.model = BUILT_IN[config.model](
                 dim, num_classes, config.seed, config.init_std, config.precision
@@ -128,7 +126,7 @@ class Replayer:
         self._pending += n
         size, issues = self.config.batch_size, []
         if self._pending >= size:
-            X_all, y_all = _joined(self._X), _joined(self._y)
+            X_all, y_all = joined(self._X), joined(self._y)
             done = 0
             while self._pending - done >= size:
                 batch = slice(done, done + size)
@@ -145,7 +143,7 @@ class Replayer:
         self._finished = True
         if not self._pending:
             return []
-        issues = self._run_batch(self._ids, _joined(self._X), _joined(self._y))
+        issues = self._run_batch(self._ids, joined(self._X), joined(self._y))
         self._ids, self._X, self._y, self._pending = [], [], [], 0
         return issues
 
@@ -465,72 +463,18 @@ class Replayer:
 
     def _label_issue(self, identity: Identity, label: int, number: int) -> Issue:
         self.stats.label_out_of_range += 1
-        high = self.num_classes
-        details = {"label": label, "low": 0, "high": high, "batch": number, "replay": True}
-        message = f"label {label} is outside [0, {high}): left out of replay batch {number}"
-        return make_issue("label-out-of-range", *identity, Finding(message, details))
+        return label_issue(identity, label, number, self.num_classes)
 
     def _nonfinite_issue(self, identity: Identity, number: int, alone: _Verdict) -> Issue:
-        if set(alone.nonfinite) & FORWARD:
-            check, self.stats.loss_nonfinite = "loss-nonfinite", self.stats.loss_nonfinite + 1
-        else:
-            check, self.stats.grad_nonfinite = "grad-nonfinite", self.stats.grad_nonfinite + 1
-        loss = _number(alone.losses)
-        details = {"batch": number, "nonfinite": alone.nonfinite, "loss": loss, **self._context()}
-        why = alone.why or {}
-        details |= why
-        message = (
-            f"{', '.join(alone.nonfinite)} non-finite when the record is replayed on its own "
-            f"(loss {loss}; batch {number}, {self.config.precision})"
+        issue = nonfinite_issue(
+            identity, number, alone.nonfinite, alone.losses, alone.why or {}, self._context()
         )
-        if "error" in why:
-            message = f"the model raises on it: {why['error']} (batch {number}, {self.config.precision})"
-        elif "why" in why:
-            message += f": {why['why']}"
-        return make_issue(check, *identity, Finding(message, details))
+        if issue.check == "loss-nonfinite":
+            self.stats.loss_nonfinite += 1
+        else:
+            self.stats.grad_nonfinite += 1
+        return issue
 
     def _batch_level_issue(self, identity: Identity, number: int, together: _Verdict, size: int) -> Issue:
         self.stats.batch_level += 1
-        details = {
-            "batch": number,
-            "nonfinite": together.nonfinite,
-            "batch_level": True,
-            "records": size,
-            **self._context(),
-        }
-        message = (
-            f"batch {number}: {', '.join(together.nonfinite)} non-finite only with these {size} "
-            "records together, none on its own (a batch-level pathology of the loss)"
-        )
-        return make_issue("loss-nonfinite", *identity, Finding(message, details, Severity.WARNING))
-
-
-def _token_model(config: Any, vocab_size: int, dim: int, max_length: int) -> Any:
-    """The replay's model on token data: the built-in `EmbeddingLM` (the default ``--model``), or
-    the PyTorch language model a ``module:factory`` builds."""
-    if ":" in config.model:
-        return load_token_model(config.model, vocab_size, max_length, config)
-    if config.model != "linear":
-        raise UsageError(
-            f"--model {config.model} is a model of vectors (arrays, images); on token data the replay "
-            "trains its embedding language model (the default --model) or a module:factory"
-        )
-    from scrub.replay.tokens import EmbeddingLM
-
-    return EmbeddingLM(vocab_size, dim, config.seed, config.init_std, config.precision)
-
-
-def _number(losses: np.ndarray) -> float | str:
-    """The record's loss for the manifest (JSON has no NaN or Inf: those are written as text).
-
-    The record is the last row of what was replayed (after its company)."""
-    value = float(np.asarray(losses, np.float64).reshape(-1)[-1])
-    return value if math.isfinite(value) else str(value)
-
-
-def _joined(parts: list[Any]) -> Any:
-    if len(parts) == 1:
-        return parts[0]
-    if hasattr(parts[0], "targets"):  # token sequences (`scrub.replay.tokens.Sequences`)
-        return type(parts[0]).concatenate(parts)
-    return np.concatenate(parts)
+        return batch_level_issue(identity, number, together.nonfinite, size, self._context())

@@ -424,3 +424,12 @@ def _root(square: float) -> float:
     if math.isnan(square):
         return square
     return math.sqrt(square) if square > 0 else 0.0
+
+
+def joined(parts: list[Any]) -> Any:
+    """Parts fed to the replay, as one: arrays concatenated, or token `Sequences`."""
+    if len(parts) == 1:
+        return parts[0]
+    if hasattr(parts[0], "targets"):  # token sequences (`scrub.replay.tokens.Sequences`)
+        return type(parts[0]).concatenate(parts)
+    return np.concatenate(parts)

@@ -149,3 +149,18 @@ def _numpy(value: Any, spec: str) -> np.ndarray:
     except (TypeError, ValueError) as error:
         what = type(value).__name__
         raise UsageError(f"--model {spec} returned {what}, not numbers: {first_line(error)}") from None
+
+
+def token_model(config: Any, vocab_size: int, dim: int, max_length: int) -> Any:
+    """The replay's model on token data: the built-in `EmbeddingLM` (the default ``--model``), or
+    the PyTorch language model a ``module:factory`` builds."""
+    if ":" in config.model:
+        return load_token_model(config.model, vocab_size, max_length, config)
+    from scrub.replay.tokens import EmbeddingLM
+
+    if config.model != "linear":
+        raise UsageError(
+            f"--model {config.model} is a model of vectors (arrays, images); on token data the replay "
+            "trains its embedding language model (the default --model) or a module:factory"
+        )
+    return EmbeddingLM(vocab_size, dim, config.seed, config.init_std, config.precision)
