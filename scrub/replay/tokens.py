@@ -234,8 +234,45 @@ def token_extent(records: Iterable[Record], options: CheckOptions) -> tuple[int,
 # -- the model ----------------------------------------------------------------------------------
 
 
+class LanguagePass:
+    """What a language model's pass over a batch tells the replayer, built-in or PyTorch: what
+    went non-finite, in the batch and in each record's own part, and why (its counted tokens)."""
+
+    __slots__ = ()
+    losses: np.ndarray  # (n,) each record's mean over its counted tokens (NaN: none)
+    mean_loss: float  # the batch's mean over its counted tokens
+    counted: np.ndarray  # (n,) tokens each record's loss counts
+    lengths: np.ndarray  # (n,) tokens fed
+    attended: np.ndarray  # (n,) ones in the attention mask
+    bad_logits: np.ndarray  # (n,) bool: a record with a non-finite logit
+
+    def gradient_finite(self) -> bool:
+        raise NotImplementedError
+
+    def nonfinite(self) -> list[str]:
+        found = []
+        if self.bad_logits.any():
+            found.append("logits")
+        if not (np.isfinite(self.losses).all() and math.isfinite(self.mean_loss)):
+            found.append("loss")
+        if not self.gradient_finite():
+            found.append("gradient")
+        return found
+
+    def rows_finite(self) -> np.ndarray:
+        return np.isfinite(self.losses) & ~self.bad_logits
+
+    def own(self, i: int) -> list[str]:
+        """What is non-finite in record ``i``'s own part of the pass."""
+        return (["logits"] if self.bad_logits[i] else []) + ([] if np.isfinite(self.losses[i]) else ["loss"])
+
+    def why(self, i: int) -> dict[str, Any]:
+        """Details for record ``i``'s issue: why its loss is what it is."""
+        return counted_details(int(self.counted[i]), int(self.lengths[i]), int(self.attended[i]))
+
+
 @dataclass(frozen=True, slots=True)
-class TokenPass:
+class TokenPass(LanguagePass):
     """One forward and backward pass of `EmbeddingLM` over a batch of n sequences."""
 
     losses: np.ndarray  # (n,) float32: each record's mean over its counted tokens (NaN: none)
@@ -250,26 +287,8 @@ class TokenPass:
     grad_rows: np.ndarray  # (U, D) their gradient (the embedding's gradient is zero elsewhere)
     grad_norm2: float
 
-    def nonfinite(self) -> list[str]:
-        found = []
-        if self.bad_logits.any():
-            found.append("logits")
-        if not (np.isfinite(self.losses).all() and math.isfinite(self.mean_loss)):
-            found.append("loss")
-        if not math.isfinite(self.grad_norm2):
-            found.append("gradient")
-        return found
-
-    def rows_finite(self) -> np.ndarray:
-        return np.isfinite(self.losses) & ~self.bad_logits
-
-    def own(self, i: int) -> list[str]:
-        """What is non-finite in record ``i``'s own part of the pass."""
-        return (["logits"] if self.bad_logits[i] else []) + ([] if np.isfinite(self.losses[i]) else ["loss"])
-
-    def why(self, i: int) -> dict[str, Any]:
-        """Details for record ``i``'s issue: why its loss is what it is."""
-        return counted_details(int(self.counted[i]), int(self.lengths[i]), int(self.attended[i]))
+    def gradient_finite(self) -> bool:
+        return math.isfinite(self.grad_norm2)
 
 
 def counted_details(counted: int, length: int, attended: int) -> dict[str, Any]:

@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from scrub.errors import UsageError, first_line
-from scrub.replay.tokens import Sequences, counted_details
+from scrub.replay.tokens import LanguagePass, Sequences
 from scrub.replay.torchmodel import TorchModel
 
 IGNORE = -100  # what the padded labels hold: F.cross_entropy's default ignore_index
 
 
 @dataclass
-class TorchTokenPass:
+class TorchTokenPass(LanguagePass):
     """One forward and backward pass of the module over a batch of sequences."""
 
     losses: np.ndarray  # (n,) float32: each record's mean over its counted tokens
@@ -45,26 +45,13 @@ class TorchTokenPass:
     buffers: list
     errors: dict[int, str] = field(default_factory=dict)  # record -> what its forward pass raised
 
-    def nonfinite(self) -> list[str]:
-        found = []
-        if self.bad_logits.any():
-            found.append("logits")
-        if not (np.isfinite(self.losses).all() and np.isfinite(self.mean_loss)):
-            found.append("loss")
-        if not all(bool(g.isfinite().all()) for g in self.grads):
-            found.append("gradient")
-        return found
-
-    def rows_finite(self) -> np.ndarray:
-        return np.isfinite(self.losses) & ~self.bad_logits
-
-    def own(self, i: int) -> list[str]:
-        return (["logits"] if self.bad_logits[i] else []) + ([] if np.isfinite(self.losses[i]) else ["loss"])
+    def gradient_finite(self) -> bool:
+        return all(bool(g.isfinite().all()) for g in self.grads)
 
     def why(self, i: int) -> dict[str, Any]:
         if i in self.errors:
             return {"error": self.errors[i], "why": "the model's forward pass raises on it"}
-        return counted_details(int(self.counted[i]), int(self.lengths[i]), int(self.attended[i]))
+        return LanguagePass.why(self, i)
 
 
 class TorchLanguageModel(TorchModel):
