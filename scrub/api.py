@@ -24,6 +24,7 @@ from scrub.opening import OpenedDataset, load_plugins, open_dataset, options_of,
 from scrub.options import ReplayOptions, ScanOptions
 from scrub.readers.base import expand_datasets
 from scrub.scanning.run import ScanResult, Unopened, run_wide, scan_dataset, scan_opened
+from scrub.storage import location
 from scrub.summary import Progress
 
 __all__ = [
@@ -102,10 +103,11 @@ def scan_one(
 def _names_several(path: str | Path, options: ScanOptions) -> bool:
     """Whether one path names several datasets (a pattern, a folder of datasets), as on the
     command line; a dataset path is opened as it is."""
-    if Path(path).exists() and options.read.format not in (None, "auto"):
+    place = location(path, options.read.storage)
+    if place.exists() and options.read.format not in (None, "auto"):
         return False
     found = expand_datasets([path], options.read)
-    return found.paths != [Path(path)] or bool(found.skipped)
+    return [str(p) for p in found.paths] != [str(place)] or bool(found.skipped)
 
 
 def scan_many(
@@ -134,7 +136,7 @@ def scan_many(
             except UnopenedDataset as error:
                 if len(datasets) == 1:
                     raise
-                unopened.append(Unopened(position, Path(path), error))
+                unopened.append(Unopened(position, location(path, own.read.storage), error))
                 continue
             per_dataset.append(replace(own, **run_wide(options)))
         if not opened:

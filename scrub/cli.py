@@ -113,8 +113,10 @@ def scan(
         if options.manifest is None:
             from scrub.manifest import default_manifest
             from scrub.readers.base import names_dataset
+            from scrub.storage import location
 
-            named = path[0] if len(path) == 1 and names_dataset(path[0]) else Path("datasets")
+            first = location(path[0], options.read.storage)
+            named = first if len(path) == 1 and names_dataset(first) else Path("datasets")
             options = replace(options, manifest=default_manifest(named))
         from scrub.api import scan_many, scan_one
 
@@ -190,16 +192,18 @@ def _config_choice(config: Path | None, isolated: bool) -> Path | bool | None:
     return False if isolated else config
 
 
-def _resolve_many(command: str, paths: list[Path], ctx: typer.Context, config: Path | bool | None):
+def _resolve_many(command: str, arguments: list[str], ctx: typer.Context, config: Path | bool | None):
     """The run's options and, when the paths name more than one dataset (several paths, a glob
     pattern, a folder of datasets), each dataset's own options (a config file's sections may
     differ per dataset) and the notes of what was passed over; else None and []."""
     from scrub.readers.base import expand_datasets
+    from scrub.storage import location
 
-    options = _resolve(command, paths[0], ctx, config).options
+    options = _resolve(command, location(arguments[0]), ctx, config).options
     read = options.read if command == "scan" else options.scan.read
-    found = expand_datasets(paths, read)
-    if len(paths) == 1 and found.paths == paths and not found.skipped:
+    found = expand_datasets(arguments, read)
+    paths = [location(argument, read.storage) for argument in arguments]
+    if len(paths) == 1 and [str(p) for p in found.paths] == [str(p) for p in paths] and not found.skipped:
         return options, None, []
     datasets = [(dataset, _resolve(command, dataset, ctx, config).options) for dataset in found.paths]
     return options, datasets, [found.note()] if found.note() else []

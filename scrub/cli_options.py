@@ -32,7 +32,7 @@ def _datasetshelp_text() -> str:
 
 
 # The arguments and options `scan` and `fix` take beside the `KEYS` they are built from.
-PathsArg = Annotated[list[Path], typer.Argument(help=_datasetshelp_text(), show_default=False)]
+PathsArg = Annotated[list[str], typer.Argument(help=_datasetshelp_text(), show_default=False)]
 ConfigOpt = Annotated[
     Optional[Path],
     typer.Option(

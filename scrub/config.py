@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UsageError
+from scrub.storage import is_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,7 +102,10 @@ def find(dataset: Path, explicit: Path | bool | None = None, cwd: Path | None = 
             raise UsageError(f"--config {explicit}: no such file")
         return ConfigFile.read(explicit)
     cwd = (cwd or Path.cwd()).resolve()
-    root = dataset if dataset.is_dir() else dataset.parent
+    if is_url(dataset):  # an object store's: the config of the folder the run starts in
+        root = cwd
+    else:
+        root = dataset if dataset.is_dir() else dataset.parent
     folders = [root.resolve(), *root.resolve().parents]
     if cwd not in folders:
         folders.append(cwd)
@@ -170,7 +174,10 @@ def values(config: ConfigFile, dataset: Path, command: str) -> tuple[dict[str, A
 
 
 def _relative(dataset: Path, base: Path) -> str:
-    """The dataset's path relative to the config file's folder, with "/" separators."""
+    """The dataset's path relative to the config file's folder, with "/" separators (a URL as
+    it is: ``[paths."s3://bucket/*"]``)."""
+    if is_url(dataset):
+        return str(dataset)
     try:
         return Path(os.path.relpath(dataset.resolve(), base.resolve())).as_posix()
     except ValueError:  # another drive

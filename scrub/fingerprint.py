@@ -17,7 +17,9 @@ from typing import Any
 
 import xxhash
 
+from scrub.errors import UnusableDataset
 from scrub.readers.base import Reader
+from scrub.storage import is_url, location, stat_version
 
 
 def fingerprint(
@@ -32,8 +34,13 @@ def fingerprint(
     prefix = os.path.join(str(root), "")
     lines: list[str] = []  # hashed in blocks: one update per file costs more than the stat it follows
     for path in reader.members(partitions):
-        facts: tuple[int, int] | tuple[str] | None = known.get(path)  # (size, mtime_ns) or ("absent",)
-        if facts is None:
+        facts: tuple[int, int | str] | tuple[str] | None = known.get(path)  # (size, version) or ("absent",)
+        if facts is None and is_url(path):  # an object: its size and ETag (or generation)
+            try:
+                facts = stat_version(location(path, reader.options.storage))
+            except UnusableDataset:
+                facts = ("absent",)
+        elif facts is None:
             try:
                 status = os.stat(path)
                 facts = (status.st_size, status.st_mtime_ns)

@@ -31,6 +31,17 @@ SHARED: dict[str, Key] = {
             help="Force the reader: {formats} (default: the first that takes the path).",
         ),
         Key(
+            "storage-options",
+            "read",
+            "mapping",
+            help=(
+                "Object storage (s3://, gs://, az://, hf://...): fsspec's options as a JSON object, "
+                'e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\' (a table in scrub.toml; '
+                '{"s3": {...}} for one protocol). Credentials come from the SDKs\' usual places; '
+                "never recorded."
+            ),
+        ),
+        Key(
             "root",
             "read",
             "path",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
@@ -18,6 +18,7 @@ import orjson
 from scrub.errors import ScrubError, first_line
 from scrub.outputs import new_file_mode, temporary_file, write_atomically, write_failure
 from scrub.records import Issue
+from scrub.storage import is_url
 
 MANIFEST_SUFFIX = ".scrub.jsonl"
 #: the ``kind`` of the record beside a NaN guard's manifest (`scrub.guard`): its records are named,
@@ -30,6 +31,8 @@ def default_manifest(dataset: str | Path) -> Path:
     directory, NAME the dataset's file or folder name, so that scans of different datasets
     from one folder do not overwrite each other's; beside the dataset when the working
     directory is inside it (scrub never writes into a dataset)."""
+    if is_url(dataset):  # an object's: in the working directory, named after it
+        return Path((PurePosixPath(str(dataset).split("://", 1)[1]).name or "dataset") + MANIFEST_SUFFIX)
     dataset = Path(dataset)
     resolved = dataset.resolve()
     name = (resolved if dataset.name in ("", ".", "..") else dataset).name or "dataset"

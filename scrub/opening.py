@@ -18,6 +18,7 @@ from scrub.errors import (
 from scrub.fingerprint import fingerprint
 from scrub.options import RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, open_reader
+from scrub.storage import is_url, location
 
 
 @dataclass
@@ -49,11 +50,11 @@ def open_dataset(
     can start meanwhile.
     """
     options = options_of(options, keywords)
-    path = Path(path)
-    if path.name in ("", ".", ".."):  # `scrub fix .` inside a dataset: outputs are named after it
-        path = path.resolve()
+    place: Path = location(path, options.read.storage)
+    if not is_url(place) and place.name in ("", ".", ".."):  # `scrub fix .` inside a dataset
+        place = place.resolve()  # outputs are named after it
     try:
-        reader = open_reader(path, options.read, options.origin)
+        reader = open_reader(place, options.read, options.origin)
     except UnusableDataset as error:
         raise UnopenedDataset(str(error)) from None
     if "max_length" in type(reader).options_used:  # flat token files: the window is what a record is
@@ -66,7 +67,7 @@ def open_dataset(
         raise UnopenedDataset(str(error), reader.format) from None
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
     taken = None if cached else fingerprint(reader, partitions, info.root)
-    return OpenedDataset(path, reader, info, partitions, taken)
+    return OpenedDataset(place, reader, info, partitions, taken)
 
 
 def options_of(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:

@@ -169,7 +169,7 @@ class FixOptions:
 def default_of(key: Key) -> Any:
     """Option ``key``'s value when not given: its field's default (None for the kinds given as
     text or lists on the command line, whose fields hold the parsed form)."""
-    if key.kind in ("ids", "paths", "severities", "range", "palette", "index"):
+    if key.kind in ("ids", "paths", "severities", "range", "palette", "index", "mapping"):
         return None
     if key.group == "replay" and key.name == "dummy-loss":
         return False  # the replay's own switch: ReplayOptions is there or not

@@ -3,6 +3,7 @@ whether a value came from a flag, a config file or an API keyword."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,11 @@ from scrub.keys import SEVERITY_LEVELS
 from scrub.optionkey import Key
 
 
+def _frozen(mapping: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A mapping as sorted pairs, nested mappings likewise: hashable, as frozen options are."""
+    return tuple(sorted((str(k), _frozen(v) if isinstance(v, Mapping) else v) for k, v in mapping.items()))
+
+
 def coerce(key: Key, value: Any, where: str) -> Any:
     """``value`` as the type ``key`` holds, or a `UsageError` naming ``where`` it came from
     (``--num-classes`` or ``scrub.toml:3: num-classes``)."""
@@ -19,6 +25,15 @@ def coerce(key: Key, value: Any, where: str) -> Any:
     def fail(expected: str) -> UsageError:
         return UsageError(f"{where}: expected {expected}, got {value!r}")
 
+    if key.kind == "mapping":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise fail("a JSON object") from None
+        if not isinstance(value, Mapping):
+            raise fail("a JSON object (a table in a config file)")
+        return _frozen(value)
     if key.kind == "bool":
         if not isinstance(value, bool):
             raise fail("true or false")

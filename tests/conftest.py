@@ -80,3 +80,68 @@ def isolated_check_registry():
         function = check.func or check.batch
         if function is not None:
             sys.modules.pop(function.__module__, None)  # so that the next import registers it again
+
+
+class S3Server:
+    """A real S3 server on loopback (moto's), with dummy credentials in the environment: the
+    tests' object storage. ``upload`` copies a local folder or file under a bucket's prefix."""
+
+    def __init__(self, endpoint: str) -> None:
+        import boto3
+
+        self.endpoint = endpoint
+        self.client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        self.buckets: set[str] = set()
+
+    @property
+    def storage_options(self) -> dict:
+        return {"endpoint_url": self.endpoint}
+
+    def bucket(self, name: str) -> str:
+        if name not in self.buckets:
+            self.client.create_bucket(Bucket=name)
+            self.buckets.add(name)
+        return name
+
+    def upload(self, source: Path, bucket: str, prefix: str = "") -> str:
+        """``source`` (a file or a folder, recursively) under ``s3://bucket/prefix``; its URL."""
+        self.bucket(bucket)
+        files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+        for file in files:
+            relative = file.name if source.is_file() else file.relative_to(source).as_posix()
+            key = f"{prefix.strip('/')}/{relative}" if prefix.strip("/") else relative
+            self.client.put_object(Bucket=bucket, Key=key, Body=file.read_bytes())
+        return f"s3://{bucket}/{prefix.strip('/')}" if prefix.strip("/") else f"s3://{bucket}"
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """Moto's S3 server on 127.0.0.1 (a free port), started once for the session and stopped
+    after it; skipped where moto, boto3 or s3fs are not installed."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("boto3")
+    server_module = pytest.importorskip("moto.server")
+    import os
+
+    saved = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="scrub-test", AWS_SECRET_ACCESS_KEY="scrub-test", AWS_DEFAULT_REGION="us-east-1"
+    )
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(f"http://{host}:{port}")
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -88,6 +88,7 @@ def test_every_key_lands_in_the_model(tmp_path):
         "range": "0:3",
         "index": 254,
         "palette": "voc",
+        "mapping": {"endpoint_url": "http://127.0.0.1:9"},
     }
     for name, key in KEYS.items():
         value = (

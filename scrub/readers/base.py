@@ -30,12 +30,17 @@ from scrub.errors import UnusableDataset, UsageError
 from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
 from scrub.records import Batch, Carries, Issue, Record
+from scrub.storage import is_url, location, read_file, remote_errors
 
 #: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
 #: of entries); small and picklable, and ``len()`` is its number of records.
 PartitionT = TypeVar("PartitionT", bound=Sized)
 #: (key, file path, context, content hash) of a record, for the result cache (`Reader.cache_entries`)
 CacheEntry = tuple[str, str | None, str, bytes | None]
+
+
+#: `ReadOptions` fields that are not a reader's options (nor recorded with a scan)
+NOT_READERS = ("format", "own", "storage_options")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class ReadOptions:
     data_key: str | None = None  # the field, dataset, column or member of the data (per format)
     label_key: str | None = None  # the field, dataset, column or member of the labels (per format)
     format: str | None = None  # force a reader (default: the first whose sniff accepts the path)
+    #: fsspec's options for URLs (endpoint, profile...; ``{"s3": {...}}`` for one protocol): where
+    #: the data lives, not what a record is, so neither a reader's option nor recorded (secrets)
+    storage_options: tuple[tuple[str, Any], ...] = ()
     #: the record size of flat token files (`--max-length`, a checking option): set by
     #: `scrub.opening` only for a reader whose ``options_used`` holds it, and recorded only when
     #: set (it decides what a record is there, and nowhere else)
@@ -75,14 +83,19 @@ class ReadOptions:
         shared = {
             item.name: getattr(self, item.name)
             for item in fields(self)
-            if item.name not in ("format", "own") and getattr(self, item.name) != getattr(default, item.name)
+            if item.name not in NOT_READERS and getattr(self, item.name) != getattr(default, item.name)
         }
         return shared | {name: value for name, value in self.own if value != getattr(default, name)}
+
+    @property
+    def storage(self) -> dict[str, Any]:
+        """`storage_options` as fsspec takes them (nested tables as dicts)."""
+        return _unfrozen(self.storage_options)
 
     def recorded(self, format: str) -> dict[str, Any]:
         """What decides what a record is, as a scan records it and its fingerprint hashes it:
         the format read and every reading option, the formats' own included (paths as text)."""
-        names = [item.name for item in fields(self) if item.name not in ("format", "own")]
+        names = [item.name for item in fields(self) if item.name not in NOT_READERS]
         names += [key.attribute for key in FORMAT_KEYS.values()]
         return {"format": format} | {
             name: str(value) if isinstance(value, Path) else value
@@ -90,6 +103,13 @@ class ReadOptions:
             for value in [getattr(self, name)]
             if name != "max_length" or value is not None
         }
+
+
+def _unfrozen(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    return {
+        key: _unfrozen(value) if isinstance(value, tuple) and value and isinstance(value[0], tuple) else value
+        for key, value in pairs
+    }
 
 
 @dataclass
@@ -289,7 +309,7 @@ def open_reader(
         return _applicable(reader_class(options.format), path, options, origin)
     *specific, catch_all = format_names(plugins=False)  # the last (images) takes any folder
     for name in specific:
-        if reader_class(name).sniff(path):
+        if _sniffs(reader_class(name), path):
             return _applicable(reader_class(name), path, options, origin)
     if reader_class(catch_all).holds_dataset(path):  # a folder of images, a list file
         return _applicable(reader_class(catch_all), path, options, origin)
@@ -307,6 +327,10 @@ def open_reader(
 def names_dataset(path: Path) -> bool:
     """Whether ``path`` exists, or is the prefix a format names its dataset by (`Reader.prefix_files`:
     ``data/my_text_document`` for ``my_text_document.bin`` and ``.idx``)."""
+    if is_url(path):
+        with remote_errors(path):
+            return bool(path.exists())
+        return False  # not reached: an error is raised as one line
     if path.exists():
         return True
     for name in format_names(plugins=False):
@@ -343,26 +367,6 @@ def extension_of(key: str) -> str:
     """A key's extension as written (``.JPEG``), exactly as `format-mismatch` judges (in lower
     case) and names it (as written): a cached verdict depends on both."""
     return posixpath.splitext(key)[1]
-
-
-def read_file(path: str) -> bytes:
-    """A whole file by one open, one fstat and (usually) one read: ``open(path, "rb").read()``
-    costs more a file (its buffer and a last read to find the end), a sizeable share of reading a
-    small JPEG from the page cache (see docs/benchmarks.md, "Design measurements"). A file that
-    grows or shrinks meanwhile is read to its end."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        size = os.fstat(descriptor).st_size
-        data = os.read(descriptor, size + 1)
-        if len(data) == size:  # a regular file's read stops short only at its end
-            return data
-        parts = [data]
-        while data:
-            data = os.read(descriptor, 1 << 20)
-            parts.append(data)
-        return b"".join(parts)
-    finally:
-        os.close(descriptor)
 
 
 #: How many files `ReadAhead` announces to the kernel ahead of the one being read
@@ -541,6 +545,9 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
     found = Datasets([])
     for argument in arguments:
         text = str(argument)
+        if is_url(argument):
+            _urls_in(text, options, found)
+            continue
         path = Path(text)
         if not path.exists() and BRACES.search(text):
             for named in _brace_paths(text):
@@ -556,9 +563,9 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
                     found.skipped.append(match)
         else:
             _datasets_in(path, options, found)
-    unique: dict[Path, Path] = {}
+    unique: dict[Any, Path] = {}
     for path in found.paths:
-        unique.setdefault(path.resolve(), path)
+        unique.setdefault(str(path) if is_url(path) else path.resolve(), path)
     if options.labels is not None and Path(options.labels).resolve() in unique:
         found.labels.append(unique.pop(Path(options.labels).resolve()))  # not data: the data's labels
     found.paths = list(unique.values())
@@ -569,6 +576,32 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
             f"named ({names}): name the data file alone"
         )
     return found
+
+
+def _urls_in(text: str, options: ReadOptions, found: Datasets) -> None:
+    """A URL argument: one object or prefix, a brace pattern of shards, or a glob (fsspec's)."""
+    place = location(text, options.storage)
+    if BRACES.search(text):
+        from braceexpand import braceexpand
+
+        places = [location(url, options.storage) for url in braceexpand(text)]
+        with remote_errors(place):
+            missing = [url for url in places if not url.exists()]
+        if missing:
+            raise UnusableDataset(
+                f"{text}: {missing[0]} does not exist ({len(missing)} of the {len(places)} objects this "
+                "pattern names are missing)"
+            )
+        found.paths += places
+    elif GLOB_CHARACTERS & set(text.split("://", 1)[1]):
+        with remote_errors(place):
+            matches = sorted(place.fs.glob(place.path))
+        if not matches:
+            raise UnusableDataset(f"{text}: no object matches this pattern")
+        protocol = text.split("://", 1)[0]
+        found.paths += [location(f"{protocol}://{match}", options.storage) for match in matches]
+    else:
+        found.paths.append(place)
 
 
 def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
@@ -611,6 +644,19 @@ def is_dataset(path: Path) -> bool:
     """Whether a child of a folder of datasets is one (`Reader.holds_dataset`: an image folder
     needs an image in it)."""
     return any(reader_class(name).holds_dataset(path) for name in format_names(plugins=False))
+
+
+def _sniffs(cls: type[Reader], path: Any) -> bool:
+    """Whether ``cls`` takes ``path``; for an object of a bucket, a reader whose sniffing needs a
+    local file (``os`` calls, memory maps) does not take it: it fails instead of answering."""
+    if not is_url(path):
+        return cls.sniff(path)
+    with remote_errors(path):
+        try:
+            return cls.sniff(path)
+        except (TypeError, NotImplementedError, AttributeError):
+            return False
+    return False  # not reached: an error is raised as one line
 
 
 def _applicable(cls: type[Reader], path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
