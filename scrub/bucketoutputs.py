@@ -49,8 +49,8 @@ LEASE_REFRESH = 30.0
 #: a lease not renewed for this long belongs to a run that is gone (seconds; another host's run
 #: cannot be asked whether its process lives)
 LEASE_EXPIRY = 15 * 60.0
-#: test-only: seconds to wait before each object is uploaded, so that a test can kill a run
-#: while it stages (see tests/test_s3_fix.py)
+#: test-only: seconds to wait after each object is uploaded or copied, so that a test can kill a
+#: run while it stages or copies (see tests/test_s3_fix.py)
 PAUSE_VARIABLE = "SCRUB_TEST_UPLOAD_PAUSE"
 
 
@@ -104,8 +104,7 @@ class BucketOutput:
         must exist (a missing one, or missing credentials, is one line)."""
         bucket = self.key.split("/", 1)[0]
         with remote_errors(self.destination):
-            if not self.fs.exists(bucket):
-                raise FileNotFoundError(bucket)
+            self.fs.info(bucket)  # not `exists`, which answers False without credentials
         remove_abandoned(self.destination)
         if self.exists() and not self.force:
             raise UsageError(
@@ -127,14 +126,12 @@ class BucketOutput:
         self._write_lease("uploading")
         self._heartbeat = threading.Thread(target=self._renew, name="scrub-lease", daemon=True)
         self._heartbeat.start()
-        pause = float(os.environ.get(PAUSE_VARIABLE) or 0)
         with remote_errors(self.destination):
             for path, name in self.files:
-                if pause:
-                    time.sleep(pause)
                 staged = self._staged(name)
                 self.fs.put_file(str(path), staged)
                 self.etags[name] = _check_object(self.fs, staged, path, self.destination, self.what)
+                _test_pause()
 
     def commit(self) -> None:
         """Copy the staged objects to the destination (replacing an old one with ``--force``),
@@ -151,6 +148,7 @@ class BucketOutput:
                 final = self._final(name)
                 self.fs.copy(self._staged(name), final)
                 _check_object(self.fs, final, path, self.destination, self.what, self.etags[name])
+                _test_pause()
             self._write_lease("copied")
             self._stop_heartbeat()
             _remove_staging(self.fs, self.staging)
@@ -199,6 +197,13 @@ class BucketOutput:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+
+
+def _test_pause() -> None:
+    """Wait `PAUSE_VARIABLE` seconds (tests only: to kill a run between two uploads or copies)."""
+    pause = float(os.environ.get(PAUSE_VARIABLE) or 0)
+    if pause > 0:
+        time.sleep(pause)
 
 
 def remove_abandoned(destination: Location) -> list[str]:
