@@ -157,7 +157,12 @@ class BucketOutput:
         self._remove_scratch()
 
     def discard(self) -> None:
+        """Remove what this run put in the bucket: the staging, and the copies of a failed copy phase."""
         self._stop_heartbeat()
+        if self.staging is not None and self._lease.get("phase") == "copying":
+            for _, name in self.files:
+                with contextlib.suppress(Exception):
+                    self.fs.rm_file(self._final(name))
         if self.staging is not None:
             with contextlib.suppress(Exception):  # the next run removes it by its lease
                 _remove_staging(self.fs, self.staging)
