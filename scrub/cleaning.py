@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
@@ -36,6 +38,7 @@ from scrub.paths import is_within, overlaps
 from scrub.records import Severity
 from scrub.reuse import reused_verdicts
 from scrub.scanning.run import ScanResult, scan_dataset
+from scrub.storage import Location, is_url, location
 from scrub.summary import Progress
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 
@@ -49,10 +52,10 @@ QUARANTINE_MANIFEST = "manifest.jsonl"
 class FixResult:
     """A finished fix: where things went, and the verification."""
 
-    clean: Path  # the cleaned copy
-    dataset: Path  # what to scan inside it (a list layout's list file)
-    quarantine: Path | None  # the quarantine folder, when one was written
-    manifest: Path  # the manifest the verdicts came from (inside the quarantine when written)
+    clean: Location  # the cleaned copy (a `UPath` in object storage)
+    dataset: Location  # what to scan inside it (a list layout's list file)
+    quarantine: Location | None  # the quarantine folder, when one was written
+    manifest: Location  # the manifest the verdicts came from (inside the quarantine when written)
     report: dict[str, Any]  # what fix.json and --json hold under "fix"
     scan_summary: dict[str, Any]  # the scan's summary (fresh, or from the reused scan record)
     scan: ScanResult | None = field(default=None, repr=False)
@@ -71,8 +74,8 @@ def fix(
     options: FixOptions | None = None,
     *,
     progress: Callable[[Progress], None] | None = None,
-    out_folder: Path | None = None,
-    quarantine_folder: Path | None = None,
+    out_folder: Location | None = None,
+    quarantine_folder: Location | None = None,
     extra_notes: Sequence[str] = (),
     **keywords: Any,
 ) -> FixResult:
@@ -112,6 +115,8 @@ def fix(
     )
     try:
         writer = writer_for(dataset, scan_options.run)
+        if options.link and any(is_url(place) for place in (options.out, options.quarantine_dir) if place):
+            raise UsageError("--link: hard-links kept files on one disk; object storage holds no links")
         if options.link and not writer.links:
             raise UsageError(
                 f"--link: hard-links the kept files of image folders and lists; {dataset.path} "
@@ -124,6 +129,7 @@ def fix(
             options.quarantine,
             options.quarantine_dir or _inside_folder(quarantine_folder, f"{writer.base_name()}.quarantine"),
             options.force,
+            scan_options.read.storage,
         )
         scan_result = None
         reused = reused_verdicts(manifests, dataset, scan_options) if manifests else None
@@ -182,7 +188,7 @@ def fix(
                 "source_path": os.path.abspath(dataset.path),  # restore finds it from anywhere
                 "format": dataset.reader.format,
                 **outputs.describe(),
-                "clean_path": os.path.abspath(outputs.clean.destination),
+                "clean_path": _absolute(outputs.clean.destination),
                 "manifest": str(
                     outputs.final_manifest
                     or (manifest if keepalive is None else " and ".join(map(str, manifests)))
@@ -208,7 +214,7 @@ def fix(
             outputs.commit(report)
         except BaseException as error:
             outputs.discard()
-            if isinstance(error, Exception) and not isinstance(error, ScrubError):
+            if isinstance(error, Exception) and not isinstance(error, ScrubError) and not outputs.remote:
                 failed = write_failure(
                     error,
                     outputs.clean.destination,
@@ -224,7 +230,9 @@ def fix(
         clean=outputs.clean.destination,
         dataset=writer.dataset_in(outputs.clean.destination),
         quarantine=outputs.quarantine.destination if outputs.quarantine else None,
-        manifest=Path(report["manifest"]) if keepalive is None else Path(manifests[0]),
+        manifest=location(report["manifest"], scan_options.read.storage)
+        if keepalive is None
+        else Path(manifests[0]),
         report=report,
         scan_summary=scan_summary,
         scan=scan_result,
@@ -261,6 +269,7 @@ def fix_many(
         names[name] = Path(path)
     results = []
     unopened: list[str] = []
+    storage = options.scan.read.storage
     for path, own in datasets:
         own = replace(
             own,
@@ -273,8 +282,10 @@ def fix_many(
                 path,
                 own,
                 progress=progress,
-                out_folder=Path(options.out) if options.out else None,
-                quarantine_folder=Path(options.quarantine_dir) if options.quarantine_dir else None,
+                out_folder=location(options.out, storage) if options.out else None,
+                quarantine_folder=location(options.quarantine_dir, storage)
+                if options.quarantine_dir
+                else None,
             )
         except UnopenedDataset as error:
             if len(datasets) == 1:
@@ -321,7 +332,8 @@ def _check_space(dataset: OpenedDataset, outputs: "_Outputs", linked: bool) -> N
     none). Failing half-way costs more (HDF5 cannot even close a file on a full disk)."""
     facts = dataset.fingerprint or {}
     needed = 0 if linked else int(facts.get("bytes") or 0)  # hard links need no room
-    free = free_bytes(outputs.clean.destination)
+    staged = outputs.clean.scratch if isinstance(outputs.clean, BucketOutput) else outputs.clean.destination
+    free = free_bytes(staged or Path(tempfile.gettempdir()))  # a bucket's outputs are staged here first
     if free is not None and needed > free:
         raise OutputError(
             f"no space left on device writing the cleaned copy {outputs.clean.destination}: the outputs need "
@@ -334,8 +346,12 @@ def _mib(count: int) -> str:
     return f"{count / (1 << 20):,.1f} MiB"
 
 
-def _inside_folder(folder: Path | None, name: str) -> Path | None:
+def _inside_folder(folder: Location | None, name: str) -> Location | None:
     return folder / name if folder is not None else None
+
+
+def _absolute(place: Location) -> str:
+    return str(place) if is_url(place) else os.path.abspath(place)
 
 
 class _Outputs:
@@ -349,26 +365,31 @@ class _Outputs:
         quarantine: bool,
         quarantine_dir: str | Path | None,
         force: bool,
+        storage: dict[str, Any] | None = None,
     ) -> None:
         self.writer = writer
-        clean_path = Path(out) if out else dataset.path.parent / writer.clean_name()
+        clean_path = location(out, storage) if out else dataset.path.parent / writer.clean_name()
         if clean_path.suffix in writer.output_suffixes:  # --out NAME.bin of a pair: its prefix NAME
             clean_path = clean_path.with_suffix("")
         quarantine_path = None
         if quarantine:
             quarantine_path = (
-                Path(quarantine_dir)
+                location(quarantine_dir, storage)
                 if quarantine_dir
                 else clean_path.parent / f"{writer.base_name()}.quarantine"
             )
         _refuse_overlaps(dataset, clean_path, quarantine_path)
-        self.clean = StagedOutput(
+        self.clean: StagedOutput | BucketOutput = _staged(
             clean_path, force=force, what="cleaned copy", suffixes=writer.output_suffixes
         )
-        self.quarantine = None
+        self.quarantine: StagedOutput | BucketOutput | None = None
         if quarantine_path is not None:
-            orphan = _is_orphan(quarantine_path, clean_path, dataset, writer.output_suffixes)
-            self.quarantine = StagedOutput(quarantine_path, force=force or orphan, what="quarantine")
+            orphan = not is_url(quarantine_path) and _is_orphan(
+                quarantine_path, clean_path, dataset, writer.output_suffixes
+            )
+            self.quarantine = _staged(quarantine_path, force=force or orphan, what="quarantine")
+        #: whether an output goes to object storage (staged locally, then uploaded: `scrub.bucketoutputs`)
+        self.remote = any(isinstance(output, BucketOutput) for output in (self.clean, self.quarantine))
         for output in (self.clean, self.quarantine):
             if output is not None:
                 output.check()
@@ -378,7 +399,7 @@ class _Outputs:
     def stage(self) -> None:
         if self.quarantine is not None:
             self.folder = self.quarantine.stage()
-            self.folder.mkdir()
+            self.folder.mkdir()  # the quarantine is always a folder
         self.clean_target = self.clean.stage()
 
     @property
@@ -415,6 +436,10 @@ class _Outputs:
         if self.quarantine is not None:
             assert self.folder is not None  # staged with the quarantine
             (self.folder / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        for output in (self.quarantine, self.clean):  # into object storage: every object staged first
+            if isinstance(output, BucketOutput):
+                output.upload()
+        if self.quarantine is not None:
             self.quarantine.commit()
         self.clean.commit()
 
@@ -452,9 +477,25 @@ def _verify(
 def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | None) -> None:
     """Outputs must not be, contain or lie inside the source: fix never touches it (and
     ``--force`` would delete what an output replaces)."""
-    source = os.path.realpath(dataset.path)
     outputs = [("--out", clean)] + ([("--quarantine-dir", quarantine)] if quarantine is not None else [])
+    for option, output in outputs:  # in object storage: by their keys (a source there is one prefix)
+        if (
+            is_url(output)
+            and is_url(dataset.path)
+            and (_within_prefix(output, dataset.path) or _within_prefix(dataset.path, output))
+        ):
+            raise UsageError(
+                f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path"
+            )
+    both_remote = quarantine is not None and is_url(clean) and is_url(quarantine)
+    if both_remote and (_within_prefix(clean, quarantine) or _within_prefix(quarantine, clean)):
+        raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
+    if is_url(dataset.path):
+        return  # a local output cannot overlap it
+    source = os.path.realpath(dataset.path)
     for option, output in outputs:
+        if is_url(output):
+            continue  # cannot overlap the source on this machine
         target = os.path.realpath(output)
         if is_within(source, target) or (dataset.path.is_dir() and is_within(target, source)):
             raise UsageError(
@@ -470,8 +511,27 @@ def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | Non
             )
         ):
             raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
-    if quarantine is not None and overlaps(clean, quarantine):
+    if (
+        quarantine is not None
+        and not is_url(clean)
+        and not is_url(quarantine)
+        and overlaps(clean, quarantine)
+    ):
         raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
+
+
+def _within_prefix(inner: Location, outer: Location) -> bool:
+    inner_key, outer_key = str(inner).rstrip("/"), str(outer).rstrip("/")
+    return inner_key == outer_key or inner_key.startswith(outer_key + "/")
+
+
+def _staged(destination: Location, **keywords: Any) -> StagedOutput | BucketOutput:
+    """The staging of an output on a disk (renamed into place) or in object storage (copied)."""
+    return (
+        BucketOutput(destination, **keywords)
+        if is_url(destination)
+        else StagedOutput(destination, **keywords)
+    )
 
 
 def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset, suffixes: tuple[str, ...] = ()) -> bool:

@@ -71,7 +71,7 @@ def key_option(name: str, command: str, panel: bool = True) -> object:
 
     key = KEYS[name]
     kind = key.fix_kind if command == "fix" and key.fix_kind else key.kind
-    base: Any = {"int": int, "float": float, "bool": bool, "path": Path}.get(key.kind, str)
+    base: Any = {"int": int, "float": float, "bool": bool}.get(key.kind, str)  # paths as text: URLs too
     if key.choices:
         choices = Enum(key.attribute.title().replace("_", ""), [(c, c) for c in key.choices], type=str)  # type: ignore[misc]
         base = choices
@@ -87,6 +87,7 @@ def key_option(name: str, command: str, panel: bool = True) -> object:
         key.switch or key.flag,
         *([key.short] if key.short else []),
         help=help_text(text),
+        metavar="PATH" if key.kind == "path" else None,
         rich_help_panel=PANELS[key.group] if panel else None,
     )
     return Annotated[annotation, option]

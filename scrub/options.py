@@ -151,9 +151,9 @@ class FixOptions:
     """Everything `scrub fix` is told: the scan's options plus where the outputs go."""
 
     scan: ScanOptions = field(default_factory=ScanOptions)
-    out: Path | None = None
+    out: Path | str | None = None  # text: a URL (`scrub.optionvalues.URL_KEYS`)
     quarantine: bool = False
-    quarantine_dir: Path | None = None
+    quarantine_dir: Path | str | None = None
     #: reuse these instead of scanning: a scan's manifest, a NaN guard's, or both (their verdicts merged)
     manifest: tuple[Path, ...] = ()
     severity: str = "error"  # quarantine records with an issue at or above this

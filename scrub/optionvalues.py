@@ -11,6 +11,11 @@ from typing import Any
 from scrub.errors import UsageError
 from scrub.keys import SEVERITY_LEVELS
 from scrub.optionkey import Key
+from scrub.storage import is_url
+
+#: the path options that also take a URL of object storage (kept as text: a `Path` would fold
+#: ``s3://`` into ``s3:/``): fix's outputs (`scrub.bucketoutputs`)
+URL_KEYS = frozenset({"out", "quarantine-dir"})
 
 
 def _frozen(mapping: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -50,8 +55,8 @@ def coerce(key: Key, value: Any, where: str) -> Any:
             value = str(value)
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")
-        if key.kind == "path":
-            return Path(value)
+        if key.kind == "path":  # a URL where the option takes one (`scrub.storage`), else a path
+            return value if key.name in URL_KEYS and is_url(value) else Path(value)
     elif key.kind in ("ids", "paths"):
         if isinstance(value, str):
             value = (
