@@ -16,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scrub.cleaning import FIX_RECORD, QUARANTINE_MANIFEST, FixResult, fix
+from scrub.cleaning import FixResult, fix
 from scrub.errors import UnusableDataset, UsageError
+from scrub.fixoutputs import FIX_RECORD, QUARANTINE_MANIFEST
 from scrub.manifest import (
     ManifestWriter,
     read_json_record,

@@ -1,0 +1,211 @@
+"""Where `fix` writes: the cleaned copy and the quarantine, each staged until committed (renamed
+into place on a disk, copied into place in object storage: `scrub.bucketoutputs`), never
+overlapping the source, and a killed run's orphaned quarantine told apart from a user's."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from scrub.bucketoutputs import BucketOutput
+from scrub.errors import UsageError
+from scrub.fingerprint import fingerprint
+from scrub.manifest import scan_record_path
+from scrub.opening import OpenedDataset
+from scrub.outputs import StagedOutput
+from scrub.paths import is_within, overlaps
+from scrub.storage import Location, is_url, location
+from scrub.writers.base import Writer
+
+#: the record of a fix, in its quarantine (what `scrub restore` reads)
+FIX_RECORD = "fix.json"
+#: the manifest a fix quarantined by, in its quarantine
+QUARANTINE_MANIFEST = "manifest.jsonl"
+
+
+def inside_folder(folder: Location | None, name: str) -> Location | None:
+    return folder / name if folder is not None else None
+
+
+def absolute(place: Location) -> str:
+    return str(place) if is_url(place) else os.path.abspath(place)
+
+
+class FixOutputs:
+    """The cleaned copy and the quarantine folder: where they go, staged until committed."""
+
+    def __init__(
+        self,
+        dataset: OpenedDataset,
+        writer: Writer,
+        out: str | Path | None,
+        quarantine: bool,
+        quarantine_dir: str | Path | None,
+        force: bool,
+        storage: dict[str, Any] | None = None,
+    ) -> None:
+        self.writer = writer
+        clean_path = location(out, storage) if out else dataset.path.parent / writer.clean_name()
+        if clean_path.suffix in writer.output_suffixes:  # --out NAME.bin of a pair: its prefix NAME
+            clean_path = clean_path.with_suffix("")
+        quarantine_path = None
+        if quarantine:
+            quarantine_path = (
+                location(quarantine_dir, storage)
+                if quarantine_dir
+                else clean_path.parent / f"{writer.base_name()}.quarantine"
+            )
+        _refuse_overlaps(dataset, clean_path, quarantine_path)
+        self.clean: StagedOutput | BucketOutput = _staged(
+            clean_path, force=force, what="cleaned copy", suffixes=writer.output_suffixes
+        )
+        self.quarantine: StagedOutput | BucketOutput | None = None
+        if quarantine_path is not None:
+            orphan = not is_url(quarantine_path) and _is_orphan(
+                quarantine_path, clean_path, dataset, writer.output_suffixes
+            )
+            self.quarantine = _staged(quarantine_path, force=force or orphan, what="quarantine")
+        #: whether an output goes to object storage (staged locally, then uploaded: `scrub.bucketoutputs`)
+        self.remote = any(isinstance(output, BucketOutput) for output in (self.clean, self.quarantine))
+        for output in (self.clean, self.quarantine):
+            if output is not None:
+                output.check()
+        self.clean_target: Path | None = None
+        self.folder: Path | None = None  # the staged quarantine folder
+
+    def stage(self) -> None:
+        if self.quarantine is not None:
+            self.folder = self.quarantine.stage()
+            self.folder.mkdir()  # the quarantine is always a folder
+        self.clean_target = self.clean.stage()
+
+    @property
+    def quarantine_target(self) -> Path | None:
+        return self.folder / self.writer.quarantine_name() if self.folder else None
+
+    @property
+    def manifest_target(self) -> Path | None:
+        """Where a fresh scan writes its manifest: inside the staged quarantine."""
+        return self.folder / QUARANTINE_MANIFEST if self.folder else None
+
+    @property
+    def final_manifest(self) -> Path | None:
+        return self.quarantine.destination / QUARANTINE_MANIFEST if self.quarantine else None
+
+    def keep_manifest(self, manifest: Path) -> None:
+        """Copy a reused manifest (and its scan record) into the quarantine."""
+        target = self.manifest_target  # None without a quarantine
+        if target is not None:
+            shutil.copyfile(manifest, target)
+            shutil.copyfile(scan_record_path(manifest), scan_record_path(target))
+
+    def describe(self) -> dict[str, str | None]:
+        held = self.quarantine.destination if self.quarantine else None
+        return {
+            "clean": str(self.clean.destination),
+            "dataset": str(self.writer.dataset_in(self.clean.destination)),
+            "quarantine": str(held) if held else None,
+            "quarantined_dataset": str(held / self.writer.quarantine_name()) if held else None,
+        }
+
+    def commit(self, report: dict[str, Any]) -> None:
+        """The quarantine first (with the fix record), then the cleaned copy: see `_is_orphan`."""
+        if self.quarantine is not None:
+            assert self.folder is not None  # staged with the quarantine
+            (self.folder / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        for output in (self.quarantine, self.clean):  # into object storage: every object staged first
+            if isinstance(output, BucketOutput):
+                output.upload()
+        if self.quarantine is not None:
+            self.quarantine.commit()
+        self.clean.commit()
+
+    def discard(self) -> None:
+        for output in (self.clean, self.quarantine):
+            if output is not None:
+                output.discard()
+
+
+def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | None) -> None:
+    """Outputs must not be, contain or lie inside the source: fix never touches it (and
+    ``--force`` would delete what an output replaces)."""
+    outputs = [("--out", clean)] + ([("--quarantine-dir", quarantine)] if quarantine is not None else [])
+    for option, output in outputs:  # in object storage: by their keys (a source there is one prefix)
+        if (
+            is_url(output)
+            and is_url(dataset.path)
+            and (_within_prefix(output, dataset.path) or _within_prefix(dataset.path, output))
+        ):
+            raise UsageError(
+                f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path"
+            )
+    both_remote = quarantine is not None and is_url(clean) and is_url(quarantine)
+    if both_remote and (_within_prefix(clean, quarantine) or _within_prefix(quarantine, clean)):
+        raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
+    if is_url(dataset.path):
+        return  # a local output cannot overlap it
+    source = os.path.realpath(dataset.path)
+    for option, output in outputs:
+        if is_url(output):
+            continue  # cannot overlap the source on this machine
+        target = os.path.realpath(output)
+        if is_within(source, target) or (dataset.path.is_dir() and is_within(target, source)):
+            raise UsageError(
+                f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path"
+            )
+        if (
+            os.path.lexists(output)
+            and overlaps(output, dataset.info.root)
+            and any(
+                is_within(os.path.abspath(member), os.path.abspath(output), itself=False)
+                or is_within(os.path.realpath(member), target, itself=False)
+                for member in dataset.reader.members(dataset.partitions)
+            )
+        ):
+            raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
+    if (
+        quarantine is not None
+        and not is_url(clean)
+        and not is_url(quarantine)
+        and overlaps(clean, quarantine)
+    ):
+        raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
+
+
+def _within_prefix(inner: Location, outer: Location) -> bool:
+    inner_key, outer_key = str(inner).rstrip("/"), str(outer).rstrip("/")
+    return inner_key == outer_key or inner_key.startswith(outer_key + "/")
+
+
+def _staged(destination: Location, **keywords: Any) -> StagedOutput | BucketOutput:
+    """The staging of an output on a disk (renamed into place) or in object storage (copied)."""
+    return (
+        BucketOutput(destination, **keywords)
+        if is_url(destination)
+        else StagedOutput(destination, **keywords)
+    )
+
+
+def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset, suffixes: tuple[str, ...] = ()) -> bool:
+    """A quarantine left by a fix of this same dataset that was killed between renaming the
+    quarantine and the cleaned copy into place: safe to replace without --force."""
+    try:
+        record = json.loads((quarantine / FIX_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(record, dict)
+        and os.path.abspath(str(record.get("clean"))) == os.path.abspath(clean)
+        and not StagedOutput(clean, force=False, what="", suffixes=suffixes).exists()
+        and (record.get("fingerprint") or {}).get("digest") == fingerprint_now(dataset)["digest"]
+    )
+
+
+def fingerprint_now(dataset: OpenedDataset) -> dict[str, Any]:
+    """The dataset's fingerprint, taken here when opening left it to a cached scan's lookups."""
+    if dataset.fingerprint is not None:
+        return dataset.fingerprint
+    return fingerprint(dataset.reader, dataset.partitions, dataset.info.root)
