@@ -95,6 +95,12 @@ def open_raw(path: str) -> IO[bytes]:
     return open(path, "rb", buffering=1 << 20)
 
 
+def stored_size(path: str) -> int:
+    """A file's size as stored (through `open_raw`, as every access)."""
+    with open_raw(path) as file:
+        return file.seek(0, 2)
+
+
 def header_ok(head: bytes) -> bool:
     """Whether 12 bytes are a TFRecord header (the length's CRC checks out)."""
     return len(head) == HEADER and masked_crc(head[:8]) == struct.unpack_from("<I", head, 8)[0]

@@ -33,7 +33,6 @@ a GZIP file is one partition, read forward (counting its records decompresses it
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from scrub.readers.tfframes import (
     first_bytes,
     header_ok,
     open_records,
+    stored_size,
     walk_frames,
 )
 from scrub.readers.tokenfields import IDS, TEXT_FIELDS, fill_record
@@ -170,7 +170,7 @@ class TFRecordReader(Reader[FrameSpan]):
         """The file's partitions, found by walking its headers (a compressed file: one)."""
         path, source = str(file), file.name
         gzipped = first_bytes(path)[1]
-        size = None if gzipped else os.path.getsize(path)
+        size = None if gzipped else stored_size(path)
         spans: list[FrameSpan] = []
         first: Frame | None = None
         count = records = 0

@@ -30,6 +30,7 @@ from scrub.readers.tfframes import (
     Frame,
     first_bytes,
     open_records,
+    stored_size,
     walk_frames,
 )
 from scrub.readers.tfrecord import TFRecordReader
@@ -166,7 +167,7 @@ def _frames(
     """Every frame of a file with what the ledger tallies of it, each written to ``target(frame)``
     (None: nowhere) before the next is read: its bytes, or for a frame that ends the framing (the
     rest of the file, read and written in chunks) a digest of them."""
-    size = None if gzipped else path.stat().st_size
+    size = None if gzipped else stored_size(str(path))
     with open_records(str(path), gzipped) as stream:
         for frame in walk_frames(stream, size=size):
             output = target(frame)
