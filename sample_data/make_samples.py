@@ -577,6 +577,49 @@ def make_tokenbin(root: Path) -> None:
     (root / "fineweb_train_000001.bin").write_bytes(header.tobytes() + tokens.tobytes())
 
 
+def make_tfrecord(root: Path) -> None:
+    """Two TFRecord shards of 6 ``tf.Example`` records (TFDS's ``image/encoded``,
+    ``image/class/label`` and a float ``bbox``), named as TFDS names shards: a truncated and a
+    bit-flipped JPEG, label 12 (with --num-classes 10), a NaN box, a record that is not an
+    Example, one whose data fails its CRC; the second shard was cut short inside its last record."""
+    import sys
+
+    sys.path.insert(0, str(HERE.parent))
+    from scrub.readers.tfexample import serialize_example
+    from scrub.readers.tfframes import frame
+
+    root.mkdir(parents=True)
+    for shard in range(2):
+        frames = []
+        for i in range(6):
+            n = shard * 6 + i
+            image = encode(picture(400 + n).resize((24, 24)))
+            features = {
+                "image/encoded": ("bytes", [image]),
+                "image/class/label": ("int64", [n % 10]),
+                "bbox": ("float", [0.1, 0.2, 0.5, 0.6]),
+            }
+            if n == 1:
+                features["image/encoded"] = ("bytes", [image[: len(image) // 2]])  # corrupt-image
+            if n == 2:
+                features["image/encoded"] = ("bytes", [bit_flipped_jpeg(402)])  # corrupt-image
+            if n == 3:
+                features["image/class/label"] = ("int64", [12])  # label-out-of-range
+            if n == 4:
+                features["bbox"] = ("float", [0.1, float("nan"), 0.5, 0.6])  # nonfinite-data
+            data = serialize_example(features)
+            if n == 7:
+                data = b"\x0a\xff\x01not an Example"  # malformed-record
+            framed = bytearray(frame(data))
+            if n == 8:
+                framed[40] ^= 0x10  # record-crc-mismatch: a flipped bit in the data
+            frames.append(bytes(framed))
+        data = b"".join(frames)
+        if shard == 1:
+            data = data[: len(data) - 200]  # truncated-record: the last record is cut short
+        (root / f"train.tfrecord-{shard:05d}-of-00002").write_bytes(data)
+
+
 def main() -> None:
     for name, make in [
         ("images", make_image_folder),
@@ -595,6 +638,7 @@ def main() -> None:
         ("jsonl", make_jsonl),
         ("megatron", make_megatron),
         ("tokenbin", make_tokenbin),
+        ("tfrecord", make_tfrecord),
     ]:
         target = HERE / name
         if target.exists() or target.is_symlink():

@@ -263,6 +263,13 @@ for _row in (
         "token file",
         holds="a flat token file (nanoGPT's uint16 .bin, llm.c's shards), read in --max-length windows",
     ),
+    Format(
+        "tfrecord",
+        "scrub.readers.tfrecord:TFRecordReader",
+        "scrub.writers.tfrecord:TFRecordWriter",
+        "TFRecord",
+        holds="a TFRecord file of tf.Example records (.tfrecord, TFDS shards, GZIP too) or a folder of them",
+    ),
     # last: its reader takes any folder
     Format(
         "images",

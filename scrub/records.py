@@ -53,6 +53,7 @@ class Carries(str, Enum):
     MASKS = "masks"  # segmentation masks
     BOXES = "boxes"  # detection boxes
     SAMPLES = "samples"  # WebDataset samples
+    FRAMES = "frames"  # records framed with checksums (TFRecord)
     TOKENS = "tokens"  # token sequences and the texts they are tokenized from (language models)
     #: token records a trainer takes whole, one a sample (JSON Lines, token columns, MDS): not the
     #: documents of a store that training packs into samples of its own (Megatron, nanoGPT)
@@ -81,6 +82,7 @@ _DESCRIBED = {
     Carries.REPLAY: "--dummy-loss replay",
     Carries.LABEL_VECTORS: "label vectors",
     Carries.TOKENS: "token sequences or texts",
+    Carries.FRAMES: "checksummed record frames (TFRecord)",
     Carries.SEQUENCES: "training sequences (a packed store's documents are not: their trainer packs them)",
 }
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)

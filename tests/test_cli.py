@@ -84,7 +84,8 @@ def test_json_summary_document(tmp_path):
         (["scan", SAMPLES / "images", "--label-range", "5:2"], "--label-range"),
         (["scan", SAMPLES / "images", "--select", "no-such-check"], "unknown check id"),
         (["scan", SAMPLES / "images", "--scheduler", "warp"], "unknown scheduler"),
-        (["scan", SAMPLES / "images", "--format", "tfrecord"], "unknown format"),
+        (["scan", SAMPLES / "images", "--format", "recordio"], "unknown format"),
+        (["scan", SAMPLES / "images", "--format", "tfrecord"], "no TFRecord files"),
         (["scan", SAMPLES / "images", "--format", "parquet"], "no .parquet files"),
         pytest.param(  # dask retries the connection for 10 s
             ["scan", SAMPLES / "images", "--scheduler", "tcp://127.0.0.1:1"],

@@ -107,6 +107,52 @@ DAMAGED_SHARD = reader_check(
     needs=Carries.SAMPLES,
 )
 
+RECORD_CRC_MISMATCH = reader_check(
+    "record-crc-mismatch",
+    Severity.ERROR,
+    """A TFRecord record whose length or data fails its CRC32C: its bytes are not what was written.
+
+    What it finds:
+        A record whose data does not match the masked CRC32C stored after it (bit rot, a bad
+        copy), or whose length does not match the CRC stored after the length. A bad length
+        leaves nothing to find the next record by: the rest of the file is that one record,
+        and the records before it are scanned (details: `part`, "data" or "length", `offset`).
+    Why it breaks training:
+        TensorFlow's reader raises `DataLossError` on it and ends the epoch (or, with
+        `ignore_errors()`, drops the rest of the file without a word); readers that skip CRCs
+        train on the damaged bytes.
+    Example:
+        Record 1,204 of `train.tfrecord-00003-of-00010` has one flipped bit in its JPEG.
+    What fix does:
+        Moves the record's frame to the quarantine byte for byte (for a bad length: the rest of
+        the file); the cleaned file keeps every other frame byte for byte.
+    """,
+    needs=Carries.FRAMES,
+)
+
+TRUNCATED_RECORD = reader_check(
+    "truncated-record",
+    Severity.ERROR,
+    """A TFRecord file that ends inside a record: the file was cut short.
+
+    What it finds:
+        A last record whose header or data runs past the end of the file (an interrupted write,
+        download or copy), or where a GZIP file's compressed stream ends or breaks. The
+        records before it are scanned; the cut one is keyed by the position it holds (details:
+        `offset`, `length`).
+    Why it breaks training:
+        TensorFlow's reader raises `DataLossError` ("truncated record") when it reaches the
+        end of the file, every epoch; a pipeline that ignores errors silently trains without
+        it.
+    Example:
+        `train-00007-of-00010` stops 6 KB into record 811, which claims 48 KB.
+    What fix does:
+        Moves what there is of the record to the quarantine; the cleaned file ends cleanly after
+        the record before it.
+    """,
+    needs=Carries.FRAMES,
+)
+
 UNREADABLE_DATASET = reader_check(
     "unreadable-dataset",
     Severity.ERROR,

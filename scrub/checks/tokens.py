@@ -431,7 +431,7 @@ reader_check(
         A JSON Lines line that does not parse (a cut-off write, a stray log line), a value that
         is not an object, a record with none of the fields a language-model record has (`text`,
         `messages`, `prompt`/`completion`, `input_ids`), or one whose `input_ids` are not
-        integers.
+        integers; a TFRecord record that is not a `tf.Example`, or has no feature to train on.
     Why it breaks training:
         A loader raises on it mid-epoch (`json.JSONDecodeError`, a collator's `KeyError`),
         hours into a run, or a trainer that skips it silently trains on less than you think.
@@ -440,7 +440,7 @@ reader_check(
     What fix does:
         Moves the record to the quarantine, as its bytes: nothing is lost.
     """,
-    needs=Carries.TOKENS,
+    needs=Carries.ANY,  # not only language-model records: TFRecord's Examples too
 )
 
 

@@ -63,6 +63,7 @@ SAMPLES_BY_FORMAT = [
     Sample("megatron", "megatron", "my_text_document", {"vocab_size": 1000, "max_length": 64}),  # a prefix
     Sample("tokenbin", "tokenbin", "train.bin", {"vocab_size": 1000, "max_length": 64}),
     Sample("tokenbin", "tokenbin", "fineweb_train_000001.bin", {"vocab_size": 1000, "max_length": 64}),
+    Sample("tfrecord", "tfrecord", "", {"num_classes": 10}),  # TFDS shard names, one cut short
 ]
 
 

@@ -1,0 +1,402 @@
+"""TFRecord files of ``tf.Example`` records (TensorFlow, TFDS, DALI pipelines): one file, or a
+folder of them (its files directly inside; a glob or brace pattern names several datasets).
+
+A file is TFRecord by its name (``.tfrecord``, ``.tfrecords``, ``.tfrec``, a ``.gz`` of one,
+TFDS's ``name.tfrecord-00000-of-00010``), or by its first record's header where its name is
+only a shard's (``train-00000-of-00010``). A GZIP-compressed file (TensorFlow's
+``compression_type="GZIP"``) is recognised by its magic. Framing and both CRC32Cs are checked
+(`scrub.readers.tfframes`): a bad CRC is `record-crc-mismatch`, a file that ends inside a
+record `truncated-record`, on that record.
+
+A record's key is its position in its file, from 0 ("1234"), as TensorFlow counts records (its
+``DataLossError`` names the offset, ``tfds`` and ``skip()``/``take()`` the position); its source
+is the file's name. Its Example's features (decoded by `scrub.readers.tfexample`, without
+TensorFlow) make the record:
+
+* the bytes feature ``--data-key`` names, else ``image/encoded`` (or ``image``, TFDS's name): an
+  image record (its bytes are the encoded image: the image checks run);
+* the int64 list ``--data-key`` names, else ``input_ids`` (with ``labels`` and
+  ``attention_mask``), or a bytes ``text``: a token or text record
+  (`scrub.readers.tokenfields.fill_record`);
+* the float list ``--data-key`` names, else the first float list by name: an array record (the
+  numeric checks);
+
+and its class label is the int64 (or float, or UTF-8 number) feature ``--label-key``, else
+``image/class/label``, else ``label``. Float lists other than the data are checked for NaN and
+Inf (`nonfinite-data`, naming the feature). A record that is not an Example, or has none of
+these, is `malformed-record`. What the dataset carries (`Reader.provides`) is judged from its
+first records, as the WebDataset reader judges it.
+
+Partitions are ranges of records found by walking the length headers (seeking past the data);
+a GZIP file is one partition, read forward (counting its records decompresses it once).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scrub.checks.base import problem
+from scrub.errors import UnusableDataset, UsageError
+from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.images import parse_label
+from scrub.readers.tfexample import ExampleError, Feature, parse_example
+from scrub.readers.tfframes import (
+    CRC_IMPLEMENTATION,
+    DATA_CRC,
+    LENGTH_CRC,
+    Frame,
+    first_bytes,
+    header_ok,
+    open_records,
+    stored_size,
+    walk_frames,
+)
+from scrub.readers.tokenfields import IDS, TEXT_FIELDS, fill_record
+from scrub.readers.values import use_array
+from scrub.records import Carries, Record
+
+#: names that say a file is TFRecord
+_NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
+#: a shard's name without an extension (``train-00000-of-00010``): its first header decides
+_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
+#: bytes features that hold an encoded image, in the order one is chosen
+IMAGE_FEATURES = ("image/encoded", "image")
+#: features that hold the class label, in the order one is chosen
+LABEL_FEATURES = ("image/class/label", "label")
+#: how many of the first records are read to judge what the dataset carries
+SAMPLED_RECORDS = 32
+#: one core's time to check a record (to tell a dataset worth a pool of processes): an image's
+#: decode, as the image reader estimates it; another record's parse and checks
+IMAGE_SECONDS, RECORD_SECONDS = 220e-6, 30e-6
+#: a partition reads at most about this many bytes
+PARTITION_BYTES = 64 << 20
+
+
+def is_tfrecord_file(path: Path) -> bool:
+    """Whether ``path`` is a TFRecord file, by its name or, for a bare shard name, its header."""
+    if _NAMED.search(path.name):
+        return path.is_file()
+    if not _SHARD.search(path.name) or not path.is_file():
+        return False
+    try:
+        return header_ok(first_bytes(str(path))[0])
+    except OSError:
+        return False
+
+
+def tfrecord_files(folder: Path) -> list[Path]:
+    """The TFRecord files directly inside ``folder``, by name."""
+    return sorted(
+        entry for entry in folder.iterdir() if not entry.name.startswith(".") and is_tfrecord_file(entry)
+    )
+
+
+@dataclass(frozen=True)
+class FrameSpan:
+    """A partition: ``count`` records of one file from the header at ``offset`` of its record
+    stream, the first at ``position`` in the file and ``first_index`` in the dataset."""
+
+    path: str
+    source: str
+    gzipped: bool
+    offset: int
+    position: int
+    count: int
+    first_index: int
+    size: int | None  # the file's size where it is not compressed (frames are skipped by seeking)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+class TFRecordReader(Reader[FrameSpan]):
+    format = "tfrecord"
+    file_suffixes = (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz")
+    records_per_task = 500
+    provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.FRAMES})
+    options_used = frozenset({"data_key", "label_key"})
+    worker_imports = ("PIL.Image", "numpy")
+
+    #: the label's feature chosen by `open` (None: unlabelled)
+    label_feature: str | None = None
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        if path.is_file():
+            return is_tfrecord_file(path)
+        if not path.is_dir():
+            return False
+        try:
+            return bool(tfrecord_files(path))
+        except OSError:
+            return False
+
+    def files(self) -> list[Path]:
+        return [self.path] if self.path.is_file() else tfrecord_files(self.path)
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[FrameSpan]]:
+        files = self.files()
+        if not files:
+            raise UnusableDataset(f"{self.path}: no TFRecord files in this folder")
+        self.root = str(self.path.parent if self.path.is_file() else self.path)
+        info = DatasetInfo(format=self.format, layout="records", root=self.root, labelled=False, records=0)
+        partitions: list[FrameSpan] = []
+        for file in files:
+            try:
+                partitions += self._spans(file, partition_size, info)
+            except OSError as error:
+                raise UnusableDataset(f"{file}: cannot read ({error.strerror or error})") from None
+        info.notes.append(
+            "records are keyed by their position in their file, from 0, as TensorFlow counts them"
+        )
+        if CRC_IMPLEMENTATION == "pure Python":
+            info.notes.append(
+                "CRC32C computed in pure Python (slow): pip install 'scrub[tfrecord]' (google-crc32c)"
+            )
+        self._judge(partitions, info)
+        # what a pool would save a small dataset (see `Reader.work_seconds`): a decode per image
+        self.work_seconds = info.records * (
+            IMAGE_SECONDS if Carries.IMAGE in self.provides else RECORD_SECONDS
+        )
+        return info, partitions
+
+    def _spans(self, file: Path, partition_size: int, info: DatasetInfo) -> list[FrameSpan]:
+        """The file's partitions, found by walking its headers (a compressed file: one)."""
+        path, source = str(file), file.name
+        gzipped = first_bytes(path)[1]
+        size = None if gzipped else stored_size(path)
+        spans: list[FrameSpan] = []
+        first: Frame | None = None
+        count = records = 0
+        with open_records(path, gzipped) as stream:
+            for frame in walk_frames(stream, size=size, with_data=False):
+                if first is None:
+                    first = frame
+                count += 1
+                records += 1
+                if not gzipped and (
+                    count >= partition_size or frame.offset + frame.length - first.offset >= PARTITION_BYTES
+                ):
+                    spans.append(self._span(path, source, size, first, count, info.records))
+                    info.records += count
+                    first, count = None, 0
+        if first is not None:
+            spans.append(self._span(path, source, size, first, count, info.records))
+            info.records += count
+        info.files[source] = {"records": records, "compressed": gzipped}
+        return spans
+
+    @staticmethod
+    def _span(path: str, source: str, size: int | None, first: Frame, count: int, index: int) -> FrameSpan:
+        return FrameSpan(path, source, size is None, first.offset, first.position, count, index, size)
+
+    def _judge(self, partitions: list[FrameSpan], info: DatasetInfo) -> None:
+        """The label feature and what the dataset carries, from its first Examples."""
+        names: dict[str, str] = {}  # feature -> kind, over the sampled records
+        examples: list[dict[str, Feature]] = []
+        for partition in partitions:
+            for frame in self._frames(partition, 0, SAMPLED_RECORDS - len(examples)):
+                if frame.data is not None:
+                    try:
+                        examples.append(parse_example(frame.data))
+                    except ExampleError:
+                        examples.append({})
+                else:
+                    examples.append({})
+                for name, (kind, _) in examples[-1].items():
+                    names.setdefault(name, kind)
+            if len(examples) >= SAMPLED_RECORDS:
+                break
+        data_key, label_key = self.options.data_key, self.options.label_key
+        if data_key is not None and data_key not in names and examples:
+            known = ", ".join(sorted(names)) or "none"
+            raise UsageError(
+                f"--data-key {data_key}: no record of the first {len(examples)} of {self.path} has it "
+                f"(features: {known})"
+            )
+        if label_key is not None and label_key not in names and examples:
+            known = ", ".join(sorted(names)) or "none"
+            raise UsageError(
+                f"--label-key {label_key}: no record of the first {len(examples)} of {self.path} has it "
+                f"(features: {known})"
+            )
+        self.label_feature = label_key or next((name for name in LABEL_FEATURES if name in names), None)
+        kinds: set[str] = set()
+        for example in examples:
+            record = Record("", "", 0, None)
+            self._fill(record, example)
+            if record.meta.get("kind"):
+                kinds.add(record.meta["kind"])
+        language = kinds & {"tokens", "text"}
+        if language and label_key is None:
+            self.label_feature = None  # a language model's labels are its tokens'
+        info.labelled = self.label_feature is not None
+        if kinds:
+            provides = {Carries.FRAMES}
+            if "image" in kinds:
+                provides |= {Carries.IMAGE, Carries.BYTES}
+            if "array" in kinds or "float" in names.values():  # float lists beside the data are checked too
+                provides.add(Carries.ARRAY)
+            if language:
+                provides |= {Carries.TOKENS, Carries.SEQUENCES}
+                info.notes.append(
+                    f"language-model records: {' and '.join(sorted(language))} "
+                    f"(of the first {len(examples)} read)"
+                )
+            self.provides = frozenset(provides)
+        if self.label_feature is not None:
+            info.notes.append(f"labels from the feature {self.label_feature!r}")
+
+    def _frames(self, partition: FrameSpan, start: int, stop: int) -> Iterator[Frame]:
+        """Frames ``start:stop`` of a partition; data read only from ``start`` on."""
+        stop = min(stop, partition.count)
+        if start >= stop:
+            return
+        with open_records(partition.path, partition.gzipped) as stream:
+            offset, position = partition.offset, partition.position
+            if start:
+                for frame in walk_frames(stream, offset, position, start, partition.size, with_data=False):
+                    offset, position = frame.offset + frame.size, frame.position + 1
+                    if frame.problem is not None:  # cannot happen before the partition's last record
+                        return
+            yield from walk_frames(stream, offset, position, stop - start, partition.size)
+
+    def read(self, partition: FrameSpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        stop = partition.count if stop is None else stop
+        for frame in self._frames(partition, start, stop):
+            index = partition.first_index + frame.position - partition.position
+            yield self._record(frame, partition.source, index)
+
+    def _record(self, frame: Frame, source: str, index: int) -> Record:
+        record = Record(source, str(frame.position), index, None)
+        record.meta["label_known"] = self.label_feature is not None
+        if frame.problem is not None:
+            check = "record-crc-mismatch" if frame.problem in (LENGTH_CRC, DATA_CRC) else "truncated-record"
+            details: dict[str, Any] = {"offset": frame.offset, "length": frame.length}
+            if check == "record-crc-mismatch":
+                details["part"] = frame.problem
+            message = f"the record at byte {frame.offset:,}: {frame.why}"
+            record.problems.append(problem(record, check, message, **details))
+            record.meta["label_known"] = False  # nothing was read: no label to miss
+            return record
+        assert frame.data is not None
+        try:
+            example = parse_example(frame.data)
+        except ExampleError as error:
+            record.problems.append(problem(record, "malformed-record", f"not a tf.Example: {error}"))
+            record.meta["label_known"] = False
+            return record
+        self._fill(record, example)
+        return record
+
+    def _fill(self, record: Record, example: dict[str, Feature]) -> None:
+        """The record's payload, label and side checks from its Example's features."""
+        data = self._data_feature(example)
+        if data is None:
+            wanted = (
+                f"{self.options.data_key!r} (--data-key)"
+                if self.options.data_key
+                else "image/encoded, image, input_ids, text or a float list"
+            )
+            present = ", ".join(list(example)[:6]) or "no feature"
+            record.problems.append(
+                problem(
+                    record,
+                    "malformed-record",
+                    f"none of the features a record is read by ({wanted}): it has {present}",
+                )
+            )
+        else:
+            kind, values = example[data]
+            if kind == "bytes" and data not in TEXT_FIELDS:
+                if len(values) != 1:
+                    record.problems.append(
+                        problem(
+                            record, "malformed-record", f"{data} holds {len(values)} byte strings, not one"
+                        )
+                    )
+                else:
+                    record.payload, record.meta["kind"] = values[0], "image"
+            elif kind == "float":
+                use_array(record, values)
+            else:
+                fill_record(record, _fields(example), data_key=data, label_key=self.options.label_key)
+        for name, (kind, values) in example.items():
+            if kind == "float" and name != data and name != self.label_feature and values.size:
+                bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+                if bad:
+                    record.problems.append(
+                        problem(
+                            record,
+                            "nonfinite-data",
+                            f"{name}: {bad} NaN or infinite values",
+                            feature=name,
+                            count=bad,
+                        )
+                    )
+        if self.label_feature is not None:
+            record.label = _label(example.get(self.label_feature))
+
+    def _data_feature(self, example: dict[str, Feature]) -> str | None:
+        """The feature that is the record's data (see the module's docstring)."""
+        if self.options.data_key is not None:
+            return self.options.data_key if self.options.data_key in example else None
+        for name in IMAGE_FEATURES:
+            if example.get(name, ("",))[0] == "bytes":
+                return name
+        if example.get(IDS, ("",))[0] == "int64":
+            return IDS
+        for name in TEXT_FIELDS:
+            if example.get(name, ("",))[0] == "bytes":
+                return name
+        floats = sorted(
+            name for name, (kind, _) in example.items() if kind == "float" and name != self.label_feature
+        )
+        return floats[0] if floats else None
+
+    def members(self, partitions: Sequence[FrameSpan]) -> Iterator[str]:
+        for file in self.files():
+            yield str(file)
+
+    def locate(self, partition: FrameSpan, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        return [(partition.source, str(partition.position + o), partition.first_index + o) for o in offsets]
+
+
+def _fields(example: dict[str, Feature]) -> dict[str, Any]:
+    """An Example's features as a record's fields, for `fill_record`: integer and float lists as
+    arrays, a single UTF-8 byte string as text."""
+    fields: dict[str, Any] = {}
+    for name, (kind, values) in example.items():
+        if kind == "bytes":
+            if len(values) == 1:
+                try:
+                    fields[name] = values[0].decode("utf-8")
+                except UnicodeDecodeError:
+                    fields[name] = values[0]
+            else:
+                fields[name] = list(values)
+        elif kind != "none":
+            fields[name] = values
+    return fields
+
+
+def _label(feature: Feature | None) -> int | float | str | None:
+    """A label feature's value: one integer or float (a UTF-8 number parsed), None when the
+    feature is absent or empty, the values as text when there are several (not a class id)."""
+    if feature is None:
+        return None
+    kind, values = feature
+    if kind == "none" or len(values) == 0:
+        return None
+    if len(values) > 1:  # not one class id: said by non-integer-label
+        return " ".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values[:8])
+    value = values[0]
+    if kind == "bytes":
+        return parse_label(value.decode("utf-8", "replace").strip())
+    return int(value) if kind == "int64" else float(value)
