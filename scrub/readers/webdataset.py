@@ -43,6 +43,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ from scrub.readers.tarwalk import (
 from scrub.readers.tokenfields import KNOWN, fill_record
 from scrub.readers.values import decode_value, use_array
 from scrub.records import Carries, Record
+from scrub.storage import is_url, location
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -86,6 +88,8 @@ MSGPACK_SUFFIXES = frozenset({"mp", "msgpack", "msg"})
 TEXT_SUFFIXES = frozenset({"txt", "text", "transcript"})
 #: WebDataset's extensions of tenbin members
 TENBIN_SUFFIXES = frozenset({"ten", "tenbin", "tb"})
+#: how many shards of a bucket the driver walks at once (each waits on its requests)
+WALKERS = 8
 #: a gzip member decompresses to at most this much (a small bomb is not read whole)
 GZIP_LIMIT = 1 << 28
 
@@ -147,6 +151,9 @@ class ShardSpan:
     start: int
     count: int
     first_index: int
+    #: where the next partition of the shard starts (None: the shard's end): what a worker
+    #: reading an object fetches (`scrub.storage.open_range`)
+    end: int | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -175,8 +182,13 @@ class WebDatasetReader(Reader[ShardSpan]):
             return False
         return bool(shards) and looks_like_tar(shards[0])
 
-    def shards(self) -> list[Path]:
+    def shards(self) -> list[Any]:
+        """The shards: local paths, or objects of a bucket (`scrub.storage`)."""
         return [self.path] if self.path.is_file() else shard_files(self.path)
+
+    def place(self, path: str) -> Any:
+        """A partition's shard as a path or an object (a worker opens it itself)."""
+        return location(path, self.options.storage)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[ShardSpan]]:
         shards = self.shards()
@@ -188,43 +200,24 @@ class WebDatasetReader(Reader[ShardSpan]):
         suffixes: dict[str, int] = {}  # extension -> samples holding it
         several_images = others = 0
         texts: list[bytes] = []
-        for shard in shards:
+        if is_url(self.path) and len(shards) > 1:  # objects: walked side by side, as requests wait
+            with ThreadPoolExecutor(min(WALKERS, len(shards))) as pool:
+                walks = list(pool.map(lambda shard: _walk(shard, partition_size), shards))
+        else:
+            walks = [_walk(shard, partition_size) for shard in shards]
+        for shard, walked in zip(shards, walks, strict=True):
             source = shard.name
-            walk = Walk()
-            samples = 0
-            first: int | None = None
-            in_partition = 0
-            try:
-                with open_shard(str(shard)) as file:
-                    members = walk_shard(file, with_data=False, walk=walk)
-                    for item in group_samples(members):
-                        if isinstance(item, Other):
-                            others += 1
-                            continue
-                        extensions = [suffix for suffix, _ in item.members]
-                        for suffix in set(extensions):
-                            suffixes[suffix] = suffixes.get(suffix, 0) + 1
-                        images = [s for s in extensions if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES]
-                        several_images += len(images) > 1
-                        if "txt" in extensions and len(texts) < SAMPLED_TEXTS:
-                            texts.append(_member_bytes(str(shard), item.get("txt")))
-                        if first is None:
-                            first = item.offset
-                        samples += 1
-                        in_partition += 1
-                        if in_partition == partition_size and not is_compressed(shard):
-                            partitions.append(
-                                ShardSpan(str(shard), source, first, in_partition, info.records)
-                            )
-                            info.records += in_partition
-                            first, in_partition = None, 0
-            except OSError as error:
-                raise UnusableDataset(f"{shard}: cannot read ({error.strerror or error})") from None
-            if in_partition:
-                assert first is not None
-                partitions.append(ShardSpan(str(shard), source, first, in_partition, info.records))
-                info.records += in_partition
-            described: dict[str, Any] = {"samples": samples, "compressed": is_compressed(shard)}
+            walk = walked.walk
+            for extension, count in walked.suffixes.items():
+                suffixes[extension] = suffixes.get(extension, 0) + count
+            several_images += walked.several_images
+            others += walked.others
+            texts += walked.texts[: SAMPLED_TEXTS - len(texts)]
+            for number, (first, count) in enumerate(walked.cuts):
+                end = walked.cuts[number + 1][0] if number + 1 < len(walked.cuts) else None
+                partitions.append(ShardSpan(str(shard), source, first, count, info.records, end))
+                info.records += count
+            described: dict[str, Any] = {"samples": walked.samples, "compressed": is_compressed(shard)}
             if walk.damaged:
                 described["damaged_after"] = walk.end
                 info.issues.append(
@@ -325,7 +318,7 @@ class WebDatasetReader(Reader[ShardSpan]):
     ) -> Iterator[tuple[int, Sample]]:
         if start >= stop:
             return
-        with open_shard(partition.path) as file:
+        with open_shard(self.place(partition.path), partition.start, partition.end) as file:
             offset = 0
             for item in group_samples(walk_shard(file, partition.start, with_data=with_data)):
                 if isinstance(item, Other):
@@ -648,13 +641,62 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").strip()
 
 
-def _member_bytes(path: str, member: Member | None) -> bytes:
+@dataclass
+class ShardWalk:
+    """What the driver learned of one shard by walking its headers (see `_walk`)."""
+
+    walk: Walk
+    samples: int = 0
+    #: (offset of the first header, samples) of each partition, in order
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    suffixes: dict[str, int] = field(default_factory=dict)  # extension -> samples holding it
+    several_images: int = 0
+    others: int = 0
+    texts: list[bytes] = field(default_factory=list)  # the first ``.txt`` members
+
+
+def _walk(shard: Any, partition_size: int) -> ShardWalk:
+    """Walk one shard's headers: its samples, cut into partitions of ``partition_size`` (an
+    uncompressed shard; a compressed one is one partition)."""
+    walked = ShardWalk(Walk())
+    first: int | None = None
+    in_partition = 0
+    try:
+        with open_shard(shard) as file:
+            for item in group_samples(walk_shard(file, with_data=False, walk=walked.walk)):
+                if isinstance(item, Other):
+                    walked.others += 1
+                    continue
+                extensions = [suffix for suffix, _ in item.members]
+                for suffix in set(extensions):
+                    walked.suffixes[suffix] = walked.suffixes.get(suffix, 0) + 1
+                images = [s for s in extensions if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES]
+                walked.several_images += len(images) > 1
+                if "txt" in extensions and len(walked.texts) < SAMPLED_TEXTS:
+                    walked.texts.append(_member_bytes(shard, item.get("txt")))
+                if first is None:
+                    first = item.offset
+                walked.samples += 1
+                in_partition += 1
+                if in_partition == partition_size and not is_compressed(shard):
+                    walked.cuts.append((first, in_partition))
+                    first, in_partition = None, 0
+    except OSError as error:
+        raise UnusableDataset(f"{shard}: cannot read ({error.strerror or error})") from None
+    if in_partition:
+        assert first is not None
+        walked.cuts.append((first, in_partition))
+    return walked
+
+
+def _member_bytes(path: Any, member: Member | None) -> bytes:
     """The data of one member found by a walk over headers only."""
     if member is None:
         return b""
-    with open_shard(path) as file:
+    length = min(member.size, 1 << 16)
+    with open_shard(path, member.offset_data, member.offset_data + length) as file:
         file.seek(member.offset_data)
         try:
-            return file.read(min(member.size, 1 << 16))
+            return file.read(length)
         except STREAM_ERRORS:
             return b""
