@@ -272,3 +272,11 @@ class RangeFile(io.RawIOBase):
             self.executor = None
         self.buffer, self.ahead = b"", None
         super().close()
+
+
+def forget_listings(path: Location) -> None:
+    """Drop what fsspec remembers of the store's listings (sizes, ETags), so that a dataset
+    opened again in the same process (the API, a rerun with ``--cache``) sees objects rewritten
+    since, as a new process would."""
+    if is_url(path):
+        path.fs.invalidate_cache()

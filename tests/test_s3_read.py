@@ -182,3 +182,32 @@ def test_an_unreachable_store_or_no_credentials_is_one_line(s3_server, tmp_path,
         "scan", f"{url}/train.jsonl", "--storage-options", json.dumps(s3_server.storage_options)
     )
     assert "no credentials" in message
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
+def test_the_cache_reads_no_unchanged_object_again(s3_server, shards, tmp_path, kind):
+    """Objects are versioned by (size, ETag) as files are by stat: a rerun checks no record of
+    an unchanged object again, and every record of a rewritten one; the manifest stays a full
+    scan's. (Opening the dataset still walks the shards' headers and counts the lines.)"""
+    if kind == "webdataset":
+        local, name = shards, "train-000001.tar"
+        rewritten = (shards / "train-000002.tar").read_bytes()  # another shard's bytes: another ETag
+    else:
+        local, name = jsonl_copy(tmp_path / "jsonl"), "train.jsonl"
+        rewritten = (local / "train.jsonl").read_bytes() + b'{"text": ""}\n'
+    url = s3_server.upload(local, "scrub-cache", kind)
+    options = {
+        "storage_options": storage_options(s3_server),
+        "cache": tmp_path / "cache",
+        "scheduler": "sync",
+    }
+    first = scrub.scan(url, **options)
+    assert first.summary.cache["reused"] == 0
+    again = scrub.scan(url, **options)
+    assert lines(again) == lines(first)
+    assert again.summary.cache["reused"] == first.summary.records and again.summary.cache["scanned"] == 0
+    s3_server.client.put_object(Bucket="scrub-cache", Key=f"{kind}/{name}", Body=rewritten)
+    changed = scrub.scan(url, **options)
+    fresh = scrub.scan(url, storage_options=storage_options(s3_server), scheduler="sync")
+    assert lines(changed) == lines(fresh)
+    assert 0 < changed.summary.cache["scanned"] < changed.summary.records

@@ -28,22 +28,32 @@ import json
 import os
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import orjson
+import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import MANIFEST_SUFFIX
 from scrub.outputs import is_output_name
-from scrub.readers.base import MIN_RECORDS_PER_TASK, DatasetInfo, Reader, partition_size_for
+from scrub.readers.base import MIN_RECORDS_PER_TASK, CacheEntry, DatasetInfo, Reader, partition_size_for
 from scrub.readers.tokenfields import fill_record
 from scrub.records import Carries, Record
-from scrub.storage import Location, is_url, location, open_range, read_range, remote_errors
+from scrub.storage import (
+    Location,
+    forget_listings,
+    is_url,
+    location,
+    open_range,
+    read_range,
+    remote_errors,
+    stat_version,
+)
 from scrub.wording import counted
 
 #: what a JSON Lines file's name ends with (a ``.json`` is one by its content: `is_json_lines`)
@@ -251,9 +261,11 @@ class Lines:
     first_line: int
     records: int
     compression: str | None
+    #: only these records (offsets in the partition): what the result cache left to read
+    only: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
-        return self.records
+        return self.records if self.only is None else len(self.only)
 
 
 @dataclass
@@ -477,6 +489,7 @@ class JsonLinesReader(Reader[Lines]):
         return path.relative_to(self.path).as_posix()
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Lines]]:
+        forget_listings(self.path)
         files, others = self.files()
         if not files:
             raise UnusableDataset(f"{self.path}: no JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) here")
@@ -544,8 +557,12 @@ class JsonLinesReader(Reader[Lines]):
 
     def read(self, partition: Lines, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         data_key, label_key = self.options.data_key, self.options.label_key
+        chosen: set[int] | None = None
+        if partition.only is not None:
+            wanted = partition.only[start:stop]
+            chosen, start, stop = set(wanted), min(wanted, default=0), max(wanted, default=-1) + 1
         for offset, number, line in _records(self.place(partition.path), partition, stop):
-            if offset < start:
+            if offset < start or (chosen is not None and offset not in chosen):
                 continue
             record = Record(partition.source, str(number + 1), number, None, None)
             value, why = parse(line[:-1] if line.endswith(b"\n") else line)
@@ -560,6 +577,28 @@ class JsonLinesReader(Reader[Lines]):
             else:
                 fill_record(record, value, data_key, label_key)
             yield record
+
+    def cache_entries(self, partition: Lines) -> list[CacheEntry | None]:
+        """A line's verdict depends on its bytes, named without reading them by its file's
+        (size, version) (`scrub.storage.stat_version`: its mtime locally, its ETag in a bucket,
+        so an object not rewritten is not read again) and its place in the file."""
+        versions = self.__dict__.setdefault("_versions", {})
+        if partition.path not in versions:
+            versions[partition.path] = stat_version(self.place(partition.path))
+        size, version = versions[partition.path]
+        identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
+        return [
+            (
+                f"{partition.source}\0{offset}",
+                None,
+                "",
+                xxhash.xxh3_128_digest(f"{identity}{offset}".encode()),
+            )
+            for offset in range(partition.records)
+        ]
+
+    def subset(self, partition: Lines, offsets: Sequence[int]) -> Lines:
+        return replace(partition, only=tuple(offsets))
 
     def members(self, partitions: Sequence[Lines]) -> Iterator[str]:
         for path in self.files()[0]:

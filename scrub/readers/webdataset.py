@@ -44,16 +44,17 @@ import re
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import EXTENSION_FORMATS
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader
 from scrub.readers.images import parse_label
 from scrub.readers.tarwalk import (
     SHARD_SUFFIXES,
@@ -70,7 +71,7 @@ from scrub.readers.tarwalk import (
 from scrub.readers.tokenfields import KNOWN, fill_record
 from scrub.readers.values import decode_value, use_array
 from scrub.records import Carries, Record
-from scrub.storage import is_url, location
+from scrub.storage import forget_listings, is_url, location, stat_version
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -154,9 +155,11 @@ class ShardSpan:
     #: where the next partition of the shard starts (None: the shard's end): what a worker
     #: reading an object fetches (`scrub.storage.open_range`)
     end: int | None = None
+    #: only these samples (offsets from ``start``): what the result cache left to read
+    only: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
-        return self.count
+        return self.count if self.only is None else len(self.only)
 
 
 class WebDatasetReader(Reader[ShardSpan]):
@@ -191,6 +194,7 @@ class WebDatasetReader(Reader[ShardSpan]):
         return location(path, self.options.storage)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[ShardSpan]]:
+        forget_listings(self.path)
         shards = self.shards()
         if not shards:
             raise UnusableDataset(f"{self.path}: no .tar shards in this folder")
@@ -309,9 +313,42 @@ class WebDatasetReader(Reader[ShardSpan]):
         return None
 
     def read(self, partition: ShardSpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        if partition.only is not None:
+            wanted = partition.only[start:stop]
+            chosen = set(wanted)
+            for offset, sample in self._samples(
+                partition, min(wanted, default=0), max(wanted, default=-1) + 1, True
+            ):
+                if offset in chosen:
+                    yield self._record(sample, partition.source, partition.first_index + offset)
+            return
         stop = partition.count if stop is None else min(stop, partition.count)
         for offset, sample in self._samples(partition, start, stop, with_data=True):
             yield self._record(sample, partition.source, partition.first_index + offset)
+
+    def cache_entries(self, partition: ShardSpan) -> list[CacheEntry | None]:
+        """A sample's verdict depends on its shard's bytes, named without reading them by the
+        shard's (size, version) (`scrub.storage.stat_version`: its mtime locally, its ETag in a
+        bucket, so an object not rewritten is not read again), its place in the shard, and how
+        the dataset was read (its label member, what its records carry)."""
+        versions = self.__dict__.setdefault("_versions", {})
+        if partition.path not in versions:
+            versions[partition.path] = stat_version(self.place(partition.path))
+        size, version = versions[partition.path]
+        context = f"{self.label_suffix}|{sorted(str(carried) for carried in self.provides)}"
+        identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
+        return [
+            (
+                f"{partition.source}\0#{partition.first_index + offset}",
+                None,
+                context,
+                xxhash.xxh3_128_digest(f"{identity}{offset}".encode()),
+            )
+            for offset in range(partition.count)
+        ]
+
+    def subset(self, partition: ShardSpan, offsets: Sequence[int]) -> ShardSpan:
+        return replace(partition, only=tuple(offsets))
 
     def _samples(
         self, partition: ShardSpan, start: int, stop: int, with_data: bool
