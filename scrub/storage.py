@@ -16,12 +16,14 @@ reads with read-ahead.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from scrub.errors import UnusableDataset, UsageError
 
@@ -145,3 +147,136 @@ def read_file(path: str) -> bytes:
         return b"".join(parts)
     finally:
         os.close(descriptor)
+
+
+# -- byte ranges of objects (shards read by partition) ------------------------------------------
+
+#: what `open_range` fetches past its range's end at a time: a partition's walk reads the header
+#: after its last sample to know that sample is whole, and no more
+PAST_END_BLOCK = 64 << 10
+
+
+def object_size(path: Location) -> int:
+    """The size of a file or object, in bytes."""
+    if not is_url(path):
+        return os.stat(path).st_size
+    with remote_errors(path):
+        return int(path.fs.size(path.path))
+
+
+def open_range(
+    path: Location, start: int = 0, end: int | None = None, block_size: int = STREAM_BLOCK
+) -> IO[bytes]:
+    """A file or object as a seekable binary stream positioned at ``start``, to be read mostly in
+    ``[start, end)`` (``end`` None: to its end). A local file is a plain file. An object is
+    fetched in ``block_size`` ranges that stop at ``end``, the next one requested while the
+    current one is consumed (read-ahead), so that a worker reading one partition of a shard
+    reads that partition's bytes and little more; reads past ``end`` fetch `PAST_END_BLOCK`."""
+    if not is_url(path):
+        file = open(path, "rb")  # noqa: SIM115 - the caller closes it
+        file.seek(start)
+        return file
+    with remote_errors(path):
+        size = int(path.fs.size(path.path))
+    return cast(IO[bytes], RangeFile(path, size, start, size if end is None else min(end, size), block_size))
+
+
+def read_range(path: Location, start: int, length: int) -> bytes:
+    """``length`` bytes of a file or object from ``start`` (fewer at its end): one request."""
+    if not is_url(path):
+        with open(path, "rb") as file:
+            file.seek(start)
+            return file.read(length)
+    with remote_errors(path):
+        return bytes(path.fs.cat_file(path.path, start=start, end=start + length))
+
+
+class RangeFile(io.RawIOBase):
+    """An object read by ranges with one range of read-ahead (see `open_range`)."""
+
+    def __init__(self, path: Location, size: int, start: int, end: int, block_size: int) -> None:
+        super().__init__()
+        self.location, self.size, self.end, self.block_size = path, size, end, max(block_size, 1 << 16)
+        self.position = start
+        self.buffer, self.buffer_start = b"", start
+        self.ahead: tuple[int, int, Future[bytes]] | None = None
+        self.executor: ThreadPoolExecutor | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = self.size - self.position
+        parts = []
+        while size > 0 and self.position < self.size:
+            if not 0 <= self.position - self.buffer_start < len(self.buffer):
+                self._fill(size)
+                if not 0 <= self.position - self.buffer_start < len(self.buffer):
+                    break  # the object is shorter than it was
+            at = self.position - self.buffer_start
+            piece = self.buffer[at : at + size]
+            parts.append(piece)
+            self.position += len(piece)
+            size -= len(piece)
+        return b"".join(parts)
+
+    def readinto(self, view: Any) -> int:
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def _fill(self, wanted: int) -> None:
+        """Make the buffer a block that holds the current position: the read-ahead block where
+        it holds it (a walk over headers may seek past the current block's end), else one fetched
+        now; then ask for the block after it."""
+        start = self.position
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead[0] <= start < ahead[1]:
+            with remote_errors(self.location):
+                self.buffer = ahead[2].result()
+            self.buffer_start = ahead[0]
+        else:
+            if ahead is not None:
+                ahead[2].cancel()
+            if start < self.end:
+                stop = min(self.end, start + max(self.block_size, wanted))
+            else:
+                stop = min(self.size, start + max(PAST_END_BLOCK, wanted))
+            self.buffer, self.buffer_start = self._fetch(start, stop), start
+        stop = self.buffer_start + len(self.buffer)
+        if stop < self.end:
+            if self.executor is None:
+                self.executor = ThreadPoolExecutor(1, thread_name_prefix="scrub-read-ahead")
+            until = min(self.end, stop + self.block_size)
+            self.ahead = (stop, until, self.executor.submit(self._fetch, stop, until))
+
+    def _fetch(self, start: int, stop: int) -> bytes:
+        with remote_errors(self.location):
+            return bytes(self.location.fs.cat_file(self.location.path, start=start, end=stop))
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
+        self.buffer, self.ahead = b"", None
+        super().close()
+
+
+def forget_listings(path: Location) -> None:
+    """Drop what fsspec remembers of the store's listings (sizes, ETags), so that a dataset
+    opened again in the same process (the API, a rerun with ``--cache``) sees objects rewritten
+    since, as a new process would."""
+    if is_url(path):
+        path.fs.invalidate_cache()

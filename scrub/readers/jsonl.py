@@ -28,21 +28,32 @@ import json
 import os
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import orjson
+import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.manifest import MANIFEST_SUFFIX
 from scrub.outputs import is_output_name
-from scrub.readers.base import MIN_RECORDS_PER_TASK, DatasetInfo, Reader, partition_size_for
+from scrub.readers.base import MIN_RECORDS_PER_TASK, CacheEntry, DatasetInfo, Reader, partition_size_for
 from scrub.readers.tokenfields import fill_record
 from scrub.records import Carries, Record
+from scrub.storage import (
+    Location,
+    forget_listings,
+    is_url,
+    location,
+    open_range,
+    read_range,
+    remote_errors,
+    stat_version,
+)
 from scrub.wording import counted
 
 #: what a JSON Lines file's name ends with (a ``.json`` is one by its content: `is_json_lines`)
@@ -67,11 +78,10 @@ WHITESPACE = b" \t\r\n"
 BYTES_PER_SECOND = 50e6
 
 
-def compression_of(path: Path | str) -> str | None:
+def compression_of(path: Location) -> str | None:
     """ "gzip" or "zstd" by the file's first bytes (its name may not say), else None."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(4)
+        head = read_range(path, 0, 4)
     except OSError:
         return None
     if head.startswith(GZIP_MAGIC):
@@ -99,15 +109,16 @@ class Decompressed:
     the same ones by every reader of the file (the scan's count, a worker, the writer). Read a
     piece at a time (``read1``), so that what decompressed before the damage is kept."""
 
-    def __init__(self, path: str, compression: str) -> None:
+    def __init__(self, path: Location, compression: str) -> None:
         self.damage: str | None = None
         self.stream: Any
+        self.raw = open_range(path) if is_url(path) else None  # an object: read by ranges
         if compression == "gzip":
-            self.stream = gzip.open(path, "rb")  # noqa: SIM115  # closed by __exit__
+            self.stream = gzip.open(self.raw or path, "rb")  # noqa: SIM115  # closed by __exit__
             self.errors: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error)
         else:
             zstandard = zstandard_module()
-            self.stream = ZstdFrames(path, zstandard)
+            self.stream = ZstdFrames(self.raw or path, zstandard)
             self.errors = (EOFError, OSError, zstandard.ZstdError)
 
     def readinto(self, view: memoryview) -> int:
@@ -129,14 +140,16 @@ class Decompressed:
 
     def __exit__(self, *exception: object) -> None:
         self.stream.close()
+        if self.raw is not None:
+            self.raw.close()
 
 
 class ZstdFrames:
     """A Zstandard file's frames, one after another, decompressed; a file that ends inside a
     frame raises EOFError (zstandard's stream reader ends there without a word)."""
 
-    def __init__(self, path: str, zstandard: Any) -> None:
-        self.raw = open(path, "rb")  # noqa: SIM115  # closed by close()
+    def __init__(self, path: Location | IO[bytes], zstandard: Any) -> None:
+        self.raw: Any = path if hasattr(path, "read") else open(path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
         self.context = zstandard.ZstdDecompressor()
         self.frame = self.context.decompressobj()
         self.fed = False  # the current frame has had input
@@ -163,10 +176,12 @@ class ZstdFrames:
         self.raw.close()
 
 
-def open_lines(path: str, compression: str | None) -> Any:
-    """The file's bytes as a stream (``readinto``, ``seek`` for a plain file), decompressed."""
+def open_lines(path: Location, compression: str | None, start: int = 0, end: int | None = None) -> Any:
+    """The file's bytes as a stream (``readinto``, ``seek`` for a plain file), decompressed; an
+    object is read by ranges with read-ahead (`scrub.storage.open_range`), within ``[start,
+    end)`` when it is not compressed (a partition's lines)."""
     if compression is None:
-        return open(path, "rb")
+        return open_range(path, start, end)
     return Decompressed(path, compression)
 
 
@@ -246,9 +261,11 @@ class Lines:
     first_line: int
     records: int
     compression: str | None
+    #: only these records (offsets in the partition): what the result cache left to read
+    only: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
-        return self.records
+        return self.records if self.only is None else len(self.only)
 
 
 @dataclass
@@ -266,13 +283,13 @@ class Layout:
     numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def survey(path: Path, compression: str | None, stride: int) -> Layout:
+def survey(path: Location, compression: str | None, stride: int) -> Layout:
     """Count a file's lines and records, a block at a time as it streams (decompressed), and
     note where every ``stride``-th record starts."""
     layout = Layout()
     offsets: list[np.ndarray] = []
     numbers: list[np.ndarray] = []
-    with open_lines(str(path), compression) as stream:
+    with open_lines(path if is_url(path) else str(path), compression) as stream:
         for chunk in blocks(stream):
             data = np.frombuffer(chunk, dtype=np.uint8)
             starts, blank, _ = line_layout(data, 0, len(data), 0, True)
@@ -292,13 +309,12 @@ def survey(path: Path, compression: str | None, stride: int) -> Layout:
     return layout
 
 
-def is_json_lines(path: Path) -> bool:
+def is_json_lines(path: Location) -> bool:
     """Whether a ``.json`` file holds JSON Lines: its first line that is not blank is an object
     on its own, and a second such line follows. A COCO file or any single JSON document is not
     (pretty-printed, its first line is ``{`` alone; on one line, no second line follows)."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(SNIFF_BYTES)
+        head = read_range(path, 0, SNIFF_BYTES)
     except OSError:
         return False
     found = [line for line in head.split(b"\n")[:-1] if not is_blank(line)][:2]
@@ -321,6 +337,27 @@ def _scrubs_own(name: str) -> bool:
     """scrub's own outputs, which a folder may hold: a scan's manifest (JSON Lines itself), a
     cleaned copy, a quarantine."""
     return name.endswith(MANIFEST_SUFFIX) or is_output_name(name)
+
+
+def _first_json_lines_object(folder: Any) -> bool:
+    """`_first_json_lines_file` for a prefix of a bucket: one listing of what lies under it, its
+    folders judged from the shallowest, as the local walk judges them."""
+    by_folder: dict[str, list[str]] = {}
+    with remote_errors(folder):
+        found = folder.fs.find(folder.path)
+    for key in found:
+        parent, _, name = key.rpartition("/")
+        by_folder.setdefault(parent, []).append(name)
+    for parent in sorted(by_folder, key=lambda text: (text.count("/"), text)):
+        relative = parent[len(folder.path.rstrip("/")) :].strip("/")
+        if any(part.startswith(".") or _scrubs_own(part) for part in relative.split("/") if part):
+            continue
+        names = [n.lower() for n in by_folder[parent] if not n.startswith(".") and not _scrubs_own(n)]
+        if any(os.path.splitext(n)[1] in IMAGE_EXTENSIONS or n in METADATA_NAMES for n in names):
+            return False
+        if any(has_json_lines_name(n) for n in names):
+            return True
+    return False
 
 
 def _first_json_lines_file(folder: Path) -> bool:
@@ -391,7 +428,7 @@ class JsonLinesReader(Reader[Lines]):
             return has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
         if path.is_dir():
             try:
-                return _first_json_lines_file(path)
+                return _first_json_lines_object(path) if is_url(path) else _first_json_lines_file(path)
             except OSError:
                 return False
         return False
@@ -406,6 +443,8 @@ class JsonLinesReader(Reader[Lines]):
             return [self.path], []
         found: list[Path] = []
         others: list[Path] = []
+        if is_url(self.path):
+            return self._objects()
         for path in sorted(self.path.rglob("*")):
             relative = path.relative_to(self.path)
             if (
@@ -418,10 +457,39 @@ class JsonLinesReader(Reader[Lines]):
             (found if chosen else others).append(path)
         return found, others
 
-    def source_of(self, path: Path) -> str:
-        return path.name if self.path.is_file() else path.relative_to(self.path).as_posix()
+    def _objects(self) -> tuple[list[Any], list[Any]]:
+        """`files` under a prefix of a bucket: one listing, in the order of their sources."""
+        found: list[Any] = []
+        others: list[Any] = []
+        folder: Any = self.path
+        with remote_errors(folder):
+            keys = folder.fs.find(folder.path)
+        prefix = folder.path.rstrip("/") + "/"
+        for key in sorted(keys, key=lambda text: text[len(prefix) :].split("/")):
+            relative = key[len(prefix) :]
+            if not key.startswith(prefix) or any(
+                part.startswith(".") or _scrubs_own(part) for part in relative.split("/")
+            ):
+                continue
+            path = self.path.joinpath(*relative.split("/"))
+            name = relative.rsplit("/", 1)[-1].lower()
+            chosen = has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
+            (found if chosen else others).append(path)
+        return found, others
+
+    def place(self, path: str) -> Any:
+        """A partition's file as a path or an object (a worker opens it itself)."""
+        return location(path, self.options.storage)
+
+    def source_of(self, path: Any) -> str:
+        if self.path.is_file():
+            return path.name
+        if is_url(self.path):
+            return str(path)[len(str(self.path).rstrip("/")) + 1 :]
+        return path.relative_to(self.path).as_posix()
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Lines]]:
+        forget_listings(self.path)
         files, others = self.files()
         if not files:
             raise UnusableDataset(f"{self.path}: no JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) here")
@@ -489,8 +557,12 @@ class JsonLinesReader(Reader[Lines]):
 
     def read(self, partition: Lines, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         data_key, label_key = self.options.data_key, self.options.label_key
-        for offset, number, line in _records(partition, stop):
-            if offset < start:
+        chosen: set[int] | None = None
+        if partition.only is not None:
+            wanted = partition.only[start:stop]
+            chosen, start, stop = set(wanted), min(wanted, default=0), max(wanted, default=-1) + 1
+        for offset, number, line in _records(self.place(partition.path), partition, stop):
+            if offset < start or (chosen is not None and offset not in chosen):
                 continue
             record = Record(partition.source, str(number + 1), number, None, None)
             value, why = parse(line[:-1] if line.endswith(b"\n") else line)
@@ -506,6 +578,28 @@ class JsonLinesReader(Reader[Lines]):
                 fill_record(record, value, data_key, label_key)
             yield record
 
+    def cache_entries(self, partition: Lines) -> list[CacheEntry | None]:
+        """A line's verdict depends on its bytes, named without reading them by its file's
+        (size, version) (`scrub.storage.stat_version`: its mtime locally, its ETag in a bucket,
+        so an object not rewritten is not read again) and its place in the file."""
+        versions = self.__dict__.setdefault("_versions", {})
+        if partition.path not in versions:
+            versions[partition.path] = stat_version(self.place(partition.path))
+        size, version = versions[partition.path]
+        identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
+        return [
+            (
+                f"{partition.source}\0{offset}",
+                None,
+                "",
+                xxhash.xxh3_128_digest(f"{identity}{offset}".encode()),
+            )
+            for offset in range(partition.records)
+        ]
+
+    def subset(self, partition: Lines, offsets: Sequence[int]) -> Lines:
+        return replace(partition, only=tuple(offsets))
+
     def members(self, partitions: Sequence[Lines]) -> Iterator[str]:
         for path in self.files()[0]:
             yield str(path)
@@ -513,7 +607,10 @@ class JsonLinesReader(Reader[Lines]):
     def locate(self, partition: Lines, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         if not offsets:
             return []
-        numbers = {offset: number for offset, number, _ in _records(partition, max(offsets) + 1)}
+        numbers = {
+            offset: number
+            for offset, number, _ in _records(self.place(partition.path), partition, max(offsets) + 1)
+        }
         return [(partition.source, str(numbers[o] + 1), numbers[o]) for o in offsets]
 
 
@@ -543,13 +640,13 @@ def _partitions(
     return partitions
 
 
-def _records(partition: Lines, stop: int | None = None) -> Iterator[tuple[int, int, bytes]]:
+def _records(place: Location, partition: Lines, stop: int | None = None) -> Iterator[tuple[int, int, bytes]]:
     """(offset in the partition, 0-based line number, the line with its newline) of the
     partition's records, up to offset ``stop``."""
     offset, number = 0, partition.first_line
     if stop is not None and stop <= 0:
         return
-    with open_lines(partition.path, partition.compression) as stream:
+    with open_lines(place, partition.compression, partition.start, partition.stop) as stream:
         if partition.start:
             stream.seek(partition.start)
         limit = None if partition.stop is None else partition.stop - partition.start
@@ -563,7 +660,7 @@ def _records(partition: Lines, stop: int | None = None) -> Iterator[tuple[int, i
                 number += 1
 
 
-def stream_lines(path: str, compression: str | None) -> Iterator[bytes]:
+def stream_lines(path: Location, compression: str | None) -> Iterator[bytes]:
     """Every line of a file, blank ones too, each with its newline (the last may have none):
     what the writer copies."""
     with open_lines(path, compression) as stream:

@@ -18,7 +18,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
+
+from scrub.storage import Location, RangeFile, is_url, open_range, read_range
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 BLOCK = tarfile.BLOCKSIZE
@@ -28,12 +30,17 @@ def is_shard_name(name: str) -> bool:
     return name.lower().endswith(SHARD_SUFFIXES)
 
 
-def is_compressed(path: Path | str) -> bool:
+def is_compressed(path: Path | str | Any) -> bool:
     return not str(path).lower().endswith(".tar")
 
 
-def shard_files(folder: Path) -> list[Path]:
-    """The shards directly inside ``folder``, by name."""
+def shard_files(folder: Location) -> list[Any]:
+    """The shards directly inside ``folder`` (a folder, or a prefix of a bucket), by name."""
+    if is_url(folder):  # one listing: no request per object
+        names = [entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in _listing(folder)]
+        return sorted(
+            (folder / name for name in names if is_shard_name(name) and not name.startswith(".")), key=str
+        )
     return sorted(
         entry
         for entry in folder.iterdir()
@@ -41,11 +48,18 @@ def shard_files(folder: Path) -> list[Path]:
     )
 
 
-def looks_like_tar(path: Path) -> bool:
+def _listing(folder: Any) -> list[dict[str, Any]]:
+    """The objects (not sub-prefixes) directly under a bucket's prefix."""
+    from scrub.storage import remote_errors
+
+    with remote_errors(folder):
+        return [entry for entry in folder.fs.ls(folder.path, detail=True) if entry.get("type") == "file"]
+
+
+def looks_like_tar(path: Location) -> bool:
     """A ``.tar`` whose first header checks out, or a gzip file named ``.tar.gz``/``.tgz``."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(BLOCK)
+        head = read_range(path, 0, BLOCK)
     except OSError:
         return False
     if is_compressed(path):
@@ -91,11 +105,28 @@ class Walk:
     unterminated: bool = False
 
 
-def open_shard(path: str) -> IO[bytes]:
-    """The shard's uncompressed bytes, seekable (forward seeks of a compressed one decompress)."""
+def open_shard(path: Location, start: int = 0, end: int | None = None) -> IO[bytes]:
+    """The shard's uncompressed bytes, seekable (forward seeks of a compressed one decompress).
+    An object of a bucket is read by ranges with read-ahead (`scrub.storage.open_range`), mostly
+    within ``[start, end)`` when the shard is uncompressed (a partition's bytes); a compressed
+    one is read from its start."""
     if is_compressed(path):
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+        if not is_url(path):
+            return cast(IO[bytes], gzip.open(path, "rb"))
+        return cast(IO[bytes], _ClosingGzip(fileobj=open_range(path), mode="rb"))
+    return open_range(path, start, end)
+
+
+class _ClosingGzip(gzip.GzipFile):
+    """A gzip stream that closes the object it reads when it is closed."""
+
+    def close(self) -> None:
+        raw: Any = self.fileobj
+        try:
+            super().close()
+        finally:
+            if raw is not None:
+                raw.close()
 
 
 #: what a compressed shard cut short or damaged raises while it is read
@@ -260,6 +291,8 @@ def _plain_size(file: IO[bytes]) -> int | None:
     """The size of an uncompressed shard's file; None for a compressed one."""
     if isinstance(file, gzip.GzipFile):
         return None
+    if isinstance(file, RangeFile):
+        return file.size
     return os.fstat(file.fileno()).st_size
 
 

@@ -43,16 +43,18 @@ import json
 import re
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import EXTENSION_FORMATS
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, Reader
 from scrub.readers.images import parse_label
 from scrub.readers.tarwalk import (
     SHARD_SUFFIXES,
@@ -69,6 +71,7 @@ from scrub.readers.tarwalk import (
 from scrub.readers.tokenfields import KNOWN, fill_record
 from scrub.readers.values import decode_value, use_array
 from scrub.records import Carries, Record
+from scrub.storage import forget_listings, is_url, location, stat_version
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -86,6 +89,8 @@ MSGPACK_SUFFIXES = frozenset({"mp", "msgpack", "msg"})
 TEXT_SUFFIXES = frozenset({"txt", "text", "transcript"})
 #: WebDataset's extensions of tenbin members
 TENBIN_SUFFIXES = frozenset({"ten", "tenbin", "tb"})
+#: how many shards of a bucket the driver walks at once (each waits on its requests)
+WALKERS = 8
 #: a gzip member decompresses to at most this much (a small bomb is not read whole)
 GZIP_LIMIT = 1 << 28
 
@@ -147,9 +152,14 @@ class ShardSpan:
     start: int
     count: int
     first_index: int
+    #: where the next partition of the shard starts (None: the shard's end): what a worker
+    #: reading an object fetches (`scrub.storage.open_range`)
+    end: int | None = None
+    #: only these samples (offsets from ``start``): what the result cache left to read
+    only: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
-        return self.count
+        return self.count if self.only is None else len(self.only)
 
 
 class WebDatasetReader(Reader[ShardSpan]):
@@ -175,10 +185,16 @@ class WebDatasetReader(Reader[ShardSpan]):
             return False
         return bool(shards) and looks_like_tar(shards[0])
 
-    def shards(self) -> list[Path]:
+    def shards(self) -> list[Any]:
+        """The shards: local paths, or objects of a bucket (`scrub.storage`)."""
         return [self.path] if self.path.is_file() else shard_files(self.path)
 
+    def place(self, path: str) -> Any:
+        """A partition's shard as a path or an object (a worker opens it itself)."""
+        return location(path, self.options.storage)
+
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[ShardSpan]]:
+        forget_listings(self.path)
         shards = self.shards()
         if not shards:
             raise UnusableDataset(f"{self.path}: no .tar shards in this folder")
@@ -188,43 +204,24 @@ class WebDatasetReader(Reader[ShardSpan]):
         suffixes: dict[str, int] = {}  # extension -> samples holding it
         several_images = others = 0
         texts: list[bytes] = []
-        for shard in shards:
+        if is_url(self.path) and len(shards) > 1:  # objects: walked side by side, as requests wait
+            with ThreadPoolExecutor(min(WALKERS, len(shards))) as pool:
+                walks = list(pool.map(lambda shard: _walk(shard, partition_size), shards))
+        else:
+            walks = [_walk(shard, partition_size) for shard in shards]
+        for shard, walked in zip(shards, walks, strict=True):
             source = shard.name
-            walk = Walk()
-            samples = 0
-            first: int | None = None
-            in_partition = 0
-            try:
-                with open_shard(str(shard)) as file:
-                    members = walk_shard(file, with_data=False, walk=walk)
-                    for item in group_samples(members):
-                        if isinstance(item, Other):
-                            others += 1
-                            continue
-                        extensions = [suffix for suffix, _ in item.members]
-                        for suffix in set(extensions):
-                            suffixes[suffix] = suffixes.get(suffix, 0) + 1
-                        images = [s for s in extensions if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES]
-                        several_images += len(images) > 1
-                        if "txt" in extensions and len(texts) < SAMPLED_TEXTS:
-                            texts.append(_member_bytes(str(shard), item.get("txt")))
-                        if first is None:
-                            first = item.offset
-                        samples += 1
-                        in_partition += 1
-                        if in_partition == partition_size and not is_compressed(shard):
-                            partitions.append(
-                                ShardSpan(str(shard), source, first, in_partition, info.records)
-                            )
-                            info.records += in_partition
-                            first, in_partition = None, 0
-            except OSError as error:
-                raise UnusableDataset(f"{shard}: cannot read ({error.strerror or error})") from None
-            if in_partition:
-                assert first is not None
-                partitions.append(ShardSpan(str(shard), source, first, in_partition, info.records))
-                info.records += in_partition
-            described: dict[str, Any] = {"samples": samples, "compressed": is_compressed(shard)}
+            walk = walked.walk
+            for extension, count in walked.suffixes.items():
+                suffixes[extension] = suffixes.get(extension, 0) + count
+            several_images += walked.several_images
+            others += walked.others
+            texts += walked.texts[: SAMPLED_TEXTS - len(texts)]
+            for number, (first, count) in enumerate(walked.cuts):
+                end = walked.cuts[number + 1][0] if number + 1 < len(walked.cuts) else None
+                partitions.append(ShardSpan(str(shard), source, first, count, info.records, end))
+                info.records += count
+            described: dict[str, Any] = {"samples": walked.samples, "compressed": is_compressed(shard)}
             if walk.damaged:
                 described["damaged_after"] = walk.end
                 info.issues.append(
@@ -316,16 +313,49 @@ class WebDatasetReader(Reader[ShardSpan]):
         return None
 
     def read(self, partition: ShardSpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        if partition.only is not None:
+            wanted = partition.only[start:stop]
+            chosen = set(wanted)
+            for offset, sample in self._samples(
+                partition, min(wanted, default=0), max(wanted, default=-1) + 1, True
+            ):
+                if offset in chosen:
+                    yield self._record(sample, partition.source, partition.first_index + offset)
+            return
         stop = partition.count if stop is None else min(stop, partition.count)
         for offset, sample in self._samples(partition, start, stop, with_data=True):
             yield self._record(sample, partition.source, partition.first_index + offset)
+
+    def cache_entries(self, partition: ShardSpan) -> list[CacheEntry | None]:
+        """A sample's verdict depends on its shard's bytes, named without reading them by the
+        shard's (size, version) (`scrub.storage.stat_version`: its mtime locally, its ETag in a
+        bucket, so an object not rewritten is not read again), its place in the shard, and how
+        the dataset was read (its label member, what its records carry)."""
+        versions = self.__dict__.setdefault("_versions", {})
+        if partition.path not in versions:
+            versions[partition.path] = stat_version(self.place(partition.path))
+        size, version = versions[partition.path]
+        context = f"{self.label_suffix}|{sorted(str(carried) for carried in self.provides)}"
+        identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
+        return [
+            (
+                f"{partition.source}\0#{partition.first_index + offset}",
+                None,
+                context,
+                xxhash.xxh3_128_digest(f"{identity}{offset}".encode()),
+            )
+            for offset in range(partition.count)
+        ]
+
+    def subset(self, partition: ShardSpan, offsets: Sequence[int]) -> ShardSpan:
+        return replace(partition, only=tuple(offsets))
 
     def _samples(
         self, partition: ShardSpan, start: int, stop: int, with_data: bool
     ) -> Iterator[tuple[int, Sample]]:
         if start >= stop:
             return
-        with open_shard(partition.path) as file:
+        with open_shard(self.place(partition.path), partition.start, partition.end) as file:
             offset = 0
             for item in group_samples(walk_shard(file, partition.start, with_data=with_data)):
                 if isinstance(item, Other):
@@ -648,13 +678,62 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").strip()
 
 
-def _member_bytes(path: str, member: Member | None) -> bytes:
+@dataclass
+class ShardWalk:
+    """What the driver learned of one shard by walking its headers (see `_walk`)."""
+
+    walk: Walk
+    samples: int = 0
+    #: (offset of the first header, samples) of each partition, in order
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    suffixes: dict[str, int] = field(default_factory=dict)  # extension -> samples holding it
+    several_images: int = 0
+    others: int = 0
+    texts: list[bytes] = field(default_factory=list)  # the first ``.txt`` members
+
+
+def _walk(shard: Any, partition_size: int) -> ShardWalk:
+    """Walk one shard's headers: its samples, cut into partitions of ``partition_size`` (an
+    uncompressed shard; a compressed one is one partition)."""
+    walked = ShardWalk(Walk())
+    first: int | None = None
+    in_partition = 0
+    try:
+        with open_shard(shard) as file:
+            for item in group_samples(walk_shard(file, with_data=False, walk=walked.walk)):
+                if isinstance(item, Other):
+                    walked.others += 1
+                    continue
+                extensions = [suffix for suffix, _ in item.members]
+                for suffix in set(extensions):
+                    walked.suffixes[suffix] = walked.suffixes.get(suffix, 0) + 1
+                images = [s for s in extensions if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES]
+                walked.several_images += len(images) > 1
+                if "txt" in extensions and len(walked.texts) < SAMPLED_TEXTS:
+                    walked.texts.append(_member_bytes(shard, item.get("txt")))
+                if first is None:
+                    first = item.offset
+                walked.samples += 1
+                in_partition += 1
+                if in_partition == partition_size and not is_compressed(shard):
+                    walked.cuts.append((first, in_partition))
+                    first, in_partition = None, 0
+    except OSError as error:
+        raise UnusableDataset(f"{shard}: cannot read ({error.strerror or error})") from None
+    if in_partition:
+        assert first is not None
+        walked.cuts.append((first, in_partition))
+    return walked
+
+
+def _member_bytes(path: Any, member: Member | None) -> bytes:
     """The data of one member found by a walk over headers only."""
     if member is None:
         return b""
-    with open_shard(path) as file:
+    length = min(member.size, 1 << 16)
+    with open_shard(path, member.offset_data, member.offset_data + length) as file:
         file.seek(member.offset_data)
         try:
-            return file.read(min(member.size, 1 << 16))
+            return file.read(length)
         except STREAM_ERRORS:
             return b""

@@ -90,7 +90,7 @@ class JsonLinesWriter(Writer[JsonLinesReader]):
                 _Output(target, compression, always=True) as kept,
                 _Output(quarantines.get(path), compression) as held,
             ):
-                for number, line in enumerate(stream_lines(str(path), compression)):
+                for number, line in enumerate(stream_lines(path, compression)):
                     if is_blank(line):
                         kept.write(line)
                         continue
@@ -118,7 +118,7 @@ class JsonLinesWriter(Writer[JsonLinesReader]):
             shutil.copyfile(path, held)
         if not self.source.is_dir():
             clean.touch(exist_ok=False)
-        for number, line in enumerate(stream_lines(str(path), compression)):
+        for number, line in enumerate(stream_lines(path, compression)):
             if not is_blank(line):
                 tally.quarantined.add(line_value(source, number, line))
                 tally.records_quarantined += 1
@@ -172,7 +172,7 @@ def _tally_quarantine(
     if source in verdicts.files:
         numbers: Iterator[int] = (
             number
-            for number, line in enumerate(stream_lines(str(path), compression_of(path)))
+            for number, line in enumerate(stream_lines(path, compression_of(path)))
             if not is_blank(line)
         )
     else:

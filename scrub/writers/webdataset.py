@@ -119,7 +119,7 @@ def _new_shard(path: Path, compressed: bool) -> Iterator[IO[bytes]]:
 
 
 def _items(path: Path, with_headers: bool = False) -> Iterator[Sample | Other]:
-    with open_shard(str(path)) as file:
+    with open_shard(path) as file:
         yield from group_samples(walk_shard(file, with_headers=with_headers))
 
 

@@ -1,0 +1,189 @@
+"""Benchmark ``scrub scan`` of WebDataset shards in an S3 bucket against a naive loop and the floor.
+
+Starts moto's S3 server on 127.0.0.1 (in this process, on its own threads), uploads 20 WebDataset
+shards of small JPEGs (generated once into ``--workdir``; a few planted corrupt ones) and times,
+as whole processes, best of ``--repeat`` (interleaved):
+
+* the floor: one process reading every shard's bytes with ``s3fs`` (``fs.cat`` of all shards,
+  which fetches them concurrently) and nothing else;
+* the naive loop: one process, ``s3fs`` + ``tarfile`` (streaming) + Pillow ``load()`` per image;
+* ``scrub scan s3://BUCKET/train-{000000..000019}.tar --storage-options ...`` (a brace pattern:
+  each shard a dataset), and the same shards named by their prefix (one dataset);
+
+and prints throughput ratios against the floor (issue 31's goal: scrub ≥ 0.8 of it) and against
+the naive loop, with each process tree's peak resident memory. The server shares the machine's
+cores with the process being timed, as a loopback server must.
+
+    python benchmarks/bench_s3.py [--shards 20] [--samples 200] [--repeat 3] [--markdown-out r.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import tarfile
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from bench_hdf5 import timed
+from PIL import Image
+
+BUCKET = "scrub-bench"
+
+FLOOR = r"""
+import sys, s3fs
+fs = s3fs.S3FileSystem(endpoint_url=sys.argv[1])
+data = fs.cat(sys.argv[2:])
+print(sum(len(v) for v in data.values()))
+"""
+
+NAIVE = r"""
+import io, sys, tarfile, s3fs
+from PIL import Image
+fs = s3fs.S3FileSystem(endpoint_url=sys.argv[1])
+bad = 0
+for url in sys.argv[2:]:
+    with fs.open(url, "rb") as file, tarfile.open(fileobj=file, mode="r|") as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith(".jpg"):
+                data = tar.extractfile(member).read()
+                try:
+                    Image.open(io.BytesIO(data)).load()
+                except Exception:
+                    bad += 1
+print(bad)
+"""
+
+
+def jpeg(rng: np.random.Generator, side: int) -> bytes:
+    """A small photo-like JPEG: smooth gradients plus noise (compresses as photos do)."""
+    y, x = np.mgrid[0:side, 0:side]
+    base = (x[..., None] * rng.uniform(0.5, 2, 3) + y[..., None] * rng.uniform(0.5, 2, 3)) % 256
+    pixels = np.clip(base + rng.normal(0, 24, (side, side, 3)), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def generate(folder: Path, shards: int, samples: int, side: int) -> list[Path]:
+    """``shards`` tar shards of ``samples`` (JPEG, class id) samples each; every 500th image is
+    cut short (a corrupt image for both scrub and the naive loop to find)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    rng = np.random.default_rng(0)
+    for shard in range(shards):
+        path = folder / f"train-{shard:06d}.tar"
+        paths.append(path)
+        if path.exists():
+            continue
+        with tarfile.open(path.with_suffix(".tmp"), "w") as tar:
+            for i in range(samples):
+                number = shard * samples + i
+                data = jpeg(rng, side)
+                if number % 500 == 7:
+                    data = data[: len(data) // 2]
+                for name, content in (
+                    (f"{number:08d}.jpg", data),
+                    (f"{number:08d}.cls", str(number % 10).encode()),
+                ):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(content)
+                    tar.addfile(info, io.BytesIO(content))
+        path.with_suffix(".tmp").rename(path)
+    return paths
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench/s3"))
+    parser.add_argument("--shards", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=200, help="samples per shard")
+    parser.add_argument("--side", type=int, default=128, help="image side in pixels")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--scrub-args", default="", help="extra arguments for scrub scan")
+    parser.add_argument("--markdown-out", type=Path)
+    arguments = parser.parse_args()
+
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
+    )
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    paths = generate(arguments.workdir, arguments.shards, arguments.samples, arguments.side)
+    total = sum(path.stat().st_size for path in paths)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        for path in paths:
+            client.put_object(Bucket=BUCKET, Key=f"shards/{path.name}", Body=path.read_bytes())
+        urls = [f"s3://{BUCKET}/shards/{path.name}" for path in paths]
+        pattern = f"s3://{BUCKET}/shards/train-{{000000..{arguments.shards - 1:06d}}}.tar"
+        options = json.dumps({"endpoint_url": endpoint})
+        out = Path(tempfile.mkdtemp())
+
+        def scrub(target: str) -> list[str]:
+            return [
+                arguments.python, "-m", "scrub", "scan", target, "--storage-options", options, "--quiet",
+                "--fail-on", "never", "--json", str(out / "summary.json"), "--manifest",
+                str(out / "manifest.jsonl"), *arguments.scrub_args.split(),
+            ]  # fmt: skip
+
+        commands = {
+            "floor (s3fs.cat)": [arguments.python, "-c", FLOOR, endpoint, *urls],
+            "naive loop": [arguments.python, "-c", NAIVE, endpoint, *urls],
+            "scrub (brace pattern)": scrub(pattern),
+            "scrub (prefix)": scrub(f"s3://{BUCKET}/shards"),
+            "scrub (prefix, --scheduler sync)": [*scrub(f"s3://{BUCKET}/shards"), "--scheduler", "sync"],
+            "scrub (local copy)": scrub(str(arguments.workdir)),
+        }
+        runs: dict[str, list[tuple[float, int, str]]] = {name: [] for name in commands}
+        for _ in range(arguments.repeat):
+            for name, command in commands.items():
+                runs[name].append(timed(command))
+        best = {name: min(results, key=lambda r: r[0]) for name, results in runs.items()}
+        summary = json.loads((out / "summary.json").read_text())
+    finally:
+        server.stop()
+
+    floor = best["floor (s3fs.cat)"][0]
+    naive = best["naive loop"][0]
+    images = arguments.shards * arguments.samples
+    lines = [
+        f"## scrub S3 benchmark ({datetime.now(timezone.utc):%Y-%m-%d})",
+        "",
+        f"- {arguments.shards} WebDataset shards, {images} JPEGs of {arguments.side}x{arguments.side} "
+        f"({total / 1e6:.1f} MB), in moto's S3 server on 127.0.0.1",
+        f"- cores: {os.cpu_count()}; python {sys.version.split()[0]}; "
+        f"best of {arguments.repeat}, whole processes",
+        f"- corrupt images found: scrub {summary['issues']['by_check'].get('corrupt-image')}, naive "
+        f"{best['naive loop'][2].strip()}",
+        "",
+        "| command | seconds (runs) | MB/s | vs floor (goal ≥ 0.8) | vs naive | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, (seconds, peak, _) in best.items():
+        each = ", ".join(f"{r[0]:.2f}" for r in runs[name])
+        lines.append(
+            f"| {name} | {seconds:.2f} ({each}) | {total / seconds / 1e6:.0f} | {floor / seconds:.2f} | "
+            f"{naive / seconds:.2f}x | {peak / 2**20:.0f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if arguments.markdown_out:
+        arguments.markdown_out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

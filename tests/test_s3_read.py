@@ -1,0 +1,213 @@
+"""WebDataset shards and JSON Lines read where they live, against a real S3 server on loopback
+(moto's, `conftest.s3_server`): a scan of a bucket gives the manifest a scan of the same local
+copy gives (same sources, keys, checks and messages), whether a shard, a prefix of shards, a brace
+pattern or a glob names them, on one process and on several; a partition of a shard reads its own
+byte range; a missing object or an unreachable store is one line and exit 2."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import one_line_error
+
+import scrub
+from scrub import storage
+from scrub.readers.base import ReadOptions, open_reader
+from scrub.storage import location
+
+pytest.importorskip("webdataset")
+from test_webdataset import write_shards
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+def lines(result) -> list[tuple]:
+    """A manifest as what it says of each record (the dataset's own name aside: a path or a URL)."""
+    return sorted(
+        (
+            i.source,
+            i.key,
+            i.index,
+            i.check,
+            i.severity.value,
+            i.message,
+            json.dumps(i.details, sort_keys=True),
+        )
+        for i in result.issues()
+    )
+
+
+def storage_options(s3_server) -> dict:
+    """The server's endpoint and its credentials: a pool of workers started by an earlier test,
+    before the server set them in the environment, would not find them there."""
+    return s3_server.storage_options | {"key": "scrub-test", "secret": "scrub-test"}
+
+
+def same_scan(local: Path, url: str, s3_server, **options) -> scrub.ScanResult:
+    """Scan the local copy and the bucket's; their manifests and record counts must agree."""
+    here = scrub.scan(local, **options)
+    there = scrub.scan(url, storage_options=storage_options(s3_server), **options)
+    assert lines(there) == lines(here)
+    assert there.summary.records == here.summary.records
+    return there
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    """Three generated shards with one fault of each kind, beside the sample's two."""
+    folder = tmp_path_factory.mktemp("wds") / "shards"
+    write_shards(folder, shards=3, per_shard=6)
+    return folder
+
+
+@pytest.mark.parametrize("scheduler", ["sync", pytest.param("processes", marks=pytest.mark.slow)])
+def test_webdataset_from_a_bucket_as_from_a_local_copy(s3_server, shards, scheduler):
+    url = s3_server.upload(shards, "scrub-wds", f"generated-{scheduler}")
+    found = same_scan(shards, url, s3_server, scheduler=scheduler, num_classes=3, partition_size=4)
+    assert {"corrupt-image", "label-out-of-range", "malformed-sample"} <= {i.check for i in found.issues()}
+    sample = s3_server.upload(SAMPLES / "webdataset", "scrub-wds", f"sample-{scheduler}")
+    same_scan(SAMPLES / "webdataset", sample, s3_server, scheduler=scheduler)
+    one = SAMPLES / "webdataset" / "train-000000.tar"
+    same_scan(one, f"{sample}/train-000000.tar", s3_server, scheduler=scheduler)
+
+
+def test_compressed_shards(s3_server, tmp_path):
+    write_shards(tmp_path / "gz", shards=2, per_shard=5, compress=True)
+    url = s3_server.upload(tmp_path / "gz", "scrub-wds", "compressed")
+    same_scan(tmp_path / "gz", url, s3_server, scheduler="sync", num_classes=3)
+
+
+def test_brace_patterns_and_globs_name_shards(s3_server, shards):
+    """A pattern names each shard as a dataset of its own, as it does locally."""
+    url = s3_server.upload(shards, "scrub-wds", "patterns")
+    local = scrub.scan(f"{shards}/train-{{000000..000002}}.tar", scheduler="sync", num_classes=3)
+    for pattern in (f"{url}/train-{{000000..000002}}.tar", f"{url}/train-*.tar"):
+        named = scrub.scan(
+            pattern, storage_options=s3_server.storage_options, scheduler="sync", num_classes=3
+        )
+        assert lines(named) == lines(local)
+        assert len(named.summary.parts) == 3 and named.summary.records == 18
+    message = one_line_error(
+        "scan",
+        f"{url}/train-{{000000..000003}}.tar",
+        "--storage-options",
+        json.dumps(s3_server.storage_options),
+    )
+    assert "train-000003.tar does not exist" in message
+
+
+def test_a_partition_reads_its_own_byte_range(s3_server, shards, monkeypatch):
+    url = s3_server.upload(shards, "scrub-wds", "ranges")
+    options = ReadOptions(storage_options=tuple(s3_server.storage_options.items()))
+    reader = open_reader(location(f"{url}/train-000001.tar", options.storage), options)
+    _, partitions = reader.open(2)
+    assert [len(p) for p in partitions] == [2, 2, 2]
+    assert [p.end for p in partitions] == [partitions[1].start, partitions[2].start, None]
+    fetched: list[tuple[int, int]] = []
+    fetch = storage.RangeFile._fetch
+
+    def counted(self, start, stop):
+        fetched.append((start, stop))
+        return fetch(self, start, stop)
+
+    monkeypatch.setattr(storage.RangeFile, "_fetch", counted)
+    middle = partitions[1]
+    assert [r.key for r in reader.read(middle)] == ["000008", "000009"]
+    assert fetched[0][0] == middle.start and all(
+        stop <= middle.end + storage.PAST_END_BLOCK for _, stop in fetched
+    )
+
+
+def jsonl_copy(folder: Path) -> Path:
+    """The JSON Lines sample, a gzip copy of it in a sub-folder, and a file of other lines."""
+    shutil.copytree(SAMPLES / "jsonl", folder)
+    data = (SAMPLES / "jsonl" / "train.jsonl").read_bytes()
+    (folder / "more").mkdir()
+    (folder / "more" / "chat.jsonl.gz").write_bytes(gzip.compress(data))
+    (folder / "more" / "short.jsonl").write_bytes(b'{"text": "a"}\n\n{"text": ""}\nnot json\n{"text": "b"}')
+    return folder
+
+
+@pytest.mark.parametrize("scheduler", ["sync", pytest.param("processes", marks=pytest.mark.slow)])
+def test_json_lines_from_a_bucket_as_from_a_local_copy(s3_server, tmp_path, scheduler):
+    folder = jsonl_copy(tmp_path / "jsonl")
+    url = s3_server.upload(folder, "scrub-jsonl", scheduler)
+    found = same_scan(folder, url, s3_server, scheduler=scheduler, partition_size=25)
+    assert {"more/chat.jsonl.gz", "more/short.jsonl", "train.jsonl"} <= {i.source for i in found.issues()}
+    same_scan(folder / "train.jsonl", f"{url}/train.jsonl", s3_server, scheduler=scheduler)
+    same_scan(folder / "more" / "chat.jsonl.gz", f"{url}/more/chat.jsonl.gz", s3_server, scheduler=scheduler)
+    globbed = scrub.scan(
+        f"{url}/more/*.jsonl*", storage_options=storage_options(s3_server), scheduler=scheduler
+    )
+    assert {i.source for i in globbed.issues()} == {"chat.jsonl.gz", "short.jsonl"}
+
+
+def test_json_lines_partitions_read_their_lines(s3_server, tmp_path):
+    """Byte-range partitions of an object: every line read once, the same records as locally."""
+    many = tmp_path / "many.jsonl"
+    many.write_bytes(b"".join(b'{"text": "line %d"}\n' % n if n % 97 else b"\n" for n in range(5000)))
+    url = s3_server.upload(many, "scrub-jsonl", "many")
+    options = ReadOptions(storage_options=tuple(s3_server.storage_options.items()))
+    remote = open_reader(location(f"{url}/many.jsonl", options.storage), options)
+    local = open_reader(many, ReadOptions())
+    (remote_info, remote_parts), (local_info, local_parts) = remote.open(500), local.open(500)
+    assert remote_info.records == local_info.records and len(remote_parts) == len(local_parts) > 1
+    keys = [r.key for p in remote_parts for r in remote.read(p)]
+    assert keys == [r.key for p in local_parts for r in local.read(p)]
+    assert len(keys) == len(set(keys)) == remote_info.records
+    assert list(remote.members(remote_parts)) == [f"{url}/many.jsonl"]
+
+
+@pytest.mark.slow  # s3fs retries a refused connection with back-off: about 15 s
+def test_an_unreachable_store_or_no_credentials_is_one_line(s3_server, tmp_path, monkeypatch):
+    url = s3_server.upload(SAMPLES / "jsonl", "scrub-jsonl", "errors")
+    wrong = json.dumps(
+        {
+            "endpoint_url": "http://127.0.0.1:9",
+            "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}},
+        }
+    )
+    message = one_line_error("scan", f"{url}/train.jsonl", "--storage-options", wrong)
+    assert "cannot reach the object store" in message
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    message = one_line_error(
+        "scan", f"{url}/train.jsonl", "--storage-options", json.dumps(s3_server.storage_options)
+    )
+    assert "no credentials" in message
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
+def test_the_cache_reads_no_unchanged_object_again(s3_server, shards, tmp_path, kind):
+    """Objects are versioned by (size, ETag) as files are by stat: a rerun checks no record of
+    an unchanged object again, and every record of a rewritten one; the manifest stays a full
+    scan's. (Opening the dataset still walks the shards' headers and counts the lines.)"""
+    if kind == "webdataset":
+        local, name = shards, "train-000001.tar"
+        rewritten = (shards / "train-000002.tar").read_bytes()  # another shard's bytes: another ETag
+    else:
+        local, name = jsonl_copy(tmp_path / "jsonl"), "train.jsonl"
+        rewritten = (local / "train.jsonl").read_bytes() + b'{"text": ""}\n'
+    url = s3_server.upload(local, "scrub-cache", kind)
+    options = {
+        "storage_options": storage_options(s3_server),
+        "cache": tmp_path / "cache",
+        "scheduler": "sync",
+    }
+    first = scrub.scan(url, **options)
+    assert first.summary.cache["reused"] == 0
+    again = scrub.scan(url, **options)
+    assert lines(again) == lines(first)
+    assert again.summary.cache["reused"] == first.summary.records and again.summary.cache["scanned"] == 0
+    s3_server.client.put_object(Bucket="scrub-cache", Key=f"{kind}/{name}", Body=rewritten)
+    changed = scrub.scan(url, **options)
+    fresh = scrub.scan(url, storage_options=storage_options(s3_server), scheduler="sync")
+    assert lines(changed) == lines(fresh)
+    assert 0 < changed.summary.cache["scanned"] < changed.summary.records
