@@ -112,6 +112,10 @@ def remote_errors(path: Location) -> Iterator[None]:
         raise
     except FileNotFoundError:
         raise UnusableDataset(f"{path}: no such object or bucket") from None
+    except TypeError as error:  # an option the store's filesystem does not take
+        if "keyword argument" not in str(error):
+            raise
+        raise UsageError(f"storage-options: {first_words(error)}") from None
     except Exception as error:  # the SDKs' own error types vary by store and version
         name = type(error).__name__
         if isinstance(error, PermissionError) or "Credential" in name or "AccessDenied" in str(error):

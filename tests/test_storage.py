@@ -65,3 +65,9 @@ def test_storage_options_are_validated_and_never_recorded(s3_server):
         ScanOptions.build(storage_options="endpoint_url=http://x")
     with pytest.raises(UsageError, match="expected a JSON object"):
         ScanOptions.build(storage_options="[1, 2]")
+
+
+def test_an_option_the_store_does_not_take_is_one_line(s3_server):
+    options = json.dumps({**s3_server.storage_options, "no_such_option": 1})
+    message = one_line_error("scan", "s3://scrub-storage/d/a.txt", "--storage-options", options)
+    assert message.startswith("scrub: error: storage-options:") and "no_such_option" in message
