@@ -211,3 +211,15 @@ def test_the_cache_reads_no_unchanged_object_again(s3_server, shards, tmp_path, 
     fresh = scrub.scan(url, storage_options=storage_options(s3_server), scheduler="sync")
     assert lines(changed) == lines(fresh)
     assert 0 < changed.summary.cache["scanned"] < changed.summary.records
+
+
+def test_tfrecord_shards_in_a_bucket_scan_as_on_disk(s3_server, tmp_path):
+    local = tmp_path / "tfrecord"
+    shutil.copytree(SAMPLES / "tfrecord", local)
+    url = s3_server.upload(local, "scrub-tfrecord", "train")
+    there = same_scan(local, url, s3_server, num_classes=10, scheduler="sync")
+    assert there.summary.records > 0 and lines(there)
+    pattern = f"{url}/train.tfrecord-{{00000..00001}}-of-00002"
+    shards = scrub.scan(pattern, storage_options=storage_options(s3_server), num_classes=10, scheduler="sync")
+    # a pattern names each shard as a dataset of its own: indices count within each
+    assert [line[:2] + line[3:] for line in lines(shards)] == [line[:2] + line[3:] for line in lines(there)]

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, cast
 
+from scrub.storage import Location, is_url, open_binary
+
 HEADER = 12  # uint64 length + uint32 masked CRC of it
 FOOTER = 4  # uint32 masked CRC of the data
 MASK_DELTA = 0xA282EAD8
@@ -90,12 +92,15 @@ def frame(data: bytes) -> bytes:
     return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
 
 
-def open_raw(path: str) -> IO[bytes]:
-    """A file's bytes as stored, buffered for many small reads: the one place a file is opened."""
+def open_raw(path: str | Location) -> IO[bytes]:
+    """A file's bytes as stored, buffered for many small reads: the one place a file is opened (an
+    object of a bucket through `scrub.storage`, read in ranges with read-ahead)."""
+    if is_url(path):
+        return open_binary(path)
     return open(path, "rb", buffering=1 << 20)
 
 
-def stored_size(path: str) -> int:
+def stored_size(path: str | Location) -> int:
     """A file's size as stored (through `open_raw`, as every access)."""
     with open_raw(path) as file:
         return file.seek(0, 2)
@@ -112,7 +117,7 @@ def compressed(head: bytes) -> bool:
     return head[:2] == GZIP_MAGIC and not header_ok(head)
 
 
-def open_records(path: str, gzipped: bool) -> IO[bytes]:
+def open_records(path: str | Location, gzipped: bool) -> IO[bytes]:
     """The file's TFRecord byte stream: decompressed as it is read when ``gzipped``."""
     raw = open_raw(path)
     if not gzipped:
@@ -120,7 +125,7 @@ def open_records(path: str, gzipped: bool) -> IO[bytes]:
     return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
 
 
-def first_bytes(path: str, gzipped: bool | None = None) -> tuple[bytes, bool]:
+def first_bytes(path: str | Location, gzipped: bool | None = None) -> tuple[bytes, bool]:
     """(the first 12 bytes of the record stream, whether the file is compressed)."""
     with open_raw(path) as file:
         head = file.read(HEADER)

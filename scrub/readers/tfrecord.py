@@ -60,6 +60,7 @@ from scrub.readers.tfframes import (
 from scrub.readers.tokenfields import IDS, TEXT_FIELDS, fill_record
 from scrub.readers.values import use_array
 from scrub.records import Carries, Record
+from scrub.storage import is_url, location
 
 #: names that say a file is TFRecord
 _NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
@@ -85,7 +86,7 @@ def is_tfrecord_file(path: Path) -> bool:
     if not _SHARD.search(path.name) or not path.is_file():
         return False
     try:
-        return header_ok(first_bytes(str(path))[0])
+        return header_ok(first_bytes(path if is_url(path) else str(path))[0])
     except OSError:
         return False
 
@@ -169,12 +170,13 @@ class TFRecordReader(Reader[FrameSpan]):
     def _spans(self, file: Path, partition_size: int, info: DatasetInfo) -> list[FrameSpan]:
         """The file's partitions, found by walking its headers (a compressed file: one)."""
         path, source = str(file), file.name
-        gzipped = first_bytes(path)[1]
-        size = None if gzipped else stored_size(path)
+        place = file if is_url(file) else path  # an object keeps its storage options
+        gzipped = first_bytes(place)[1]
+        size = None if gzipped else stored_size(place)
         spans: list[FrameSpan] = []
         first: Frame | None = None
         count = records = 0
-        with open_records(path, gzipped) as stream:
+        with open_records(place, gzipped) as stream:
             for frame in walk_frames(stream, size=size, with_data=False):
                 if first is None:
                     first = frame
@@ -258,7 +260,8 @@ class TFRecordReader(Reader[FrameSpan]):
         stop = min(stop, partition.count)
         if start >= stop:
             return
-        with open_records(partition.path, partition.gzipped) as stream:
+        place = location(partition.path, self.options.storage) if is_url(partition.path) else partition.path
+        with open_records(place, partition.gzipped) as stream:
             offset, position = partition.offset, partition.position
             if start:
                 for frame in walk_frames(stream, offset, position, start, partition.size, with_data=False):
