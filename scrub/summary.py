@@ -401,6 +401,13 @@ def _common_folder(paths: Sequence[str]) -> str:
 
     if not paths:
         return "."
+    urls = [p for p in paths if "://" in p]
+    if urls:  # objects of buckets: their common prefix, by whole "/" parts
+        if len(urls) < len(paths):
+            return "."
+        parts = [p.split("/") for p in urls]
+        common = [part for part, *others in zip(*parts) if all(o == part for o in others)]
+        return "/".join(common) if len(common) > 2 else "."
     if len({os.path.isabs(p) for p in paths}) == 1:  # as they were given: relative stays relative
         return os.path.commonpath(paths) or "."
     return os.path.commonpath([os.path.abspath(p) for p in paths])
