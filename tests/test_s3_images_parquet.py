@@ -129,3 +129,78 @@ def test_an_arrow_object_scans_as_its_file(s3_server, tmp_path):
     url = s3_server.upload(local, "scrub-arrow", "a")
     here, there = scan_both(s3_server, local, url, scheduler="sync")
     assert findings(there) == findings(here) and findings(here)
+
+
+# -- image folders -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def images(s3_server, tmp_path) -> tuple[Path, str]:
+    """sample_data/images (class folders, planted faults, a README; its symlink left out) on
+    disk and in a bucket, uploaded from that copy."""
+    local = local_copy(SAMPLES / "images", tmp_path / "images")
+    (local / ".git").mkdir()
+    (local / ".git" / "HEAD.jpg").write_bytes(b"ref: main")  # a hidden folder: skipped in both
+    return local, s3_server.upload(local, "scrub-images", "pets/train")
+
+
+def test_an_image_folder_in_a_bucket_scans_as_its_copy_on_disk(s3_server, images):
+    local, url = images
+    here, there = scan_both(s3_server, local, url, scheduler="sync")
+    assert findings(there) == findings(here)
+    checks = {check for *_, check, _ in findings(there)}
+    assert checks == {
+        "corrupt-image",
+        "decompression-bomb",
+        "format-mismatch",
+        "empty-record",
+        "missing-label",
+        "duplicate",
+        "shape-mismatch",
+    }
+    assert there.summary.records == here.summary.records
+    assert there.summary.dataset.classes == here.summary.dataset.classes == ["bird", "cat", "dog"]
+    assert there.summary.dataset.skipped == here.summary.dataset.skipped
+    assert there.summary.dataset.root == url and there.summary.dataset.image_root is None
+
+
+@pytest.mark.slow
+def test_workers_fetch_the_objects_themselves(s3_server, images):
+    local, url = images
+    here, there = scan_both(s3_server, local, url, scheduler="processes", workers=2, partition_size=8)
+    assert findings(there) == findings(here) and findings(there)
+    assert there.summary.scheduler == "processes"
+
+
+def test_a_flat_prefix_of_images_and_a_missing_object(s3_server, tmp_path):
+    from conftest import image_bytes
+
+    local = tmp_path / "flat"
+    local.mkdir()
+    for number in range(150):  # more than one batch of fetches (FETCH_CONCURRENCY)
+        (local / f"{number:03d}.jpg").write_bytes(image_bytes(number, size=16))
+    (local / "077.jpg").write_bytes(b"")
+    url = s3_server.upload(local, "scrub-flat", "")
+    here, there = scan_both(s3_server, local, url, scheduler="sync")
+    assert findings(there) == findings(here)
+    assert [(key, check) for _, key, _, check, _ in findings(there)] == [("077.jpg", "empty-record")]
+    assert there.summary.dataset.layout == "flat"
+
+
+def test_an_object_gone_after_listing_is_a_finding(s3_server, tmp_path):
+    from conftest import image_bytes
+
+    from scrub.opening import open_dataset
+    from scrub.options import ScanOptions
+    from scrub.scanning.run import scan_dataset
+
+    local = tmp_path / "going"
+    for number in range(3):
+        (local / "a").mkdir(parents=True, exist_ok=True)
+        (local / "a" / f"{number}.jpg").write_bytes(image_bytes(number))
+    url = s3_server.upload(local, "scrub-going", "g")
+    options = ScanOptions.build(storage_options=s3_server.storage_options, scheduler="sync")
+    dataset = open_dataset(url, options)
+    s3_server.client.delete_object(Bucket="scrub-going", Key="g/a/1.jpg")
+    result = scan_dataset(dataset, options)
+    assert [(issue.key, issue.check) for issue in result.issues()] == [("a/1.jpg", "missing-file")]
