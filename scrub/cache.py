@@ -47,6 +47,7 @@ import xxhash
 
 from scrub.errors import ScrubError
 from scrub.outputs import PREFIX_MARK, process_alive, write_atomically
+from scrub.storage import is_url
 
 MAGIC = b"scrub-cache 1\n"
 SUFFIX = ".scrubcache"
@@ -133,7 +134,8 @@ class ResultCache:
         self.directory = Path(directory)
         self.scope = scope
         self.columns = list(columns)
-        name = xxhash.xxh3_64_hexdigest(os.fsencode(os.path.realpath(dataset)))
+        where = str(dataset) if is_url(dataset) else os.path.realpath(dataset)  # a bucket's: its URL
+        name = xxhash.xxh3_64_hexdigest(os.fsencode(where))
         self.path = self.directory / f"{scope}-{name}{SUFFIX}"
         self.notes: list[str] = []
         self.snapshot: Snapshot | None = None

@@ -116,6 +116,11 @@ def test_a_missing_prefix_is_one_line(s3_server):
     assert "s3://scrub-missing/no/such/prefix" in message
     message = one_line_error("scan", "s3://scrub-missing/data/*.parquet", "--storage-options", options)
     assert "no object matches" in message
+    s3_server.client.put_object(Bucket="scrub-missing", Key="notes/README.txt", Body=b"hello")
+    message = one_line_error("scan", "s3://scrub-missing/notes", "--storage-options", options)
+    assert "no images found; it holds 1 object(s): README.txt" in message
+    message = one_line_error("scan", "s3://scrub-missing/notes/README.txt", "--storage-options", options)
+    assert "not a dataset scrub can read" in message
 
 
 def test_an_arrow_object_scans_as_its_file(s3_server, tmp_path):
@@ -204,3 +209,10 @@ def test_an_object_gone_after_listing_is_a_finding(s3_server, tmp_path):
     s3_server.client.delete_object(Bucket="scrub-going", Key="g/a/1.jpg")
     result = scan_dataset(dataset, options)
     assert [(issue.key, issue.check) for issue in result.issues()] == [("a/1.jpg", "missing-file")]
+
+
+def test_the_cache_scans_objects_without_reusing_them(s3_server, images, tmp_path):
+    local, url = images
+    first = scrub.scan(url, storage_options=s3_server.storage_options, scheduler="sync", cache=tmp_path / "c")
+    again = scrub.scan(url, storage_options=s3_server.storage_options, scheduler="sync", cache=tmp_path / "c")
+    assert findings(again) == findings(first) and findings(first)
