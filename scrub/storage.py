@@ -190,17 +190,19 @@ def read_objects(
     prefix: Location, keys: Sequence[str], concurrency: int = FETCH_CONCURRENCY
 ) -> list[bytes | OSError]:
     """The objects ``prefix/key`` of each of ``keys``, fetched at most ``concurrency`` at a time
-    (fsspec's ``cat`` over the store's asynchronous client); an object that cannot be read is
+    (over the store's asynchronous client where it has one); an object that cannot be read is
     the OSError saying why (FileNotFoundError when it is gone), for its record's problem."""
     base = prefix.path.rstrip("/")
     paths = [f"{base}/{key}" for key in keys]
     if not paths:
         return []
+    fs = prefix.fs
+    # ``cat_ranges``, not ``cat``: ``cat`` would take a key holding ``[`` or ``*`` for a glob
+    bound = {"batch_size": concurrency} if getattr(fs, "async_impl", False) else {}
     with remote_errors(prefix):
-        found = prefix.fs.cat(paths, on_error="return", batch_size=concurrency)
+        found = fs.cat_ranges(paths, None, None, on_error="return", **bound)
     results: list[bytes | OSError] = []
-    for path in paths:
-        value = found.get(path, FileNotFoundError(errno.ENOENT, "no such object", path))
+    for value in found:
         if isinstance(value, BaseException) and not isinstance(value, OSError):
             value = OSError(errno.EIO, first_words(value))
         elif isinstance(value, OSError) and value.strerror is None:

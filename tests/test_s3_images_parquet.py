@@ -185,6 +185,7 @@ def test_a_flat_prefix_of_images_and_a_missing_object(s3_server, tmp_path):
     for number in range(150):  # more than one batch of fetches (FETCH_CONCURRENCY)
         (local / f"{number:03d}.jpg").write_bytes(image_bytes(number, size=16))
     (local / "077.jpg").write_bytes(b"")
+    (local / "odd [1] *.jpg").write_bytes(image_bytes(1000, size=16))  # a key fsspec's cat would glob
     url = s3_server.upload(local, "scrub-flat", "")
     here, there = scan_both(s3_server, local, url, scheduler="sync")
     assert findings(there) == findings(here)
