@@ -36,9 +36,15 @@ def findings(result) -> list[tuple]:
     )
 
 
+def storage(s3_server) -> dict:
+    """The server's storage options with its credentials: worker processes started before the
+    fixture set them in the environment (a pool a test before started) would have none."""
+    return {**s3_server.storage_options, "key": "scrub-test", "secret": "scrub-test"}
+
+
 def scan_both(s3_server, local: Path, url: str, **options):
     here = scrub.scan(local, **options)
-    there = scrub.scan(url, storage_options=s3_server.storage_options, **options)
+    there = scrub.scan(url, storage_options=storage(s3_server), **options)
     return here, there
 
 
