@@ -13,6 +13,13 @@ Layouts:
 Files are recognised by extension; anything else (README.txt, .DS_Store) is skipped and counted.
 Hidden folders (``.git``, ``.ipynb_checkpoints``) are skipped and counted. Symlinks are followed
 only when they stay inside the dataset root; the rest are reported as `unsafe-path`, never read.
+
+A folder may be a prefix of object storage (``s3://bucket/train``): the driver lists it in one
+recursive listing, its "folders" are the keys' ``/``-separated parts (a folder with no object in
+it does not exist there), and each worker fetches its partition's objects itself,
+`scrub.storage.FETCH_CONCURRENCY` at a time, the next batch while the records of the last are
+checked. Objects have no links: nothing is `unsafe-path` there. List files are read only from
+this machine.
 """
 
 from __future__ import annotations
@@ -34,12 +41,14 @@ from scrub.readers.base import (
     Reader,
     extension_of,
     read_bytes,
+    report_unreadable,
     split_records,
 )
 from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.values import decode_value
 from scrub.records import Carries, Record
+from scrub.storage import FETCH_CONCURRENCY, is_url, list_objects, read_objects
 
 SNIFF_LINES = 100
 JPEG_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
@@ -104,6 +113,11 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
+def _in_hidden(key: str) -> bool:
+    """Whether an object's key lies in a hidden folder (``.git/...``), as a walk skips them."""
+    return any(_is_hidden(part) for part in key.split("/")[:-1])
+
+
 def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
     """What a folder with no image in it holds, for the error: a person sees at once that it is
     the wrong folder, or a folder of datasets none of which scrub recognized."""
@@ -154,6 +168,8 @@ class ImageReader(Reader[Sequence[Entry]]):
     @staticmethod
     def holds_images(folder: Path) -> bool:
         """Whether an image lies anywhere below ``folder`` (stops at the first one)."""
+        if is_url(folder):
+            return any(_has_record_extension(key) and not _in_hidden(key) for key in list_objects(folder))
         for _directory, folders, files in os.walk(folder):
             folders[:] = [name for name in folders if not _is_hidden(name)]
             if any(_has_record_extension(name) for name in files):
@@ -162,6 +178,8 @@ class ImageReader(Reader[Sequence[Entry]]):
 
     @staticmethod
     def _looks_like_list(path: Path) -> bool:
+        if is_url(path):  # list files are read from this machine only
+            return False
         try:
             lines = _first_lines(path)
         except (OSError, UnicodeDecodeError):
@@ -171,7 +189,13 @@ class ImageReader(Reader[Sequence[Entry]]):
         return bool(heads) and sum(map(_has_image_extension, heads)) * 2 >= len(heads)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Entry]]]:
-        if self.path.is_dir():
+        if is_url(self.path) and self.path.is_dir():
+            info, entries = self._list_prefix(self.path)
+        elif is_url(self.path):
+            raise UnusableDataset(
+                f"{self.path}: not a folder of images (list files are read from this machine only)"
+            )
+        elif self.path.is_dir():
             info, entries = self._list_folder(self.path)
         elif self.path.is_file():
             info, entries = self._list_file(self.path)
@@ -190,7 +214,8 @@ class ImageReader(Reader[Sequence[Entry]]):
         # finding rather than the end of the scan (docs/internals.md)
         self.work_seconds = len(entries) * IMAGE_SECONDS
         self.root = info.root
-        info.image_root = None if self.arrays else info.root
+        # the HTML report's thumbnails are files on this machine: none for a bucket's objects
+        info.image_root = None if self.arrays or is_url(self.path) else info.root
         return info, split_records(entries, partition_size)
 
     # -- listing (driver side) -------------------------------------------------------------
@@ -266,6 +291,60 @@ class ImageReader(Reader[Sequence[Entry]]):
         )
         return info, entries
 
+    def _list_prefix(self, prefix) -> tuple[DatasetInfo, list[Entry]]:
+        """`_list_folder` of a prefix of object storage, from one recursive listing: the same
+        classes, entries (in the order a walk of the same folder gives) and skipped counts."""
+        skipped: Counter[str] = Counter()
+        listing = list_objects(prefix)
+        keys = sorted(listing, key=lambda key: key.split("/"))  # a walk's order: name by name
+        hidden = {
+            "/".join(parts[: n + 1])
+            for parts in (key.split("/") for key in keys)
+            for n in range(len(parts) - 1)
+            if _is_hidden(parts[n]) and not any(_is_hidden(p) for p in parts[:n])
+        }
+        skipped["hidden folder"] += len(hidden)
+        keys = [key for key in keys if not _in_hidden(key)]
+        classes = sorted({key.split("/", 1)[0] for key in keys if "/" in key})
+        class_of = {name: number for number, name in enumerate(classes)}
+        entries: list[Entry] = []
+        arrays: list[Entry] = []
+        for key in keys:
+            if not _has_record_extension(key.rsplit("/", 1)[-1]):
+                skipped["non-image file"] += 1
+                continue
+            label = class_of[key.split("/", 1)[0]] if "/" in key else None
+            found = arrays if key.lower().endswith(NPY_EXTENSION) else entries
+            found.append(Entry(len(found), key, key, label, False))
+        notes = []
+        if not entries and arrays:
+            entries = arrays
+            self.arrays = True
+            self.provides = frozenset({Carries.ARRAY, Carries.BYTES, Carries.VALUES})
+            notes.append(
+                f"each .npy file is one record ({len(arrays)} of them, loaded without pickle); to "
+                f"check the rows of each file instead, name them ('{prefix}/{'**/' if classes else ''}*.npy')"
+            )
+        elif arrays:
+            skipped["non-image file"] += len(arrays)
+        if not entries:
+            shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+            raise UnusableDataset(
+                f"{prefix}: no images found"
+                + (f"; it holds {len(keys)} object(s): {shown}" if keys else " (no object below it)")
+            )
+        info = DatasetInfo(
+            format=self.format,
+            layout="class-folders" if classes else "flat",
+            root=str(prefix).rstrip("/"),
+            labelled=bool(classes),
+            records=len(entries),
+            classes=classes or None,
+            skipped={name: count for name, count in skipped.items() if count},
+            notes=notes,
+        )
+        return info, entries
+
     def _list_file(self, list_path: Path) -> tuple[DatasetInfo, list[Entry]]:
         root = self.options.root or list_path.parent
         if not root.is_dir():
@@ -316,6 +395,9 @@ class ImageReader(Reader[Sequence[Entry]]):
     # -- reading (worker side) -------------------------------------------------------------
 
     def read(self, partition: Sequence[Entry], start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        if is_url(self.path):
+            yield from self._read_objects(partition[start:stop])
+            return
         real_root = os.path.realpath(self.root)
         entries = partition[start:stop]
         paths = [os.path.join(self.root, e.key) for e in entries]
@@ -339,14 +421,52 @@ class ImageReader(Reader[Sequence[Entry]]):
                     if entry.check_link
                     else reading.read(number, record, entry.key)
                 )
-                if record.payload is not None and self.arrays:
-                    del record.meta["kind"]  # an array, once it loads
-                    record.meta["raw"] = record.payload  # what `fix` copies
-                    decode_value(record, record.payload, "npy", False)
-                    del record.meta["label_known"]  # the folder's label, as for images
+                self._loaded(record)
             yield record
 
+    def _loaded(self, record: Record) -> None:
+        """A ``.npy`` record's array, once its bytes are read."""
+        if record.payload is not None and self.arrays:
+            del record.meta["kind"]  # an array, once it loads
+            record.meta["raw"] = record.payload  # what `fix` copies
+            decode_value(record, record.payload, "npy", False)
+            del record.meta["label_known"]  # the folder's label, as for images
+
+    def _read_objects(self, entries: Sequence[Entry]) -> Iterator[Record]:
+        """A prefix's objects, `FETCH_CONCURRENCY` at a time; the next batch is fetched while
+        the records of this one are checked (so at most that many requests are in flight)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        batches = [entries[at : at + FETCH_CONCURRENCY] for at in range(0, len(entries), FETCH_CONCURRENCY)]
+        if not batches:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="scrub-fetch") as fetcher:
+
+            def fetch(batch: Sequence[Entry]):
+                return fetcher.submit(read_objects, self.path, [entry.key for entry in batch])
+
+            coming = fetch(batches[0])
+            for number, batch in enumerate(batches):
+                fetched = coming.result()
+                if number + 1 < len(batches):
+                    coming = fetch(batches[number + 1])
+                for entry, data in zip(batch, fetched):
+                    record = Record(
+                        entry.source, entry.key, entry.index, None, entry.label, {"kind": "image"}
+                    )
+                    if isinstance(data, OSError):
+                        report_unreadable(record, data, entry.key, "missing-file")
+                    else:
+                        record.payload = data
+                        self._loaded(record)
+                    yield record
+
     def members(self, partitions: Sequence[Sequence[Entry]]) -> Iterator[str]:
+        if is_url(self.path):  # objects' URLs: the fingerprint versions them by the listing's ETags
+            for partition in partitions:
+                for entry in partition:
+                    yield f"{self.root}/{entry.key}"
+            return
         if self.path.is_file():
             yield str(self.path)
         for partition in partitions:
@@ -358,7 +478,10 @@ class ImageReader(Reader[Sequence[Entry]]):
 
     def cache_entries(self, partition: Sequence[Entry]) -> list[CacheEntry | None]:
         """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
-        label; an entry that would not be read (outside the root) is never reused."""
+        label; an entry that would not be read (outside the root) is never reused, nor yet an
+        object (the cache keys files by their stat)."""
+        if is_url(self.path):
+            return [None] * len(partition)
         real_root = os.path.realpath(self.root)
         prefix = os.path.join(
             self.root, ""

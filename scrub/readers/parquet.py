@@ -51,6 +51,7 @@ from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.tokenfields import ATTENTION, CHAT_FIELDS, IDS, LABELS, TEXT_FIELDS, fill_record
 from scrub.readers.values import use_array
 from scrub.records import Batch, Carries, Record
+from scrub.storage import Location, is_url, list_objects, location, open_binary, open_random, read_head
 
 PARQUET_MAGIC = b"PAR1"
 IMAGE_COLUMNS = ("image", "img", "images", "jpg", "jpeg", "png", "webp", "picture", "pixel_values")
@@ -64,22 +65,41 @@ def pyarrow_modules():
     return pyarrow, importlib.import_module("pyarrow.parquet")
 
 
-def is_parquet_file(path: Path) -> bool:
+def is_parquet_file(path: Location) -> bool:
     try:
-        with open(path, "rb") as file:
-            return file.read(4) == PARQUET_MAGIC
+        return read_head(path, 4) == PARQUET_MAGIC
     except OSError:
         return False
 
 
-def table_files(folder: Path, suffix: str = ".parquet") -> list[Path]:
+def table_files(folder: Location, suffix: str = ".parquet") -> list[Path]:
     """The ``.parquet`` (or ``.arrow``) files in ``folder`` and its sub-folders (Hugging Face
-    keeps them in ``data/``), by path."""
+    keeps them in ``data/``), by path; a prefix's objects (URLs) by key."""
+    if is_url(folder):
+        return [folder / key for key in _table_keys(folder, suffix)]
     return sorted(
         path
         for path in folder.rglob(f"*{suffix}")
         if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
     )
+
+
+def _table_keys(prefix: Location, suffix: str) -> list[str]:
+    """The keys (relative to ``prefix``) of its ``suffix`` objects, hidden folders aside."""
+    return [
+        key
+        for key in list_objects(prefix)
+        if key.endswith(suffix) and not any(part.startswith(".") for part in key.split("/"))
+    ]
+
+
+def _opened(path: Location, random: bool = True) -> Any:
+    """What pyarrow reads a table file from: a local file by its path (pyarrow's own file, or a
+    memory map), an object through fsspec (`scrub.storage`: range requests, workers open it
+    themselves)."""
+    if not is_url(path):
+        return str(path)
+    return open_random(path) if random else open_binary(path)
 
 
 def first_table_file(folder: Path, suffix: str) -> Path | None:
@@ -120,24 +140,27 @@ class ParquetStorage:
     unit = "row group"
 
     @staticmethod
-    def is_file(path: Path) -> bool:
+    def is_file(path: Location) -> bool:
         return is_parquet_file(path)
 
     @staticmethod
-    def facts(path: Path) -> tuple[Any, list[int], dict[str, Any]]:
-        """(schema, rows of each group, what the summary says of the file)."""
+    def facts(path: Location) -> tuple[Any, list[int], dict[str, Any]]:
+        """(schema, rows of each group, what the summary says of the file): only its footer is
+        read (an object's: by a range request or two)."""
         _, parquet = pyarrow_modules()
-        with parquet.ParquetFile(path) as opened:
+        with parquet.ParquetFile(_opened(path)) as opened:
             metadata = opened.metadata
             sizes = [metadata.row_group(n).num_rows for n in range(metadata.num_row_groups)]
             described = {"rows": metadata.num_rows, "row_groups": metadata.num_row_groups}
             return opened.schema_arrow, sizes, {**described, "created_by": metadata.created_by}
 
     @staticmethod
-    def groups(path: str, wanted: Sequence[int], columns: list[str] | None) -> Iterator[tuple[int, Any]]:
-        """(group, its table) of the groups ``wanted``, in order, only ``columns`` (None: all)."""
+    def groups(path: Location, wanted: Sequence[int], columns: list[str] | None) -> Iterator[tuple[int, Any]]:
+        """(group, its table) of the groups ``wanted``, in order, only ``columns`` (None: all);
+        an object's column chunks are fetched as coalesced range requests (``pre_buffer``), no
+        other row group's."""
         _, parquet = pyarrow_modules()
-        with parquet.ParquetFile(path) as opened:
+        with parquet.ParquetFile(_opened(path), pre_buffer=is_url(path)) as opened:
             for group in wanted:
                 yield group, opened.read_row_group(group, columns=columns)
 
@@ -152,10 +175,9 @@ class ArrowStorage:
     unit = "record batch"
 
     @staticmethod
-    def is_file(path: Path) -> bool:
+    def is_file(path: Location) -> bool:
         try:
-            with open(path, "rb") as file:
-                head = file.read(8)
+            head = read_head(path, 8)
         except OSError:
             return False
         return head.startswith(b"ARROW1") or head[:4] == b"\xff\xff\xff\xff"
@@ -174,10 +196,11 @@ class ArrowStorage:
             return stream.schema, iter(stream), False
 
     @classmethod
-    def facts(cls, path: Path) -> tuple[Any, list[int], dict[str, Any]]:
-        import pyarrow as pa
+    def facts(cls, path: Location) -> tuple[Any, list[int], dict[str, Any]]:
+        """An object's batches are counted by reading them (Arrow IPC keeps no row counts in its
+        footer): opening a remote Arrow file reads it once, read ahead in blocks."""
 
-        with pa.memory_map(str(path)) as source:
+        with cls._source(path) as source:
             schema, batches, random_access = cls._batches(source)
             sizes = [batch.num_rows for batch in batches]
         described = {
@@ -187,12 +210,22 @@ class ArrowStorage:
         }
         return schema, sizes, described
 
+    @staticmethod
+    def _source(path: Location) -> Any:
+        """A memory map of a file; an object as a stream read ahead in blocks (a random-access
+        file's batches are read in order, a stream's must be)."""
+        import pyarrow as pa
+
+        return open_binary(path) if is_url(path) else pa.memory_map(str(path))
+
     @classmethod
-    def groups(cls, path: str, wanted: Sequence[int], columns: list[str] | None) -> Iterator[tuple[int, Any]]:
+    def groups(
+        cls, path: Location, wanted: Sequence[int], columns: list[str] | None
+    ) -> Iterator[tuple[int, Any]]:
         import pyarrow as pa
 
         wanted_set = set(wanted)
-        with pa.memory_map(path) as source:
+        with cls._source(path) as source:
             _, batches, _ = cls._batches(source)
             for number, batch in enumerate(batches):
                 if number in wanted_set:
@@ -253,6 +286,9 @@ class ParquetReader(Reader[RowGroups]):
     def sniff(cls, path: Path) -> bool:
         if path.is_file():
             return path.suffix.lower() == cls.storage.suffix and cls.storage.is_file(path)
+        if is_url(path) and path.is_dir():  # a prefix: one listing (`open` reuses it)
+            keys = _table_keys(path, cls.storage.suffix)
+            return bool(keys) and cls.storage.is_file(path / keys[0])
         if path.is_dir():
             try:
                 found = first_table_file(path, cls.storage.suffix)
@@ -265,7 +301,13 @@ class ParquetReader(Reader[RowGroups]):
         return [self.path] if self.path.is_file() else table_files(self.path, self.storage.suffix)
 
     def source_of(self, path: Path) -> str:
+        if is_url(path):  # a key below the prefix named (`table_files`)
+            return path.name if path == self.path else str(path)[len(str(self.path).rstrip("/")) + 1 :]
         return path.name if self.path.is_file() else path.relative_to(self.path).as_posix()
+
+    def _place(self, path: str) -> Location:
+        """A partition's file: a local path, or an object this worker opens itself."""
+        return location(path, self.options.storage) if is_url(path) else path
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowGroups]]:
         pyarrow_modules()
@@ -506,7 +548,7 @@ class ParquetReader(Reader[RowGroups]):
             for group, size in zip(partition.groups, partition.sizes)
             if firsts[group] < stop and firsts[group] + size > start
         ]
-        groups = self.storage.groups(partition.path, needed, wanted)
+        groups = self.storage.groups(self._place(partition.path), needed, wanted)
         while True:
             try:
                 group, table = next(groups)
