@@ -10,6 +10,7 @@ import sys
 
 import h5py
 import numpy as np
+import pytest
 from conftest import image_bytes
 from test_lmdb import write_db
 
@@ -26,6 +27,7 @@ def pickled_lmdb(path):
     return write_db(path, [*items, (b"__keys__", pickle.dumps(keys)), (b"__len__", pickle.dumps(len(keys)))])
 
 
+@pytest.mark.slow
 def test_fix_refuses_an_lmdb_whose_every_value_is_pickled(tmp_path):
     source = pickled_lmdb(tmp_path / "train_lmdb")
     done = run("fix", source, "--quarantine", cwd=tmp_path)

@@ -170,6 +170,7 @@ class TinyTransformer(nn.Module):
         return self.head(self.encoder(self.embed(tokens)))
 
 
+@pytest.mark.slow
 def test_a_sequence_whose_labels_are_all_ignored_is_found_by_bisection(tmp_path):
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 32, (64, 12), generator=generator)

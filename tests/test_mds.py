@@ -74,6 +74,7 @@ def found(result) -> set[tuple[str, str, str]]:
     return {(issue.source, issue.key, issue.check) for issue in result.issues()}
 
 
+@pytest.mark.slow
 def test_planted_faults_are_found_by_id_and_named_by_their_position(tmp_path):
     source = tmp_path / "sft"
     write_sft(source)
@@ -217,6 +218,7 @@ def test_folders_of_datasets_and_merged_indexes(tmp_path):
     assert fixed.verified and len(samples(fixed.clean)) == 13
 
 
+@pytest.mark.slow
 def test_unusable_datasets_are_one_line(tmp_path):
     streaming = streaming_base()
     with streaming.MDSWriter(out=str(tmp_path / "images"), columns={"image": "jpeg", "label": "int"}) as out:

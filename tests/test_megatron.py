@@ -92,6 +92,7 @@ def test_a_pair_megatron_wrote_is_named_by_its_prefix_and_fixed_into_one_megatro
     assert not found(scrub.scan(tmp_path / "out" / "clean", vocab_size=1000, max_length=64, scheduler="sync"))
 
 
+@pytest.mark.slow
 def test_split_sentences_keep_their_documents_and_megatron_loads_the_copy(tmp_path):
     indexed = megatron_dataset()
     prefix = tmp_path / "sentences"

@@ -115,6 +115,7 @@ def test_workers_read_parquet_row_groups_from_the_bucket(s3_server, tmp_path):
     assert there.summary.scheduler == "processes"
 
 
+@pytest.mark.slow
 def test_a_missing_prefix_is_one_line(s3_server):
     s3_server.bucket("scrub-missing")
     options = json.dumps(s3_server.storage_options)
@@ -183,6 +184,7 @@ def test_workers_fetch_the_objects_themselves(s3_server, images):
     assert there.summary.scheduler == "processes"
 
 
+@pytest.mark.slow
 def test_a_flat_prefix_of_images_and_a_missing_object(s3_server, tmp_path):
     from conftest import image_bytes
 

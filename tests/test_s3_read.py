@@ -81,6 +81,7 @@ def test_compressed_shards(s3_server, tmp_path):
     same_scan(tmp_path / "gz", url, s3_server, scheduler="sync", num_classes=3)
 
 
+@pytest.mark.slow
 def test_brace_patterns_and_globs_name_shards(s3_server, shards):
     """A pattern names each shard as a dataset of its own, as it does locally."""
     url = s3_server.upload(shards, "scrub-wds", "patterns")

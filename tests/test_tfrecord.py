@@ -284,6 +284,7 @@ def test_float_lists_are_array_records_and_the_label_key_is_followed(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_exit_codes(tmp_path):
     clean, dirty = tmp_path / "clean.tfrecord", tmp_path / "dirty.tfrecord"
     write_file(clean, count=1)
