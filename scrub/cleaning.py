@@ -10,7 +10,6 @@ while `fix` ran.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections import Counter
@@ -107,6 +106,12 @@ def fix(
     )
     try:
         writer = writer_for(dataset, scan_options.run)
+        if is_url(dataset.path) and not writer.reads_objects:
+            raise UsageError(
+                f"{dataset.path}: fix cannot write a cleaned copy of a {dataset.reader.format} dataset in "
+                "object storage yet (WebDataset, JSON Lines and TFRecord only): scan it there, or fix a "
+                "local copy"
+            )
         if options.link and any(is_url(place) for place in (options.out, options.quarantine_dir) if place):
             raise UsageError("--link: hard-links kept files on one disk; object storage holds no links")
         if options.link and not writer.links:
@@ -177,7 +182,7 @@ def fix(
             report = {
                 "schema": 1,
                 "source": str(dataset.path),
-                "source_path": os.path.abspath(dataset.path),  # restore finds it from anywhere
+                "source_path": absolute(dataset.path),  # restore finds it from anywhere
                 "format": dataset.reader.format,
                 **outputs.describe(),
                 "clean_path": absolute(outputs.clean.destination),

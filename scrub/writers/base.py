@@ -23,6 +23,7 @@ from scrub.formats import WRITERS
 from scrub.ledger import Ledger
 from scrub.readers.base import Reader
 from scrub.records import Issue, Severity
+from scrub.storage import is_url
 
 if TYPE_CHECKING:  # the fix hands a writer what it opened, and how it runs
     from scrub.opening import OpenedDataset
@@ -89,12 +90,16 @@ class Writer(ABC, Generic[ReaderT]):
     #: Where the cleaned copy is several files named by one prefix (Megatron's ``PREFIX.bin`` and
     #: ``PREFIX.idx``): their endings; `write` then gets the prefix (`scrub.outputs.StagedOutput`).
     output_suffixes: ClassVar[tuple[str, ...]] = ()
+    #: Whether it reads a source in object storage (``fix s3://...``); the others refuse one in
+    #: one line rather than fail on its first file
+    reads_objects: ClassVar[bool] = False
 
     def __init__(self, dataset: OpenedDataset, run: RunOptions | None = None) -> None:
         self.dataset = dataset
         self.reader = cast(ReaderT, dataset.reader)  # the table pairs the format's reader and writer
         self.info = dataset.info
-        self.source = Path(dataset.path)
+        #: the source: a local path, or an object store's (writers that say `reads_objects`)
+        self.source: Path = dataset.path if is_url(dataset.path) else Path(dataset.path)
         self.run = run  # of the fix; None: the defaults
 
     @property

@@ -57,6 +57,7 @@ def line_value(source: str, number: int, line: bytes) -> int:
 
 class JsonLinesWriter(Writer[JsonLinesReader]):
     format = "jsonl"
+    reads_objects = True
 
     def clean_name(self) -> str:
         if self.source.is_dir():

@@ -54,6 +54,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 class TFRecordWriter(Writer[TFRecordReader]):
     format = "tfrecord"
+    reads_objects = True
 
     def clean_name(self) -> str:
         if self.source.is_dir():

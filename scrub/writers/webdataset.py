@@ -33,6 +33,7 @@ def shard_stem(name: str) -> tuple[str, str]:
 
 class WebDatasetWriter(Writer[WebDatasetReader]):
     format = "webdataset"
+    reads_objects = True
 
     def clean_name(self) -> str:
         if self.source.is_dir():
