@@ -139,6 +139,26 @@ class Writer(ABC, Generic[ReaderT]):
         way `write` tallied the source."""
 
 
+class FileSetWriter(Writer[ReaderT]):
+    """The writer of a dataset that is one file or a folder of files of one kind (shards, JSON
+    Lines, TFRecord files): its cleaned copy is a file of that kind or a folder of them, named
+    after the source with the kind's whole extension kept (``train.clean.tar.gz``)."""
+
+    @staticmethod
+    @abstractmethod
+    def split_name(name: str) -> tuple[str, str]:
+        """A file's name as (stem, the kind's whole extension: ``.tar.gz``, ``.jsonl.zst``)."""
+
+    def clean_name(self) -> str:
+        if self.source.is_dir():
+            return f"{self.source.name}.clean"
+        stem, suffix = self.split_name(self.source.name)
+        return f"{stem}.clean{suffix}"
+
+    def base_name(self) -> str:
+        return self.source.name if self.source.is_dir() else self.split_name(self.source.name)[0]
+
+
 #: format name -> "module:Class" of its writer: the format table's view (`scrub.formats`).
 REGISTRY = WRITERS
 

@@ -31,7 +31,7 @@ from scrub.readers.jsonl import (
     stream_lines,
     zstandard_module,
 )
-from scrub.writers.base import Tally, Verdicts, Writer
+from scrub.writers.base import FileSetWriter, Tally, Verdicts
 
 #: lines are gathered into writes of about this many bytes
 WRITE_BYTES = 1 << 20
@@ -55,18 +55,11 @@ def line_value(source: str, number: int, line: bytes) -> int:
     return record_hash(identity_seed(source, number), line)
 
 
-class JsonLinesWriter(Writer[JsonLinesReader]):
+class JsonLinesWriter(FileSetWriter[JsonLinesReader]):
     format = "jsonl"
     reads_objects = True
 
-    def clean_name(self) -> str:
-        if self.source.is_dir():
-            return f"{self.source.name}.clean"
-        stem, suffix = split_name(self.source.name)
-        return f"{stem}.clean{suffix}"
-
-    def base_name(self) -> str:
-        return self.source.name if self.source.is_dir() else split_name(self.source.name)[0]
+    split_name = staticmethod(split_name)
 
     def _targets(self, output: Path) -> list[tuple[Path, str, Path]]:
         """(source file, its source name, its output) for every JSON Lines file."""

@@ -36,7 +36,7 @@ from scrub.readers.tfframes import (
 )
 from scrub.readers.tfrecord import TFRecordReader
 from scrub.storage import is_url
-from scrub.writers.base import Tally, Verdicts, Writer
+from scrub.writers.base import FileSetWriter, Tally, Verdicts
 
 #: the part of a TFRecord file's name a cleaned copy's ``.clean`` goes before
 _SUFFIX = re.compile(r"(\.tfrec(ord)?s?(\.gz)?|\.tfrecords?-\d+-of-\d+|-\d{5}-of-\d{5})$", re.IGNORECASE)
@@ -52,18 +52,11 @@ def split_name(name: str) -> tuple[str, str]:
     return name[: match.start()], name[match.start() :]
 
 
-class TFRecordWriter(Writer[TFRecordReader]):
+class TFRecordWriter(FileSetWriter[TFRecordReader]):
     format = "tfrecord"
     reads_objects = True
 
-    def clean_name(self) -> str:
-        if self.source.is_dir():
-            return f"{self.source.name}.clean"
-        stem, suffix = split_name(self.source.name)
-        return f"{stem}.clean{suffix}"
-
-    def base_name(self) -> str:
-        return self.source.name if self.source.is_dir() else split_name(self.source.name)[0]
+    split_name = staticmethod(split_name)
 
     def _targets(self, output: Path) -> list[tuple[Path, Path]]:
         """(source file, its output) for every file."""

@@ -20,7 +20,7 @@ from typing import IO, cast
 from scrub.ledger import Ledger, identity_seed
 from scrub.readers.tarwalk import SHARD_SUFFIXES, Member, is_compressed, open_shard, walk_shard
 from scrub.readers.webdataset import Other, Sample, WebDatasetReader, group_samples
-from scrub.writers.base import Tally, Verdicts, Writer
+from scrub.writers.base import FileSetWriter, Tally, Verdicts
 
 
 def shard_stem(name: str) -> tuple[str, str]:
@@ -31,18 +31,11 @@ def shard_stem(name: str) -> tuple[str, str]:
     return name[: len(name) - len(suffix)], name[len(name) - len(suffix) :]
 
 
-class WebDatasetWriter(Writer[WebDatasetReader]):
+class WebDatasetWriter(FileSetWriter[WebDatasetReader]):
     format = "webdataset"
     reads_objects = True
 
-    def clean_name(self) -> str:
-        if self.source.is_dir():
-            return f"{self.source.name}.clean"
-        stem, suffix = shard_stem(self.source.name)
-        return f"{stem}.clean{suffix}"
-
-    def base_name(self) -> str:
-        return self.source.name if self.source.is_dir() else shard_stem(self.source.name)[0]
+    split_name = staticmethod(shard_stem)
 
     def _targets(self, output: Path) -> list[tuple[Path, Path]]:
         """(source shard, its output) for every shard."""
