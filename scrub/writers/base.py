@@ -158,6 +158,30 @@ class FileSetWriter(Writer[ReaderT]):
     def base_name(self) -> str:
         return self.source.name if self.source.is_dir() else self.split_name(self.source.name)[0]
 
+    @abstractmethod
+    def source_files(self) -> list[Any]:
+        """The source's files in order (its one file, for a file source)."""
+
+    def file_name(self, file: Any) -> str:
+        """A source file's name within the dataset: its records' source, its output's name."""
+        return file.name
+
+    def file_targets(self, output: Path) -> list[tuple[Any, Path]]:
+        """(source file, its output) for every file: ``output`` itself for a file source, a file of
+        the same name inside it for a folder."""
+        files = self.source_files()
+        if not self.source.is_dir():
+            return [(files[0], output)]
+        return [(file, output / self.file_name(file)) for file in files]
+
+    def make_outputs(self, clean: Path, quarantine: Path | None) -> dict[Any, Path]:
+        """The output folders of a folder source, made; each source file's quarantine target."""
+        if self.source.is_dir():
+            clean.mkdir()
+            if quarantine is not None:
+                quarantine.mkdir()
+        return dict(self.file_targets(quarantine)) if quarantine is not None else {}
+
 
 #: format name -> "module:Class" of its writer: the format table's view (`scrub.formats`).
 REGISTRY = WRITERS

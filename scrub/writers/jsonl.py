@@ -20,7 +20,7 @@ import gzip
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from scrub.ledger import Ledger, identity_seed, record_hash
 from scrub.readers.jsonl import (
@@ -61,21 +61,17 @@ class JsonLinesWriter(FileSetWriter[JsonLinesReader]):
 
     split_name = staticmethod(split_name)
 
-    def _targets(self, output: Path) -> list[tuple[Path, str, Path]]:
-        """(source file, its source name, its output) for every JSON Lines file."""
-        files = self.reader.files()[0]
-        if not self.source.is_dir():
-            return [(files[0], self.reader.source_of(files[0]), output)]
-        return [(path, self.reader.source_of(path), output / self.reader.source_of(path)) for path in files]
+    def source_files(self) -> list[Any]:
+        return self.reader.files()[0]
+
+    def file_name(self, file: Any) -> str:
+        return self.reader.source_of(file)  # its path in the folder: files of sub-folders too
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
-        if self.source.is_dir():
-            clean.mkdir()
-            if quarantine is not None:
-                quarantine.mkdir()
-        quarantines = {path: target for path, _, target in self._targets(quarantine)} if quarantine else {}
-        for path, source, target in self._targets(clean):
+        quarantines = self.make_outputs(clean, quarantine)
+        for path, target in self.file_targets(clean):
+            source = self.file_name(path)
             compression = compression_of(path)
             if source in verdicts.files:  # set aside whole (damaged): copied byte for byte
                 self._set_aside_whole(path, source, compression, target, quarantines.get(path), tally)
@@ -130,7 +126,8 @@ class JsonLinesWriter(FileSetWriter[JsonLinesReader]):
         ledger = Ledger()
         if not target.exists():
             return ledger
-        for path, source, output in self._targets(target):
+        for path, output in self.file_targets(target):
+            source = self.file_name(path)
             if not output.exists():
                 continue
             lines = stream_lines(str(output), compression_of(output))

@@ -58,22 +58,14 @@ class TFRecordWriter(FileSetWriter[TFRecordReader]):
 
     split_name = staticmethod(split_name)
 
-    def _targets(self, output: Path) -> list[tuple[Path, Path]]:
-        """(source file, its output) for every file."""
-        files = self.reader.files()
-        if not self.source.is_dir():
-            return [(files[0], output)]
-        return [(file, output / file.name) for file in files]
+    def source_files(self) -> list[Any]:
+        return self.reader.files()
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
-        if self.source.is_dir():
-            clean.mkdir()
-            if quarantine is not None:
-                quarantine.mkdir()
-        quarantines = dict(self._targets(quarantine)) if quarantine is not None else {}
+        quarantines = self.make_outputs(clean, quarantine)
         index = 0
-        for file, clean_file in self._targets(clean):
+        for file, clean_file in self.file_targets(clean):
             source, gzipped = file.name, first_bytes(_openable(file))[1]
             if source in verdicts.files:  # set aside whole: copied as it is
                 if file in quarantines:
@@ -92,7 +84,7 @@ class TFRecordWriter(FileSetWriter[TFRecordReader]):
         if not target.exists():
             return ledger
         first = 0
-        for file, output in self._targets(target):
+        for file, output in self.file_targets(target):
             source = file.name
             records = int(self.info.files[source]["records"])
             positions = [

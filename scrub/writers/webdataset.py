@@ -15,7 +15,7 @@ import shutil
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from scrub.ledger import Ledger, identity_seed
 from scrub.readers.tarwalk import SHARD_SUFFIXES, Member, is_compressed, open_shard, walk_shard
@@ -37,22 +37,14 @@ class WebDatasetWriter(FileSetWriter[WebDatasetReader]):
 
     split_name = staticmethod(shard_stem)
 
-    def _targets(self, output: Path) -> list[tuple[Path, Path]]:
-        """(source shard, its output) for every shard."""
-        shards = self.reader.shards()
-        if not self.source.is_dir():
-            return [(shards[0], output)]
-        return [(shard, output / shard.name) for shard in shards]
+    def source_files(self) -> list[Any]:
+        return self.reader.shards()
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
-        if self.source.is_dir():
-            clean.mkdir()
-            if quarantine is not None:
-                quarantine.mkdir()
-        quarantines = dict(self._targets(quarantine)) if quarantine is not None else {}
+        quarantines = self.make_outputs(clean, quarantine)
         index = 0
-        for shard, clean_shard in self._targets(clean):
+        for shard, clean_shard in self.file_targets(clean):
             source = shard.name
             if source in verdicts.files:
                 if shard in quarantines:
@@ -93,7 +85,7 @@ class WebDatasetWriter(FileSetWriter[WebDatasetReader]):
         ledger = Ledger()
         if not target.exists():
             return ledger
-        for shard, output in self._targets(target):
+        for shard, output in self.file_targets(target):
             if output.exists():
                 for sample in _samples(output):
                     seed, contents = _ledger_entry(shard.name, sample)
