@@ -4,10 +4,9 @@ and the results it holds, made partition results again (`Reuse`)."""
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
@@ -20,6 +19,9 @@ from scrub.readers.base import Reader
 from scrub.records import Issue
 from scrub.results import Columns, NumericStats, PartitionResult
 from scrub.runner import PartitionWork, finish_columns
+
+if TYPE_CHECKING:
+    from scrub.cache import Snapshot
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,11 @@ class SubsetWork:
 
 
 class Reuse:
-    """Partial results rebuilt from a cache's stored outcomes (driver side)."""
+    """Partial results rebuilt from a cache's stored outcomes (driver side).
+
+    Works on the snapshot's columns: the statistics of the reused records are their outcomes'
+    counts times each distinct outcome's (most records share a few), and only the records
+    whose outcome holds issues become objects."""
 
     def __init__(self, reader: Reader, checks: Sequence[Check]) -> None:
         self.reader = reader
@@ -75,29 +81,42 @@ class Reuse:
         self._decoded: dict[bytes, tuple] = {}
 
     def result(
-        self, partition_no: int, partition: Sequence[Any], reused: Iterable[tuple[int, bytes, list]]
+        self,
+        partition_no: int,
+        partition: Sequence[Any],
+        offsets: Sequence[int],
+        rows: np.ndarray,
+        snapshot: Snapshot,
     ) -> PartitionResult:
-        result = PartitionResult(partition_no)
-        columns: Columns = {c.id: ([], []) for c in self.dataset}
-        names = list(columns)
-        counts: Counter[bytes] = Counter()
+        """The result of the records at ``offsets`` of ``partition``, stored at ``rows``."""
+        result = PartitionResult(partition_no, records=len(offsets))
+        numbers = snapshot.profile_numbers[rows]
+        counts = np.bincount(numbers, minlength=len(snapshot.profiles)) if len(numbers) else numbers
         with_issues: list[tuple[int, list[str]]] = []
-        for offset, stored, values in reused:
-            result.records += 1
-            counts[stored] += 1
-            issues, _, numeric = self._decode(stored)
-            if issues:
-                with_issues.append((offset, issues))
-            for group, (finite, nonfinite, total, low, high) in numeric.items():
-                result.numeric.setdefault(group, NumericStats()).add(finite, nonfinite, total, low, high)
-            for name, value in zip(names, values):
-                if value is not None:
-                    columns[name][0].append(offset)
-                    columns[name][1].append(value)
-        for stored, count in counts.items():
-            for name, items in self._decode(stored)[1].items():
+        with_numeric: list[tuple[int, dict]] = []
+        for number in np.flatnonzero(counts).tolist():
+            issues, stats, numeric = self._decode(snapshot.profiles[number])
+            count = int(counts[number])
+            for name, items in stats.items():
                 for value, n in items:
                     result.stats[name][value] += n * count
+            if issues or numeric:
+                at = [offsets[i] for i in np.flatnonzero(numbers == number).tolist()]
+                with_issues += [(offset, issues) for offset in at] if issues else []
+                with_numeric += [(offset, numeric) for offset in at] if numeric else []
+        with_numeric.sort(key=lambda item: item[0])
+        for _, numeric in with_numeric:  # record by record, in order, as a scan adds them: the same sums
+            for group, (finite, nonfinite, total, low, high) in numeric.items():
+                result.numeric.setdefault(group, NumericStats()).add(finite, nonfinite, total, low, high)
+        columns: Columns = {}
+        row_list = rows.tolist()
+        for check, column in zip(self.dataset, snapshot.values):
+            found = [(offset, column[row]) for offset, row in zip(offsets, row_list)]
+            columns[check.id] = (
+                [offset for offset, value in found if value is not None],
+                [value for _, value in found if value is not None],
+            )
+        with_issues.sort(key=lambda item: item[0])
         identities = self.reader.locate(partition, [offset for offset, _ in with_issues])
         for (source, key, index), (offset, issues) in zip(identities, with_issues):
             for line in issues:

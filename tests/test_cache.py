@@ -59,6 +59,35 @@ def test_an_unchanged_rescan_reuses_every_result(tmp_path):
     assert len(list(cache.glob(f"*{SUFFIX}"))) == 1
 
 
+def test_an_unchanged_rescan_keeps_the_file_and_marks_it_used(tmp_path):
+    root = dataset(tmp_path / "d")
+    cache = tmp_path / "cache"
+    scrub.scan(root, cache=cache)
+    (stored,) = cache.glob(f"*{SUFFIX}")
+    content = stored.read_bytes()
+    os.utime(stored, ns=(1, 1))
+    assert same_as_full_scan(root, cache)["reused"] == 63
+    assert stored.read_bytes() == content and stored.stat().st_mtime_ns > 1  # not rewritten, used
+    (root / "c1" / "copy.jpg").unlink()  # one record fewer: the next file is another
+    assert same_as_full_scan(root, cache)["reused"] == 62
+    assert stored.read_bytes() != content
+    assert same_as_full_scan(root, cache)["reused"] == 62
+
+
+def test_rows_carried_over_keep_their_outcomes_and_columns(tmp_path):
+    """Records reused under their own key are carried into the next file as they are; ones
+    found by content under a new name get a row of their own: a third scan still agrees."""
+    root = dataset(tmp_path / "d")
+    cache = tmp_path / "cache"
+    scrub.scan(root, cache=cache, num_classes=3)
+    (root / "c0" / "003.jpg").rename(root / "c0" / "renamed.jpg")  # by content
+    write(root / "c2" / "new.jpg", image_bytes(77))  # scanned
+    first = same_as_full_scan(root, cache, num_classes=3)
+    assert (first["reused"], first["scanned"]) == (63, 1)
+    again = same_as_full_scan(root, cache, num_classes=3)
+    assert (again["reused"], again["scanned"]) == (64, 0)
+
+
 def test_changes_renames_additions_and_deletions(tmp_path):
     root = dataset(tmp_path / "d")
     cache = tmp_path / "cache"
@@ -102,6 +131,9 @@ def test_a_damaged_cache_file_is_ignored_with_a_note_and_rewritten(tmp_path):
     assert same_as_full_scan(root, cache)["reused"] == 63  # rewritten whole
     cached.write_bytes(b"garbage")
     assert any("not a scrub cache file" in n for n in scrub.scan(root, cache=cache).summary.notes)
+    cached.write_bytes(b"scrub-cache 1\n" + bytes(40))  # the layout of rows before columns
+    notes = scrub.scan(root, cache=cache).summary.notes
+    assert any("was written by another version of scrub: ignored" in n for n in notes), notes
 
 
 def test_a_copy_elsewhere_hits_by_content(tmp_path):

@@ -469,9 +469,10 @@ class ImageReader(Reader[Sequence[Entry]]):
             return
         if self.path.is_file():
             yield str(self.path)
+        prefix = os.path.join(self.root, "")  # keys are relative: os.path.join(root, key), joined once
         for partition in partitions:
             for entry in partition:
-                yield os.path.join(self.root, entry.key)
+                yield prefix + entry.key
 
     def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]
@@ -487,16 +488,20 @@ class ImageReader(Reader[Sequence[Entry]]):
             self.root, ""
         )  # the paths `members` gives, so the fingerprint can reuse their stats
         entries: list[CacheEntry | None] = []
-        for entry in partition:
-            path = prefix + entry.key
-            if entry.unsafe is not None or (
-                entry.check_link and not is_within(os.path.realpath(path), real_root, itself=False)
+        # a few distinct ones; by the label's type too: 1, 1.0 and True are one key of a dict
+        contexts: dict[tuple[str, type, object], str] = {}
+        for _, key, source, label, check_link, unsafe in partition:
+            path = prefix + key
+            if unsafe is not None or (
+                check_link and not is_within(os.path.realpath(path), real_root, itself=False)
             ):
                 entries.append(None)
                 continue
-            entries.append(
-                (f"{entry.source}\0{entry.key}", path, f"{extension_of(entry.key)}|{entry.label!r}", None)
-            )
+            extension = extension_of(key)
+            context = contexts.get((extension, type(label), label))
+            if context is None:
+                context = contexts[extension, type(label), label] = f"{extension}|{label!r}"
+            entries.append((f"{source}\0{key}", path, context, None))
         return entries
 
     def subset(self, partition: Sequence[Entry], offsets: Sequence[int]) -> tuple[Entry, ...]:

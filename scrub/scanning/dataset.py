@@ -143,7 +143,9 @@ class DatasetScan:
             assert entries is not None  # a cache is opened only for a reader whose records it holds
             found = lookups[number] = cache.lookup(entries, usable=reuse_results)
             if found.hits:
-                aggregate.add(reuse.result(number, partition, cache.reused(found)))
+                assert cache.snapshot is not None  # hits come from one
+                rows = cache.reused(found)
+                aggregate.add(reuse.result(number, partition, found.hits, rows, cache.snapshot))
             if found.misses:
                 subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
         size = self.options.run.partition_size or reader.records_per_task
