@@ -82,7 +82,7 @@ def options_of(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOpt
 def worker_starter(run: RunOptions) -> Callable[[Reader], None]:
     def start(reader: Reader) -> None:
         plan = pipeline.Plan.choose(run.scheduler, run.workers, run.timeout, reader.preferred_scheduler, None)
-        pipeline.prepare(plan, reader.worker_imports)
+        pipeline.prepare(replace(plan, fork=reader.forks_cleanly), reader.worker_imports)
 
     return start
 

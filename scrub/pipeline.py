@@ -34,7 +34,8 @@ from concurrent.futures import (
     ThreadPoolExecutor,
     wait,
 )
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrub.errors import UsageError
@@ -42,7 +43,16 @@ from scrub.errors import UsageError
 if TYPE_CHECKING:
     from scrub.options import RunOptions
 from scrub.interrupt import deferred, ignore_in_worker
-from scrub.workers import GuardedWork, start_worker_server, worker_context
+from scrub.outputs import remove_abandoned_scratch
+from scrub.workers import (
+    GuardedWork,
+    can_fork,
+    fork_context,
+    forked_start,
+    start_forked_worker,
+    start_worker_server,
+    worker_context,
+)
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process:
@@ -82,6 +92,9 @@ class Plan:
     workers: int
     timeout: float
     cluster_wait: float = DEFAULT_CLUSTER_WAIT
+    #: local worker processes may be forked from this process (every reader of the run
+    #: `forks_cleanly`), rather than from the worker server
+    fork: bool = False
 
     @classmethod
     def choose(
@@ -129,22 +142,26 @@ class Plan:
                     "(one handle, shared by threads): use --scheduler threads or sync"
                 )
             scheduler = "threads"
-        return cls.choose(run.scheduler, run.workers, run.timeout, scheduler, tasks, run.cluster_wait)
+        plan = cls.choose(run.scheduler, run.workers, run.timeout, scheduler, tasks, run.cluster_wait)
+        return replace(plan, fork=plan.scheduler == "processes" and all(d.forks_cleanly for d in demands))
 
     @classmethod
-    def for_copies(cls, run: RunOptions | None, partitions: int) -> Plan:
+    def for_copies(cls, run: RunOptions | None, partitions: int, fork: bool = False) -> Plan:
         """How `fix` copies files: on local worker processes (writing a file holds the GIL, so
         threads made it slower; a cluster's workers cannot write this machine's outputs), on
         threads when the run was asked to run on threads (a script without the main-module
         guard cannot start processes), in this process for a single partition, ``--workers 1``
-        or ``--scheduler sync``."""
+        or ``--scheduler sync``. ``fork``: the workers may be forked from this process (the
+        dataset's reader `forks_cleanly`)."""
         cores = os.cpu_count() or 1
         workers = min(run.workers, cores) if run is not None and run.workers else cores
         timeout = run.timeout if run is not None else DEFAULT_TIMEOUT
         scheduler = run.scheduler if run is not None else None
         if partitions <= 1 or workers == 1 or scheduler == "sync":
             return cls("sync", 1, timeout)
-        return cls("threads" if scheduler == "threads" else "processes", workers, timeout)
+        if scheduler == "threads":
+            return cls("threads", workers, timeout)
+        return cls("processes", workers, timeout, fork=fork)
 
 
 @dataclass(frozen=True)
@@ -155,6 +172,7 @@ class Demand:
     preferred: str  # the local scheduler that runs it fastest
     work_seconds: float | None  # one core's work on it, where its size tells
     in_one_process: bool  # its handle lives in the scan's own process
+    forks_cleanly: bool = False  # its workers may be forked from the scan's process
 
 
 def run(
@@ -219,7 +237,10 @@ def _compute_local(
     guarded = plan.scheduler == "processes"
     task = GuardedWork(work, plan.timeout) if guarded else work
     pool: Executor
-    if guarded:
+    forking = fork_context() if guarded and plan.fork else None
+    if forking is not None:
+        pool = ProcessPoolExecutor(plan.workers, mp_context=forking, initializer=start_forked_worker)
+    elif guarded:
         context = worker_context()  # before the server starts: its preload ties it to this process
         start_worker_server()
         pool = ProcessPoolExecutor(plan.workers, mp_context=context, initializer=ignore_in_worker)
@@ -237,8 +258,9 @@ def _compute_local(
 
     interrupted = False
     try:
-        for _ in range(plan.workers):
-            hand_out()
+        with forked_start() if forking is not None else nullcontext():  # the first task forks them all
+            for _ in range(plan.workers):
+                hand_out()
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -324,8 +346,11 @@ def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
     server imports NumPy and scrub (time of the other core), which only a scan on processes
     repays. Started earlier, before the format was known, it ran beside every scan on threads and
     slowed them (an HDF5 file was faster without it), and gained nothing on processes (the same
-    within noise; see docs/benchmarks.md, "Design measurements")."""
-    if plan.scheduler == "processes":
+    within noise; see docs/benchmarks.md, "Design measurements"). Workers that will be forked
+    from this process (`Plan.fork`, `scrub.workers.fork_context`) need no server."""
+    if plan.scheduler == "processes" and plan.fork and can_fork():
+        remove_abandoned_scratch()  # what the server's start sweeps: a killed run's semaphores
+    elif plan.scheduler == "processes":
         worker_context(imports)
         start_worker_server()
 

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scrub.interrupt import ignored_by_children
+from scrub.interrupt import ignore_in_worker, ignored_by_children
 from scrub.lifeline import hand_down
+from scrub.outputs import remove_abandoned_scratch
 
 
 def start_worker_server() -> None:
@@ -91,6 +92,92 @@ def worker_context(imports: Sequence[str] = ()):
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["scrub.workerserver", "scrub.runner", *imports])
     return context
+
+
+def _native_threads() -> int:
+    """The threads of this process as the kernel counts them (Linux), NumPy's BLAS pool too."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+#: the threads this process had once scrub was imported (the main one and NumPy's BLAS pool):
+#: one started since (a plugin's, an OpenMP pool, a file system's event loop) forbids a fork
+_THREADS_AT_IMPORT = _native_threads()
+
+
+def fork_context():
+    """The ``fork`` context, where workers may be forked from this process; else None (the
+    worker server, `worker_context`).
+
+    Forked from the scan's own process, the workers start at once: they hold everything it
+    imported, where the worker server first starts an interpreter and imports NumPy and scrub,
+    on the critical path of every scan on processes (see docs/benchmarks.md, "Design
+    measurements"). The server exists for what a fork would copy: a lock another thread holds
+    (a progress display writing to the terminal), a library's handle. So only on Linux (macOS
+    frameworks are not fork-safe: Python starts processes there by ``spawn``), only when this
+    process runs no thread but the main one and the native ones its imports started (NumPy's
+    BLAS pool stops and restarts itself around a fork; an OpenMP pool a plugin started might
+    not), and only when every reader of the run `forks_cleanly` (the caller's check)."""
+    import multiprocessing
+
+    if not can_fork():
+        return None
+    remove_abandoned_scratch()  # a killed run's; this one's semaphores are unlinked as they are made
+    hand_down()  # the workers' parent is this process (`scrub.lifeline`)
+    return multiprocessing.get_context("fork")
+
+
+def can_fork() -> bool:
+    """Whether `fork_context` would fork now (asked early too: where it will not, because a
+    progress display already runs its thread, the worker server is started early as before)."""
+    import multiprocessing
+
+    if not sys.platform.startswith("linux") or threading.active_count() != 1:
+        return False
+    if _native_threads() > _THREADS_AT_IMPORT or _THREADS_AT_IMPORT < 0:
+        return False
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def start_forked_worker() -> None:
+    """The initializer of a worker forked from the scan: it starts as one from the worker
+    server (a new interpreter) would: Ctrl-C ignored, tied to its parent (`ignore_in_worker`),
+    and without a fault handler the scan's process enabled for itself (pytest does), which
+    printed a decoder's crash on the terminal where the scan reports it as a finding."""
+    ignore_in_worker()
+    asked = os.environ.get("PYTHONFAULTHANDLER") or "faulthandler" in getattr(sys, "_xoptions", {})
+    if faulthandler.is_enabled() and not asked:
+        faulthandler.disable()
+
+
+class forked_start:
+    """Around the first task handed to a forking pool (it forks every worker): Ctrl-C ignored
+    by the children and held for this process (`ignored_by_children`), the garbage collector's
+    objects frozen so that the workers' collections never touch (and so copy) this process's
+    pages, and Python's warning that a process with threads forks (NumPy's BLAS threads, which
+    handle it) silenced. Main thread only, as a fork is made only with no other thread."""
+
+    def __enter__(self) -> None:
+        import gc
+        import warnings
+
+        for stream in (sys.stdout, sys.stderr):  # a worker must not inherit (and write) their text
+            stream.flush()
+        self.signals = ignored_by_children()
+        self.signals.__enter__()
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        warnings.filterwarnings("ignore", r".*fork\(\) may lead to deadlocks", DeprecationWarning)
+        gc.freeze()
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.unfreeze()
+        self.warnings.__exit__(*exc)
+        self.signals.__exit__(*exc)
 
 
 class GuardedWork:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from conftest import REPO, image_bytes, write
@@ -26,6 +27,16 @@ def images(tmp_path_factory):
     for i in range(600):
         write(root / f"c{i % 3}" / f"{i}.jpg", image_bytes(seed=i, size=24))
     return root
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory):
+    """600 values in an LMDB: its reader holds an environment in the scan's process, so its
+    workers come from the worker server (an image folder's are forked from the scan itself)."""
+    from test_lmdb import npy, write_db
+
+    values = ((f"{i:05d}".encode(), npy(np.full(4, i, np.float32))) for i in range(600))
+    return write_db(tmp_path_factory.mktemp("interrupt") / "db", values)
 
 
 def interrupt(args, after: float, cwd):
@@ -113,14 +124,18 @@ def test_ctrl_c_prints_one_line_and_leaves_nothing(images, tmp_path, where, args
     assert left == ["out"], left  # no manifest, no temporary sibling, no partial output
 
 
-def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_path):
+@pytest.mark.parametrize("source", ["images", "database"])
+def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(source, images, database, tmp_path):
     """kill -9 (an OOM killer, a CI timeout) leaves the manifest's temporary sibling; the next
     scan writing that manifest removes it (its process is gone). The whole group killed, the
-    worker pool's named semaphores stay too (their resource tracker died with it): the next
-    scan removes them."""
+    worker server's pool leaves its named semaphores too (their resource tracker died with it):
+    the next scan removes them. Workers forked from the scan itself (an image folder) have none:
+    their semaphores are unlinked as they are made."""
+    dataset = images if source == "images" else database
+    forked = source == "images" and sys.platform.startswith("linux")
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]],
+        [sys.executable, "-m", "scrub", *SCAN[:1], str(dataset), *SCAN[1:]],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -132,17 +147,24 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     def semaphores() -> list[Path]:
         return list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*"))
 
-    # killed once the manifest's temporary sibling and (a moment later) the pool's semaphores exist
+    def working() -> bool:  # the pool's semaphores exist, or (forked) its workers do
+        if forked:
+            return len(psutil.Process(process.pid).children()) >= 2
+        return bool(semaphores()) or not linux
+
+    # killed once the manifest's temporary sibling and (a moment later) the pool exist
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if list(tmp_path.glob(".m.jsonl.scrub-*.tmp")) and (semaphores() or not linux):
+        if list(tmp_path.glob(".m.jsonl.scrub-*.tmp")) and working():
             break
         time.sleep(0.02)
+    helpers = psutil.Process(process.pid).children(recursive=True)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     left = list(tmp_path.glob(".m.jsonl.scrub-*.tmp"))
     assert len(left) == 1 and str(process.pid) in left[0].name
-    assert semaphores() or not linux
+    assert bool(semaphores()) == (linux and not forked)
+    assert psutil.wait_procs(helpers, timeout=15)[1] == []
     done = subprocess.run(
         [sys.executable, "-m", "scrub", "scan", str(images / "c0"), "--manifest", "m.jsonl", "-q"],
         cwd=tmp_path,
@@ -155,13 +177,13 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(images, tmp_p
     assert list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")) == []
 
 
-def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp_path):
+def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(database, tmp_path):
     """kill -9 of the scan's own process (not its group): its resource tracker unlinks the pool's
     semaphores, and said it on the user's terminal as a "leaked semaphore" UserWarning."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     with open(tmp_path / "stderr", "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:]],
+            [sys.executable, "-m", "scrub", *SCAN[:1], str(database), *SCAN[1:]],
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

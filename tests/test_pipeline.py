@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+
 import dask
+import numpy as np
 import pytest
 from conftest import SAMPLES, findings, image_bytes, write
 from test_samples import IMAGES_EXPECTED
@@ -36,8 +41,63 @@ def test_a_check_that_raises_stops_the_scan_naming_the_check_and_the_record(tmp_
     )
 
 
+@pytest.fixture(params=["forked", "server"])
+def worker_origin(request):
+    """Workers forked from the scan (an image folder, on Linux, nothing else running in the
+    scan's process), or from the worker server: another thread running forbids the fork."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    if request.param == "server":
+        thread.start()
+    yield request.param
+    stop.set()
+    if thread.is_alive():
+        thread.join()
+
+
+def test_workers_are_forked_from_the_scan_only_where_nothing_forbids_it(tmp_path):
+    from test_lmdb import npy, write_db
+
+    from scrub import pipeline
+    from scrub.options import RunOptions
+    from scrub.readers.base import ReadOptions
+    from scrub.readers.images import ImageReader
+    from scrub.readers.lmdb import LMDBReader
+    from scrub.storage import location
+    from scrub.workers import fork_context
+
+    database = write_db(tmp_path / "db", [(b"a", npy(np.zeros(2, np.float32)))])
+    folder = ImageReader(tmp_path, ReadOptions())
+    bucket = ImageReader(location("s3://bucket/images"), ReadOptions())
+    assert folder.forks_cleanly and not bucket.forks_cleanly
+    assert not LMDBReader(database, ReadOptions()).forks_cleanly  # its environment stays here
+
+    def plan(*cleanly: bool, scheduler=None) -> pipeline.Plan:
+        demands = [pipeline.Demand("x", "processes", None, False, clean) for clean in cleanly]
+        return pipeline.Plan.for_scan(RunOptions(scheduler=scheduler, workers=2), demands, 8)
+
+    assert plan(True).fork and plan(True, True).fork
+    assert not plan(True, False).fork  # every dataset of the run, or none
+    assert not plan(True, scheduler="threads").fork
+    fresh = subprocess.run(  # a new process (this one may run other tests' threads by now)
+        [sys.executable, "-c", "from scrub.workers import fork_context; print(fork_context() is not None)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert fresh.stdout.strip() == str(sys.platform.startswith("linux"))
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        assert fork_context() is None  # a lock that thread holds would be copied held
+    finally:
+        stop.set()
+        thread.join()
+
+
 @pytest.mark.slow
-def test_crash_and_hang_are_reported_and_the_scan_goes_on(crashing_dataset):
+def test_crash_and_hang_are_reported_and_the_scan_goes_on(crashing_dataset, worker_origin):
     result = scrub.scan(
         crashing_dataset,
         scheduler="processes",

@@ -203,6 +203,11 @@ class Reader(ABC, Generic[PartitionT]):
     options_used: ClassVar[frozenset[str]] = frozenset()
     #: Whether only the scan's own process can read the dataset (LevelDB): threads or sync only.
     in_one_process: ClassVar[bool] = False
+    #: Whether the scan's process holds nothing of the dataset that a forked copy of it could
+    #: misuse (no library handle such as an LMDB environment or an HDF5 file, no thread of the
+    #: reader's own): its worker processes may then be forked from the scan itself rather than
+    #: from the worker server (`scrub.workers.fork_context`), which starts them sooner.
+    forks_cleanly: bool = False
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
     #: Name endings of the files that are each a dataset of this format (``.h5``): a folder whose

@@ -39,6 +39,7 @@ from scrub.readers.base import (
     DatasetInfo,
     ReadAhead,
     Reader,
+    ReadOptions,
     extension_of,
     read_bytes,
     report_unreadable,
@@ -159,6 +160,12 @@ class ImageReader(Reader[Sequence[Entry]]):
         if path.is_dir():
             return True
         return path.is_file() and cls._looks_like_list(path)
+
+    def __init__(self, path: Path, options: ReadOptions) -> None:
+        super().__init__(path, options)
+        # a folder or list of files holds no handle in the scan's process; a bucket's does (its
+        # file system's event loop and connections)
+        self.forks_cleanly = not is_url(path)
 
     @classmethod
     def holds_dataset(cls, path: Path) -> bool:

@@ -152,7 +152,13 @@ def _unreadable_aggregate(
 def _plan(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], run: RunOptions) -> pipeline.Plan:
     """One plan for every dataset's tasks (`pipeline.Plan.for_scan`)."""
     demands = [
-        pipeline.Demand(reader.format, reader.preferred_scheduler, reader.work_seconds, reader.in_one_process)
+        pipeline.Demand(
+            reader.format,
+            reader.preferred_scheduler,
+            reader.work_seconds,
+            reader.in_one_process,
+            reader.forks_cleanly,
+        )
         for reader in (scan.dataset.reader for scan in scans)
     ]
     count = sum(getattr(scan, "task_count", len(task.items)) for scan, task in zip(scans, tasks))

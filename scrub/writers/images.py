@@ -92,7 +92,8 @@ class ImageWriter(Writer[ImageReader]):
                     done[following].lines = []
                     following += 1
 
-            pipeline.run(work, items, pipeline.Plan.for_copies(self.run, len(items)), add, _copy_failed)
+            plan = pipeline.Plan.for_copies(self.run, len(items), fork=self.reader.forks_cleanly)
+            pipeline.run(work, items, plan, add, _copy_failed)
         for number in range(len(items)):  # in the source's order
             tally.forced += done[number].forced
         return tally
@@ -107,7 +108,7 @@ class ImageWriter(Writer[ImageReader]):
         pipeline.run(
             TallyImages(reader),
             partitions,
-            pipeline.Plan.for_copies(self.run, len(partitions)),
+            pipeline.Plan.for_copies(self.run, len(partitions), fork=reader.forks_cleanly),
             ledger.merge,
             _copy_failed,
         )
