@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
 from conftest import REPO, image_bytes, write
@@ -29,14 +28,8 @@ def images(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory):
-    """600 values in an LMDB: its reader holds an environment in the scan's process, so its
-    workers come from the worker server (an image folder's are forked from the scan itself)."""
-    from test_lmdb import npy, write_db
-
-    values = ((f"{i:05d}".encode(), npy(np.full(4, i, np.float32))) for i in range(600))
-    return write_db(tmp_path_factory.mktemp("interrupt") / "db", values)
+#: a plugin running a thread of its own: the scan's workers then come from the worker server
+SERVER = ["--plugin", "plugins.background"]
 
 
 def interrupt(args, after: float, cwd):
@@ -124,18 +117,17 @@ def test_ctrl_c_prints_one_line_and_leaves_nothing(images, tmp_path, where, args
     assert left == ["out"], left  # no manifest, no temporary sibling, no partial output
 
 
-@pytest.mark.parametrize("source", ["images", "database"])
-def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(source, images, database, tmp_path):
+@pytest.mark.parametrize("workers", ["forked", "server"])
+def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(workers, images, tmp_path):
     """kill -9 (an OOM killer, a CI timeout) leaves the manifest's temporary sibling; the next
     scan writing that manifest removes it (its process is gone). The whole group killed, the
     worker server's pool leaves its named semaphores too (their resource tracker died with it):
-    the next scan removes them. Workers forked from the scan itself (an image folder) have none:
-    their semaphores are unlinked as they are made."""
-    dataset = images if source == "images" else database
-    forked = source == "images" and sys.platform.startswith("linux")
+    the next scan removes them. Workers forked from the scan itself have none: their semaphores
+    are unlinked as they are made."""
+    forked = workers == "forked" and sys.platform.startswith("linux")
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "scrub", *SCAN[:1], str(dataset), *SCAN[1:]],
+        [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:], *([] if forked else SERVER)],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -177,13 +169,13 @@ def test_a_killed_scans_temporary_manifest_goes_with_the_next_scan(source, image
     assert list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")) == []
 
 
-def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(database, tmp_path):
+def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp_path):
     """kill -9 of the scan's own process (not its group): its resource tracker unlinks the pool's
     semaphores, and said it on the user's terminal as a "leaked semaphore" UserWarning."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
     with open(tmp_path / "stderr", "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "scrub", *SCAN[:1], str(database), *SCAN[1:]],
+            [sys.executable, "-m", "scrub", *SCAN[:1], str(images), *SCAN[1:], *SERVER],
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

@@ -51,21 +51,16 @@ def scratch_of(pid: int) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", ["images", "database"])
-def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(source, tmp_path):
-    """An image folder's workers are forked from the scan (on Linux); an LMDB's come from the
-    worker server, beside multiprocessing's resource tracker, with a scratch folder of the run's."""
-    dataset = tmp_path / source
-    if source == "images":  # 400 x 20 ms on 2 workers: ~4 s of scanning
-        dataset.mkdir()
-        for number in range(400):
-            Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(dataset / f"{number}.png")
-    else:
-        import numpy as np
-        from test_lmdb import npy, write_db
-
-        write_db(dataset, ((f"{i:05d}".encode(), npy(np.full(4, i, np.float32))) for i in range(400)))
-    forked = source == "images" and sys.platform.startswith("linux")
+@pytest.mark.parametrize("workers", ["forked", "server"])
+def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(workers, tmp_path):
+    """Workers forked from the scan (on Linux), or from the worker server (a plugin runs a thread
+    in the scan's process), beside multiprocessing's resource tracker, with a scratch folder of
+    the run's."""
+    dataset = tmp_path / "images"
+    dataset.mkdir()
+    for number in range(400):  # 400 x 20 ms on 2 workers: ~4 s of scanning
+        Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(dataset / f"{number}.png")
+    forked = workers == "forked" and sys.platform.startswith("linux")
     manifest = tmp_path / "m.jsonl"
     command = [
         sys.executable,
@@ -82,6 +77,7 @@ def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(s
         "--manifest",
         str(manifest),
         "-q",
+        *([] if forked else ["--plugin", "plugins.background"]),
     ]
     environment = {**os.environ, "PYTHONPATH": str(TESTS)}
     scan = subprocess.Popen(

@@ -175,3 +175,23 @@ def test_scanning_never_modifies_or_locks_the_environment(tmp_path):
     scrub.scan(db, scheduler="processes", workers=2, partition_size=1)
     assert hashlib.sha256((db / "data.mdb").read_bytes()).hexdigest() == before
     assert not (db / "lock.mdb").exists()  # opened with lock=False: no lock file, no lock taken
+
+
+def test_the_scans_environments_are_closed_before_it_forks(tmp_path):
+    """Workers forked from a scan (`LMDBReader.forks_cleanly`) must not inherit its open
+    environment: LMDB forbids using one in a child, and the child would find it cached."""
+    path = write_db(tmp_path / "db", [(b"a", npy(np.zeros(2, np.float32)))])
+    script = f"""
+import os
+from scrub.readers import lmdb as reader
+reader.open_environment({str(path)!r}, True)
+assert reader._ENVIRONMENTS
+pid = os.fork()
+if pid == 0:
+    os._exit(3 if reader._ENVIRONMENTS else 0)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), len(reader._ENVIRONMENTS))
+with reader.begin(reader.open_environment({str(path)!r}, True)) as transaction:  # opened again
+    print(transaction.get(b"a") is not None)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["0", "0", "True"]

@@ -61,6 +61,7 @@ def test_workers_are_forked_from_the_scan_only_where_nothing_forbids_it(tmp_path
     from scrub import pipeline
     from scrub.options import RunOptions
     from scrub.readers.base import ReadOptions
+    from scrub.readers.hdf5 import HDF5Reader
     from scrub.readers.images import ImageReader
     from scrub.readers.lmdb import LMDBReader
     from scrub.storage import location
@@ -69,8 +70,9 @@ def test_workers_are_forked_from_the_scan_only_where_nothing_forbids_it(tmp_path
     database = write_db(tmp_path / "db", [(b"a", npy(np.zeros(2, np.float32)))])
     folder = ImageReader(tmp_path, ReadOptions())
     bucket = ImageReader(location("s3://bucket/images"), ReadOptions())
-    assert folder.forks_cleanly and not bucket.forks_cleanly
-    assert not LMDBReader(database, ReadOptions()).forks_cleanly  # its environment stays here
+    assert folder.forks_cleanly and not bucket.forks_cleanly  # a bucket's file system runs a thread
+    assert LMDBReader(database, ReadOptions()).forks_cleanly  # its environments close before a fork
+    assert not HDF5Reader(tmp_path / "x.h5", ReadOptions()).forks_cleanly  # HDF5's library state
 
     def plan(*cleanly: bool, scheduler=None) -> pipeline.Plan:
         demands = [pipeline.Demand("x", "processes", None, False, clean) for clean in cleanly]

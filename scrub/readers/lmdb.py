@@ -122,6 +122,18 @@ def check_not_truncated(data_file: Path) -> None:
 _ENVIRONMENTS: dict[str, Any] = {}
 
 
+def _close_environments() -> None:
+    """Close this process's environments before it forks (they are opened again when next
+    needed): LMDB forbids using an environment in a child, and a child that inherited the
+    cache would use it. Between the listing and the scan's tasks no transaction is open."""
+    for path in list(_ENVIRONMENTS):
+        _forget(path)
+
+
+if hasattr(os, "register_at_fork"):  # `LMDBReader.forks_cleanly`: workers forked from the scan
+    os.register_at_fork(before=_close_environments)
+
+
 def lock_file(path: str, subdir: bool) -> Path:
     """Where LMDB keeps an environment's lock table."""
     return Path(path) / "lock.mdb" if subdir else Path(path + "-lock")
@@ -180,6 +192,7 @@ class LMDBReader(Reader[KeyRange | KeyList]):
     format = "lmdb"
     database_folder = True
     preferred_scheduler = "processes"
+    forks_cleanly = True  # the scan's environments are closed before a fork (`_close_environments`)
     records_per_task = 1000
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.VALUES})
     options_used = frozenset({"lmdb_codec", "allow_pickle", "data_key", "label_key"})
