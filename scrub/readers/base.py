@@ -204,9 +204,10 @@ class Reader(ABC, Generic[PartitionT]):
     #: Whether only the scan's own process can read the dataset (LevelDB): threads or sync only.
     in_one_process: ClassVar[bool] = False
     #: Whether the scan's process holds nothing of the dataset that a forked copy of it could
-    #: misuse (no library handle such as an LMDB environment or an HDF5 file, no thread of the
-    #: reader's own): its worker processes may then be forked from the scan itself rather than
-    #: from the worker server (`scrub.workers.fork_context`), which starts them sooner.
+    #: misuse (no library handle such as an HDF5 file, no thread of the reader's own): its worker
+    #: processes may then be forked from the scan itself rather than from the worker server
+    #: (`scrub.workers.fork_context`), which starts them sooner. Never for a dataset in a bucket
+    #: (its file system runs an event loop thread): `__init__` says so.
     forks_cleanly: bool = False
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
@@ -232,6 +233,8 @@ class Reader(ABC, Generic[PartitionT]):
     def __init__(self, path: Path, options: ReadOptions) -> None:
         self.path = path
         self.options = options
+        if self.forks_cleanly and is_url(path):
+            self.forks_cleanly = False
 
     @classmethod
     @abstractmethod

@@ -39,7 +39,6 @@ from scrub.readers.base import (
     DatasetInfo,
     ReadAhead,
     Reader,
-    ReadOptions,
     extension_of,
     read_bytes,
     report_unreadable,
@@ -147,6 +146,7 @@ def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
 class ImageReader(Reader[Sequence[Entry]]):
     format = "images"
     preferred_scheduler = "processes"
+    forks_cleanly = True  # its scan holds a listing of files, no handle
     records_per_task = 1000
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY})  # array: the pixels of float images
     options_used = frozenset({"root"})
@@ -160,12 +160,6 @@ class ImageReader(Reader[Sequence[Entry]]):
         if path.is_dir():
             return True
         return path.is_file() and cls._looks_like_list(path)
-
-    def __init__(self, path: Path, options: ReadOptions) -> None:
-        super().__init__(path, options)
-        # a folder or list of files holds no handle in the scan's process; a bucket's does (its
-        # file system's event loop and connections)
-        self.forks_cleanly = not is_url(path)
 
     @classmethod
     def holds_dataset(cls, path: Path) -> bool:

@@ -415,6 +415,7 @@ def _json_kind(value: Any) -> str:
 
 class JsonLinesReader(Reader[Lines]):
     format = "jsonl"
+    forks_cleanly = True  # its scan holds line offsets, no handle
     file_suffixes = SUFFIXES
     records_per_task = 20_000
     provides = frozenset({Carries.TOKENS, Carries.SEQUENCES})

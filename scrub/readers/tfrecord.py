@@ -118,6 +118,7 @@ class FrameSpan:
 
 class TFRecordReader(Reader[FrameSpan]):
     format = "tfrecord"
+    forks_cleanly = True  # its scan holds record offsets, no handle
     file_suffixes = (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz")
     records_per_task = 500
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.FRAMES})

@@ -164,6 +164,7 @@ class ShardSpan:
 
 class WebDatasetReader(Reader[ShardSpan]):
     format = "webdataset"
+    forks_cleanly = True  # its scan holds shards' offsets, no handle
     file_suffixes = SHARD_SUFFIXES
     records_per_task = 500
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.ARRAY, Carries.SAMPLES})

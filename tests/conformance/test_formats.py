@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from conftest import SAMPLES
 import scrub
 from scrub.api import open_dataset
 from scrub.options import ScanOptions
-from scrub.readers.base import REGISTRY
+from scrub.readers.base import REGISTRY, reader_class
 from scrub.records import Batch
 from scrub.writers.base import REGISTRY as WRITERS
 
@@ -214,3 +216,40 @@ def test_restore_puts_back_one_record_then_every_one(sample, tmp_path):
     assert whole.report["quarantined"] == 0 or whole.report["forced"], whole.report
     assert whole.report["kept"] + whole.report["quarantined"] == fixed.report["records"]
     assert scrub.scan(whole.dataset, **options).summary.records == whole.report["kept"]
+
+
+@pytest.mark.slow
+def test_worker_processes_find_what_one_process_finds(sample, tmp_path):
+    """The same scan in this process and on two worker processes, from the command line (a new
+    process: its workers are forked from it where the format's reader `forks_cleanly`, else
+    they come from the worker server; LevelDB's on threads): the same manifest lines."""
+    path = dataset_of(sample, tmp_path)
+    options = [f"--{name.replace('_', '-')}={value}" for name, value in sample.options.items()]
+    pool = "threads" if reader_class(sample.format).in_one_process else "processes"  # LevelDB: one handle
+    manifests = []
+    for scheduler in ("sync", pool):
+        manifest = tmp_path / f"{scheduler}.jsonl"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scrub",
+                "scan",
+                str(path),
+                "-q",
+                "--manifest",
+                str(manifest),
+                "--scheduler",
+                scheduler,
+                "--workers",
+                "2",
+                "--partition-size",
+                "4",
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        manifests.append(sorted(manifest.read_text().splitlines()))
+    assert manifests[0] == manifests[1] and manifests[0]
