@@ -43,7 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 import numpy as np
@@ -83,34 +83,39 @@ class OtherVersion(ValueError):
     """A cache file of another layout (the magic line's number): not damage, but not readable."""
 
 
+class Stored(NamedTuple):
+    """A cache file's columns: a row per record."""
+
+    columns: list[str]  # the dataset checks' ids, in the order of ``values``
+    profiles: list[bytes]  # each distinct outcome once
+    keys: list[str]
+    stats: np.ndarray  # (rows, 3) int64: size, mtime_ns, inode
+    contents: list[bytes]
+    contexts: list[str]  # each distinct context once
+    context_codes: np.ndarray  # a row's context, as its place in ``contexts``
+    profile_numbers: np.ndarray  # a row's outcome, as its place in ``profiles``
+    values: list[list]  # per dataset-check column, a value per row
+
+
 class Snapshot:
     """The stored results of one scope and dataset, as columns: a row per record, its numbers
     in arrays (so that an unchanged record costs its stat and a comparison, not an object), its
     outcome a number in a table of the distinct outcomes (most clean records share one)."""
 
-    def __init__(
-        self,
-        columns: list[str],
-        profiles: list[bytes],
-        keys: list[str],
-        stats: np.ndarray,
-        contents: list[bytes],
-        contexts: list[str],
-        context_codes: np.ndarray,
-        profile_numbers: np.ndarray,
-        values: list[list],
-    ) -> None:
-        self.columns = columns
-        self.profiles = profiles
-        self.keys = keys
-        self.stats = stats  # (rows, 3) int64: size, mtime_ns, inode
-        self.contents = contents
-        self.contexts = contexts
-        self.context_codes = context_codes
-        self.profile_numbers = profile_numbers
-        self.values = values  # per dataset-check column, a value per row
-        self.by_key = dict(zip(keys, range(len(keys))))
-        self.code_of = {context: code for code, context in enumerate(contexts)}
+    def __init__(self, stored: Stored) -> None:
+        (
+            self.columns,
+            self.profiles,
+            self.keys,
+            self.stats,
+            self.contents,
+            self.contexts,
+            self.context_codes,
+            self.profile_numbers,
+            self.values,
+        ) = stored
+        self.by_key = dict(zip(self.keys, range(len(self.keys))))
+        self.code_of = {context: code for code, context in enumerate(self.contexts)}
         self._by_content: dict[tuple[bytes | None, str], int] | None = None
 
     def by_content(self, content: bytes | None, context: str) -> int | None:
@@ -136,15 +141,17 @@ class Snapshot:
             document = msgpack.unpackb(payload, raw=False, strict_map_key=False)
             keys = document["keys"]
             snapshot = cls(
-                document["columns"],
-                document["profiles"],
-                keys,
-                np.frombuffer(document["stats"], "<i8").reshape(-1, 3),
-                document["contents"],
-                document["contexts"],
-                np.frombuffer(document["context_codes"], "<i4"),
-                np.frombuffer(document["profile_numbers"], "<i4"),
-                document["values"],
+                Stored(
+                    document["columns"],
+                    document["profiles"],
+                    keys,
+                    np.frombuffer(document["stats"], "<i8").reshape(-1, 3),
+                    document["contents"],
+                    document["contexts"],
+                    np.frombuffer(document["context_codes"], "<i4"),
+                    np.frombuffer(document["profile_numbers"], "<i4"),
+                    document["values"],
+                )
             )
         except Exception as error:
             raise ValueError(f"it does not parse ({type(error).__name__})") from None
@@ -165,33 +172,13 @@ def holds_results(directory: Path | None) -> bool:
     return directory is not None and any(Path(directory).glob(f"*{SUFFIX}"))
 
 
-def write_file(
-    path: Path,
-    columns: list[str],
-    profiles: list[bytes],
-    keys: list[str],
-    stats: np.ndarray,
-    contents: list[bytes],
-    contexts: list[str],
-    context_codes: np.ndarray,
-    profile_numbers: np.ndarray,
-    values: list[list],
-) -> None:
+def write_file(path: Path, stored: Stored) -> None:
     """Write a cache file atomically (a temporary sibling named after this process, renamed)."""
-    payload = msgpack.packb(
-        {
-            "columns": columns,
-            "profiles": profiles,
-            "keys": keys,
-            "stats": np.ascontiguousarray(stats, "<i8").tobytes(),
-            "contents": contents,
-            "contexts": contexts,
-            "context_codes": np.ascontiguousarray(context_codes, "<i4").tobytes(),
-            "profile_numbers": np.ascontiguousarray(profile_numbers, "<i4").tobytes(),
-            "values": values,
-        },
-        use_bin_type=True,
-    )
+    document: dict[str, Any] = stored._asdict()
+    document["stats"] = np.ascontiguousarray(stored.stats, "<i8").tobytes()
+    document["context_codes"] = np.ascontiguousarray(stored.context_codes, "<i4").tobytes()
+    document["profile_numbers"] = np.ascontiguousarray(stored.profile_numbers, "<i4").tobytes()
+    payload = msgpack.packb(document, use_bin_type=True)
     write_atomically(path, MAGIC + xxhash.xxh3_128_digest(payload) + payload)
 
 
@@ -385,7 +372,7 @@ class ResultCache:
             if self._unchanged():  # the file would be written again as it is: mark it used
                 os.utime(self.path)
             else:
-                write_file(self.path, *self._next_snapshot())
+                write_file(self.path, self._next_snapshot())
         except OSError as error:
             self.notes.append(
                 f"cache: cannot write {self.path}: {error.strerror}; the next scan will not reuse this one"
@@ -404,7 +391,7 @@ class ResultCache:
         kept = np.concatenate(self._kept) if self._kept else np.zeros(0, np.int64)
         return len(kept) == len(snapshot.keys) and bool((kept == np.arange(len(kept))).all())
 
-    def _next_snapshot(self) -> tuple:
+    def _next_snapshot(self) -> Stored:
         """The columns of the next file: the rows carried over, then the new ones; outcomes and
         contexts renumbered to the ones still used."""
         old = self.snapshot
@@ -444,7 +431,7 @@ class ResultCache:
         # only the outcomes and contexts some row still has
         used_profiles, number_array = np.unique(number_array, return_inverse=True)
         used_contexts, code_array = np.unique(code_array, return_inverse=True)
-        return (
+        return Stored(
             self.columns,
             [profiles[n] for n in used_profiles.tolist()],
             keys,
