@@ -339,11 +339,10 @@ class ResultCache:
         """The snapshot rows of ``lookup``'s hits (aligned with ``lookup.hits``), kept for the
         next file: a row found under its own key and stat is carried over as it is."""
         snapshot = self.snapshot
-        assert snapshot is not None or not lookup.hits
         rows = np.asarray(lookup.rows, np.int64)
         if not lookup.hits:
             return rows
-        assert snapshot is not None
+        assert snapshot is not None  # hits come from one
         moved = [number for number, offset in enumerate(lookup.hits) if offset in lookup.identities]
         if not moved:
             self._kept.append(rows)
