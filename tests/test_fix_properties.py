@@ -52,6 +52,7 @@ def fixed(path: Path, **options):
 kinds = st.sampled_from(["good", "good", "good", "truncated", "empty", "garbage"])
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 @SETTINGS
 @given(st.lists(st.tuples(st.sampled_from(["", "a", "b", "c/deep"]), kinds), min_size=1, max_size=12))
 def test_image_folders(entries):
@@ -74,6 +75,7 @@ def test_image_folders(entries):
         assert rescan_errors(result.dataset) == 0
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 @SETTINGS
 @given(st.lists(st.tuples(kinds, st.integers(-2, 5), st.booleans()), min_size=1, max_size=12))
 def test_image_lists(entries):
@@ -160,6 +162,7 @@ def _npy(array) -> bytes:
 lmdb_values = st.sampled_from(["png", "npy", "npy-nan", "garbage", "empty"])
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 @SETTINGS
 @given(
     items=st.dictionaries(st.binary(min_size=1, max_size=6), lmdb_values, min_size=1, max_size=15),

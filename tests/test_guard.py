@@ -189,6 +189,7 @@ def test_a_sequence_whose_labels_are_all_ignored_is_found_by_bisection(tmp_path)
     assert guard.last_passes <= 2 * math.log2(16) + 3
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 def test_records_fine_alone_that_overflow_a_float16_sum_together_are_a_joint_failure(tmp_path):
     """Under float16 autocast, two rows whose squared error is 62,500 each (float16 holds up to
     65,504) make a sum of 125,000: Inf. Neither is a culprit; the pair is named as a group."""

@@ -246,6 +246,7 @@ def test_a_dataset_that_cannot_be_opened_is_a_finding_and_the_others_are_scanned
     assert "unreadable-dataset" in outputs["r.html"].read_text()
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 def test_an_unreadable_dataset_alone_or_every_one_is_one_line_and_exit_2(mixed_folder, tmp_path):
     from conftest import one_line_error
 

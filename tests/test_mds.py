@@ -95,6 +95,7 @@ def test_planted_faults_are_found_by_id_and_named_by_their_position(tmp_path):
     assert any("columns not checked: source" in note for note in result.summary.notes)
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 def test_a_store_of_uint16_ids_overflows_a_large_vocabulary(tmp_path):
     streaming = streaming_base()
     with streaming.MDSWriter(out=str(tmp_path / "u16"), columns={"input_ids": "ndarray:uint16"}) as out:

@@ -73,6 +73,7 @@ def test_big_rows_are_tested_in_pieces(tmp_path, monkeypatch):
     assert [(i.key, i.check, i.details["first_position"]) for i in issues] == [("2", "nonfinite-data", 4095)]
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 def test_object_arrays_are_never_unpickled(tmp_path):
     path = tmp_path / "objects.npy"
     np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)

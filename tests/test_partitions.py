@@ -9,6 +9,7 @@ import pickle
 import h5py
 import lmdb
 import numpy as np
+import pytest
 from conftest import image_bytes, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -60,6 +61,7 @@ def test_image_folder_partitions(tmp_path_factory, count, size, cut):
     check_cover(root, size, cut)
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 @SETTINGS
 @given(
     rows=st.integers(1, 300),

@@ -458,6 +458,7 @@ def test_a_tiny_gpt2_finds_the_records_its_own_training_goes_nan_on():
     assert nan == expected
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 @pytest.mark.torch
 def test_ids_beyond_the_models_embedding_are_named_with_the_error():
     pytest.importorskip("torch")

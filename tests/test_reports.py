@@ -285,6 +285,7 @@ def red_noise(fmt: str) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow  # over half a second: out of the quick subset
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
 def test_html_shows_what_decodes_of_a_truncated_image_marked_partial(tmp_path):
     root = tmp_path / "data"
