@@ -267,8 +267,10 @@ def _compute_local(
                 number = running.pop(future)
                 result = future.result()  # a task's error, or BrokenProcessPool for a dead worker
                 done.add(number)
-                hand_out()  # before the result is merged: the worker does not wait for the driver
-                on_result(result)
+                try:
+                    hand_out()  # before the result is merged: the worker does not wait for the driver
+                finally:  # merged even when handing out finds the pool broken: it is done, not re-run
+                    on_result(result)
     except KeyboardInterrupt:
         interrupted = True
         raise
