@@ -93,7 +93,9 @@ def scan_one(
     load_plugins(options.selection.plugins)
     # With a cache, most nights need no worker at all: start them only for what is left to scan.
     early = not holds_results(options.cache)
-    dataset = open_dataset(path, options, before_open=worker_starter(options.run) if early else None)
+    dataset = open_dataset(
+        path, options, before_open=worker_starter(options.run) if early else None, scanned=True
+    )
     try:
         return scan_dataset(dataset, options, progress=progress, started=started)
     finally:
@@ -132,7 +134,7 @@ def scan_many(
     try:
         for position, (path, own) in enumerate(datasets):
             try:
-                opened.append(open_dataset(path, own))
+                opened.append(open_dataset(path, own, scanned=True))
             except UnopenedDataset as error:
                 if len(datasets) == 1:
                     raise

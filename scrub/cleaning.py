@@ -102,7 +102,10 @@ def fix(
     load_plugins(scan_options.selection.plugins)
     early = not manifests and not holds_results(scan_options.cache)  # see `scrub.api.scan`
     dataset = open_dataset(
-        path, scan_options, before_open=worker_starter(scan_options.run) if early else None
+        path,
+        scan_options,
+        before_open=worker_starter(scan_options.run) if early else None,
+        scanned=not manifests,  # fix --manifest compares the fingerprint before writing anything
     )
     try:
         writer = writer_for(dataset, scan_options.run)

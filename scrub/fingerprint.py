@@ -6,12 +6,16 @@ reads (the format, the reading options that decide what a record is) and, for ev
 records come from, its path relative to the root, size and modification time. A stat per file
 is cheap (see docs/benchmarks.md, "Design measurements") where hashing the contents would cost a
 second read of the dataset; like ``make`` and ``rsync``, it trusts that a changed file has a new
-mtime or size.
+mtime or size. It is taken when the dataset is opened, before any record is read (a file changed
+afterwards makes ``fix`` refuse the scan), or, where each record is a file of its own whose
+read reports the ``fstat`` it made (`Reader.records_carry_versions`), from those reads after the
+scan: the version of the very bytes verified, with no ``stat`` before the first task.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +27,16 @@ from scrub.storage import is_url, location, stat_version
 
 
 def fingerprint(
-    reader: Reader, partitions: list, root: str | Path, known: dict[str, tuple[int, int]] | None = None
+    reader: Reader,
+    partitions: list,
+    root: str | Path,
+    known: dict[str, tuple[int, int]] | None = None,
+    read: Iterator[tuple[int, int] | None] | None = None,
 ) -> dict[str, Any]:
     """``{"digest", "files", "bytes"}`` of the dataset ``reader`` opened; ``known`` holds the
-    (size, mtime_ns) of paths already stat-ed (by the result cache's lookups)."""
+    (size, mtime_ns) of paths already stat-ed (by the result cache's lookups), ``read`` those of
+    each member in order as a scan's reads found them (None: not read; see
+    `Reader.records_carry_versions`)."""
     known = known or {}
     digest = xxhash.xxh3_128()
     digest.update(repr(sorted(reader.options.recorded(reader.format).items())).encode())
@@ -34,7 +44,9 @@ def fingerprint(
     prefix = os.path.join(str(root), "")
     lines: list[str] = []  # hashed in blocks: one update per file costs more than the stat it follows
     for path in reader.members(partitions):
-        facts: tuple[int, int | str] | tuple[str] | None = known.get(path)  # (size, version) or ("absent",)
+        facts: tuple[int, int | str] | tuple[str] | None = (  # (size, version) or ("absent",)
+            next(read) if read is not None else known.get(path)
+        )
         if facts is None and is_url(path):  # an object: its size and ETag (or generation)
             try:
                 facts = stat_version(location(path, reader.options.storage))

@@ -29,7 +29,9 @@ class OpenedDataset:
     reader: Reader
     info: DatasetInfo
     partitions: list
-    fingerprint: dict[str, Any] | None  # None until taken (a cached scan takes it from its lookups' stats)
+    #: None until taken: a cached scan takes it from its lookups' stats, a scan whose records carry
+    #: their files' versions from its reads
+    fingerprint: dict[str, Any] | None
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -41,13 +43,17 @@ def open_dataset(
     path: str | Path,
     options: ScanOptions | None = None,
     before_open: Callable[[Reader], None] | None = None,
+    scanned: bool = False,
     **keywords: Any,
 ) -> OpenedDataset:
     """Find the reader for ``path``, validate the dataset, split it, fingerprint it.
 
     ``options`` (or keywords, as for `scan`) say how to read it. ``before_open(reader)`` runs
     once the format is known and before the (possibly long) listing, so that worker processes
-    can start meanwhile.
+    can start meanwhile. ``scanned``: the caller scans every record next, so where they carry
+    their files' versions (`Reader.records_carry_versions`) the fingerprint is taken from the
+    reads (`scrub.scanning.dataset.DatasetScan.finish`), off the path to the first task, and of
+    the very bytes verified.
     """
     options = options_of(options, keywords)
     place: Path = location(path, options.read.storage)
@@ -66,7 +72,8 @@ def open_dataset(
     except UnusableDataset as error:
         raise UnopenedDataset(str(error), reader.format) from None
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
-    taken = None if cached else fingerprint(reader, partitions, info.root)
+    later = cached or (scanned and reader.records_carry_versions)
+    taken = None if later else fingerprint(reader, partitions, info.root)
     return OpenedDataset(place, reader, info, partitions, taken)
 
 

@@ -182,6 +182,9 @@ class RecordFacts(TypedDict, total=False):
     image_size: tuple[float, float]  # COCO: (width, height) the annotation file declares
     token_labels: np.ndarray  # a token sequence's own labels (absent: the input ids are the labels)
     attention_mask: np.ndarray  # a token sequence's attention mask (absent: every token attends)
+    #: (size, mtime_ns) of the file the record's bytes were read from, as the read's ``fstat``
+    #: gave them: the dataset's fingerprint takes them instead of a ``stat`` of its own
+    file_version: tuple[int, int]
     # computed once per record by the checks' shared passes
     digest: bytes  # the payload's content hash (duplicate)
     image: ImageFacts  # the image decoded once (`scrub.checks.imagedecode`)

@@ -48,6 +48,9 @@ class PartitionResult:
     flagged: dict[str, np.ndarray] = field(default_factory=dict)
     #: with an `Encoding`: what the reports name, of this partition's issues
     findings: Collector | None = None
+    #: (offset, size, mtime_ns) of each record read from a file of its own, where the reader
+    #: says (`RecordFacts.file_version`)
+    file_versions: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass

@@ -139,6 +139,7 @@ class PartitionWork:
             result.captured.append((offset, record.meta.get("digest"), outcomes.get(own), values))
         result.issues.extend(own.issues)
         result.offsets.extend(own.offsets)
+        result.file_versions.extend(own.file_versions)
         for name, counter in own.stats.items():
             into = result.stats[name]
             for value, count in counter.items():
@@ -154,6 +155,9 @@ class PartitionWork:
         self, record: Record, offset: int, plan: "_Plan", columns, label_counts, result
     ) -> None:
         """The per-record path: properties once, then every record check and collector."""
+        version = record.meta.get("file_version")
+        if version is not None:
+            result.file_versions.append((offset, *version))
         for found in record.problems:
             if found.check in plan.ids:
                 result.issues.append(found)

@@ -249,17 +249,24 @@ def read_file(path: str) -> bytes:
     costs more a file (its buffer and a last read to find the end), a sizeable share of reading a
     small JPEG from the page cache (see docs/benchmarks.md, "Design measurements"). A file that
     grows or shrinks meanwhile is read to its end."""
+    return read_file_version(path)[0]
+
+
+def read_file_version(path: str) -> tuple[bytes, int, int]:
+    """`read_file`, and the (size, mtime_ns) its ``fstat`` gave: the version of the file the bytes
+    were read from, as `scrub.fingerprint` records it, without a ``stat`` of its own."""
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        size = os.fstat(descriptor).st_size
+        status = os.fstat(descriptor)
+        size = status.st_size
         data = os.read(descriptor, size + 1)
         if len(data) == size:  # a regular file's read stops short only at its end
-            return data
+            return data, size, status.st_mtime_ns
         parts = [data]
         while data:
             data = os.read(descriptor, 1 << 20)
             parts.append(data)
-        return b"".join(parts)
+        return b"".join(parts), size, status.st_mtime_ns
     finally:
         os.close(descriptor)
 

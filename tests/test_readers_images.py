@@ -226,3 +226,27 @@ def test_sniffing_and_unusable_inputs(tmp_path):
         open_reader(tmp_path / "prose.txt", ReadOptions())
     with pytest.raises(UnusableDataset, match="empty"):
         open_reader(tmp_path / "empty.txt", ReadOptions(format="images")).open(10)
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "processes"])
+def test_a_scans_fingerprint_from_its_reads_equals_one_from_stats(tmp_path, scheduler):
+    """A folder's records carry the (size, mtime) their read's fstat gave, and the scan's
+    fingerprint is taken from them after the reads: it must equal the fingerprint of the same
+    files stat-ed (what `fix --manifest` compares), links, a file outside the root and a
+    truncated one included."""
+    from scrub.fingerprint import fingerprint
+    from scrub.opening import open_dataset
+
+    root = tmp_path / "d"
+    for i in range(30):
+        write(root / f"c{i % 2}" / f"{i}.jpg", image_bytes(i))
+    write(root / "c0" / "cut.jpg", image_bytes(40)[:200])
+    (root / "c1" / "link.jpg").symlink_to(root / "c0" / "3.jpg")
+    write(tmp_path / "outside.jpg", image_bytes(41))
+    (root / "c1" / "away.jpg").symlink_to(tmp_path / "outside.jpg")
+    result = scrub.scan(root, scheduler=scheduler, workers=2, partition_size=8)
+    opened = open_dataset(root)  # not scanned: its fingerprint is stat-ed at once
+    assert opened.reader.records_carry_versions
+    assert result.summary.fingerprint == opened.fingerprint
+    assert opened.fingerprint == fingerprint(opened.reader, opened.partitions, opened.info.root)
+    assert findings(result) >= {("c0/cut.jpg", "corrupt-image"), ("c1/away.jpg", "unsafe-path")}

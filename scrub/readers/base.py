@@ -30,7 +30,7 @@ from scrub.errors import UnusableDataset, UsageError
 from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
 from scrub.records import Batch, Carries, Issue, Record
-from scrub.storage import is_url, location, read_file, remote_errors
+from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
 
 #: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
 #: of entries); small and picklable, and ``len()`` is its number of records.
@@ -209,6 +209,11 @@ class Reader(ABC, Generic[PartitionT]):
     #: (`scrub.workers.fork_context`), which starts them sooner. Never for a dataset in a bucket
     #: (its file system runs an event loop thread): `__init__` says so.
     forks_cleanly: bool = False
+    #: Whether each record is read from a file of its own, `members` gives those files in the
+    #: partitions' order, one a record, and each record carries its file's version as read
+    #: (`RecordFacts.file_version`): a scan's fingerprint then takes them from the reads
+    #: (`scrub.opening.open_dataset`) instead of a ``stat`` of every file before the first task
+    records_carry_versions: bool = False
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
     #: Name endings of the files that are each a dataset of this format (``.h5``): a folder whose
@@ -433,6 +438,8 @@ class ReadAhead:
         self.paths = paths
         self.announced: int | None = None  # the next file to announce, once reading is slow
         self.blocks = blocks_read()
+        #: (size, mtime_ns) of the file last read, as its ``fstat`` gave them
+        self.version: tuple[int, int] = (-1, -1)
 
     def read(self, number: int, record: Record, shown: str, check: str = "missing-file") -> bytes | None:
         """File ``number`` of ``paths``, or None with a problem on the record (see `read_bytes`)."""
@@ -449,10 +456,14 @@ class ReadAhead:
         assert path is not None  # only files that may be read are read here
         if self.announced is not None:
             self._announce(number)
-            return read_file(path)
+            data, size, mtime = read_file_version(path)
+            self.version = (size, mtime)
+            return data
         started = time.perf_counter()
         try:
-            return read_file(path)
+            data, size, mtime = read_file_version(path)
+            self.version = (size, mtime)
+            return data
         finally:
             if self.blocks is None:
                 cold = time.perf_counter() - started > SLOW_READ_SECONDS

@@ -40,7 +40,6 @@ from scrub.readers.base import (
     ReadAhead,
     Reader,
     extension_of,
-    read_bytes,
     report_unreadable,
     split_records,
 )
@@ -48,7 +47,7 @@ from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.values import decode_value
 from scrub.records import Carries, Record
-from scrub.storage import FETCH_CONCURRENCY, is_url, list_objects, read_objects
+from scrub.storage import FETCH_CONCURRENCY, is_url, list_objects, read_file_version, read_objects
 
 SNIFF_LINES = 100
 JPEG_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
@@ -214,6 +213,9 @@ class ImageReader(Reader[Sequence[Entry]]):
         # processes, whatever threads would save: only there is a decoder's crash or hang a
         # finding rather than the end of the scan (docs/internals.md)
         self.work_seconds = len(entries) * IMAGE_SECONDS
+        # a folder's records are every file it lists (a list file is a member the workers do not
+        # read; a bucket's objects are versioned by their listing)
+        self.records_carry_versions = self.path.is_dir() and not is_url(self.path)
         self.root = info.root
         # the HTML report's thumbnails are files on this machine: none for a bucket's objects
         info.image_root = None if self.arrays or is_url(self.path) else info.root
@@ -416,12 +418,17 @@ class ImageReader(Reader[Sequence[Entry]]):
                     unsafe = f"resolves to {target}, outside the dataset root"
             if unsafe is not None:
                 record.problems.append(problem(record, "unsafe-path", f"not read: {unsafe}", path=entry.key))
+            elif entry.check_link:  # read now, never ahead: the link was checked just above
+                try:
+                    record.payload, size, mtime = read_file_version(path)
+                    record.meta["file_version"] = (size, mtime)
+                except OSError as error:
+                    report_unreadable(record, error, entry.key, "missing-file")
+                self._loaded(record)
             else:
-                record.payload = (
-                    read_bytes(record, path, entry.key)
-                    if entry.check_link
-                    else reading.read(number, record, entry.key)
-                )
+                record.payload = reading.read(number, record, entry.key)
+                if record.payload is not None:
+                    record.meta["file_version"] = reading.version
                 self._loaded(record)
             yield record
 

@@ -4,10 +4,12 @@ where it has results), its dataset checks, replay and summary."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from scrub import pipeline
 from scrub.baseline import Baseline
@@ -26,6 +28,7 @@ from scrub.readers.base import Reader
 from scrub.records import Batch, Carries, Issue, Severity
 from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector
+from scrub.results import PartitionResult
 from scrub.runner import PartitionWork
 from scrub.selection import select_checks
 from scrub.summary import Progress, ScanAggregate, Summary
@@ -116,6 +119,8 @@ class DatasetScan:
             encoding=encoding,
         )
         self.replayed: dict[str, Any] | None = None
+        #: partition -> (size, mtime_ns) of each of its records as read, -1 where not read
+        self._versions: dict[int, np.ndarray] = {}
 
     def tasks(self) -> Tasks:
         """The dataset-wide issues the reader found, the results the cache holds, and the tasks
@@ -124,8 +129,31 @@ class DatasetScan:
         info = self.dataset.info
         self.aggregate.add_dataset_issues(dtype_overflows(info.token_dtypes, self.options.checks))
         if self.cache is None:
-            return Tasks(self.work, list(self.dataset.partitions), self.aggregate.add, self.work.failure)
+            return Tasks(self.work, list(self.dataset.partitions), self._add, self.work.failure)
         return self._cached_tasks()
+
+    def _add(self, result: PartitionResult) -> None:
+        """A partition's result into the aggregate; the versions of the files it read kept for
+        the fingerprint (an array a partition: 16 bytes a record, not a path)."""
+        if self.dataset.fingerprint is None and result.file_versions:
+            versions = self._versions.get(result.partition)
+            if versions is None:
+                size = len(self.dataset.partitions[result.partition])
+                versions = self._versions[result.partition] = np.full((size, 2), -1, np.int64)
+            found = np.asarray(result.file_versions, np.int64)
+            versions[found[:, 0]] = found[:, 1:]
+        result.file_versions = []
+        self.aggregate.add(result)
+
+    def _read_versions(self) -> Iterator[tuple[int, int] | None]:
+        """The version each member was read at, in `members` order (None: not read)."""
+        for number, partition in enumerate(self.dataset.partitions):
+            versions = self._versions.get(number)
+            if versions is None:
+                yield from (None for _ in range(len(partition)))
+                continue
+            for size, mtime in versions.tolist():
+                yield (size, mtime) if size >= 0 else None
 
     def _cached_tasks(self) -> Tasks:
         """Reuse the cache's results for unchanged records; return the tasks for the others, whose
@@ -168,8 +196,14 @@ class DatasetScan:
         return Tasks(subset_work, subsets, add, subset_work.failure)
 
     def finish(self, plan: pipeline.Plan) -> None:
-        """After every result is in: the dataset checks, then the replay."""
+        """After every result is in: the fingerprint where the reads took it, the dataset checks,
+        then the replay."""
         dataset, aggregate = self.dataset, self.aggregate
+        if dataset.fingerprint is None:  # the records carried their files' versions
+            dataset.fingerprint = fingerprint(
+                dataset.reader, dataset.partitions, dataset.info.root, read=self._read_versions()
+            )
+            self._versions.clear()
         reader, partitions, info = dataset.reader, dataset.partitions, dataset.info
         aggregate.finish_dataset_checks(
             _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
