@@ -61,6 +61,9 @@ class SubsetWork:
             for offset, digest, outcome, values in result.captured
         ]
         result.offsets = [subset.offsets[offset] for offset in result.offsets]
+        result.file_versions = [
+            (subset.offsets[offset], size, mtime) for offset, size, mtime in result.file_versions
+        ]
         return result
 
     def failure(self, number: int, subset: Subset, offset: int, reason: str) -> PartitionResult:
