@@ -17,7 +17,7 @@ the largest id and the longest sequence when the options do not give them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,24 +86,11 @@ class ReplayWork:
         stop: int | None,
         on_record: Callable[[int], None] | None,
     ) -> ReplayPiece:
-        records: list = []
         skipped: Counter[str] = Counter()
-        offset = start
-        for item in self.reader.read(partition, start, stop):
-            if on_record is not None:
-                on_record(offset)
-            if isinstance(item, Batch) and isinstance(item.data, TokenRows):  # a flat token store's
-                records.extend(token_rows(item, skipped))
-                offset += len(item)
-            elif isinstance(item, Batch):  # rows of numbers: not a language model's records
-                skipped["payload"] += len(item)
-                offset += len(item)
-            else:
-                records.append(item)
-                offset += 1
-        features = featurize_token_records(records, spec)
+        reading = TokenRecords(self.reader, partition, start, stop, on_record, skipped)
+        features = featurize_token_records(list(reading), spec)
         features.skipped.update(skipped)
-        return ReplayPiece(partition_no, start, offset - start, features)
+        return ReplayPiece(partition_no, start, reading.read, features)
 
     def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> ReplayPiece:
         """A record that crashed or hung its worker (the scan reported it): not replayed."""
@@ -111,6 +98,41 @@ class ReplayWork:
         if isinstance(self.spec, TokenSpec):
             return ReplayPiece(partition_no, offset, 1, TokenFeatures.empty(crashed))
         return ReplayPiece(partition_no, offset, 1, Features.empty(self.spec.dim, crashed))
+
+
+class TokenRecords:
+    """The language-model records of a partition's slice, as both token passes read them: a flat
+    token store's batches (`TokenRows`) as a record a sequence (`token_rows`), batches of numbers
+    left out (counted as "payload" in ``skipped``, when given), ``on_record`` told the offset of
+    each item read. ``read`` counts the records read so far, the piece's extent."""
+
+    def __init__(
+        self,
+        reader: Reader,
+        partition: Sequence[Any],
+        start: int,
+        stop: int | None,
+        on_record: Callable[[int], None] | None,
+        skipped: Counter[str] | None = None,
+    ) -> None:
+        self.reader, self.partition, self.start, self.stop = reader, partition, start, stop
+        self.on_record = on_record
+        self.skipped = skipped
+        self.read = 0
+
+    def __iter__(self) -> Iterator[Record]:
+        for item in self.reader.read(self.partition, self.start, self.stop):
+            if self.on_record is not None:
+                self.on_record(self.start + self.read)
+            if isinstance(item, Batch):
+                self.read += len(item)
+                if isinstance(item.data, TokenRows):
+                    yield from token_rows(item, self.skipped)
+                elif self.skipped is not None:  # rows of numbers: not a language model's records
+                    self.skipped["payload"] += len(item)
+                continue
+            self.read += 1
+            yield item
 
 
 def token_rows(batch: Batch, skipped: Counter[str] | None = None) -> list[Record]:
@@ -160,20 +182,8 @@ class TokenExtentWork:
         stop: int | None = None,
         on_record: Callable[[int], None] | None = None,
     ) -> TokenExtent:
-        def records():
-            offset = start
-            for item in self.reader.read(partition, start, stop):
-                if on_record is not None:
-                    on_record(offset)
-                if isinstance(item, Batch):
-                    offset += len(item)
-                    if isinstance(item.data, TokenRows):  # a flat token store's sequences
-                        yield from token_rows(item)
-                    continue  # else rows of numbers: not a language model's records
-                offset += 1
-                yield item
-
-        return TokenExtent(*token_extent(records(), self.spec.options))
+        records = TokenRecords(self.reader, partition, start, stop, on_record)  # short sequences too
+        return TokenExtent(*token_extent(records, self.spec.options))
 
     def failure(self, partition_no: int, partition: Sequence[Any], offset: int, reason: str) -> TokenExtent:
         return TokenExtent()
