@@ -224,9 +224,9 @@ def _compute_local(
     work: Work, numbered: list[tuple[int, Any]], plan: Plan, on_result, started: set, done: set
 ) -> None:
     """The partitions on a pool of ``plan.workers`` threads or processes, one task per worker in
-    flight, as Dask's local scheduler ran them: a partition is ``started`` once it is handed to
-    the pool, so when a worker dies, the ones started and not ``done`` are the ones it may have
-    been running. Each result goes to ``on_result`` as soon as it arrives.
+    flight and `IN_FLIGHT_EXTRA` queued: a partition is ``started`` once it is handed to the
+    pool, so when a worker dies, the ones started and not ``done`` are the ones it may have been
+    running (or was about to run). Each result goes to ``on_result`` as soon as it arrives.
 
     The pools are the standard library's, not Dask's local schedulers: the tasks are
     independent, so Dask's graph adds nothing here, and importing Dask cost time in this
@@ -248,18 +248,23 @@ def _compute_local(
         pool = ThreadPoolExecutor(plan.workers, thread_name_prefix="scrub-worker")
     waiting = iter(numbered)
     running: dict[Future, int] = {}
+    if forking is not None:  # forked workers inherit the work and the partitions: only numbers travel
+        _INHERITED.update(task=task, partitions=dict(numbered))
 
     def hand_out() -> None:
         for number, partition in waiting:
             started.add(number)
             with deferred():  # submitting may start a worker: an exchange not to cut in half
-                running[pool.submit(task, number, partition)] = number
+                if forking is not None:
+                    running[pool.submit(_run_inherited, number)] = number
+                else:
+                    running[pool.submit(task, number, partition)] = number
             return
 
     interrupted = False
     try:
         with forked_start() if forking is not None else nullcontext():  # the first task forks them all
-            for _ in range(plan.workers):
+            for _ in range(plan.workers + IN_FLIGHT_EXTRA):
                 hand_out()
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -279,6 +284,24 @@ def _compute_local(
             _stop(pool, drain=DRAIN_SECONDS if interrupted else 0.0)
         else:  # threads cannot be stopped: the ones running finish their partition
             pool.shutdown(wait=not interrupted, cancel_futures=True)
+        _INHERITED.clear()
+
+
+#: Tasks handed to a local pool beyond one per worker: a worker that finishes a partition finds
+#: the next one queued instead of idling while its result travels to this process and a new task
+#: comes back (1-3 ms a partition; see docs/benchmarks.md). More in flight would only put more
+#: partitions under suspicion (re-run under supervision) when a worker dies.
+IN_FLIGHT_EXTRA = 1
+
+#: What a forking pool's workers inherit (set before the fork, cleared after the pool): the work
+#: and the partitions by number, so a task sends a number instead of pickling the work and a
+#: partition's thousand entries each time, in this process and again in the worker.
+_INHERITED: dict[str, Any] = {}
+
+
+def _run_inherited(number: int) -> Any:
+    """A task of a forked worker: partition ``number`` of the work it inherited (`_INHERITED`)."""
+    return _INHERITED["task"](number, _INHERITED["partitions"][number])
 
 
 #: After Ctrl-C, seconds the workers get to finish the partition they are on (they ignore

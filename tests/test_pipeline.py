@@ -173,3 +173,42 @@ def test_stopping_a_pool_whose_result_was_cut_short_does_not_hang():
     pipeline._stop(pool)
     assert not manager.is_alive()
     assert time.monotonic() - started < pipeline.MANAGER_STUCK_SECONDS + 3
+
+
+#: Run in a fresh interpreter, where nothing forbids the fork (pytest's own threads may).
+INHERITING = r"""
+import os, sys
+from scrub import pipeline
+from scrub.workers import fork_context
+
+class Unpicklable:
+    def __init__(self, values):
+        self.values = values
+    def __len__(self):
+        return len(self.values)
+    def __reduce__(self):
+        raise TypeError("this partition was pickled")
+
+def total(number, partition, start=0, stop=None, on_record=None):
+    return number, sum(partition.values), os.getpid()
+
+if fork_context() is None:
+    sys.exit("not forked")
+results = []
+partitions = [Unpicklable(list(range(n + 1))) for n in range(7)]
+plan = pipeline.Plan("processes", 2, 5.0, fork=True)
+pipeline.run(total, partitions, plan, results.append, lambda *failed: sys.exit(f"failed: {failed}"))
+assert sorted((n, t) for n, t, _ in results) == [(n, sum(range(n + 1))) for n in range(7)], results
+assert os.getpid() not in {pid for _, _, pid in results}
+assert not pipeline._INHERITED
+print("inherited")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_forked_workers_inherit_the_partitions_instead_of_receiving_them():
+    """Sending a partition pickles its entries in the scan and unpickles them in the worker, per
+    task; forked workers already hold them. Every partition runs, on the workers, and the pool
+    leaves nothing of them behind in this process."""
+    done = subprocess.run([sys.executable, "-c", INHERITING], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "inherited", done.stderr
