@@ -240,8 +240,12 @@ def _find_sof(data: bytes) -> _Sof | None:
     if data[:2] != _SOI:
         return None
     pos, end = 2, len(data)
+    marker: int | None
     while True:
-        marker, pos = _next_marker(data, pos)
+        if pos + 1 < end and data[pos] == 0xFF and 0 < data[pos + 1] < 0xFF:
+            marker, pos = data[pos + 1], pos + 2  # a marker right where the segment ended: most files
+        else:
+            marker, pos = _next_marker(data, pos)
         if marker is None or marker in _HEADER_END:
             return None
         if marker in _SOF_MARKERS:
@@ -253,7 +257,7 @@ def _find_sof(data: bytes) -> _Sof | None:
             continue
         if pos + 2 > end:
             return None
-        pos += max(2, int.from_bytes(data[pos : pos + 2], "big"))
+        pos += max(2, data[pos] << 8 | data[pos + 1])
 
 
 def _next_marker(data: bytes, pos: int) -> tuple[int | None, int]:
