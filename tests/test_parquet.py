@@ -236,3 +236,63 @@ def test_dataset_checks_name_image_rows_by_their_path(tmp_path):
     (duplicate,) = list(result.issues())
     assert (duplicate.key, duplicate.index) == ("copy_of_0101.jpg", 5)
     assert "0101.jpg" in duplicate.message
+
+
+def _walk_for(folder, suffix):
+    """The sniff's walk for one suffix as it was before the two sniffs shared one: the oracle."""
+    import os
+    from pathlib import Path
+
+    folders = [str(folder)]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.name.endswith(suffix):
+                    if entry.is_file():
+                        return Path(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+    return None
+
+
+@pytest.mark.parametrize("layout", range(6))
+def test_the_table_sniffs_shared_walk_finds_what_each_walk_found(tmp_path, layout):
+    """The Parquet and Arrow sniffs of one opening walk the tree once between them; each still
+    finds the file its own walk found: below folders named like tables (Spark's ``x.parquet/``),
+    hidden ones, symlinked ones, and whichever sniff asks first."""
+    import random
+
+    from scrub.readers import base
+    from scrub.readers.parquet import first_table_file
+
+    rng = random.Random(layout)
+    root = tmp_path / "data"
+    for name in ("b.parquet/y.parquet", "b.parquet/z.arrow", "c.arrow/v.parquet", ".hidden/h.arrow"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x")
+    folders = [root]
+    names = ["a", "b.parquet", "c.arrow", ".hidden", "d"]
+    for _ in range(12):
+        folder = rng.choice(folders) / rng.choice(names)
+        if folder.exists():
+            continue
+        if rng.random() < 0.4:
+            folder.mkdir(parents=True)
+            folders.append(folder)
+        else:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            folder.write_bytes(b"x")
+    if layout % 2:
+        (root / "linked.parquet").mkdir(parents=True, exist_ok=True)
+        (root / "linked.parquet" / "in.arrow").write_bytes(b"x")
+        (root / "link").symlink_to(root / "linked.parquet")
+    expected = {suffix: _walk_for(root, suffix) for suffix in (".parquet", ".arrow")}
+    for order in ((".parquet", ".arrow"), (".arrow", ".parquet")):
+        token = base._SHARED_SNIFFS.set({})
+        try:
+            assert {suffix: first_table_file(root, suffix) for suffix in order} == expected
+        finally:
+            base._SHARED_SNIFFS.reset(token)
+        assert {suffix: first_table_file(root, suffix) for suffix in order} == expected

@@ -15,6 +15,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -308,6 +309,23 @@ def reader_class(format_name: str) -> type[Reader]:
     return getattr(importlib.import_module(module), name)
 
 
+#: What the sniffs of one `open_reader` share, by key (`shared_sniff`); None outside one.
+_SHARED_SNIFFS: ContextVar[dict[Any, Any] | None] = ContextVar("scrub_shared_sniffs", default=None)
+SharedT = TypeVar("SharedT")
+
+
+def shared_sniff(key: Any, make: Callable[[], SharedT]) -> SharedT:
+    """``make()``, made once for ``key`` among the sniffs of one `open_reader`: two formats that
+    look below a folder for their files (Parquet's and Arrow's) walk its tree once between them.
+    Outside an opening (a sniff of its own), made anew: the folder may have changed since."""
+    shared = _SHARED_SNIFFS.get()
+    if shared is None:
+        return make()
+    if key not in shared:
+        shared[key] = make()
+    return shared[key]
+
+
 def open_reader(
     path: Path, options: ReadOptions, origin: Callable[[str], str] = lambda name: f"--{name}"
 ) -> Reader:
@@ -320,6 +338,15 @@ def open_reader(
         raise UnusableDataset(f"{path}: no such file or directory")
     if options.format not in (None, "auto"):
         return _applicable(reader_class(options.format), path, options, origin)
+    token = _SHARED_SNIFFS.set({})
+    try:
+        return _sniffed_reader(path, options, origin)
+    finally:
+        _SHARED_SNIFFS.reset(token)
+
+
+def _sniffed_reader(path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
+    """`open_reader` without a format given: the first reader that sniffs ``path``."""
     *specific, catch_all = format_names(plugins=False)  # the last (images) takes any folder
     for name in specific:
         if _sniffs(reader_class(name), path):

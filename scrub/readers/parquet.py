@@ -47,7 +47,7 @@ import numpy as np
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.formats import needs
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import DatasetInfo, Reader, shared_sniff
 from scrub.readers.tokenfields import ATTENTION, CHAT_FIELDS, IDS, LABELS, TEXT_FIELDS, fill_record
 from scrub.readers.values import use_array
 from scrub.records import Batch, Carries, Record
@@ -106,19 +106,50 @@ def first_table_file(folder: Path, suffix: str) -> Path | None:
     """A ``suffix`` file of those `table_files` lists (any one: the sniff reads one), found
     without listing the whole tree: the sniff runs on every folder given, and listing a large
     folder of images with `table_files` cost twice this walk for every suffix, and this walk
-    stops at the first table (see docs/benchmarks.md, "Design measurements")."""
-    folders = [str(folder)]
+    stops at the first table (see docs/benchmarks.md, "Design measurements"). The Parquet and
+    Arrow sniffs of one opening share one walk (`shared_sniff`)."""
+    return shared_sniff(("table files", str(folder)), lambda: _TableWalk(folder)).first(suffix)
+
+
+class _TableWalk:
+    """A walk below a folder for the first file of each table suffix, that goes only as far as
+    the suffixes asked for so far need: the second sniff resumes it where the first stopped."""
+
+    def __init__(self, folder: Path) -> None:
+        self.found: dict[str, Path] = {}
+        self.walking = _table_files(folder)
+
+    def first(self, suffix: str) -> Path | None:
+        if suffix not in self.found:
+            for found, path in self.walking:
+                self.found.setdefault(found, path)
+                if found == suffix:
+                    break
+        return self.found.get(suffix)
+
+
+def _table_files(folder: Path) -> Iterator[tuple[str, Path]]:
+    """(suffix, path) of each table file below ``folder``, in the order a walk for that suffix
+    alone meets them: as rglob, no hidden entry and no symlinked folder; and a folder whose name
+    ends in a suffix is not entered for that suffix (a file's name is what names a table)."""
+    folders: list[tuple[str, frozenset[str]]] = [(str(folder), frozenset())]
     while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.name.endswith(suffix):
-                    if entry.is_file():
-                        return Path(entry.path)
-                elif entry.is_dir(follow_symlinks=False):  # as rglob: no symlink loops
-                    folders.append(entry.path)
-    return None
+        directory, passed = folders.pop()
+        with os.scandir(directory) as scan:
+            entries = list(scan)  # no folder held open while the sniff looks at a file
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            if not name.endswith(TABLE_SUFFIXES):
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append((entry.path, passed))
+                continue
+            named = next(suffix for suffix in TABLE_SUFFIXES if name.endswith(suffix))
+            if named not in passed and entry.is_file():
+                yield named, Path(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append((entry.path, passed | {named}))
 
 
 def huggingface_features(schema: Any) -> dict[str, Any]:
@@ -233,6 +264,10 @@ class ArrowStorage:
                     yield number, table.select(columns) if columns is not None else table
                 if number >= max(wanted, default=-1):
                     return
+
+
+#: the suffixes that name table files, walked for at once (`first_table_file`)
+TABLE_SUFFIXES = (ParquetStorage.suffix, ArrowStorage.suffix)
 
 
 @dataclass(frozen=True)
