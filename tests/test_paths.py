@@ -27,3 +27,17 @@ def test_overlaps_resolves_links(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert overlaps(tmp_path / "link" / "x", tmp_path / "real")
     assert not overlaps(tmp_path / "realm", tmp_path / "real")
+
+
+def test_a_keys_extension_is_exactly_splitexts():
+    """Listings and record checks take extensions with string calls of their own, not
+    `posixpath.splitext`: they must agree on every key, hidden files and names of dots included."""
+    import itertools
+    import posixpath
+
+    from scrub.paths import extension
+
+    parts = ["", ".", "..", "a", "A.JPG", ".jpg", "b.", "c.d", "x/", "x.y/", "/"]
+    for pieces in itertools.product(parts, repeat=3):
+        key = "".join(pieces)
+        assert extension(key) == posixpath.splitext(key)[1], key

@@ -250,16 +250,3 @@ def test_a_scans_fingerprint_from_its_reads_equals_one_from_stats(tmp_path, sche
     assert result.summary.fingerprint == opened.fingerprint
     assert opened.fingerprint == fingerprint(opened.reader, opened.partitions, opened.info.root)
     assert findings(result) >= {("c0/cut.jpg", "corrupt-image"), ("c1/away.jpg", "unsafe-path")}
-
-
-def test_the_listings_extension_is_exactly_splitexts():
-    """The listing takes extensions with string calls of its own, not `os.path.splitext`: they
-    must agree on every name, hidden files and names of dots included."""
-    import itertools
-
-    from scrub.readers.images import _extension
-
-    parts = ["", ".", "..", "a", "A.JPG", ".jpg", "b.", "c.d", "x/", "x.y/", "/"]
-    for pieces in itertools.product(parts, repeat=3):
-        name = "".join(pieces)
-        assert _extension(name) == os.path.splitext(name)[1].lower(), name

@@ -6,9 +6,8 @@ They judge the `ImageFacts` that the properties stage computed once per record
 
 from __future__ import annotations
 
-import posixpath
-
 from scrub.checks.base import CheckOptions, Finding, make_issue, record_check
+from scrub.paths import extension
 from scrub.records import Carries, Issue, Record, Severity
 
 #: File extensions and the Pillow formats whose content they may hold.
@@ -102,7 +101,7 @@ def format_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     facts = record.meta.get("image")
     if facts is None or facts.format is None:
         return None
-    written = posixpath.splitext(record.meta.get("name", record.key))[1]
+    written = extension(record.meta.get("name", record.key))
     suffix = written.lower()
     expected = EXTENSION_FORMATS.get(suffix)
     if expected is None or facts.format in expected:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import importlib
 import os
-import posixpath
 import re
 import time
 from abc import ABC, abstractmethod
@@ -30,6 +29,7 @@ except (ImportError, AttributeError):
 from scrub.errors import UnusableDataset, UsageError
 from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
+from scrub.paths import extension
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
 
@@ -406,7 +406,7 @@ def split_records(items: Sequence[ItemT], most: int) -> list[Sequence[ItemT]]:
 def extension_of(key: str) -> str:
     """A key's extension as written (``.JPEG``), exactly as `format-mismatch` judges (in lower
     case) and names it (as written): a cached verdict depends on both."""
-    return posixpath.splitext(key)[1]
+    return extension(key)
 
 
 #: How many files `ReadAhead` announces to the kernel ahead of the one being read

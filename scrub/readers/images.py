@@ -34,7 +34,7 @@ from typing import NamedTuple
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
-from scrub.paths import is_within
+from scrub.paths import extension, is_within
 from scrub.readers.base import (
     CacheEntry,
     DatasetInfo,
@@ -97,15 +97,8 @@ def _first_lines(path: Path) -> list[str]:
 
 
 def _extension(key: str) -> str:
-    """``os.path.splitext(key)[1].lower()`` for a POSIX key, in C string calls: the listing asks
-    it of every file, and splitext's Python loop was a fifth of a folder's listing. The
-    extension starts at the name's last dot, unless only dots come before that one (``.jpg``
-    is a hidden file with no extension)."""
-    name = key.rpartition("/")[2]
-    dot = name.rfind(".")
-    if dot <= 0 or not name[:dot].strip("."):
-        return ""
-    return name[dot:].lower()
+    """A key's extension in lower case, as the listing and the image checks compare them."""
+    return extension(key).lower()
 
 
 def _has_image_extension(name: str) -> bool:
@@ -422,7 +415,8 @@ class ImageReader(Reader[Sequence[Entry]]):
             return
         real_root = os.path.realpath(self.root)
         entries = partition[start:stop]
-        paths = [os.path.join(self.root, e.key) for e in entries]
+        prefix = os.path.join(self.root, "")  # os.path.join(root, key), joined once
+        paths = [e.key if e.key.startswith("/") else prefix + e.key for e in entries]
         # a link is resolved and checked before it is read, never read ahead
         reading = ReadAhead(
             [p if e.unsafe is None and not e.check_link else None for p, e in zip(paths, entries)]
