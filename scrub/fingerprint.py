@@ -42,6 +42,7 @@ def fingerprint(
     digest.update(repr(sorted(reader.options.recorded(reader.format).items())).encode())
     files = total = 0
     prefix = os.path.join(str(root), "")
+    cut = len(prefix)
     lines: list[str] = []  # hashed in blocks: one update per file costs more than the stat it follows
     for path in reader.members(partitions):
         facts: tuple[int, int | str] | tuple[str] | None = (  # (size, version) or ("absent",)
@@ -58,10 +59,13 @@ def fingerprint(
                 facts = (status.st_size, status.st_mtime_ns)
             except OSError:
                 facts = ("absent",)
+        relative = path[cut:] if path.startswith(prefix) else os.path.relpath(path, root)
         if len(facts) == 2:
-            total += facts[0]
-        relative = path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, root)
-        lines.append(f"{relative}\0{facts!r}\n")
+            size, version = facts
+            total += size
+            lines.append(f"{relative}\0({size!r}, {version!r})\n")  # the pair's repr, built directly
+        else:
+            lines.append(f"{relative}\0{facts!r}\n")
         files += 1
         if len(lines) == 4096:
             digest.update(os.fsencode("".join(lines)))
