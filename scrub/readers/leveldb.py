@@ -227,9 +227,10 @@ class LevelDBReader(Reader[KeySpan]):
 
     def read(self, partition: KeySpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         codec = self.options.lmdb_codec or "auto"
+        allow_pickle, fields = self.options.allow_pickle, self.fields  # an option's lookup, once
         for offset, key, value in self._walk(partition, start, stop, values=True):
             record = Record(partition.source, encode_key(key), partition.first_index + offset, None)
-            decode_value(record, value, codec, self.options.allow_pickle, self.fields)
+            decode_value(record, value, codec, allow_pickle, fields)
             yield record
 
     def close(self) -> None:

@@ -319,12 +319,13 @@ class LMDBReader(Reader[KeyRange | KeyList]):
         self, partition: KeyRange | KeyList, start: int = 0, stop: int | None = None
     ) -> Iterator[Record]:
         codec = self.options.lmdb_codec or "auto"
+        allow_pickle, fields = self.options.allow_pickle, self.fields  # an option's lookup, once
         for offset, key, value in self._walk(partition, start, stop, values=True):
             record = Record(partition.source, encode_key(key), _index(partition, offset), None)
             if value is None:  # deleted since the driver listed it
                 record.problems.append(problem(record, "missing-file", f"no such key: {record.key}"))
             else:
-                decode_value(record, bytes(value), codec, self.options.allow_pickle, self.fields)
+                decode_value(record, bytes(value), codec, allow_pickle, fields)
             yield record
 
     def cache_entries(self, partition: KeyRange | KeyList) -> list[CacheEntry | None]:
