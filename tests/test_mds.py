@@ -9,6 +9,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -64,10 +65,17 @@ def write_sft(folder: Path, rows: int = 12, **options) -> None:
 
 
 def samples(folder: Path, **options) -> list[dict]:
-    """Every sample of a dataset folder, as StreamingDataset reads it (local only, no remote)."""
+    """Every sample of a dataset folder, as StreamingDataset reads it (local only, no remote).
+    Its lock files (``NNNNNN_cache_filelock``) go to a folder of their own, removed after: the
+    library leaves them in the temporary folder, a few more every run."""
     streaming = streaming_base()
-    dataset = streaming.StreamingDataset(local=str(folder), batch_size=1, shuffle=False, **options)
-    return [dataset[index] for index in range(len(dataset))]
+    with tempfile.TemporaryDirectory(prefix="scrub-test-streaming-") as locks:
+        saved, tempfile.tempdir = tempfile.tempdir, locks  # where the library's gettempdir() points
+        try:
+            dataset = streaming.StreamingDataset(local=str(folder), batch_size=1, shuffle=False, **options)
+            return [dataset[index] for index in range(len(dataset))]
+        finally:
+            tempfile.tempdir = saved
 
 
 def found(result) -> set[tuple[str, str, str]]:
