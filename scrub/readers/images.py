@@ -270,7 +270,7 @@ class ImageReader(Reader[Sequence[Entry]]):
                         skipped["hidden folder"] += 1
                     else:
                         walk(item.path, name, class_of.get(name, label) if not relative else label)
-                elif _extension(item.name) in IMAGE_EXTENSIONS:  # the common case, inline
+                elif _extension(item.name) in IMAGE_EXTENSIONS:  # most entries: no .npy test (`add`)
                     entries.append(Entry(len(entries), name, name, label, False))
                 elif _has_record_extension(item.name):
                     add(name, label, False)
