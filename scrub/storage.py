@@ -20,6 +20,7 @@ import errno
 import io
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -252,23 +253,36 @@ def read_file(path: str) -> bytes:
     return read_file_version(path)[0]
 
 
-def read_file_version(path: str) -> tuple[bytes, int, int]:
+def read_file_version(path: str, opened: int | None = None) -> tuple[bytes, int, int]:
     """`read_file`, and the (size, mtime_ns) its ``fstat`` gave: the version of the file the bytes
-    were read from, as `scrub.fingerprint` records it, without a ``stat`` of its own."""
+    were read from, as `scrub.fingerprint` records it, without a ``stat`` of its own.
+    ``opened``: a descriptor of ``path`` opened earlier (`scrub.readers.base.will_need` keeps the
+    one it announced a cold file with: an open and a close less a file), read and closed here if
+    it is a regular file; anything else is opened again by its path, as if it had not been."""
+    if opened is not None:
+        try:
+            status = os.fstat(opened)
+            if stat.S_ISREG(status.st_mode):
+                return _read_opened(opened, status)
+        finally:
+            os.close(opened)
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        status = os.fstat(descriptor)
-        size = status.st_size
-        data = os.read(descriptor, size + 1)
-        if len(data) == size:  # a regular file's read stops short only at its end
-            return data, size, status.st_mtime_ns
-        parts = [data]
-        while data:
-            data = os.read(descriptor, 1 << 20)
-            parts.append(data)
-        return b"".join(parts), size, status.st_mtime_ns
+        return _read_opened(descriptor, os.fstat(descriptor))
     finally:
         os.close(descriptor)
+
+
+def _read_opened(descriptor: int, status: os.stat_result) -> tuple[bytes, int, int]:
+    size = status.st_size
+    data = os.read(descriptor, size + 1)
+    if len(data) == size:  # a regular file's read stops short only at its end
+        return data, size, status.st_mtime_ns
+    parts = [data]
+    while data:
+        data = os.read(descriptor, 1 << 20)
+        parts.append(data)
+    return b"".join(parts), size, status.st_mtime_ns
 
 
 # -- byte ranges of objects (shards read by partition) ------------------------------------------

@@ -130,7 +130,7 @@ def test_read_ahead_once_reading_is_slow_reads_the_same_and_never_a_link(tmp_pat
     announced: list[str] = []
     blocks = iter(range(10**6))
     monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))  # each read from the disk
-    monkeypatch.setattr(base, "will_need", lambda path: announced.append(os.path.basename(path)))
+    monkeypatch.setattr(base, "will_need", lambda path, keep=False: announced.append(os.path.basename(path)))
     (root / "a" / "05.jpg").unlink()  # listed, then gone: read ahead and read alike
     reader = open_reader(root, ReadOptions())
     _, partitions = reader.open(1000)
@@ -170,11 +170,52 @@ def test_read_ahead_starts_at_the_first_read_from_the_disk(
     clock = iter(moment for took in seconds for moment in (0.0, took))
     monkeypatch.setattr(base, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     announced: list[str] = []
-    monkeypatch.setattr(base, "will_need", announced.append)
+    monkeypatch.setattr(base, "will_need", lambda path, keep=False: announced.append(path))
     reading = base.ReadAhead(paths)
     for number, path in enumerate(paths):
         assert reading.read(number, Record("s", str(number), number, None), path) == image_bytes(number)
     assert announced == ([] if first_announced is None else paths[first_announced:])
+
+
+def test_cold_reads_use_the_descriptors_they_were_announced_with(tmp_path, monkeypatch):
+    """Read ahead, a file is read through the descriptor that announced it (an open and a close
+    less): the same bytes and versions as a read by its path; a folder where a file was is read
+    by its path, as before, and fails the same way; and the descriptors of files a partition
+    cut short never read are closed once the reading is collected."""
+    import gc
+
+    import scrub.readers.base as base
+    from scrub.storage import read_file_version
+
+    paths = []
+    for number in range(30):
+        write(tmp_path / f"{number:02d}.jpg", image_bytes(number))
+        paths.append(str(tmp_path / f"{number:02d}.jpg"))
+    os.unlink(paths[4])
+    os.mkdir(paths[4])  # listed as a file, a folder by the time it is read
+    blocks = iter(range(10**6))
+    monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))  # every read from the disk
+    reading = base.ReadAhead(paths)
+    for number in range(10):
+        if number == 4:
+            with pytest.raises(IsADirectoryError):
+                reading.read_or_raise(number)
+            continue
+        data = reading.read_or_raise(number)
+        assert (data, *reading.version) == read_file_version(paths[number])
+        assert data == image_bytes(number)
+    held = list(reading.held.values())
+    if not hasattr(os, "posix_fadvise"):
+        assert not held  # nothing announced, nothing held
+        return
+    assert sorted(reading.held) == list(range(10, 10 + base.READ_AHEAD_FILES))
+    for descriptor in held:
+        os.fstat(descriptor)  # open
+    del reading
+    gc.collect()
+    for descriptor in held:
+        with pytest.raises(OSError):
+            os.fstat(descriptor)
 
 
 def test_a_scan_read_ahead_where_the_system_has_no_posix_fadvise(tmp_path, monkeypatch):

@@ -320,7 +320,9 @@ def test_images_and_masks_are_read_ahead_from_the_disk_but_never_a_link_out(tmp_
     blocks = iter(range(10**6))
     monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))
     announced: list[str] = []
-    monkeypatch.setattr(base, "will_need", lambda path: announced.append(os.path.relpath(path, root)))
+    monkeypatch.setattr(
+        base, "will_need", lambda path, keep=False: announced.append(os.path.relpath(path, root))
+    )
     after = sorted((i.key, i.check) for i in scrub.scan(root, scheduler="sync").issues())
     assert after == before
     assert ("20.png", "unsafe-path") in after and ("12.png", "unsafe-path") in after

@@ -12,6 +12,7 @@ import importlib
 import os
 import re
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
 from contextvars import ContextVar
@@ -427,24 +428,33 @@ def blocks_read() -> int | None:
         return None
 
 
-def will_need(path: str) -> None:
+def will_need(path: str, keep: bool = False) -> int | None:
     """Ask the kernel to start reading ``path`` now (``POSIX_FADV_WILLNEED``, asynchronous): on a
     cold page cache the disk then has the next files queued while this one decodes, instead of
     one small read at a time. Costs an open and a close when the file is cached. Does
-    nothing where the system has no ``posix_fadvise`` (macOS, Windows)."""
+    nothing where the system has no ``posix_fadvise`` (macOS, Windows). ``keep``: return the
+    descriptor, open, for the read to use (`read_file_version`), instead of closing it."""
     advise = getattr(os, "posix_fadvise", None)
     if advise is None:
-        return
+        return None
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        return  # the read itself will say why
+        return None  # the read itself will say why
     try:
         advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
-    finally:
+    if keep:
+        return descriptor
+    os.close(descriptor)
+    return None
+
+
+def _close_all(descriptors: dict[int, int]) -> None:
+    for descriptor in descriptors.values():
         os.close(descriptor)
+    descriptors.clear()
 
 
 class ReadAhead:
@@ -467,6 +477,10 @@ class ReadAhead:
         self.blocks = blocks_read()
         #: (size, mtime_ns) of the file last read, as its ``fstat`` gave them
         self.version: tuple[int, int] = (-1, -1)
+        #: the announced files, open (by number) for their read: an open and a close less a cold
+        #: file; those a partition cut short never read are closed when this is collected
+        self.held: dict[int, int] = {}
+        weakref.finalize(self, _close_all, self.held)
 
     def read(self, number: int, record: Record, shown: str, check: str = "missing-file") -> bytes | None:
         """File ``number`` of ``paths``, or None with a problem on the record (see `read_bytes`)."""
@@ -483,7 +497,7 @@ class ReadAhead:
         assert path is not None  # only files that may be read are read here
         if self.announced is not None:
             self._announce(number)
-            data, size, mtime = read_file_version(path)
+            data, size, mtime = read_file_version(path, self.held.pop(number, None))
             self.version = (size, mtime)
             return data
         started = time.perf_counter()
@@ -507,7 +521,9 @@ class ReadAhead:
         while self.announced < end:
             path = self.paths[self.announced]
             if path is not None:
-                will_need(path)
+                descriptor = will_need(path, keep=True)
+                if descriptor is not None:
+                    self.held[self.announced] = descriptor
             self.announced += 1
 
 
