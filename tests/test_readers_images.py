@@ -195,6 +195,7 @@ def test_cold_reads_use_the_descriptors_they_were_announced_with(tmp_path, monke
     os.mkdir(paths[4])  # listed as a file, a folder by the time it is read
     blocks = iter(range(10**6))
     monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))  # every read from the disk
+    free = base._HELD._value  # the descriptors the process may still keep
     reading = base.ReadAhead(paths)
     for number in range(10):
         if number == 4:
@@ -209,6 +210,7 @@ def test_cold_reads_use_the_descriptors_they_were_announced_with(tmp_path, monke
         assert not held  # nothing announced, nothing held
         return
     assert sorted(reading.held) == list(range(10, 10 + base.READ_AHEAD_FILES))
+    assert base._HELD._value == free - len(held)
     for descriptor in held:
         os.fstat(descriptor)  # open
     del reading
@@ -216,6 +218,32 @@ def test_cold_reads_use_the_descriptors_they_were_announced_with(tmp_path, monke
     for descriptor in held:
         with pytest.raises(OSError):
             os.fstat(descriptor)
+    assert base._HELD._value == free
+
+
+def test_read_ahead_keeps_no_more_descriptors_than_the_process_may(tmp_path, monkeypatch):
+    """Many threads reading ahead at once must not run the process out of descriptors: past
+    its share (`_HELD`), an announced file is closed at once and read by its path, as before."""
+    import threading
+
+    import scrub.readers.base as base
+
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("nothing is announced without posix_fadvise")
+    monkeypatch.setattr(base, "_HELD", threading.BoundedSemaphore(3))
+    paths = []
+    for number in range(30):
+        write(tmp_path / f"{number:02d}.jpg", image_bytes(number))
+        paths.append(str(tmp_path / f"{number:02d}.jpg"))
+    blocks = iter(range(10**6))
+    monkeypatch.setattr(base, "blocks_read", lambda: next(blocks))
+    reading = base.ReadAhead(paths)
+    assert reading.read_or_raise(0) == image_bytes(0)
+    assert sorted(reading.held) == [1, 2, 3]  # the first three announced, the rest closed
+    assert [reading.read_or_raise(number) for number in range(1, 30)] == [
+        image_bytes(n) for n in range(1, 30)
+    ]
+    assert not reading.held and base._HELD._value == 3
 
 
 def test_a_scan_read_ahead_where_the_system_has_no_posix_fadvise(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import glob
 import importlib
 import os
 import re
+import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
@@ -433,7 +434,8 @@ def will_need(path: str, keep: bool = False) -> int | None:
     cold page cache the disk then has the next files queued while this one decodes, instead of
     one small read at a time. Costs an open and a close when the file is cached. Does
     nothing where the system has no ``posix_fadvise`` (macOS, Windows). ``keep``: return the
-    descriptor, open, for the read to use (`read_file_version`), instead of closing it."""
+    descriptor, open, for the read to use (`read_file_version`), instead of closing it, while
+    the process keeps fewer than its share open (`_HELD`)."""
     advise = getattr(os, "posix_fadvise", None)
     if advise is None:
         return None
@@ -445,15 +447,33 @@ def will_need(path: str, keep: bool = False) -> int | None:
         advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
-    if keep:
+    if keep and _HELD.acquire(blocking=False):  # released by `ReadAhead` when read or collected
         return descriptor
     os.close(descriptor)
     return None
 
 
+def _open_files_limit() -> int:
+    """This process's limit on open descriptors (``RLIMIT_NOFILE``), or 1,024 where unknown."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 1024
+    return soft if soft > 0 else 1 << 20  # RLIM_INFINITY is -1
+
+
+#: Descriptors `ReadAhead` may keep open at once in this process, over all its threads (files
+#: announced, not yet read): a quarter of the process's limit, at most 256, so that a scan on
+#: many threads never runs out of descriptors (16 a reader's thread, 32 for pairs of files).
+_HELD = threading.BoundedSemaphore(max(1, min(256, _open_files_limit() // 4)))
+
+
 def _close_all(descriptors: dict[int, int]) -> None:
     for descriptor in descriptors.values():
         os.close(descriptor)
+        _HELD.release()
     descriptors.clear()
 
 
@@ -497,7 +517,10 @@ class ReadAhead:
         assert path is not None  # only files that may be read are read here
         if self.announced is not None:
             self._announce(number)
-            data, size, mtime = read_file_version(path, self.held.pop(number, None))
+            opened = self.held.pop(number, None)
+            if opened is not None:
+                _HELD.release()  # closed by the read, whatever it finds
+            data, size, mtime = read_file_version(path, opened)
             self.version = (size, mtime)
             return data
         started = time.perf_counter()
