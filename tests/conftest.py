@@ -67,6 +67,14 @@ def clean_folder(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def scratch_working_directory(tmp_path_factory, monkeypatch):
+    """Each test runs in a folder of its own: a command run without ``--manifest`` writes its
+    manifest and scan record in the working directory (as users expect), and the suite left
+    ~40 pairs of them in the checkout. Not ``tmp_path``, which tests list and compare."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+@pytest.fixture(autouse=True)
 def isolated_check_registry():
     """Checks that a test registers (plugins) do not leak into the tests after it."""
     import sys
