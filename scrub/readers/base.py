@@ -520,14 +520,10 @@ class ReadAhead:
             opened = self.held.pop(number, None)
             if opened is not None:
                 _HELD.release()  # closed by the read, whatever it finds
-            data, size, mtime = read_file_version(path, opened)
-            self.version = (size, mtime)
-            return data
+            return self._read(path, opened)
         started = time.perf_counter()
         try:
-            data, size, mtime = read_file_version(path)
-            self.version = (size, mtime)
-            return data
+            return self._read(path)
         finally:
             if self.blocks is None:
                 cold = time.perf_counter() - started > SLOW_READ_SECONDS
@@ -537,6 +533,12 @@ class ReadAhead:
             if cold:
                 self.announced = number + 1
                 self._announce(number)
+
+    def _read(self, path: str, opened: int | None = None) -> bytes:
+        """The file's bytes; its version as read kept in `version`."""
+        data, size, mtime = read_file_version(path, opened)
+        self.version = (size, mtime)
+        return data
 
     def _announce(self, number: int) -> None:
         assert self.announced is not None
