@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from skipreport import pytest_terminal_summary  # noqa: F401 (a hook pytest finds here)
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_data"
