@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # runs pytest in a subprocess
 def test_the_run_ends_with_one_line_per_missing_library(tmp_path):
     (tmp_path / "test_needs.py").write_text(
         "import pytest\n\n"
