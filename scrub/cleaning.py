@@ -168,10 +168,9 @@ def fix(
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
             _check_space(dataset, outputs, options.link and writer.links)
             tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
-            if tally.records_kept == 0 and tally.records_quarantined > 1:
-                _refuse_one_cause(
-                    dataset.path, manifest, Severity(options.severity), tally.records_quarantined
-                )
+            _refuse_one_cause(
+                dataset.path, manifest, verdicts, Severity(options.severity), tally, options.allow_majority
+            )
             if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
                 raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
             verification = _verify(
@@ -305,24 +304,67 @@ def fix_many(
     return results
 
 
-def _refuse_one_cause(path: Path, manifest: Path, severity: Severity, records: int) -> None:
-    """Refuse a cleaned copy emptied for one cause: when every record is set aside by the same
-    check (every value pickled without --allow-pickle, a codec nothing decodes, every row of a
-    shard NaN), the dataset is not bad record by record; an empty copy that "verifies" would
-    hide that. A dataset whose records fail each for its own reason is emptied as asked."""
+#: `fix` refuses a cleaned copy from which one check alone sets aside more than this share of
+#: the records (unless --allow-majority)
+MAJORITY = 0.5
+
+
+#: what to ask when one of these checks sets most of a dataset aside
+MAJORITY_HINTS = {
+    "non-integer-label": " (are the labels regression targets? --label-kind value)",
+    "label-out-of-range": " (is the class range right?)",
+}
+
+
+def _refuse_one_cause(
+    path: Path, manifest: Path, verdicts: Verdicts, severity: Severity, tally: Tally, allow_majority: bool
+) -> None:
+    """Refuse a cleaned copy emptied, or more than half emptied, for one cause.
+
+    When every record is set aside by the same check (every value pickled without
+    --allow-pickle, a codec nothing decodes, every row of a shard NaN, a token file whose dtype
+    cannot hold the vocabulary), the dataset is not bad record by record; an empty copy that
+    "verifies" would hide that. A dataset whose records fail each for its own reason is emptied
+    as asked. When one check sets aside more than half of the records (`MAJORITY`: regression
+    targets judged as class ids, a wrong option), the cause is rarely the records either:
+    refused unless ``allow_majority`` (--allow-majority). A dataset-level finding (key ``*``)
+    sets aside every record of its file: those records count for its check (the records set
+    aside beyond the record-level verdicts of the other files; several checks that set files
+    aside whole are counted together)."""
+    records = tally.records_kept + tally.records_quarantined
+    if tally.records_quarantined < 2 or records == 0:
+        return
     flagged: Counter[str] = Counter()  # a check flags a record once: counts, not sets (flat memory)
     first: dict[str, str] = {}
+    whole_file: set[str] = set()  # the checks of dataset-level findings (key *) at the threshold
     for issue in read_manifest(manifest):
-        if issue.status == "resolved" or not issue.severity.at_least(severity) or issue.index is None:
+        if issue.status == "resolved" or not issue.severity.at_least(severity):
+            continue
+        if issue.key == "*" or issue.index is None:
+            whole_file.add(issue.check)
+            first.setdefault(issue.check, issue.message)
             continue
         flagged[issue.check] += 1
         first.setdefault(issue.check, issue.message)
-    causes = sorted(check for check, count in flagged.items() if count >= records)
-    if causes:
-        cause = causes[0]
+    if whole_file:
+        own = sum(1 for source, _ in verdicts.records if source not in verdicts.files)
+        cause = " and ".join(sorted(whole_file))
+        flagged[cause] = max(flagged[cause], tally.records_quarantined - own)
+        first.setdefault(cause, first[sorted(whole_file)[0]])
+    if not flagged:
+        return
+    count, cause = max((count, cause) for cause, count in flagged.items())
+    if count >= records and tally.records_kept == 0:
         raise UnusableDataset(
-            f"{path}: every one of its {records:,} records would be set aside for {' and '.join(causes)} "
+            f"{path}: every one of its {records:,} records would be set aside for {cause} "
             f"({first[cause]}): an empty cleaned copy is not a fix; nothing was written"
+        )
+    if count > MAJORITY * records and count > 1 and not allow_majority:
+        raise UnusableDataset(
+            f"{path}: {cause} alone would set aside {count:,} of its {records:,} records "
+            f"({count / records:.1%}; {first[cause]}): more than half of a dataset is rarely bad record "
+            f"by record{MAJORITY_HINTS.get(cause, ' (is an option wrong?)')}; nothing was written "
+            "(--allow-majority writes it)"
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from scrub.checks.labels import LABEL_KINDS
 from scrub.checks.numeric import PRECISIONS
 from scrub.formats import FORMAT_KEYS, load_plugins
 from scrub.optionkey import Key
@@ -87,6 +88,18 @@ SHARED: dict[str, Key] = {
             "range",
             per_path=True,
             help="Valid labels LO:HI (HI exclusive), instead of --num-classes.",
+        ),
+        Key(
+            "label-kind",
+            "checks",
+            "str",
+            choices=LABEL_KINDS,
+            per_path=True,
+            help=(
+                "What the labels are: class ids, or continuous values (regression targets: checked for "
+                "NaN, overflow and magnitude outliers, not as classes). auto: values when more than half "
+                "of the float labels sampled are not integers."
+            ),
         ),
         Key(
             "max-pixels",
@@ -417,6 +430,16 @@ SHARED: dict[str, Key] = {
             "str",
             choices=FIX_SEVERITIES,
             help="Quarantine records with an issue at or above this severity.",
+        ),
+        Key(
+            "allow-majority",
+            "fix",
+            "bool",
+            help=(
+                "Write the cleaned copy even when one check alone sets more than half of the records "
+                "aside (refused by default: a cause that large is the dataset's or an option's, not "
+                "its records')."
+            ),
         ),
         Key(
             "force",

@@ -157,6 +157,8 @@ class FixOptions:
     #: reuse these instead of scanning: a scan's manifest, a NaN guard's, or both (their verdicts merged)
     manifest: tuple[Path, ...] = ()
     severity: str = "error"  # quarantine records with an issue at or above this
+    #: write the cleaned copy although one check sets more than half of the records aside
+    allow_majority: bool = False
     force: bool = False
     link: bool = False
 

@@ -59,6 +59,10 @@ class Carries(str, Enum):
     #: documents of a store that training packs into samples of its own (Megatron, nanoGPT)
     SEQUENCES = "sequences"
     LABEL_VECTORS = "label-vectors"  # (N, K) labels (`DatasetInfo.label_width`)
+    #: labels that are class ids (the scan adds it to a labelled dataset's, `--label-kind`)
+    CLASS_LABELS = "class-labels"
+    #: labels that are continuous values, regression targets (`--label-kind`)
+    VALUE_LABELS = "value-labels"
     REPLAY = "replay"  # the dummy-loss replay ran
     TRAINING_RUN = "training run"  # the NaN guard's findings
     SEVERAL_DATASETS = "several datasets"
@@ -72,6 +76,9 @@ class Carries(str, Enum):
         return _DESCRIBED.get(self, self.value)
 
 
+#: what the checks of labels need: they run where a dataset is labelled, on labels only
+LABEL_NEEDS = frozenset({Carries.LABEL, Carries.CLASS_LABELS, Carries.VALUE_LABELS, Carries.LABEL_VECTORS})
+
 _DESCRIBED = {
     Carries.LABEL: "labels",
     Carries.ARRAY: "numeric values",
@@ -81,6 +88,8 @@ _DESCRIBED = {
     Carries.VALUES: "key-value records",
     Carries.REPLAY: "--dummy-loss replay",
     Carries.LABEL_VECTORS: "label vectors",
+    Carries.CLASS_LABELS: "class ids as labels (--label-kind)",
+    Carries.VALUE_LABELS: "continuous labels (--label-kind)",
     Carries.TOKENS: "token sequences or texts",
     Carries.FRAMES: "checksummed record frames (TFRecord)",
     Carries.SEQUENCES: "training sequences (a packed store's documents are not: their trainer packs them)",

@@ -27,7 +27,7 @@ from scrub.checks.tokens import tally_token_rows
 from scrub.encoding import FLUSH_ISSUES, Encoder, Encoding
 from scrub.errors import ScrubError
 from scrub.readers.base import Reader
-from scrub.records import Batch, Carries, Issue, Record, TokenRows
+from scrub.records import LABEL_NEEDS, Batch, Carries, Issue, Record, TokenRows
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.results import (
     NOT_REUSABLE,
@@ -202,7 +202,7 @@ class PartitionWork:
         ``group`` names the statistics the values go to (default: the batch's source); with an
         ``encoder``, findings become manifest lines at once (`Encoder.add_rows`)."""
         for check in batch_checks:
-            if check.needs is Carries.LABEL and batch.labels is None:
+            if check.needs in LABEL_NEEDS and batch.labels is None:
                 continue
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
@@ -226,8 +226,8 @@ class PartitionWork:
             limit = SQUARE_OVERFLOW / np.sqrt(found.rows.shape[1])
             typical = typical_rows(found.rows, found.magnitudes, limit)
             result.moments.setdefault(key, Moments()).add(typical, per_feature=not pixels)
-        if batch.labels is not None and self.options.labelled:
-            label_counts.append(label_stats(batch.labels))
+        if batch.labels is not None and self.options.labelled and self.options.label_kind != "value":
+            label_counts.append(label_stats(batch.labels))  # a histogram of class ids, not of values
 
     def _add_found(
         self, batch: Batch, check: Check, found, result: PartitionResult, encoder: Encoder | None
@@ -308,7 +308,7 @@ class _Plan:
         self.batch = [c for c in checks if c.batch is not None]
         # Array values of record datasets get the checks that exist only in batch form; the
         # others (labels, empty-record) already ran on the record.
-        self.numeric = [c for c in self.batch if c.func is None and c.needs is not Carries.LABEL]
+        self.numeric = [c for c in self.batch if c.func is None and c.needs not in LABEL_NEEDS]
         self.dataset = [c for c in checks if c.kind == "dataset"]
         #: on token sequences (`TokenRows`): the token checks' batch forms, and those with a
         #: record form only

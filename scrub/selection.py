@@ -13,7 +13,7 @@ from scrub.checks.base import (
 )
 from scrub.errors import UsageError
 from scrub.options import Selection
-from scrub.records import Carries
+from scrub.records import LABEL_NEEDS, Carries
 
 
 def select_checks(
@@ -37,7 +37,7 @@ def select_checks(
     applicable = {Carries.ANY, Carries.LABEL, *provides}
 
     def runs(check: Check) -> bool:
-        return check.needs in applicable and (check.needs is not Carries.LABEL or options.labelled)
+        return check.needs in applicable and (check.needs not in LABEL_NEEDS or options.labelled)
 
     dropped = set(selection.ignored)
     if selection.select is not None:

@@ -55,6 +55,10 @@ class CheckOptions:
     precision: str = "float32"  # the training precision: float32, float16 or bfloat16
     num_classes: int | None = None
     label_range: tuple[int, int] | None = None  # inclusive LO, exclusive HI
+    #: what the labels are: "class" ids, continuous "value"s (regression targets), or "auto":
+    #: decided from the dataset before the scan (`scrub.checks.labels.label_kind`); a scan
+    #: hands its checks the decided kind
+    label_kind: str = "auto"
     max_pixels: int | None = None
     #: the label value the loss ignores (``cross_entropy(ignore_index=...)``); None: none;
     #: "auto": by what is checked, 255 for masks and -100 for token labels (`MASK_IGNORE_INDEX`,

@@ -181,7 +181,9 @@ def far_labels(distinct: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return distinct[above:] if rare_values and rare_records else distinct[:0]
 
 
-@dataset_check("label-outlier", Severity.WARNING, collect=_class_index, dtype="rare", needs=Carries.LABEL)
+@dataset_check(
+    "label-outlier", Severity.WARNING, collect=_class_index, dtype="rare", needs=Carries.CLASS_LABELS
+)
 def label_outlier(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
     """Without a declared class range: a label far outside the rest (8000 among 0..9).
 

@@ -1,4 +1,6 @@
-"""Checks on class labels. They run only on datasets that have labels."""
+"""Checks on class labels, and what decides whether labels are class ids at all. They run only
+on datasets that have labels; the class checks only where the labels are class ids
+(`label_kind`): regression targets get the numeric checks of `scrub.checks.numeric`."""
 
 from __future__ import annotations
 
@@ -19,6 +21,75 @@ from scrub.checks.base import (
 )
 from scrub.records import Batch, Carries, Record, Severity
 from scrub.wording import counted
+
+#: what `--label-kind` takes
+LABEL_KINDS = ("auto", "class", "value")
+#: `--label-kind auto` reads at most this many labels before the scan (`Reader.label_sample`)...
+LABEL_SAMPLE = 10_000
+#: ...and reads float labels as continuous values when more than this share of the finite ones
+#: are not integers (label vectors: when more than this share of the rows hold a value outside
+#: [0, 1], which no one-hot, multi-label or soft target does)
+VALUE_SHARE = 0.5
+#: below `VALUE_SHARE`, a share of non-integral labels from which a note says that they were
+#: read as class ids all the same (their findings are many `non-integer-label` errors)
+AMBIGUOUS_SHARE = 0.1
+#: the checks that judge labels as class ids (said in the note when they do not run)
+CLASS_CHECKS = ("non-integer-label", "label-out-of-range", "label-outlier", "invalid-label-vector")
+
+
+def label_kind(
+    options: CheckOptions, sample: np.ndarray | None, declared: bool, vectors: bool
+) -> tuple[str, str | None]:
+    """("class" or "value", a note or None): what a dataset's labels are, decided once, before
+    the scan, so that every partition judges them alike.
+
+    ``--label-kind class`` or ``value`` decides. ``auto``: class ids where a class range is
+    declared (``--num-classes``, ``--label-range``) or the dataset declares its classes
+    (``declared``: class folders, a ``ClassLabel``); else continuous values when ``sample`` (the
+    labels `Reader.label_sample` read, in their stored dtype) holds floats of which more than
+    `VALUE_SHARE` of the finite ones are not integers (label vectors: rows with a value outside
+    [0, 1]); else class ids. A format that samples no labels keeps them class ids."""
+    chosen = options.label_kind
+    if chosen == "class":
+        return "class", None
+    if chosen == "value":
+        return "value", (
+            f"labels: judged as continuous values (--label-kind value): {_unrun()} do not run; NaN, "
+            "overflow and magnitude outliers are checked"
+        )
+    if declared or options.declared_range is not None or sample is None or sample.size == 0:
+        return "class", None
+    if sample.dtype.kind != "f":
+        return "class", None
+    with np.errstate(invalid="ignore"):
+        if vectors and sample.ndim == 2:
+            finite = np.isfinite(sample).all(axis=1)
+            odd = (finite & ((sample < 0) | (sample > 1)).any(axis=1)).sum()
+            what = (
+                f"{int(odd):,} of the {int(finite.sum()):,} label vectors sampled hold a value outside [0, 1]"
+            )
+        else:
+            values = sample.reshape(-1)
+            finite = np.isfinite(values)
+            odd = (finite & ~integral_labels(values)).sum()
+            what = f"{int(odd):,} of the {int(finite.sum()):,} finite labels sampled are not integers"
+    total = int(finite.sum())
+    share = odd / total if total else 0.0
+    if share > VALUE_SHARE:
+        return "value", (
+            f"labels: read as continuous values (regression targets): {what}; {_unrun()} do not run, "
+            "NaN, overflow and magnitude outliers are checked (--label-kind class reads them as class ids)"
+        )
+    if share >= AMBIGUOUS_SHARE:
+        return "class", (
+            f"labels: read as class ids although {what} (non-integer-label); --label-kind value reads "
+            "them as continuous values (regression targets)"
+        )
+    return "class", None
+
+
+def _unrun() -> str:
+    return f"the class checks ({', '.join(CLASS_CHECKS[:3])})"
 
 
 def integer_label(label: object) -> int | None:
@@ -52,7 +123,7 @@ def missing_label(record: Record, options: CheckOptions) -> Finding | None:
     return None
 
 
-@record_check("non-integer-label", Severity.ERROR, needs=Carries.LABEL)
+@record_check("non-integer-label", Severity.ERROR, needs=Carries.CLASS_LABELS)
 def non_integer_label(record: Record, options: CheckOptions) -> Finding | None:
     """A class label that is not an integer: `3.5`, `cat`, `1e3x`.
 
@@ -75,7 +146,7 @@ def non_integer_label(record: Record, options: CheckOptions) -> Finding | None:
     return Finding(f"label {label!r} is not an integer", {"label": label})
 
 
-@record_check("label-out-of-range", Severity.ERROR, needs=Carries.LABEL)
+@record_check("label-out-of-range", Severity.ERROR, needs=Carries.CLASS_LABELS)
 def label_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
     """A label outside the declared class range: < 0 or >= `--num-classes` (or `--label-range`).
 

@@ -48,7 +48,7 @@ def tally(record: Record, stats: dict[str, Counter], options: CheckOptions) -> N
             stats["mask_pixels"][value] += count
     if "tokens" in record.meta:
         tally_tokens(record.meta["tokens"], stats)
-    if options.labelled:
+    if options.labelled and options.label_kind != "value":  # a histogram of class ids, not of values
         label = integer_label(record.label)
         if label is not None:
             stats["labels"][label] += 1

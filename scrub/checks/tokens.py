@@ -417,7 +417,10 @@ reader_check(
     Example:
         `tokens.bin` is uint16 and `--vocab-size 128256`.
     What fix does:
-        Sets the whole file aside (nothing in it can be trusted): re-tokenize into a wider dtype.
+        Sets the whole file aside (nothing in it can be trusted): re-tokenize into a wider dtype
+        (uint32; the message names it). Where that would empty the cleaned copy (a single token
+        file) or set more than half of it aside, `fix` refuses: exit 2, one line naming the
+        check and what to do.
     """,
     needs=Carries.TOKENS,
 )
@@ -462,7 +465,8 @@ def dtype_overflows(token_dtypes: dict[str, str], options: CheckOptions) -> list
                     None,
                     Finding(
                         f"{dtype} holds ids up to {limit:,}, the vocabulary has {vocabulary:,}: ids above "
-                        f"{limit:,} were wrapped when this file was written",
+                        f"{limit:,} were wrapped when this file was written; re-tokenize into "
+                        f"{'uint32' if vocabulary - 1 <= STORE_LIMITS['uint32'] else 'int64'}",
                         {"dtype": dtype, "vocab_size": vocabulary},
                     ),
                 )

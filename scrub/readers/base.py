@@ -273,6 +273,16 @@ class Reader(ABC, Generic[PartitionT]):
     def close(self) -> None:
         """Release what the driver process holds open (called when a scan or fix ends)."""
 
+    def label_sample(self, partitions: Sequence[PartitionT], most: int) -> Any:
+        """Up to ``most`` of the dataset's labels as an array in their stored dtype ((n,) class
+        ids or values, (n, K) vectors), read in the driver before the scan, for
+        ``--label-kind auto`` to decide once, for every partition alike, whether they are class
+        ids or continuous values (`scrub.checks.labels.label_kind`); the same labels for the
+        same dataset whatever its partitioning (the first of each file, say). None where the
+        reader cannot read labels apart from its records: the labels are then class ids unless
+        ``--label-kind value`` says otherwise."""
+        return None
+
     @abstractmethod
     def members(self, partitions: Sequence[PartitionT]) -> Iterator[str]:
         """The path of every file the dataset consists of (list files included), in a fixed order;

@@ -297,6 +297,14 @@ class NumpyReader(Reader[NpyRows]):
             )
         return data, label, notes
 
+    def label_sample(self, partitions: Sequence[NpyRows], most: int) -> np.ndarray | None:
+        """The first ``most`` labels (of the label array or the ``--labels`` file)."""
+        first = partitions[0] if partitions else None
+        if first is None or first.masks or (first.label_member is None and first.label_path is None):
+            return None
+        labels = load_array(first.label_path or first.path, first.label_member)
+        return np.array(labels[:most])
+
     def read(self, partition: NpyRows, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
         array = load_array(partition.path, partition.member)
         labels = (

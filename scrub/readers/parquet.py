@@ -55,6 +55,8 @@ from scrub.storage import Location, is_url, list_objects, location, open_binary,
 
 PARQUET_MAGIC = b"PAR1"
 IMAGE_COLUMNS = ("image", "img", "images", "jpg", "jpeg", "png", "webp", "picture", "pixel_values")
+#: `label_sample` reads the labels of at most this many files (the first, in order)
+SAMPLED_FILES = 16
 LABEL_COLUMNS = ("label", "labels", "target", "targets", "y", "class", "cls", "fine_label", "coarse_label")
 
 
@@ -566,6 +568,27 @@ class ParquetReader(Reader[RowGroups]):
             f"{self.path}: no image or numeric column to check (columns: {', '.join(names)}); "
             "choose one with --data-key"
         )
+
+    def label_sample(self, partitions: Sequence[RowGroups], most: int) -> np.ndarray | None:
+        """The label column's first values in each file (of at most `SAMPLED_FILES`), ``most`` in
+        all, in its stored type (integers with nulls come as floats, all integral)."""
+        columns = self.columns
+        if columns is None or columns.label is None or columns.kind in ("tokens", "text"):
+            return None
+        each_file: dict[str, RowGroups] = {}
+        for partition in partitions:
+            each_file.setdefault(partition.path, partition)  # a file's first partition
+        firsts = list(each_file.values())[:SAMPLED_FILES]
+        if not firsts:
+            return None
+        each = -(-most // len(firsts))
+        parts = []
+        for partition in firsts:
+            place = self._place(partition.path)
+            for _, table in self.storage.groups(place, partition.groups[:1], [columns.label]):
+                parts.append(np.asarray(table.column(columns.label).to_numpy(zero_copy_only=False))[:each])
+        numeric = [part for part in parts if part.dtype.kind in "biuf"]
+        return np.concatenate(numeric) if numeric else None
 
     # -- reading (worker side) -------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
 from scrub.encoding import Encoding
@@ -72,6 +73,11 @@ class DatasetScan:
             if note not in info.notes:
                 info.notes.append(note)
         _check_label_options(dataset, options, self.replay is not None)
+        kind, kind_note = _label_kind(dataset, self.checking, options)
+        self.checking = replace(self.checking, label_kind=kind)
+        if kind_note is not None and kind_note not in info.notes:
+            info.notes.append(kind_note)
+        labels = Carries.CLASS_LABELS if kind == "class" else Carries.VALUE_LABELS
         if self.replay is not None:
             self.replay.config(
                 self.checking.precision
@@ -79,7 +85,8 @@ class DatasetScan:
         provides = (
             reader.provides
             | ({Carries.REPLAY} if self.replay else set())
-            | ({Carries.LABEL_VECTORS} if info.label_width else set())
+            | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
+            | ({labels} if info.labelled else set())
         )
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
@@ -355,6 +362,40 @@ def _open_cache(
             "cache: --dummy-loss reads every record for the replay, so no stored result was reused"
         )
     return cache, []
+
+
+def _label_kind(
+    dataset: OpenedDataset, checking: CheckOptions, scan_options: ScanOptions
+) -> tuple[str, str | None]:
+    """What the dataset's labels are, class ids or continuous values, with a note to say so
+    (`scrub.checks.labels.label_kind`); decided here, once, from a sample of its labels, so that
+    every partition judges them alike. ``--label-kind value`` where the labels can only be class
+    ids (class folders, a ``ClassLabel``, masks) or beside a class range is an error."""
+    info = dataset.info
+    declared = info.classes is not None or info.class_range is not None
+    masks = Carries.MASKS in dataset.reader.provides
+    given = scan_options.origin("label-kind")
+    if checking.label_kind != "auto" and not info.labelled:
+        raise UsageError(
+            f"{given}: {dataset.path} has no labels to judge ({info.format}, {info.layout}); drop it"
+        )
+    if checking.label_kind == "value":
+        if masks or declared:
+            what = "segmentation masks" if masks else "class folders" if info.classes else "a ClassLabel"
+            raise UsageError(
+                f"{given} value: the labels of {dataset.path} are {what}, class ids by what they are"
+            )
+        if checking.declared_range is not None:
+            other = "num-classes" if checking.num_classes is not None else "label-range"
+            raise UsageError(
+                f"{given} value and {scan_options.origin(other)}: continuous labels have no classes; drop one"
+            )
+    if not info.labelled or masks:
+        return "class", None
+    sample = None
+    if checking.label_kind == "auto" and not declared and checking.declared_range is None:
+        sample = dataset.reader.label_sample(dataset.partitions, LABEL_SAMPLE)
+    return label_kind(checking, sample, declared, bool(info.label_width))
 
 
 def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:
