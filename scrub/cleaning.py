@@ -10,6 +10,7 @@ while `fix` ran.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from collections import Counter
@@ -360,9 +361,10 @@ def _refuse_one_cause(
             f"({first[cause]}): an empty cleaned copy is not a fix; nothing was written"
         )
     if count > MAJORITY * records and count > 1 and not allow_majority:
+        share = math.floor(count * 1000 / records) / 10  # 4,094 of 4,096 is 99.9%, not 100%
         raise UnusableDataset(
             f"{path}: {cause} alone would set aside {count:,} of its {records:,} records "
-            f"({count / records:.1%}; {first[cause]}): more than half of a dataset is rarely bad record "
+            f"({share:.1f}%; {first[cause]}): more than half of a dataset is rarely bad record "
             f"by record{MAJORITY_HINTS.get(cause, ' (is an option wrong?)')}; nothing was written "
             "(--allow-majority writes it)"
         )
