@@ -269,3 +269,24 @@ def test_a_dataset_wide_finding_in_one_of_several_files_counts_that_files_record
     assert done.returncode == 2, done.stderr
     assert "row-count-mismatch alone would set aside 30 of its 40 records (75.0%;" in done.stderr
     assert "RuntimeWarning" not in done.stderr
+
+
+def test_value_labels_in_a_list_file(tmp_path):
+    """A Caffe list of images with float targets: sampled from the list, read as values."""
+    from conftest import image_bytes
+
+    (tmp_path / "img").mkdir()
+    lines = []
+    for i in range(12):
+        (tmp_path / "img" / f"{i}.png").write_bytes(image_bytes(i, fmt="PNG"))
+        lines.append(f"img/{i}.png {'3e20' if i == 4 else 'nan' if i == 5 else 0.1 + i / 7}")
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    done = cli("scan", tmp_path / "train.txt", "--scheduler", "sync", "--manifest", tmp_path / "m.jsonl")
+    assert done.exit_code == 1, done.output
+    found = {(i["check"], i["key"]) for i in issues(tmp_path / "m.jsonl")}
+    assert found == {
+        ("label-overflow", "img/4.png"),
+        ("label-magnitude-outlier", "img/4.png"),
+        ("nonfinite-label", "img/5.png"),
+    }
+    assert "labels: read as continuous values" in done.output

@@ -29,7 +29,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
@@ -494,6 +494,23 @@ class ImageReader(Reader[Sequence[Entry]]):
         for partition in partitions:
             for entry in partition:
                 yield prefix + entry.key
+
+    def label_sample(self, partitions: Sequence[Sequence[Entry]], most: int) -> Any:
+        """The first ``most`` numeric labels of a list file, parsed at open (text labels are
+        `non-integer-label`'s whatever the kind): as float64 where one is written as a float."""
+        import numpy as np
+
+        labels: list[int | float] = []
+        for partition in partitions:
+            for entry in partition:
+                if isinstance(entry.label, (int, float)) and not isinstance(entry.label, bool):
+                    labels.append(entry.label)
+            if len(labels) >= most:
+                break
+        if not labels:
+            return None
+        floating = any(isinstance(label, float) for label in labels[:most])
+        return np.array(labels[:most], dtype=np.float64 if floating else np.int64)
 
     def locate(self, partition: Sequence[Entry], offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition[o].source, partition[o].key, partition[o].index) for o in offsets]
