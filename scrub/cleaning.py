@@ -13,11 +13,14 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
@@ -335,18 +338,24 @@ def _refuse_one_cause(
     records = tally.records_kept + tally.records_quarantined
     if tally.records_quarantined < 2 or records == 0:
         return
-    flagged: Counter[str] = Counter()  # a check flags a record once: counts, not sets (flat memory)
+    # a check may flag a record twice (a sample with two bad members): its records are counted
+    # distinct, as 64-bit (source number, index) codes, 8 bytes a finding (a dense scan has millions)
+    codes: dict[str, array[int]] = {}
+    sources: dict[str, int] = {}
     first: dict[str, str] = {}
     whole_file: set[str] = set()  # the checks of dataset-level findings (key *) at the threshold
     for issue in read_manifest(manifest):
         if issue.status == "resolved" or not issue.severity.at_least(severity):
             continue
+        first.setdefault(issue.check, issue.message)
         if issue.key == "*" or issue.index is None:
             whole_file.add(issue.check)
-            first.setdefault(issue.check, issue.message)
             continue
-        flagged[issue.check] += 1
-        first.setdefault(issue.check, issue.message)
+        source = sources.setdefault(issue.source, len(sources))
+        codes.setdefault(issue.check, array("q")).append((source << 40) | issue.index)
+    flagged: Counter[str] = Counter(
+        {check: len(np.unique(np.frombuffer(found, dtype=np.int64))) for check, found in codes.items()}
+    )
     if whole_file:
         own = sum(1 for source, _ in verdicts.records if source not in verdicts.files)
         cause = " and ".join(sorted(whole_file))
