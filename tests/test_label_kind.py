@@ -290,3 +290,32 @@ def test_value_labels_in_a_list_file(tmp_path):
         ("nonfinite-label", "img/5.png"),
     }
     assert "labels: read as continuous values" in done.output
+
+
+def test_vectors_of_regression_targets_are_values_not_label_vectors(tmp_path):
+    """(N, 3) targets with values far outside [0, 1]: not one-hot, multi-label or soft targets."""
+    rng = np.random.default_rng(2)
+    targets3 = rng.normal(scale=5, size=(500, 3))
+    targets3[7, 1], targets3[9, 2] = 3e20, 1e9
+    with h5py.File(tmp_path / "vec.h5", "w") as file:
+        file["data"], file["label"] = rng.normal(size=(500, 4)), targets3
+    done = cli("scan", tmp_path / "vec.h5", "--scheduler", "sync", "--manifest", tmp_path / "m.jsonl")
+    assert done.exit_code == 1, done.output
+    assert {(i["check"], i["index"]) for i in issues(tmp_path / "m.jsonl")} == {
+        ("label-overflow", 7),
+        ("label-magnitude-outlier", 7),
+        ("label-magnitude-outlier", 9),
+    }
+    assert "499 of the 500 label vectors sampled hold a value outside [0, 1]" in done.output
+    as_classes = cli(
+        "scan",
+        tmp_path / "vec.h5",
+        "--label-kind",
+        "class",
+        "--scheduler",
+        "sync",
+        "--manifest",
+        tmp_path / "c.jsonl",
+    )
+    assert {i["check"] for i in issues(tmp_path / "c.jsonl")} == {"invalid-label-vector"}
+    assert as_classes.exit_code == 1
