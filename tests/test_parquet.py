@@ -140,7 +140,7 @@ def test_columns_named_by_the_options(tmp_path):
     }
     for option, value, said in (
         ("--data-key", "depth", "has no such column"),
-        ("--label-key", "pixels", "not class ids"),
+        ("--label-key", "pixels", "not numeric labels"),
     ):
         assert said in one_line_error("scan", path, option, value)
 

@@ -444,7 +444,7 @@ class ParquetReader(Reader[RowGroups]):
         if label is not None:
             kind = column("label-key", label)
             if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-                raise UsageError(f"--label-key {label}: the column holds {kind}, not class ids")
+                raise UsageError(f"--label-key {label}: the column holds {kind}, not numeric labels")
         else:
             label = next((n for n in names if feature_type(n) == "ClassLabel"), None) or next(
                 (
