@@ -257,8 +257,11 @@ def restore(
 def show_config(
     ctx: typer.Context,
     path: Annotated[
-        Path, typer.Argument(help="The dataset the configuration is for (default: the working directory).")
-    ] = Path("."),
+        str,
+        typer.Argument(
+            help="The dataset the configuration is for, a path or a URL (default: the working directory)."
+        ),
+    ] = ".",
     config: ConfigOpt = None,
     isolated: IsolatedOpt = False,
     command: Annotated[
@@ -274,7 +277,9 @@ def show_config(
 
         if command not in ("scan", "fix"):
             raise ScrubError(f"--command {command!r}: choose scan or fix")
-        resolved = resolve(command, path, {}, _config_choice(config, isolated))
+        from scrub.storage import location
+
+        resolved = resolve(command, location(path), {}, _config_choice(config, isolated))
         source = resolved.config.path if resolved.config else None
         out.print(f"# scrub {command} {path}", markup=False)
         nothing = (
@@ -293,7 +298,8 @@ def show_config(
             ):
                 continue
             origin = resolved.origins.get(name, "default")
-            text = _toml(describe(flat[name]))
+            empty_table = key.kind == "mapping" and not flat[name]  # a table not set, not `[]`
+            text = None if empty_table else _toml(describe(flat[name]))
             line = f"# {name} = (not set)" if text is None else f"{name} = {text}"
             out.print(f"{line}  # {origin}", markup=False, soft_wrap=True)
         return 0
@@ -306,8 +312,10 @@ def _toml(value) -> str | None:
     None for "not set"."""
     if value is None:
         return None
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in value.items()) + " }"
+    if isinstance(value, dict):  # an inline table, nested ones likewise ([storage-options.s3])
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(_toml(item)) for item in value) + "]"
     return json.dumps(value)
 
 
