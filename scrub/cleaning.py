@@ -143,7 +143,10 @@ def fix(
             outputs.stage()
             assert outputs.clean_target is not None  # set by stage()
             if reused is None:
-                manifest = outputs.manifest_target or default_manifest(dataset.path)
+                manifest = outputs.manifest_target
+                if manifest is None:
+                    manifest, moved = default_manifest(dataset.path)
+                    notes += [moved] if moved else []
                 try:
                     scan_result = scan_dataset(
                         dataset, scan_options, progress=progress, started=started, manifest=manifest

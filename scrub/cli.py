@@ -110,14 +110,15 @@ def scan(
     def body() -> int:
         options, datasets, notes = _resolve_many("scan", path, ctx, _config_choice(config, isolated))
         messages_to_stderr(options.quiet)
+        manifest_note = None
         if options.manifest is None:
             from scrub.manifest import default_manifest
-            from scrub.readers.base import names_dataset
             from scrub.storage import location
 
-            first = location(path[0], options.read.storage)
-            named = first if len(path) == 1 and names_dataset(first) else Path("datasets")
-            options = replace(options, manifest=default_manifest(named))
+            several = [str(dataset) for dataset, _ in datasets] if datasets is not None else []
+            one = location(path[0], options.read.storage)
+            named, manifest_note = default_manifest(one if datasets is None else "datasets", several)
+            options = replace(options, manifest=named)
         from scrub.api import scan_many, scan_one
 
         with ProgressBar(options.quiet) as progress:
@@ -125,6 +126,8 @@ def scan(
                 result = scan_one(path[0], options, progress=progress)
             else:
                 result = scan_many(datasets, options, progress=progress, notes=notes)
+        if manifest_note is not None:  # after the scan: the record beside the manifest is the scan's own
+            result.summary.notes.append(manifest_note)
         code = result.exit_code(options.fail_on)
         write_json(
             options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)}

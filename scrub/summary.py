@@ -19,6 +19,7 @@ from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, make_issue
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
+from scrub.paths import absolute_place, common_folder
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
@@ -267,6 +268,13 @@ class Summary:
     cache: dict[str, Any] | None = None
     #: a scan of several datasets: each one's own summary (this one holds the totals)
     parts: list["Summary"] = field(default_factory=list)
+    #: ``path`` made absolute where the scan ran (a URL as it is): which dataset a default
+    #: manifest holds the scan of, whatever folder it is looked at from (`scrub.manifest`)
+    absolute_path: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.absolute_path:
+            self.absolute_path = absolute_place(self.path)
 
     @classmethod
     def combine(
@@ -294,7 +302,7 @@ class Summary:
         info = DatasetInfo(
             format="+".join(formats),
             layout=f"{len(parts)} datasets",
-            root=_common_folder([part.path for part in parts]),
+            root=common_folder([part.path for part in parts]),
             labelled=any(part.dataset.labelled for part in parts),
             records=sum(part.dataset.records for part in parts),
         )
@@ -352,6 +360,7 @@ class Summary:
             "schema": SCHEMA_VERSION,
             "scrub_version": __version__,
             "path": self.path,
+            "absolute_path": self.absolute_path,
             "dataset": self.dataset.to_dict(),
             "records": self.records,
             "complete": self.complete,
@@ -394,20 +403,3 @@ def _part(document: dict[str, Any]) -> dict[str, Any]:
     ):
         document.pop(name, None)
     return document
-
-
-def _common_folder(paths: Sequence[str]) -> str:
-    import os
-
-    if not paths:
-        return "."
-    urls = [p for p in paths if "://" in p]
-    if urls:  # objects of buckets: their common prefix, by whole "/" parts
-        if len(urls) < len(paths):
-            return "."
-        parts = [p.split("/") for p in urls]
-        common = [part for part, *others in zip(*parts) if all(o == part for o in others)]
-        return "/".join(common) if len(common) > 2 else "."
-    if len({os.path.isabs(p) for p in paths}) == 1:  # as they were given: relative stays relative
-        return os.path.commonpath(paths) or "."
-    return os.path.commonpath([os.path.abspath(p) for p in paths])
