@@ -147,7 +147,7 @@ def print_summary(summary, findings=None) -> None:
                 part.dataset.format,
                 f"{part.records:,}",
                 f"{part.records_with_errors:,}",
-                f"{part.records_with_warnings:,}",
+                f"{part.records_warned:,}",
             )
         out.print(parts)
     table = Table("check", "severity", "issues", box=None)

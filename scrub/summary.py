@@ -135,10 +135,17 @@ class ScanAggregate:
             if issue.check in self.by_check:
                 self.add_issue(issue)
 
-    def add_issue(self, issue: Issue, position: tuple[int, int] | None = None, placed: bool = False) -> None:
+    def add_issue(
+        self,
+        issue: Issue,
+        position: tuple[int, int] | None = None,
+        placed: bool = False,
+        partition: int | None = None,
+    ) -> None:
         """Stream one issue to the manifest and count it (classed against the baseline);
         ``position``: its record's (partition, offset), when it has one; ``placed``: the caller
-        marks the position itself (many at once, `_mark`)."""
+        marks the position itself (many at once, `_mark`), and ``partition`` says its partition
+        (the reports' order)."""
         if issue.check in self.severities:
             issue.severity = self.severities[issue.check]
         if self.dataset is not None:
@@ -148,7 +155,9 @@ class ScanAggregate:
         if issue.check in LABEL_CHECKS:
             self.label_flagged.add((issue.source, issue.key))
         self.manifest.write(issue)
-        self.collector.add(issue)
+        self.collector.add(
+            issue, position[0] if position is not None else -1 if partition is None else partition
+        )
         self.by_check[issue.check] += 1
         self.by_severity[issue.severity.value] += 1
         if position is not None:
@@ -192,7 +201,7 @@ class ScanAggregate:
             for (source, key, index), content, (position, finding) in zip(identities, hashes, judgement):
                 issue = make_issue(check.id, source, key, index, finding)
                 issue.content = content
-                self.add_issue(issue, placed=True)
+                self.add_issue(issue, placed=True, partition=int(position[0]))
                 marked[issue.severity.value, int(position[0])].append(int(position[1]))
             for (severity, partition), offsets in marked.items():
                 self._mark(severity, partition, np.asarray(offsets))
@@ -215,10 +224,16 @@ class ScanAggregate:
         self,
         severity: Severity,
         locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]] | None = None,
+        exactly: bool = False,
     ) -> int:
-        """Distinct records with an issue at or above ``severity``. Issues found without a
-        position (the replay's) are told apart from the others by identity, through ``locate``."""
-        levels = [name for name in self.marks if Severity(name).at_least(severity)]
+        """Distinct records with an issue at or above ``severity`` (``exactly``: of that
+        severity, whatever else they have). Issues found without a position (the replay's) are
+        told apart from the others by identity, through ``locate``."""
+        levels = [
+            name
+            for name in self.marks
+            if (name == severity.value if exactly else Severity(name).at_least(severity))
+        ]
         unplaced: set = set().union(*(self.unplaced[name] for name in levels))
         unions = {}
         for partition in set().union(*(self.marks[name] for name in levels)):
@@ -268,6 +283,9 @@ class Summary:
     cache: dict[str, Any] | None = None
     #: a scan of several datasets: each one's own summary (this one holds the totals)
     parts: list["Summary"] = field(default_factory=list)
+    #: records with a warning (an issue of warning severity, errors or not): the multi-dataset
+    #: table's "warnings" column (``records_with_warnings`` counts records with any issue)
+    records_warned: int = 0
     #: ``path`` made absolute where the scan ran (a URL as it is): which dataset a default
     #: manifest holds the scan of, whatever folder it is looked at from (`scrub.manifest`)
     absolute_path: str = ""
@@ -314,6 +332,7 @@ class Summary:
             issues_by_severity=total("issues_by_severity"),
             records_with_errors=sum(part.records_with_errors for part in parts),
             records_with_warnings=sum(part.records_with_warnings for part in parts),
+            records_warned=sum(part.records_warned for part in parts),
             stats={name: dict(sorted(counter.items())) for name, counter in sorted(stats.items())},
             checks=list(dict.fromkeys(check for part in parts for check in part.checks)),
             options=options,

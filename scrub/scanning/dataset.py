@@ -298,6 +298,7 @@ class DatasetScan:
             issues_by_severity=dict(aggregate.by_severity),
             records_with_errors=aggregate.records_with(Severity.ERROR, locate),
             records_with_warnings=aggregate.records_with(Severity.WARNING, locate),
+            records_warned=aggregate.records_with(Severity.WARNING, locate, exactly=True),
             stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
             checks=[c.id for c in self.checks],
             options=self.options.verdict_options(),
