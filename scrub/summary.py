@@ -25,6 +25,7 @@ from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
 from scrub.results import NumericStats, PartitionResult
+from scrub.wording import counted
 
 #: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
 #: `precision` moved to `options.precision`, `batches_skipped` counts batches with nothing applied.
@@ -319,7 +320,7 @@ class Summary:
         formats = sorted({part.dataset.format for part in parts})
         info = DatasetInfo(
             format="+".join(formats),
-            layout=f"{len(parts)} datasets",
+            layout=counted(len(parts), "dataset"),
             root=common_folder([part.path for part in parts]),
             labelled=any(part.dataset.labelled for part in parts),
             records=sum(part.dataset.records for part in parts),

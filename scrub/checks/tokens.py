@@ -78,7 +78,13 @@ def token_facts(record: Record, options: CheckOptions) -> TokenFacts | None:
         answers = [text for _, text, supervised in parts if supervised]
         empty_answer = None
         if not empty and answers and not any(answers):
-            empty_answer = "completion" if parts[-1][0] == "completion" else "assistant messages"
+            empty_answer = (
+                "completion"
+                if parts[-1][0] == "completion"
+                else "assistant message"
+                if len(answers) == 1
+                else "assistant messages"
+            )
         vocabulary = _vocabulary(options)
         if vocabulary is None or vocabulary.tokenizer is None:
             supervised = 0 if not empty and not any(answers) else None
@@ -222,7 +228,8 @@ def empty_sequence(record: Record, options: CheckOptions) -> Finding | None:
             {"parts": [role for role, _, _ in cast(TextParts, record.payload)]},
         )
     if facts.empty_answer is not None:
-        return Finding(f"empty answer: the {facts.empty_answer} is empty", {"part": facts.empty_answer})
+        verb = "are" if facts.empty_answer.endswith("s") else "is"  # the assistant messages are empty
+        return Finding(f"empty answer: the {facts.empty_answer} {verb} empty", {"part": facts.empty_answer})
     return None
 
 

@@ -173,7 +173,7 @@ def _histogram(labels: dict) -> str:
                 f"text-anchor='middle'>{_e(label)}</text>"
             )
     more = (
-        f"<p class=muted>{len(items) - len(shown):,} more labels not shown</p>"
+        f"<p class=muted>{counted(len(items) - len(shown), 'more label')} not shown</p>"
         if len(items) > len(shown)
         else ""
     )
