@@ -235,7 +235,7 @@ def print_summary(summary, findings=None) -> None:
             f"against the baseline {compared['path']}: {compared['new']:,} new, {compared['persisting']:,} "
             "persisting, "
             f"{compared['reappeared']:,} reappeared, {compared['resolved']:,} resolved "
-            f"({compared['new_errors']:,} new or reappeared errors)",
+            f"({counted(compared['new_errors'], 'new or reappeared error')})",
             markup=False,
             soft_wrap=True,
         )

@@ -22,6 +22,7 @@ from scrub.opening import OpenedDataset
 from scrub.options import FixOptions, ScanOptions, build, flatten, given_values
 from scrub.readers.base import ReadOptions
 from scrub.records import Issue, Severity
+from scrub.wording import agreeing, counted
 
 #: reading options a scan's record holds that `fix --manifest` does not take over unasked:
 #: unpickling runs code, and consent is given per run (the fix then reads the values again)
@@ -66,8 +67,8 @@ class Reused:
         if not unknown:
             return []
         return [
-            f"{unknown:,} guard lines below --severity {threshold.value} name no record of {dataset.path}: "
-            "left out"
+            f"{counted(unknown, 'guard line')} below --severity {threshold.value} "
+            f"{agreeing(unknown, 'names', 'name')} no record of {dataset.path}: left out"
         ]
 
 

@@ -105,3 +105,11 @@ def test_a_joint_pair_names_one_other_record(tmp_path):
         assert not guard.ok(loss)  # the step is skipped, the pair named
     messages = [issue.message for issue in guard.issues]
     assert len(messages) == 2 and all("only together with 1 other record of its batch" in m for m in messages)
+
+
+def test_one_new_error_against_a_baseline(clean_folder):
+    first = runner.invoke(app, ["scan", str(clean_folder), "--scheduler", "sync", "--manifest", "base.jsonl"])
+    assert first.exit_code == 0, first.output
+    (clean_folder / "a" / "cut.jpg").write_bytes((clean_folder / "a" / "0.jpg").read_bytes()[:300])
+    again = runner.invoke(app, ["scan", str(clean_folder), "--scheduler", "sync", "--baseline", "base.jsonl"])
+    assert "(1 new or reappeared error)" in again.output, again.output

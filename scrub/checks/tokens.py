@@ -28,7 +28,7 @@ from scrub.checks.base import (
     record_check,
 )
 from scrub.records import Carries, Issue, Record, Severity, TextParts
-from scrub.wording import counted
+from scrub.wording import agreeing, counted
 
 if TYPE_CHECKING:
     from scrub.vocabulary import Vocabulary
@@ -180,7 +180,8 @@ def token_notes(
         chance = share**size
         where = "--batch-size" if batch_size else "--batch-size with --dummy-loss sets it"
         notes.append(
-            f"{unsupervised:,} of {judged:,} token records ({share:.1%}) have no token the loss counts "
+            f"{unsupervised:,} of {counted(judged, 'token record')} ({share:.1%}) "
+            f"{agreeing(unsupervised, 'has', 'have')} no token the loss counts "
             "(empty-sequence, empty-attention, no-supervised-tokens): a batch of "
             f"{size} ({where}) drawn at random holds nothing else with probability {chance:.2g}, "
             "and its mean loss is NaN"

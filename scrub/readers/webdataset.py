@@ -584,7 +584,7 @@ def decode_tenbin(data: bytes) -> list[tuple[str, np.ndarray]]:
         chunks.append(data[offset + 16 : offset + 16 + size])
         offset += 16 + -(-size // 64) * 64
     if len(chunks) % 2:
-        raise ValueError(f"{len(chunks)} tenbin chunks: a header without its data")
+        raise ValueError(f"{counted(len(chunks), 'tenbin chunk')}: a header without its data")
     arrays = []
     for header, values in zip(chunks[::2], chunks[1::2]):
         if len(header) < 24 or len(header) % 8:

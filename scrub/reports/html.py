@@ -179,7 +179,8 @@ def _histogram(labels: dict) -> str:
     )
     return (
         f"<h2>Labels</h2><svg id=labels width={width} height={height} role=img>{''.join(bars)}</svg>{more}"
-        f"<p class=muted>{len(items):,} distinct labels, {sum(labels.values()):,} labelled records</p>"
+        f"<p class=muted>{counted(len(items), 'distinct label')}, "
+        f"{counted(sum(labels.values()), 'labelled record')}</p>"
     )
 
 
