@@ -113,11 +113,13 @@ def scan(
         manifest_note = None
         if options.manifest is None:
             from scrub.manifest import default_manifest
+            from scrub.readers.base import names_dataset
             from scrub.storage import location
 
             several = [str(dataset) for dataset, _ in datasets] if datasets is not None else []
             one = location(path[0], options.read.storage)
-            named, manifest_note = default_manifest(one if datasets is None else "datasets", several)
+            after = one if len(path) == 1 and names_dataset(one) else None  # None: "datasets"
+            named, manifest_note = default_manifest(after, several)
             options = replace(options, manifest=named)
         from scrub.api import scan_many, scan_one
 

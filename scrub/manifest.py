@@ -27,12 +27,13 @@ MANIFEST_SUFFIX = ".scrub.jsonl"
 GUARD_KIND = "guard"
 
 
-def default_manifest(dataset: str | Path, several: Sequence[str] = ()) -> tuple[Path, str | None]:
+def default_manifest(dataset: str | Path | None, several: Sequence[str] = ()) -> tuple[Path, str | None]:
     """Where a scan's manifest goes when none is named, and a note when it is not the first choice.
 
     ``NAME.scrub.jsonl`` in the working directory, NAME the dataset's file or folder name (beside
     the dataset when the working directory is inside it: scrub never writes into a dataset); a run
-    of ``several`` datasets is named ``datasets``. A default manifest there that holds another
+    of ``several`` datasets (their paths) is named after ``dataset`` where one path names them (a
+    folder of datasets), else (None) ``datasets``. A default manifest there that holds another
     dataset's scan (its scan record says which) is not replaced: the name takes the folders above
     the dataset, nearest first, until it is free or holds this dataset's scan
     (``nano100k-train.bin.scrub.jsonl`` where ``train.bin.scrub.jsonl`` is ``nano/train.bin``'s),
@@ -53,13 +54,15 @@ def default_manifest(dataset: str | Path, several: Sequence[str] = ()) -> tuple[
     return candidate, f"{candidate} held the scan of {_scanned(candidate)}: replaced (--manifest names one)"
 
 
-def _naming(dataset: str | Path, several: Sequence[str]) -> tuple[Path, list[str], str]:
+def _naming(dataset: str | Path | None, several: Sequence[str]) -> tuple[Path, list[str], str]:
     """(the folder a default manifest goes in, the names its name is made of, nearest last,
-    the dataset's identity as a scan record holds it: ``absolute_path``)."""
+    the dataset's identity as a scan record holds it: ``absolute_path``, for several datasets
+    their common folder's, as `scrub.summary.Summary.combine` records it)."""
     if several:
         common = common_folder([str(p) for p in several])
-        _, names, identity = _naming(common, ())
-        return Path(), [*names, "datasets"], identity
+        folder, names, identity = _naming(common if dataset is None else dataset, ())
+        return folder, [*names, "datasets"] if dataset is None else names, absolute_place(common)
+    assert dataset is not None
     if is_url(dataset):  # an object's: in the working directory, named after it
         names = [part for part in str(dataset).split("://", 1)[1].split("/") if part]
         return Path(), names or ["dataset"], str(dataset)

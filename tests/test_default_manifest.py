@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
+from conftest import SAMPLES
 from typer.testing import CliRunner
 
 from scrub.cli import app
@@ -102,3 +104,14 @@ def test_several_datasets_in_other_folders_do_not_share_datasets_jsonl(tmp_path)
     other = scan(*second)
     assert "manifest: two-datasets.scrub.jsonl" in other.output, other.output
     assert "manifest: datasets.scrub.jsonl" in scan(*first).output  # its own again
+
+
+def test_a_folder_of_datasets_is_named_after_the_folder(tmp_path):
+    shutil.copytree(SAMPLES / "lmdb", tmp_path / "lmdb")
+    first = run("scan", tmp_path / "lmdb", "--scheduler", "sync")
+    assert "manifest: lmdb.scrub.jsonl" in first.output, first.output  # the README's example
+    again = run("scan", tmp_path / "lmdb", "--scheduler", "sync")
+    assert "manifest: lmdb.scrub.jsonl" in again.output and "holds the scan" not in again.output
+    shutil.copytree(SAMPLES / "lmdb", tmp_path / "other" / "lmdb")
+    other = run("scan", tmp_path / "other" / "lmdb", "--scheduler", "sync")
+    assert "manifest: other-lmdb.scrub.jsonl" in other.output, other.output
