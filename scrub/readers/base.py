@@ -293,6 +293,11 @@ class Reader(ABC, Generic[PartitionT]):
         """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
         raise NotImplementedError
 
+    def not_cached(self) -> str | None:
+        """Why this dataset's records are not cached although the format's are (an image folder
+        in a bucket), for the scan's note; None when they are."""
+        return None
+
 
 #: format name -> "module:Class" of its reader: the format table's view (`scrub.formats`);
 #: imports are deferred until a reader is used.

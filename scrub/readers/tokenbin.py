@@ -27,6 +27,7 @@ from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.hdf5 import PLAIN_BYTES_PER_SECOND
 from scrub.records import Batch, Carries, TokenRows
+from scrub.wording import counted
 
 #: llm.c's shard header: 256 int32, the first three magic, version, token count
 MAGIC = 20240520
@@ -153,7 +154,8 @@ class TokenBinReader(Reader[Windows]):
             "layout": "raw" if found.version is None else f"llm.c shard v{found.version}",
         }
         info.notes.append(
-            f"{source}: {found.count:,} tokens read as {windows:,} windows of {window} (--max-length); "
+            f"{source}: {counted(found.count, 'token')} read as {counted(windows, 'window')} of {window} "
+            "(--max-length); "
             f"window i holds tokens i*{window} to (i+1)*{window}-1"
         )
         info.notes.append(PACKED)
