@@ -279,3 +279,22 @@ def test_when_no_file_can_be_read_the_dataset_is_one_line_and_exit_2(tmp_path, n
     said = one_line_error("scan", folder, "--manifest", tmp_path / "m.jsonl")
     assert message in said
     assert not os.path.exists(tmp_path / "m.jsonl") or not manifest_lines(tmp_path / "m.jsonl")
+
+
+def test_ignoring_unreadable_file_leaves_a_note_and_fix_still_sets_the_file_aside(tmp_path):
+    """``--ignore unreadable-file`` keeps the finding out of the manifest, never out of sight:
+    the file's rows were not scanned (a note), and `fix`, which cannot copy rows it never read,
+    leaves it out of the cleaned copy and says so."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    write_h5(folder / "a.h5")
+    not_hdf5(folder / "broken.h5")
+    scanned = run("scan", folder, "--ignore", "unreadable-file", "--manifest", tmp_path / "m.jsonl")
+    assert scanned.exit_code == 0, scanned.output
+    assert "not scanned: broken.h5 cannot be read (not a readable HDF5 file" in scanned.output
+    fixed = run("fix", folder, "--ignore", "unreadable-file", "--quarantine")
+    assert fixed.exit_code == 0, fixed.output
+    assert "broken.h5" in fixed.output
+    assert sorted(path.name for path in (tmp_path / "shards.clean").iterdir()) == ["a.h5"]
+    quarantined = tmp_path / "shards.quarantine" / "shards" / "broken.h5"
+    assert quarantined.read_bytes() == (folder / "broken.h5").read_bytes()
