@@ -131,10 +131,14 @@ class ScanAggregate:
             self.progress(Progress(self.records, self.total, sum(self.by_severity.values()), self.elapsed))
 
     def add_dataset_issues(self, issues: Sequence[Issue]) -> None:
-        """Problems with the dataset as a whole, found by the reader before any record."""
+        """Problems with the dataset as a whole, found by the reader before any record. A file
+        that could not be read, its check not run (``--ignore unreadable-file``), is a note:
+        its records were not scanned, and nothing may pass over that in silence."""
         for issue in issues:
             if issue.check in self.by_check:
                 self.add_issue(issue)
+            elif issue.check == "unreadable-file":
+                self.notes.append(f"not scanned: {issue.source} cannot be read ({issue.message})")
 
     def add_issue(
         self,

@@ -113,6 +113,7 @@ class Windows:
 class TokenBinReader(Reader[Windows]):
     format = "tokenbin"
     file_suffixes = (".bin",)
+    files_are_datasets = True  # train.bin and val.bin: two streams, each cut into its own windows
     preferred_scheduler = "threads"
     records_per_task = 0  # partitions are sized in tokens
     provides = frozenset({Carries.TOKENS})

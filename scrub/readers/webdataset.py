@@ -185,7 +185,8 @@ class WebDatasetReader(Reader[ShardSpan]):
             shards = shard_files(path)
         except OSError:
             return False
-        return bool(shards) and looks_like_tar(shards[0])
+        # the first shard may be the damaged one of many (a `damaged-shard` finding): any other
+        return any(looks_like_tar(shard) for shard in shards)
 
     def shards(self) -> list[Any]:
         """The shards: local paths, or objects of a bucket (`scrub.storage`)."""
