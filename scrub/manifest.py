@@ -62,7 +62,8 @@ def _naming(dataset: str | Path | None, several: Sequence[str]) -> tuple[Path, l
         common = common_folder([str(p) for p in several])
         folder, names, identity = _naming(common if dataset is None else dataset, ())
         return folder, [*names, "datasets"] if dataset is None else names, absolute_place(common)
-    assert dataset is not None
+    if dataset is None:  # a path that names no dataset yet: the scan says why, in one line
+        return Path(), ["datasets"], ""
     if is_url(dataset):  # an object's: in the working directory, named after it
         names = [part for part in str(dataset).split("://", 1)[1].split("/") if part]
         return Path(), names or ["dataset"], str(dataset)
