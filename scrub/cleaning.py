@@ -36,7 +36,7 @@ from scrub.opening import OpenedDataset, load_plugins, open_dataset, worker_star
 from scrub.options import FixOptions, merged
 from scrub.outputs import free_bytes, scratch_directory, write_failure
 from scrub.records import Severity
-from scrub.reuse import reused_verdicts
+from scrub.reuse import reused_verdicts, with_scan_reading
 from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.storage import Location, is_url, location
 from scrub.summary import Progress
@@ -92,9 +92,11 @@ def fix(
     started = time.perf_counter()
     if options is None or keywords:
         options = merged(options if options is not None else FixOptions(), keywords)
+    notes: list[str] = []
+    if options.manifest:  # read the records as the reused scan read them (`with_scan_reading`)
+        options, notes = with_scan_reading(options)
     scan_options = options.scan
     manifests = options.manifest
-    notes = []
     if manifests and scan_options.cache is not None:
         # only a config file sets both (as flags they conflict, see `scrub.options.build`): the
         # file serves the nightly scans, and this fix scans nothing
@@ -145,7 +147,10 @@ def fix(
             outputs.stage()
             assert outputs.clean_target is not None  # set by stage()
             if reused is None:
-                manifest = outputs.manifest_target or default_manifest(dataset.path)
+                manifest = outputs.manifest_target
+                if manifest is None:
+                    manifest, moved = default_manifest(dataset.path)
+                    notes += [moved] if moved else []
                 try:
                     scan_result = scan_dataset(
                         dataset, scan_options, progress=progress, started=started, manifest=manifest

@@ -110,14 +110,17 @@ def scan(
     def body() -> int:
         options, datasets, notes = _resolve_many("scan", path, ctx, _config_choice(config, isolated))
         messages_to_stderr(options.quiet)
+        manifest_note = None
         if options.manifest is None:
             from scrub.manifest import default_manifest
             from scrub.readers.base import names_dataset
             from scrub.storage import location
 
-            first = location(path[0], options.read.storage)
-            named = first if len(path) == 1 and names_dataset(first) else Path("datasets")
-            options = replace(options, manifest=default_manifest(named))
+            several = [str(dataset) for dataset, _ in datasets] if datasets is not None else []
+            one = location(path[0], options.read.storage)
+            after = one if len(path) == 1 and names_dataset(one) else None  # None: "datasets"
+            named, manifest_note = default_manifest(after, several)
+            options = replace(options, manifest=named)
         from scrub.api import scan_many, scan_one
 
         with ProgressBar(options.quiet) as progress:
@@ -125,6 +128,8 @@ def scan(
                 result = scan_one(path[0], options, progress=progress)
             else:
                 result = scan_many(datasets, options, progress=progress, notes=notes)
+        if manifest_note is not None:  # after the scan: the record beside the manifest is the scan's own
+            result.summary.notes.append(manifest_note)
         code = result.exit_code(options.fail_on)
         write_json(
             options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": int(code)}
@@ -257,8 +262,11 @@ def restore(
 def show_config(
     ctx: typer.Context,
     path: Annotated[
-        Path, typer.Argument(help="The dataset the configuration is for (default: the working directory).")
-    ] = Path("."),
+        str,
+        typer.Argument(
+            help="The dataset the configuration is for, a path or a URL (default: the working directory)."
+        ),
+    ] = ".",
     config: ConfigOpt = None,
     isolated: IsolatedOpt = False,
     command: Annotated[
@@ -274,7 +282,9 @@ def show_config(
 
         if command not in ("scan", "fix"):
             raise ScrubError(f"--command {command!r}: choose scan or fix")
-        resolved = resolve(command, path, {}, _config_choice(config, isolated))
+        from scrub.storage import location
+
+        resolved = resolve(command, location(path), {}, _config_choice(config, isolated))
         source = resolved.config.path if resolved.config else None
         out.print(f"# scrub {command} {path}", markup=False)
         nothing = (
@@ -293,7 +303,8 @@ def show_config(
             ):
                 continue
             origin = resolved.origins.get(name, "default")
-            text = _toml(describe(flat[name]))
+            empty_table = key.kind == "mapping" and not flat[name]  # a table not set, not `[]`
+            text = None if empty_table else _toml(describe(flat[name]))
             line = f"# {name} = (not set)" if text is None else f"{name} = {text}"
             out.print(f"{line}  # {origin}", markup=False, soft_wrap=True)
         return 0
@@ -306,8 +317,10 @@ def _toml(value) -> str | None:
     None for "not set"."""
     if value is None:
         return None
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in value.items()) + " }"
+    if isinstance(value, dict):  # an inline table, nested ones likewise ([storage-options.s3])
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(_toml(item)) for item in value) + "]"
     return json.dumps(value)
 
 

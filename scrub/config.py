@@ -76,7 +76,7 @@ class ConfigFile:
             stripped = line.strip()
             if stripped.startswith("["):
                 current = _normal(stripped.split("#", 1)[0].strip().strip("[]"))
-                if current == table_header:
+                if current == table_header or current.startswith(table_header + "."):  # [key.sub] too
                     return number
             elif current == wanted and assignment.match(line):
                 return number

@@ -134,7 +134,7 @@ def print_summary(summary, findings=None) -> None:
     from rich.table import Table
 
     info = summary.dataset
-    layout = info.layout + (f", {len(info.classes)} classes" if info.classes else "")
+    layout = info.layout + (f", {counted(len(info.classes), 'class')}" if info.classes else "")
     out.print(f"[bold]{escape(summary.path)}[/bold]: {info.format} ({escape(layout)})", soft_wrap=True)
     if info.skipped:
         skipped = ", ".join(counted(n, what) for what, n in sorted(info.skipped.items()))
@@ -147,7 +147,7 @@ def print_summary(summary, findings=None) -> None:
                 part.dataset.format,
                 f"{part.records:,}",
                 f"{part.records_with_errors:,}",
-                f"{part.records_with_warnings:,}",
+                f"{part.records_warned:,}",
             )
         out.print(parts)
     table = Table("check", "severity", "issues", box=None)
@@ -191,7 +191,7 @@ def print_summary(summary, findings=None) -> None:
             model = "embedding language" if ":" not in model else model
             shape = f"vocabulary {tokens['vocab_size']:,} (from {tokens['vocab_from']})"
         else:
-            shape = f"{replay['classes']} classes, {replay['features']} features"
+            shape = f"{counted(replay['classes'], 'class')}, {counted(replay['features'], 'feature')}"
         out.print(
             f"dummy-loss replay: {counted(replay['records_replayed'], 'record')} in "
             f"{counted(replay['batches'], 'batch')} ({counted(replay['records_applied'], 'record')} trained "
@@ -235,7 +235,7 @@ def print_summary(summary, findings=None) -> None:
             f"against the baseline {compared['path']}: {compared['new']:,} new, {compared['persisting']:,} "
             "persisting, "
             f"{compared['reappeared']:,} reappeared, {compared['resolved']:,} resolved "
-            f"({compared['new_errors']:,} new or reappeared errors)",
+            f"({counted(compared['new_errors'], 'new or reappeared error')})",
             markup=False,
             soft_wrap=True,
         )

@@ -38,12 +38,13 @@ class Encoding:
     per_check: int
     images: int
 
-    def start(self) -> "Encoder":
-        return Encoder(self)
+    def start(self, partition: int = -1) -> "Encoder":
+        """An encoder of the issues of partition number ``partition`` (the reports' order)."""
+        return Encoder(self, partition)
 
     def apply(self, result: "PartitionResult") -> None:
         """Encode all of a result's issues at once (a result made whole, like a failure's)."""
-        self.start().finish(result)
+        self.start(result.partition).finish(result)
 
 
 #: Issues a worker holds as objects before it encodes them (`Encoder.flush`): a block of a
@@ -54,9 +55,9 @@ FLUSH_ISSUES = 4096
 class Encoder:
     """One partition's issues encoded as they come (see `Encoding`), in pieces."""
 
-    def __init__(self, encoding: Encoding) -> None:
+    def __init__(self, encoding: Encoding, partition: int = -1) -> None:
         self.encoding = encoding
-        self.collector = Collector(encoding.show, encoding.per_check, encoding.images)
+        self.collector = Collector(encoding.show, encoding.per_check, encoding.images, partition)
         self.lines: list[bytes] = []
         self.count = 0
         self.flagged: dict[str, list[np.ndarray]] = {}

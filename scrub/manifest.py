@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from scrub.errors import ScrubError, first_line
 from scrub.outputs import new_file_mode, temporary_file, write_atomically, write_failure
+from scrub.paths import absolute_place, common_folder
 from scrub.records import Issue
 from scrub.storage import is_url
 
@@ -26,20 +27,78 @@ MANIFEST_SUFFIX = ".scrub.jsonl"
 GUARD_KIND = "guard"
 
 
-def default_manifest(dataset: str | Path) -> Path:
-    """Where a scan's manifest goes when none is named: ``NAME.scrub.jsonl`` in the working
-    directory, NAME the dataset's file or folder name, so that scans of different datasets
-    from one folder do not overwrite each other's; beside the dataset when the working
-    directory is inside it (scrub never writes into a dataset)."""
+def default_manifest(dataset: str | Path | None, several: Sequence[str] = ()) -> tuple[Path, str | None]:
+    """Where a scan's manifest goes when none is named, and a note when it is not the first choice.
+
+    ``NAME.scrub.jsonl`` in the working directory, NAME the dataset's file or folder name (beside
+    the dataset when the working directory is inside it: scrub never writes into a dataset); a run
+    of ``several`` datasets (their paths) is named after ``dataset`` where one path names them (a
+    folder of datasets), else (None) ``datasets``. A default manifest there that holds another
+    dataset's scan (its scan record says which) is not replaced: the name takes the folders above
+    the dataset, nearest first, until it is free or holds this dataset's scan
+    (``nano100k-train.bin.scrub.jsonl`` where ``train.bin.scrub.jsonl`` is ``nano/train.bin``'s),
+    and the note says so. A rescan of the same dataset replaces its own manifest quietly.
+    """
+    folder, parts, identity = _naming(dataset, several)
+    first = folder / (parts[-1] + MANIFEST_SUFFIX)
+    candidate = first
+    for count in range(1, len(parts) + 1):
+        candidate = folder / ("-".join(parts[-count:]) + MANIFEST_SUFFIX)
+        if not candidate.exists() or _holds_scan_of(candidate, identity):
+            if candidate == first:
+                return candidate, None
+            return candidate, (
+                f"{first} holds the scan of {_scanned(first)}: this scan's manifest is {candidate} "
+                "(--manifest names one)"
+            )
+    return candidate, f"{candidate} held the scan of {_scanned(candidate)}: replaced (--manifest names one)"
+
+
+def _naming(dataset: str | Path | None, several: Sequence[str]) -> tuple[Path, list[str], str]:
+    """(the folder a default manifest goes in, the names its name is made of, nearest last,
+    the dataset's identity as a scan record holds it: ``absolute_path``, for several datasets
+    their common folder's, as `scrub.summary.Summary.combine` records it)."""
+    if several:
+        common = common_folder([str(p) for p in several])
+        folder, names, identity = _naming(common if dataset is None else dataset, ())
+        return folder, [*names, "datasets"] if dataset is None else names, absolute_place(common)
+    if dataset is None:  # a path that names no dataset yet: the scan says why, in one line
+        return Path(), ["datasets"], ""
     if is_url(dataset):  # an object's: in the working directory, named after it
-        return Path((PurePosixPath(str(dataset).split("://", 1)[1]).name or "dataset") + MANIFEST_SUFFIX)
+        names = [part for part in str(dataset).split("://", 1)[1].split("/") if part]
+        return Path(), names or ["dataset"], str(dataset)
     dataset = Path(dataset)
     resolved = dataset.resolve()
     name = (resolved if dataset.name in ("", ".", "..") else dataset).name or "dataset"
+    above = [part for part in resolved.parent.parts if part != resolved.anchor]
     cwd = Path.cwd().resolve()
-    if resolved.is_dir() and (cwd == resolved or resolved in cwd.parents):
-        return resolved.parent / (name + MANIFEST_SUFFIX)
-    return Path(name + MANIFEST_SUFFIX)
+    inside = resolved.is_dir() and (cwd == resolved or resolved in cwd.parents)
+    return (resolved.parent if inside else Path()), [*above, name], absolute_place(str(dataset))
+
+
+def _holds_scan_of(manifest: Path, identity: str) -> bool:
+    """Whether ``manifest``'s scan record is of the dataset ``identity`` names."""
+    try:
+        record = json.loads(scan_record_path(manifest).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # no record: which dataset it holds cannot be told, so it is not replaced
+    if not isinstance(record, dict):
+        return False
+    if "absolute_path" in record:
+        return bool(record["absolute_path"] == identity)
+    path = str(record.get("path", ""))  # a record from before absolute_path: the scan ran where it lies
+    return (
+        path == identity or absolute_place(os.path.join(os.path.abspath(manifest.parent), path)) == identity
+    )
+
+
+def _scanned(manifest: Path) -> str:
+    """The dataset whose scan ``manifest`` holds, for a note."""
+    try:
+        record = json.loads(scan_record_path(manifest).read_text(encoding="utf-8"))
+        return str(record.get("absolute_path") or record["path"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "a dataset it does not name (no scan record)"
 
 
 FIELDS = ("source", "key", "index", "check", "severity", "message", "details")

@@ -362,7 +362,7 @@ def describe(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, tuple) and value and isinstance(value[0], tuple):
-        return {k: v for k, v in value}
+        return {k: describe(v) for k, v in value}  # a table (nested ones likewise): pairs, as frozen
     if isinstance(value, tuple):
         return (
             [describe(v) for v in value]

@@ -23,6 +23,13 @@ def _frozen(mapping: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((str(k), _frozen(v) if isinstance(v, Mapping) else v) for k, v in mapping.items()))
 
 
+def _is_frozen(value: Any) -> bool:
+    """Whether ``value`` is a mapping as `_frozen` holds it (sorted pairs, nested ones likewise)."""
+    return isinstance(value, tuple) and all(
+        isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) for pair in value
+    )
+
+
 def coerce(key: Key, value: Any, where: str) -> Any:
     """``value`` as the type ``key`` holds, or a `UsageError` naming ``where`` it came from
     (``--num-classes`` or ``scrub.toml:3: num-classes``)."""
@@ -31,6 +38,8 @@ def coerce(key: Key, value: Any, where: str) -> Any:
         return UsageError(f"{where}: expected {expected}, got {value!r}")
 
     if key.kind == "mapping":
+        if _is_frozen(value):  # the model's own form: a config file's value, built into options again
+            return value
         if isinstance(value, str):
             try:
                 value = json.loads(value)

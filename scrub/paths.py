@@ -10,6 +10,7 @@ accident of string prefixes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import PurePath
 
 
@@ -39,3 +40,25 @@ def extension(key: str) -> str:
     if dot <= 0 or not name[:dot].strip("."):
         return ""
     return name[dot:]
+
+
+def common_folder(paths: Sequence[str]) -> str:
+    """The folder (or a bucket's prefix) that holds every one of ``paths``: relative where they
+    all are, "." where nothing is shared."""
+    if not paths:
+        return "."
+    urls = [p for p in paths if "://" in p]
+    if urls:  # objects of buckets: their common prefix, by whole "/" parts
+        if len(urls) < len(paths):
+            return "."
+        parts = [p.split("/") for p in urls]
+        common = [part for part, *others in zip(*parts) if all(o == part for o in others)]
+        return "/".join(common) if len(common) > 2 else "."
+    if len({os.path.isabs(p) for p in paths}) == 1:  # as they were given: relative stays relative
+        return os.path.commonpath(paths) or "."
+    return os.path.commonpath([os.path.abspath(p) for p in paths])
+
+
+def absolute_place(path: str) -> str:
+    """A dataset's path made absolute from the working directory; a URL as it is."""
+    return path if "://" in path else os.path.abspath(path)

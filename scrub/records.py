@@ -66,6 +66,9 @@ class Carries(str, Enum):
     REPLAY = "replay"  # the dummy-loss replay ran
     TRAINING_RUN = "training run"  # the NaN guard's findings
     SEVERAL_DATASETS = "several datasets"
+    #: a dataset of several files (a folder or list of HDF5 or Parquet files), each of which can
+    #: be unreadable on its own while the others are read
+    SEVERAL_FILES = "several files"
 
     def __str__(self) -> str:
         return self.value
@@ -92,6 +95,7 @@ _DESCRIBED = {
     Carries.VALUE_LABELS: "continuous labels (--label-kind)",
     Carries.TOKENS: "token sequences or texts",
     Carries.FRAMES: "checksummed record frames (TFRecord)",
+    Carries.SEVERAL_FILES: "second file (a folder or a list of files has several)",
     Carries.SEQUENCES: "training sequences (a packed store's documents are not: their trainer packs them)",
 }
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)

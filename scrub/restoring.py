@@ -28,8 +28,9 @@ from scrub.manifest import (
 )
 from scrub.options import FixOptions
 from scrub.outputs import scratch_directory
-from scrub.readers.base import ReadOptions, names_dataset
+from scrub.readers.base import names_dataset
 from scrub.records import Issue
+from scrub.reuse import recorded_reading
 from scrub.summary import Progress
 from scrub.wording import counted
 
@@ -61,10 +62,8 @@ def restore(
     issues = list(read_manifest(manifest))
     restored = _chosen(issues, keys, quarantine)
     kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
-    reading = scan_record.get("reading") or {}  # `ReadOptions.recorded`: every reading option
-    known = ReadOptions(max_length=1).recorded("")  # max_length: recorded only where it was set
     options = FixOptions.build(
-        **{name: value for name, value in reading.items() if name in known and value not in (None, False)},
+        **recorded_reading(scan_record),
         out=Path(into) if into is not None else _clean_of(record),
         quarantine_dir=quarantine,
         severity=record.get("severity", "error"),

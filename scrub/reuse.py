@@ -19,8 +19,14 @@ from scrub.manifest import (
     write_scan_record,
 )
 from scrub.opening import OpenedDataset
-from scrub.options import ScanOptions
+from scrub.options import FixOptions, ScanOptions, build, flatten, given_values
+from scrub.readers.base import ReadOptions
 from scrub.records import Issue, Severity
+from scrub.wording import agreeing, counted
+
+#: reading options a scan's record holds that `fix --manifest` does not take over unasked:
+#: unpickling runs code, and consent is given per run (the fix then reads the values again)
+NOT_TAKEN = frozenset({"allow_pickle"})
 
 
 @dataclass
@@ -61,8 +67,8 @@ class Reused:
         if not unknown:
             return []
         return [
-            f"{unknown:,} guard lines below --severity {threshold.value} name no record of {dataset.path}: "
-            "left out"
+            f"{counted(unknown, 'guard line')} below --severity {threshold.value} "
+            f"{agreeing(unknown, 'names', 'name')} no record of {dataset.path}: left out"
         ]
 
 
@@ -92,6 +98,41 @@ def reused_verdicts(manifests: Sequence[Path], dataset: OpenedDataset, options: 
             "manifests": [str(m) for m in guards],
         }
     return Reused(scans, guards, summary)
+
+
+def recorded_reading(record: dict[str, Any]) -> dict[str, Any]:
+    """The reading options a scan record holds (`ReadOptions.recorded`: the format, the options
+    that decide what a record is), by attribute, those left at their default aside."""
+    reading = record.get("reading") or {}
+    known = ReadOptions(max_length=1).recorded("")  # max_length: recorded only where it was set
+    return {name: value for name, value in reading.items() if name in known and value not in (None, False)}
+
+
+def with_scan_reading(options: FixOptions) -> tuple[FixOptions, list[str]]:
+    """``options`` with the reading options of the scan whose manifest ``fix --manifest`` reuses
+    taken from its record where not given now (``--max-length`` of a token file, ``--data-key``,
+    ``--format``...): the records must be read as the scan read them for its verdicts to name
+    them, and asking again for what the record holds helps no one. Returns the options and a
+    note naming what was taken (nothing is taken silently)."""
+    scans = [m for m in map(Path, options.manifest) if read_scan_record(m).get("kind") != GUARD_KIND]
+    if not scans:
+        return options, []
+    record = read_scan_record(scans[0])
+    now = flatten(options)
+    taken = {
+        name.replace("_", "-"): value
+        for name, value in recorded_reading(record).items()
+        if name not in NOT_TAKEN
+        and name.replace("_", "-") in now
+        and now[name.replace("_", "-")] in (None, False, ())  # not given now
+    }
+    if not taken:
+        return options, []
+    origins = dict(options.scan.origins)
+    values = given_values(options) | taken
+    where = origins | {name: f"{scans[0]}'s scan record: {name}" for name in taken}
+    shown = ", ".join(f"--{name} {value}" for name, value in taken.items())
+    return build(FixOptions, values, where), [f"read as {scans[0]} was scanned: {shown} (its scan record)"]
 
 
 def _named_in(dataset: OpenedDataset, guards: Sequence[Path], threshold: Severity) -> Iterator[Issue | None]:

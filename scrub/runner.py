@@ -82,7 +82,7 @@ class PartitionWork:
         outcomes = Outcomes()  # per call (threads share this object): its memory stays a partition's
         columns: Columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
-        encoder = self.encoding.start() if self.encoding is not None else None
+        encoder = self.encoding.start(partition_no) if self.encoding is not None else None
         offset = start
         for item in self.reader.read(partition, start, stop):
             if on_record is not None:

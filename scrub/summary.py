@@ -19,11 +19,13 @@ from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, make_issue
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
+from scrub.paths import absolute_place, common_folder
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
 from scrub.results import NumericStats, PartitionResult
+from scrub.wording import counted
 
 #: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
 #: `precision` moved to `options.precision`, `batches_skipped` counts batches with nothing applied.
@@ -129,15 +131,26 @@ class ScanAggregate:
             self.progress(Progress(self.records, self.total, sum(self.by_severity.values()), self.elapsed))
 
     def add_dataset_issues(self, issues: Sequence[Issue]) -> None:
-        """Problems with the dataset as a whole, found by the reader before any record."""
+        """Problems with the dataset as a whole, found by the reader before any record. A file
+        that could not be read, its check not run (``--ignore unreadable-file``), is a note:
+        its records were not scanned, and nothing may pass over that in silence."""
         for issue in issues:
             if issue.check in self.by_check:
                 self.add_issue(issue)
+            elif issue.check == "unreadable-file":
+                self.notes.append(f"not scanned: {issue.source} cannot be read ({issue.message})")
 
-    def add_issue(self, issue: Issue, position: tuple[int, int] | None = None, placed: bool = False) -> None:
+    def add_issue(
+        self,
+        issue: Issue,
+        position: tuple[int, int] | None = None,
+        placed: bool = False,
+        partition: int | None = None,
+    ) -> None:
         """Stream one issue to the manifest and count it (classed against the baseline);
         ``position``: its record's (partition, offset), when it has one; ``placed``: the caller
-        marks the position itself (many at once, `_mark`)."""
+        marks the position itself (many at once, `_mark`), and ``partition`` says its partition
+        (the reports' order)."""
         if issue.check in self.severities:
             issue.severity = self.severities[issue.check]
         if self.dataset is not None:
@@ -147,7 +160,9 @@ class ScanAggregate:
         if issue.check in LABEL_CHECKS:
             self.label_flagged.add((issue.source, issue.key))
         self.manifest.write(issue)
-        self.collector.add(issue)
+        self.collector.add(
+            issue, position[0] if position is not None else -1 if partition is None else partition
+        )
         self.by_check[issue.check] += 1
         self.by_severity[issue.severity.value] += 1
         if position is not None:
@@ -191,7 +206,7 @@ class ScanAggregate:
             for (source, key, index), content, (position, finding) in zip(identities, hashes, judgement):
                 issue = make_issue(check.id, source, key, index, finding)
                 issue.content = content
-                self.add_issue(issue, placed=True)
+                self.add_issue(issue, placed=True, partition=int(position[0]))
                 marked[issue.severity.value, int(position[0])].append(int(position[1]))
             for (severity, partition), offsets in marked.items():
                 self._mark(severity, partition, np.asarray(offsets))
@@ -214,10 +229,16 @@ class ScanAggregate:
         self,
         severity: Severity,
         locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]] | None = None,
+        exactly: bool = False,
     ) -> int:
-        """Distinct records with an issue at or above ``severity``. Issues found without a
-        position (the replay's) are told apart from the others by identity, through ``locate``."""
-        levels = [name for name in self.marks if Severity(name).at_least(severity)]
+        """Distinct records with an issue at or above ``severity`` (``exactly``: of that
+        severity, whatever else they have). Issues found without a position (the replay's) are
+        told apart from the others by identity, through ``locate``."""
+        levels = [
+            name
+            for name in self.marks
+            if (name == severity.value if exactly else Severity(name).at_least(severity))
+        ]
         unplaced: set = set().union(*(self.unplaced[name] for name in levels))
         unions = {}
         for partition in set().union(*(self.marks[name] for name in levels)):
@@ -267,6 +288,16 @@ class Summary:
     cache: dict[str, Any] | None = None
     #: a scan of several datasets: each one's own summary (this one holds the totals)
     parts: list["Summary"] = field(default_factory=list)
+    #: records with a warning (an issue of warning severity, errors or not): the multi-dataset
+    #: table's "warnings" column (``records_with_warnings`` counts records with any issue)
+    records_warned: int = 0
+    #: ``path`` made absolute where the scan ran (a URL as it is): which dataset a default
+    #: manifest holds the scan of, whatever folder it is looked at from (`scrub.manifest`)
+    absolute_path: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.absolute_path:
+            self.absolute_path = absolute_place(self.path)
 
     @classmethod
     def combine(
@@ -293,8 +324,8 @@ class Summary:
         formats = sorted({part.dataset.format for part in parts})
         info = DatasetInfo(
             format="+".join(formats),
-            layout=f"{len(parts)} datasets",
-            root=_common_folder([part.path for part in parts]),
+            layout=counted(len(parts), "dataset"),
+            root=common_folder([part.path for part in parts]),
             labelled=any(part.dataset.labelled for part in parts),
             records=sum(part.dataset.records for part in parts),
         )
@@ -306,6 +337,7 @@ class Summary:
             issues_by_severity=total("issues_by_severity"),
             records_with_errors=sum(part.records_with_errors for part in parts),
             records_with_warnings=sum(part.records_with_warnings for part in parts),
+            records_warned=sum(part.records_warned for part in parts),
             stats={name: dict(sorted(counter.items())) for name, counter in sorted(stats.items())},
             checks=list(dict.fromkeys(check for part in parts for check in part.checks)),
             options=options,
@@ -352,6 +384,7 @@ class Summary:
             "schema": SCHEMA_VERSION,
             "scrub_version": __version__,
             "path": self.path,
+            "absolute_path": self.absolute_path,
             "dataset": self.dataset.to_dict(),
             "records": self.records,
             "complete": self.complete,
@@ -394,20 +427,3 @@ def _part(document: dict[str, Any]) -> dict[str, Any]:
     ):
         document.pop(name, None)
     return document
-
-
-def _common_folder(paths: Sequence[str]) -> str:
-    import os
-
-    if not paths:
-        return "."
-    urls = [p for p in paths if "://" in p]
-    if urls:  # objects of buckets: their common prefix, by whole "/" parts
-        if len(urls) < len(paths):
-            return "."
-        parts = [p.split("/") for p in urls]
-        common = [part for part, *others in zip(*parts) if all(o == part for o in others)]
-        return "/".join(common) if len(common) > 2 else "."
-    if len({os.path.isabs(p) for p in paths}) == 1:  # as they were given: relative stays relative
-        return os.path.commonpath(paths) or "."
-    return os.path.commonpath([os.path.abspath(p) for p in paths])

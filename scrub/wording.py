@@ -8,12 +8,19 @@ import re
 _TAIL = re.compile(r"( \(.*| (?:in|of|on|to|with|without|from|for) .*)$")
 
 
+#: the plurals English does not make with -s: those scrub's messages need
+_IRREGULAR = {"index": "indices"}
+
+
 def plural(phrase: str) -> str:
     """The plural of a noun phrase whose head is its last word before any tail (``member in no
     sample`` -> ``members in no sample``, ``symlinked folder (not followed)`` -> ``symlinked
-    folders (not followed)``); English's regular plurals, which are all scrub's nouns need."""
+    folders (not followed)``); English's regular plurals, and the few irregular ones scrub's nouns need."""
     match = _TAIL.search(phrase)
     head, tail = (phrase[: match.start()], match.group(1)) if match else (phrase, "")
+    last = head.rsplit(" ", 1)[-1]
+    if last in _IRREGULAR:
+        return f"{head[: len(head) - len(last)]}{_IRREGULAR[last]}{tail}"
     if head.endswith(("s", "x", "ch", "sh")):
         return f"{head}es{tail}"
     if head.endswith("y") and head[-2:-1] not in ("a", "e", "i", "o", "u"):
@@ -24,3 +31,8 @@ def plural(phrase: str) -> str:
 def counted(count: int, phrase: str) -> str:
     """``count`` and the phrase, singular or plural as the count asks (``1 record``, ``0 records``)."""
     return f"{count:,} {phrase if count == 1 else plural(phrase)}"
+
+
+def agreeing(count: int, singular: str, plural: str) -> str:
+    """The word that agrees with ``count``: ``agreeing(1, "holds", "hold")`` is ``holds``."""
+    return singular if count == 1 else plural

@@ -317,7 +317,7 @@ def test_the_stage_replays_partitions_in_record_order(scheduler):
     }
     assert found["records_replayed"] == 99 and found["skipped"] == {"text": 1}  # V from the data: 43 is in it
     assert aggregate.notes == [
-        "dummy-loss replay: 1 text records not replayed: they become tokens only with --tokenizer"
+        "dummy-loss replay: 1 text record not replayed: it becomes tokens only with --tokenizer"
     ]
     _, expected, _ = replay(records, max_length=10)
     assert {i.index for i in expected} == {i.index for i in aggregate.issues}

@@ -225,3 +225,5 @@ def test_the_cache_scans_objects_without_reusing_them(s3_server, images, tmp_pat
     first = scrub.scan(url, storage_options=s3_server.storage_options, scheduler="sync", cache=tmp_path / "c")
     again = scrub.scan(url, storage_options=s3_server.storage_options, scheduler="sync", cache=tmp_path / "c")
     assert findings(again) == findings(first) and findings(first)
+    assert again.summary.cache is None  # not written in vain, and said: nothing is reused silently
+    assert "cache: an image folder's objects are not cached yet" in " ".join(again.summary.notes)

@@ -118,8 +118,10 @@ def test_notes_give_the_share_without_supervision_and_what_was_not_checked():
     notes = token_notes(stats["tokens"], options, lambda name: f"--{name}", 4)
     assert notes[0] == "token labels: ignore index -100 (by default for token labels)"
     assert any("only negative ids were checked" in note for note in notes)
-    share = next(note for note in notes if "have no token the loss counts" in note)
-    assert "1 of 4 token records (25.0%)" in share and "batch of 4" in share and "0.0039" in share
+    share = next(note for note in notes if "no token the loss counts" in note)
+    assert (
+        "1 of 4 token records (25.0%) has no token" in share and "batch of 4" in share and "0.0039" in share
+    )
 
 
 def write_tokenizer(folder, words: list[str], config: dict | None = None):

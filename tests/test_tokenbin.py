@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import one_line_error
+from conftest import manifest_lines, one_line_error
 
 import scrub
 from scrub.readers.tokenbin import MAGIC
@@ -134,3 +134,51 @@ def test_the_window_is_part_of_the_fingerprint_and_restore_reads_with_it(tmp_pat
     whole = restore(fixed.quarantine, scheduler="sync")
     assert whole.verified and whole.report["kept"] == 11
     assert (tmp_path / "train.clean.bin").read_bytes() == (tmp_path / "train.bin").read_bytes()
+
+
+def test_a_folder_of_token_files_is_a_folder_of_datasets_each_in_its_windows(tmp_path):
+    """nanoGPT's prepare.py writes train.bin and val.bin side by side (and meta.pkl): the folder
+    is scanned as a folder of LMDB environments is, each file a dataset with --max-length
+    windows of its own, and `fix` writes each one's cleaned copy."""
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    data = tmp_path / "nano"
+    data.mkdir()
+    train, val = tokens(), tokens(5 * 64, seed=1)
+    val[3 * 64 + 5] = 7  # val.bin's one bad id is in window 1
+    val[64 + 2] = 1200
+    train.tofile(data / "train.bin")
+    val.tofile(data / "val.bin")
+    (data / "meta.pkl").write_bytes(b"\x80\x04}\x94.")  # the vocabulary's pickle: not a dataset
+    manifest = tmp_path / "nano.scrub.jsonl"
+    runner = CliRunner()
+    scanned = runner.invoke(
+        app, ["scan", str(data), "--vocab-size", "1000", "--max-length", "64", "--manifest", str(manifest)]
+    )
+    assert scanned.exit_code == 1, scanned.output
+    assert "tokenbin (2 datasets)" in scanned.output
+    assert "1 entry is not datasets" in scanned.output and "meta.pkl" in scanned.output
+    lines = manifest_lines(manifest)
+    assert {(Path(line["dataset"]).name, line["key"], line["check"]) for line in lines} == {
+        ("train.bin", "3", "token-out-of-range"),
+        ("val.bin", "1", "token-out-of-range"),
+    }
+    out = tmp_path / "clean"
+    fixed = runner.invoke(
+        app, ["fix", str(data), "--vocab-size", "1000", "--max-length", "64", "--out", str(out)]
+    )
+    assert fixed.exit_code == 0, fixed.output
+    windows = [train[i * 64 : (i + 1) * 64] for i in range(11)]
+    kept_train = np.fromfile(out / "train.clean.bin", dtype=np.uint16)  # as nanoGPT maps it
+    assert np.array_equal(kept_train, np.concatenate([w for i, w in enumerate(windows) if i != 3]))
+    kept_val = np.fromfile(out / "val.clean.bin", dtype=np.uint16)
+    assert np.array_equal(kept_val, np.concatenate([val[:64], val[128:]]))
+    assert sorted(path.name for path in data.iterdir()) == ["meta.pkl", "train.bin", "val.bin"]
+
+
+def test_a_folder_of_token_files_needs_max_length_once(tmp_path):
+    tokens().tofile(tmp_path / "train.bin")
+    tokens(seed=1).tofile(tmp_path / "val.bin")
+    assert "--max-length" in one_line_error("scan", tmp_path)

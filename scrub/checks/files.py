@@ -153,6 +153,30 @@ TRUNCATED_RECORD = reader_check(
     needs=Carries.FRAMES,
 )
 
+UNREADABLE_FILE = reader_check(
+    "unreadable-file",
+    Severity.ERROR,
+    """A file of a dataset of several files that its format's library cannot open; the others are read.
+
+    What it finds:
+        In a folder or list of HDF5 files, or a folder of Parquet files: a file that is not of
+        the format at all, one cut short (its footer or superblock gone), or an HDF5 file
+        without the data (or `--label-key`) dataset the others have. Key `*`, source the file;
+        the message is the library's reason. When no file of the dataset can be read, the
+        dataset is unusable: one line and exit 2.
+    Why it breaks training:
+        A loader that opens the files in turn fails on it when it reaches it, hours into the
+        run (h5py's "file signature not found", pyarrow's "Parquet magic bytes not found"), or
+        a handler skips it without a word and the run trains on less data than intended.
+    Example:
+        `data/named.h5: no dataset 'data' (datasets: features, label)` among eight HDF5 files.
+    What fix does:
+        Sets the whole file aside: it is copied byte for byte into the quarantine, and the
+        cleaned copy holds the other files (a list file's copy no longer names it).
+    """,
+    needs=Carries.SEVERAL_FILES,
+)
+
 UNREADABLE_DATASET = reader_check(
     "unreadable-dataset",
     Severity.ERROR,

@@ -15,6 +15,7 @@ import numpy as np
 
 from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check, value_counts
 from scrub.records import Batch, Carries, Record, Severity
+from scrub.wording import agreeing, counted
 
 #: Pillow modes whose pixels are class ids (a palette's indices count: VOC's masks are "P")
 CLASS_MAP_MODES = frozenset({"1", "L", "P", "I", "I;16", "I;16L", "I;16B", "I;16N"})
@@ -176,7 +177,7 @@ def mask_not_class_map(record: Record, options: CheckOptions) -> Finding | None:
         if not facts.unmapped:
             return None
         return Finding(
-            f"{facts.unmapped} pixels of colours not in --mask-palette: "
+            f"{counted(facts.unmapped, 'pixel')} of colours not in --mask-palette: "
             + ", ".join(str(tuple(c)) for c in facts.unmapped_colours[:4]),
             {"pixels": facts.unmapped, "colours": facts.unmapped_colours},
         )
@@ -215,8 +216,8 @@ def mask_out_of_range(record: Record, options: CheckOptions) -> Finding | None:
         return None
     values = sorted(outside)
     return Finding(
-        f"{sum(outside.values())} pixels hold class ids outside [{low}, {high}): "
-        + ", ".join(map(str, values[:8])),
+        f"{counted(sum(outside.values()), 'pixel')} {agreeing(sum(outside.values()), 'holds', 'hold')} "
+        f"class ids outside [{low}, {high}): " + ", ".join(map(str, values[:8])),
         {"values": values[:32], "pixels": sum(outside.values()), "low": low, "high": high},
     )
 
@@ -271,8 +272,8 @@ def mask_out_of_range_rows(batch: Batch, options: CheckOptions) -> list[tuple[in
             (
                 int(row),
                 Finding(
-                    f"{int(counts[row])} pixels hold class ids outside [{low}, {high}): "
-                    + ", ".join(map(str, values[:8])),
+                    f"{counted(int(counts[row]), 'pixel')} {agreeing(int(counts[row]), 'holds', 'hold')} "
+                    f"class ids outside [{low}, {high}): " + ", ".join(map(str, values[:8])),
                     {"values": values[:32], "pixels": int(counts[row]), "low": low, "high": high},
                 ),
             )

@@ -28,7 +28,7 @@ from scrub.checks.base import (
     record_check,
 )
 from scrub.records import Carries, Issue, Record, Severity, TextParts
-from scrub.wording import counted
+from scrub.wording import agreeing, counted
 
 if TYPE_CHECKING:
     from scrub.vocabulary import Vocabulary
@@ -78,7 +78,13 @@ def token_facts(record: Record, options: CheckOptions) -> TokenFacts | None:
         answers = [text for _, text, supervised in parts if supervised]
         empty_answer = None
         if not empty and answers and not any(answers):
-            empty_answer = "completion" if parts[-1][0] == "completion" else "assistant messages"
+            empty_answer = (
+                "completion"
+                if parts[-1][0] == "completion"
+                else "assistant message"
+                if len(answers) == 1
+                else "assistant messages"
+            )
         vocabulary = _vocabulary(options)
         if vocabulary is None or vocabulary.tokenizer is None:
             supervised = 0 if not empty and not any(answers) else None
@@ -174,7 +180,8 @@ def token_notes(
         chance = share**size
         where = "--batch-size" if batch_size else "--batch-size with --dummy-loss sets it"
         notes.append(
-            f"{unsupervised:,} of {judged:,} token records ({share:.1%}) have no token the loss counts "
+            f"{unsupervised:,} of {counted(judged, 'token record')} ({share:.1%}) "
+            f"{agreeing(unsupervised, 'has', 'have')} no token the loss counts "
             "(empty-sequence, empty-attention, no-supervised-tokens): a batch of "
             f"{size} ({where}) drawn at random holds nothing else with probability {chance:.2g}, "
             "and its mean loss is NaN"
@@ -222,7 +229,8 @@ def empty_sequence(record: Record, options: CheckOptions) -> Finding | None:
             {"parts": [role for role, _, _ in cast(TextParts, record.payload)]},
         )
     if facts.empty_answer is not None:
-        return Finding(f"empty answer: the {facts.empty_answer} is empty", {"part": facts.empty_answer})
+        verb = "are" if facts.empty_answer.endswith("s") else "is"  # the assistant messages are empty
+        return Finding(f"empty answer: the {facts.empty_answer} {verb} empty", {"part": facts.empty_answer})
     return None
 
 

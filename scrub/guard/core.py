@@ -35,6 +35,7 @@ from scrub.guard.manifest import GuardManifest, Named, record_names
 from scrub.guard.ranks import agree, gathered
 from scrub.guard.triage import Search, Triage, module_of
 from scrub.records import Issue, Severity
+from scrub.wording import counted
 
 #: what ``on_nonfinite`` may be
 POLICIES = ("skip", "raise")
@@ -212,7 +213,7 @@ class NanGuard:
         self.in_a_row += 1
         if self.on_nonfinite == "raise" or self.in_a_row >= self.max_skips:
             why = (
-                f"{self.in_a_row} steps in a row went non-finite (max_skips={self.max_skips})"
+                f"{counted(self.in_a_row, 'step')} in a row went non-finite (max_skips={self.max_skips})"
                 if self.on_nonfinite != "raise"
                 else "on_nonfinite='raise'"
             )
@@ -311,8 +312,8 @@ class NanGuard:
                     name(position).issue(
                         "training-joint-nonfinite",
                         Severity.WARNING,
-                        f"non-finite at step {self.steps} only together with {len(group) - 1} other records "
-                        "of its batch, never alone",
+                        f"non-finite at step {self.steps} only together with "
+                        f"{counted(len(group) - 1, 'other record')} of its batch, never alone",
                         {**step, "group_size": len(group)},
                     )
                 )

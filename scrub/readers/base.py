@@ -229,6 +229,11 @@ class Reader(ABC, Generic[PartitionT]):
     #: (Megatron's ``data/name`` for ``name.bin`` and ``name.idx``): that prefix names a dataset
     #: although no file bears it (`names_dataset`).
     prefix_files: ClassVar[tuple[str, ...]] = ()
+    #: Whether each file of this format is a dataset of its own that no folder of them forms one
+    #: of (nanoGPT's ``train.bin`` and ``val.bin``: two token streams, each cut by its own
+    #: trainer): a folder of such files is a folder of datasets (`expand_datasets`), as a folder
+    #: of LMDB environments is, where a folder of HDF5 files is one dataset.
+    files_are_datasets: ClassVar[bool] = False
 
     # What `open` sets and writers (`scrub.writers`) may read; nothing else of a reader is theirs.
     #: The folder the records' paths are relative to (an image folder, a list file's root, an
@@ -302,6 +307,11 @@ class Reader(ABC, Generic[PartitionT]):
     def subset(self, partition: PartitionT, offsets: Sequence[int]) -> PartitionT:
         """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
         raise NotImplementedError
+
+    def not_cached(self) -> str | None:
+        """Why this dataset's records are not cached although the format's are (an image folder
+        in a bucket), for the scan's note; None when they are."""
+        return None
 
 
 #: format name -> "module:Class" of its reader: the format table's view (`scrub.formats`);
@@ -634,7 +644,8 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
     An argument is a dataset, a glob pattern (``'shards/train-*.h5'``, for shells that do not
     expand it; ``**`` recurses), or a folder whose children are datasets: a folder that holds
     LMDB environments is scanned as each of its children that is a dataset (LMDB environments
-    and data files, HDF5 files, list files, folders of images). A folder that no reader takes
+    and data files, HDF5 files, list files, folders of images), and so is a folder of flat token
+    files (`Reader.files_are_datasets`). A folder that no reader takes
     as a whole and that holds no such child stays one argument: opening it says what is wrong.
     A folder of class sub-folders is one image dataset (ImageFolder's layout), and a folder of
     HDF5 files is one HDF5 dataset, as when it is named alone.
@@ -718,7 +729,8 @@ def _collection(path: Path) -> list[Path] | None:
     """The children of a folder of datasets, else None: a folder that holds databases (LMDB
     environments, LevelDB databases: `Reader.database_folder`), or files that are datasets of
     more than one format (HDF5 files beside ``.npy`` files: no reader takes them as one dataset,
-    and the one that takes the folder would pass over the rest)."""
+    and the one that takes the folder would pass over the rest), or files each of which is a
+    dataset of its own (`Reader.files_are_datasets`: nanoGPT's ``train.bin`` and ``val.bin``)."""
     databases = [cls for cls in map(reader_class, format_names(plugins=False)) if cls.database_folder]
     if not path.is_dir() or any(cls.sniff(path) for cls in databases):
         return None
@@ -734,6 +746,8 @@ def _collection(path: Path) -> list[Path] | None:
                 formats.add(name)
         if len(formats) > 1:
             return children
+    if any(reader_class(name).files_are_datasets for name in formats):
+        return children
     return None
 
 

@@ -26,6 +26,7 @@ from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
 from scrub.readers.base import DatasetInfo, Reader, split_records
 from scrub.records import Carries, Record
+from scrub.wording import agreeing, counted
 
 SNIFF_BYTES = 1 << 16
 
@@ -148,7 +149,10 @@ class CocoReader(Reader[Sequence[CocoImage]]):
             "image_folder": str(folder),
         }
         if orphans:
-            info.notes.append(f"{orphans} annotations belong to no listed image: not checked; fix keeps them")
+            info.notes.append(
+                f"{counted(orphans, 'annotation')} {agreeing(orphans, 'belongs', 'belong')} to no listed "
+                f"image: not checked; fix keeps {agreeing(orphans, 'it', 'them')}"
+            )
         info.notes.append(f"classes: category ids must be one of the {len(self.category_ids)} declared")
         info.image_root = self.images
         return info, split_records(records, partition_size)

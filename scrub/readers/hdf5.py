@@ -17,6 +17,10 @@ Links that leave the dataset root are never followed: an external link, a virtua
 external raw storage whose target lies outside the root is reported as `unsafe-path` (key
 ``*``) and that file is not read. External raw storage is always reported: HDF5 resolves it
 against the working directory, not the file.
+
+A file of a folder or list that does not open (not HDF5, truncated, without the data dataset)
+is `unreadable-file` (key ``*``) and the other files are read; the writer sets it aside whole.
+Only when no file opens is the dataset unusable.
 """
 
 from __future__ import annotations
@@ -163,6 +167,10 @@ class HDF5Reader(Reader[RowRange]):
         partitions: list[RowRange] = []
         any_labels = False
         labels_seen: dict[str, list[str]] = {}  # label key -> the files it was read from
+        unreadable: list[str] = []  # why each file that does not open does not
+        read = 0  # files opened and split into rows
+        if len(listed) > 1:  # a file of them may be unreadable alone (`unreadable-file`)
+            self.provides = self.provides | {Carries.SEVERAL_FILES}
         for source, path in listed:
             target = os.path.realpath(path)
             if not is_within(target, real_root):
@@ -180,18 +188,24 @@ class HDF5Reader(Reader[RowRange]):
                     target, source, data_key, real_root, info, partition_size, labels_seen
                 )
             except UnusableDataset as error:
-                if layout != "folder" or len(listed) == 1:
+                if len(listed) == 1:
                     raise
-                raise UnusableDataset(
-                    f"{error}; to scan the other {len(listed) - 1} files, name them "
-                    f"('{self.path}/*{Path(source).suffix}'): each is then a dataset of its own, and this "
-                    "one an unreadable-dataset finding"
-                ) from None
+                unreadable.append(str(error))  # the others are read; `fix` sets this one aside
+                reason = str(error).removeprefix(f"{source}: ")  # the finding's source names it
+                info.issues.append(_dataset_issue("unreadable-file", source, reason))
+                continue
             if opened is not None:
+                read += 1
                 rows, has_labels, ranges = opened
                 info.records += rows
                 any_labels |= has_labels
                 partitions += ranges
+        if unreadable and not read:  # nothing left to scan: the dataset is unusable
+            raise UnusableDataset(
+                f"{self.path}: none of its {len(listed)} HDF5 files can be read ({unreadable[0]}"
+                + (f"; and {len(unreadable) - 1} more" if len(unreadable) > 1 else "")
+                + ")"
+            )
         info.labelled = any_labels
         plain, compressed = self._data_bytes
         self.preferred_scheduler = "processes" if compressed else "threads"

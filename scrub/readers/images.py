@@ -542,5 +542,13 @@ class ImageReader(Reader[Sequence[Entry]]):
             entries.append((f"{source}\0{key}", path, context, None))
         return entries
 
+    def not_cached(self) -> str | None:
+        if is_url(self.path):
+            return (
+                "an image folder's objects are not cached yet (its files are, keyed by their stat): "
+                "every record was scanned"
+            )
+        return None
+
     def subset(self, partition: Sequence[Entry], offsets: Sequence[int]) -> tuple[Entry, ...]:
         return tuple(partition[o] for o in offsets)

@@ -57,6 +57,7 @@ from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.tokenfields import ATTENTION, CHAT_FIELDS, IDS, LABELS, TEXT_FIELDS, fill_record
 from scrub.records import Carries, Record
+from scrub.wording import agreeing, counted
 
 INDEX = "index.json"
 #: llm-foundry's name for a column of token ids (``convert_dataset_hf.py --concat_tokens``)
@@ -296,7 +297,7 @@ class ShardBytes:
         for sample in range(start, stop):
             if sample >= self.count:
                 found.append(
-                    f"the shard's header lists {self.count} samples and the index "
+                    f"the shard's header lists {counted(self.count, 'sample')} and the index "
                     f"{self.shard.samples}: sample {sample} of the shard is not in it"
                 )
                 continue
@@ -523,7 +524,8 @@ class MDSReader(Reader[SampleRange]):
                     "*",
                     None,
                     Finding(
-                        f"no such file: {named}: its {entry['samples']} samples are not read",
+                        f"no such file: {named}: its {counted(int(entry['samples']), 'sample')} "
+                        f"{agreeing(int(entry['samples']), 'is', 'are')} not read",
                         {"samples": int(entry["samples"])},
                     ),
                 )

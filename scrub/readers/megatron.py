@@ -40,6 +40,7 @@ from scrub.errors import UnusableDataset
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.hdf5 import PLAIN_BYTES_PER_SECOND
 from scrub.records import Batch, Carries, Record, TokenRows
+from scrub.wording import counted
 
 HEADER = b"MMIDIDX\x00\x00"
 #: header, version, dtype code, sequence count, document-index count
@@ -124,7 +125,8 @@ def read_index(prefix: Path) -> IndexFacts:
     arrays = HEADER_BYTES + 12 * sequences + 8 * entries
     if size < arrays:
         raise UnusableDataset(
-            f"{idx}: declares {sequences:,} sequences and {entries:,} document indices, which need "
+            f"{idx}: declares {counted(sequences, 'sequence')} and {counted(entries, 'document index')}, "
+            "which need "
             f"{arrays:,} bytes; the file has {size:,} (truncated?)"
         )
     facts = IndexFacts(
@@ -246,7 +248,8 @@ class MegatronReader(Reader[Sequences]):
         }
         if documents != facts.sequences:
             info.notes.append(
-                f"{source}: {facts.sequences:,} sequences in {documents:,} documents (sentences split): "
+                f"{source}: {counted(facts.sequences, 'sequence')} in {counted(documents, 'document')} "
+                "(sentences split): "
                 "a record is a sequence, as IndexedDataset[i] fetches it"
             )
         info.notes.append(PACKED)

@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from scrub.checks.base import problem
+from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.formats import needs
 from scrub.readers.base import DatasetInfo, Reader, shared_sniff
@@ -171,6 +171,9 @@ class ParquetStorage:
     name = "Parquet"
     suffix = ".parquet"
     unit = "row group"
+    #: a file that does not open is an `unreadable-file` finding and the others are read: each
+    #: Parquet file stands alone (a loader given the folder reads every file it finds)
+    files_stand_alone = True
 
     @staticmethod
     def is_file(path: Location) -> bool:
@@ -206,6 +209,9 @@ class ArrowStorage:
     name = "Arrow"
     suffix = ".arrow"
     unit = "record batch"
+    #: a file that does not open makes the dataset unusable: a ``save_to_disk`` folder's
+    #: ``state.json`` names every file, and ``load_from_disk`` of a copy without one fails
+    files_stand_alone = False
 
     @staticmethod
     def is_file(path: Location) -> bool:
@@ -331,7 +337,12 @@ class ParquetReader(Reader[RowGroups]):
                 found = first_table_file(path, cls.storage.suffix)
             except OSError:
                 return False
-            return found is not None and cls.storage.is_file(found)
+            if found is None:
+                return False
+            # the first file met may be the damaged one of many: then any other of the format's
+            return cls.storage.is_file(found) or any(
+                cls.storage.is_file(other) for other in table_files(path, cls.storage.suffix)
+            )
         return False
 
     def files(self) -> list[Path]:
@@ -356,14 +367,20 @@ class ParquetReader(Reader[RowGroups]):
         info = DatasetInfo(format=self.format, layout="table", root=self.root, labelled=False, records=0)
         partitions: list[RowGroups] = []
         schema = None
+        alone = storage.files_stand_alone and len(files) > 1  # one may be unreadable alone
+        unreadable: list[str] = []  # why each file that does not open does not
         for path in files:
             source = self.source_of(path)
             try:
                 file_schema, sizes, described = storage.facts(path)
             except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-                raise UnusableDataset(
-                    f"{path}: not a readable {storage.name} file ({first_line(error)})"
-                ) from None
+                reason = f"not a readable {storage.name} file ({first_line(error)})"
+                if not alone or (is_url(path) and not isinstance(error, ValueError)):
+                    # (an object's OSError may be the network's, not the file's: never a finding)
+                    raise UnusableDataset(f"{path}: {reason}") from None
+                unreadable.append(f"{source}: {reason}")  # `fix` sets it aside, whole
+                info.issues.append(make_issue("unreadable-file", source, "*", None, Finding(reason)))
+                continue
             if schema is None:
                 schema = file_schema
                 self.columns = self._choose(schema, info)
@@ -388,10 +405,18 @@ class ParquetReader(Reader[RowGroups]):
                     groups = []
             info.records += sum(sizes)
             info.files[source] = {**self.chosen, **described}
+        if schema is None:  # not one file opened: nothing to scan
+            raise UnusableDataset(
+                f"{self.path}: none of its {len(files)} {storage.name} files can be read ({unreadable[0]}"
+                + (f"; and {len(unreadable) - 1} more" if len(unreadable) > 1 else "")
+                + ")"
+            )
         assert self.columns is not None
         info.labelled = self.columns.label is not None
         if self.columns.kind in ("tokens", "text"):  # token labels are not class labels
             self.provides = frozenset({Carries.TOKENS, Carries.SEQUENCES})
+        if alone:  # `unreadable-file` runs
+            self.provides = self.provides | {Carries.SEVERAL_FILES}
         # rows of numbers are known by their content across scans (as HDF5 rows); an image's
         # identity is its position (its bytes are hashed by the duplicate check already)
         self.positional_keys = self.columns.kind != "image"

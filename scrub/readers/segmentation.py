@@ -24,6 +24,7 @@ from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
 from scrub.readers.images import IMAGE_EXTENSIONS
 from scrub.records import Carries, Record
+from scrub.wording import agreeing, counted
 
 IMAGE_FOLDERS = ("images", "JPEGImages", "img_dir", "imgs", "img")
 MASK_FOLDERS = ("masks", "SegmentationClass", "annotations", "ann_dir", "labels", "mask", "gt")
@@ -218,7 +219,8 @@ class SegmentationReader(Reader[Sequence[Pair]]):
                 f" and {len(self.orphans) - 5} more" if len(self.orphans) > 5 else ""
             )
             info.notes.append(
-                f"{len(self.orphans)} masks pair with no image ({shown}): not records; "
+                f"{counted(len(self.orphans), 'mask')} {agreeing(len(self.orphans), 'pairs', 'pair')} "
+                f"with no image ({shown}): not records; "
                 "copied into the cleaned copy"
             )
         info.image_root = os.path.join(self.root, self.image_folder)

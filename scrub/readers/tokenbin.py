@@ -27,6 +27,7 @@ from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.hdf5 import PLAIN_BYTES_PER_SECOND
 from scrub.records import Batch, Carries, TokenRows
+from scrub.wording import counted
 
 #: llm.c's shard header: 256 int32, the first three magic, version, token count
 MAGIC = 20240520
@@ -112,6 +113,7 @@ class Windows:
 class TokenBinReader(Reader[Windows]):
     format = "tokenbin"
     file_suffixes = (".bin",)
+    files_are_datasets = True  # train.bin and val.bin: two streams, each cut into its own windows
     preferred_scheduler = "threads"
     records_per_task = 0  # partitions are sized in tokens
     provides = frozenset({Carries.TOKENS})
@@ -153,7 +155,8 @@ class TokenBinReader(Reader[Windows]):
             "layout": "raw" if found.version is None else f"llm.c shard v{found.version}",
         }
         info.notes.append(
-            f"{source}: {found.count:,} tokens read as {windows:,} windows of {window} (--max-length); "
+            f"{source}: {counted(found.count, 'token')} read as {counted(windows, 'window')} of {window} "
+            "(--max-length); "
             f"window i holds tokens i*{window} to (i+1)*{window}-1"
         )
         info.notes.append(PACKED)

@@ -25,6 +25,7 @@ from scrub.errors import UsageError, first_line
 from scrub.readers.base import ReadOptions
 from scrub.readers.caffe_datum import DatumError, looks_like_datum, parse_datum
 from scrub.records import Record, Severity
+from scrub.wording import counted
 
 #: keys that loaders keep metadata under in key-value stores: not records, skipped
 METADATA_KEYS = frozenset({b"__keys__", b"__len__", b"num-samples"})
@@ -233,7 +234,7 @@ def _use_datum(record: Record, datum) -> None:
                 record.key,
                 record.index,
                 Finding(
-                    f"Datum holds {size} values but channels x height x width = {shape}",
+                    f"Datum holds {counted(size, 'value')} but channels x height x width = {shape}",
                     {"values": size, "channels": shape[0], "height": shape[1], "width": shape[2]},
                     Severity.ERROR,
                 ),

@@ -72,6 +72,7 @@ from scrub.readers.tokenfields import KNOWN, fill_record
 from scrub.readers.values import decode_value, use_array
 from scrub.records import Carries, Record
 from scrub.storage import forget_listings, is_url, location, stat_version
+from scrub.wording import agreeing, counted
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -184,7 +185,8 @@ class WebDatasetReader(Reader[ShardSpan]):
             shards = shard_files(path)
         except OSError:
             return False
-        return bool(shards) and looks_like_tar(shards[0])
+        # the first shard may be the damaged one of many (a `damaged-shard` finding): any other
+        return any(looks_like_tar(shard) for shard in shards)
 
     def shards(self) -> list[Any]:
         """The shards: local paths, or objects of a bucket (`scrub.storage`)."""
@@ -258,7 +260,8 @@ class WebDatasetReader(Reader[ShardSpan]):
         self._judge_kinds(partitions, info)
         if data_key is None and several_images:
             info.notes.append(
-                f"{several_images} samples hold more than one image: only the first of each is "
+                f"{counted(several_images, 'sample')} {agreeing(several_images, 'holds', 'hold')} more than "
+                "one image: only the first of each is "
                 "checked (name another with --data-key)"
             )
         if others:
@@ -582,7 +585,7 @@ def decode_tenbin(data: bytes) -> list[tuple[str, np.ndarray]]:
         chunks.append(data[offset + 16 : offset + 16 + size])
         offset += 16 + -(-size // 64) * 64
     if len(chunks) % 2:
-        raise ValueError(f"{len(chunks)} tenbin chunks: a header without its data")
+        raise ValueError(f"{counted(len(chunks), 'tenbin chunk')}: a header without its data")
     arrays = []
     for header, values in zip(chunks[::2], chunks[1::2]):
         if len(header) < 24 or len(header) % 8:

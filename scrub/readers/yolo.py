@@ -30,6 +30,7 @@ from scrub.readers.segmentation import (
     unsafe_file,
 )
 from scrub.records import Carries, Record
+from scrub.wording import counted
 
 LABEL_FOLDER = "labels"
 YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml")
@@ -104,7 +105,7 @@ def parse_labels(text: bytes) -> tuple[list[Box], list[tuple[str, str]]]:
                 Box(ref, values[0], (left + right) / 2, (top + bottom) / 2, right - left, bottom - top, True)
             )
         else:
-            malformed.append((ref, f"{len(values)} numbers, not 5 (class cx cy w h) or a polygon"))
+            malformed.append((ref, f"{counted(len(values), 'number')}, not 5 (class cx cy w h) or a polygon"))
     return boxes, malformed
 
 

@@ -30,7 +30,7 @@ from scrub.replay.features import Features, FeatureSpec, featurize_batch, featur
 from scrub.replay.replayer import Replayer
 from scrub.replay.standardize import PIXELS, Moments, Standardizer
 from scrub.replay.tokens import TokenFeatures, TokenSpec, featurize_token_records, token_extent
-from scrub.wording import counted
+from scrub.wording import agreeing, counted
 
 
 @dataclass
@@ -359,7 +359,7 @@ def replay_tokens(
     texts = found["skipped"].get("text", 0)
     if texts:
         aggregate.notes.append(
-            f"dummy-loss replay: {texts:,} text records not replayed: they become tokens only with "
-            "--tokenizer"
+            f"dummy-loss replay: {counted(texts, 'text record')} not replayed: "
+            f"{agreeing(texts, 'it becomes', 'they become')} tokens only with --tokenizer"
         )
     return described | found

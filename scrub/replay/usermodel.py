@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from scrub.errors import UsageError, first_line
+from scrub.wording import counted
 
 LossFunction = Callable[[np.ndarray, np.ndarray], Any]
 
@@ -133,7 +134,10 @@ def call_loss(
         gradient_finite = all(bool(np.isfinite(_numpy(part, spec)).all()) for part in parts)
     losses = _numpy(answer, spec)
     if losses.ndim and losses.size != len(y):
-        raise UsageError(f"--model {spec} returned {losses.size} losses for a batch of {len(y)} records")
+        raise UsageError(
+            f"--model {spec} returned {counted(losses.size, 'loss')} for a batch of "
+            f"{counted(len(y), 'record')}"
+        )
     return (losses.reshape(len(y)) if losses.ndim else losses), gradient_finite
 
 

@@ -2,8 +2,12 @@
 
 Order: against a baseline, the issues that are new or reappeared come first (they are what a
 nightly job fails on, and a person reading a report wants them named, not the first ten known
-ones in dataset order); then the others. Within each, dataset order. Without a baseline every
-issue ranks the same, so the order is dataset order.
+ones in dataset order); then the others. Within each, dataset order: the dataset (of a run of
+several), the partition (a reader lists its partitions in dataset order), then the record's
+index. The partition comes before the index because some formats number records per file (a
+folder of Parquet or HDF5 files: ``part-00001.parquet:880`` is after every row of
+``part-00000.parquet``). Without a baseline every issue ranks the same, so the order is dataset
+order. Issues read back from a manifest carry no partition: they are ordered by dataset and index.
 """
 
 from __future__ import annotations
@@ -68,10 +72,11 @@ def _rank(status: str | None) -> int:
     return 0 if status in MARKED else 1
 
 
-def _order(issue: Issue) -> tuple:
+def _order(issue: Issue, partition: int) -> tuple:
     return (
         _rank(issue.status),
         issue.dataset or "",
+        partition,
         issue.index if issue.index is not None else -1,
         issue.source,
         issue.key,
@@ -94,22 +99,27 @@ class Collector:
     one per partition, merged in the driver), so that its reports need no second pass over a
     manifest of millions of lines. Memory: the kept issues and a few counts per check."""
 
-    def __init__(self, show: int = 10, per_check: int = KEYS_PER_CHECK, images: int = 0) -> None:
+    def __init__(
+        self, show: int = 10, per_check: int = KEYS_PER_CHECK, images: int = 0, partition: int = -1
+    ) -> None:
         self.show, self.per_check, self.images = show, per_check, images
+        #: the partition whose issues this collector is given, when one (a worker's); -1: unknown
+        self.partition = partition
         self.errors: list[tuple] = []  # a max-heap (negated order) of the smallest ``max(show, images)``
         self.keys: dict[str, list[tuple]] = {}
         self.counter = 0
         #: (check, status, severity) -> issues: one count per issue, the rest derived at the end
         self.counts: Counter[tuple[str, str, str]] = Counter()
 
-    def add(self, issue: Issue) -> None:
-        """Count an issue, and keep it if it is among the first so far (the fast path rejects
-        most issues of a dense partition before building anything)."""
+    def add(self, issue: Issue, partition: int | None = None) -> None:
+        """Count an issue (of ``partition``: by default the collector's), and keep it if it is
+        among the first so far (the fast path rejects most issues of a dense partition before
+        building anything)."""
         status = issue.status or "found"
         if status == "resolved":
             return
         self.counts[(issue.check, status, SEVERITY_NAMES[issue.severity])] += 1
-        self.keep(issue)
+        self.keep(issue, partition)
 
     def count(self, check: str, severity: Severity, issues: int = 1) -> None:
         """Count found issues without their objects (see `wants`)."""
@@ -120,23 +130,27 @@ class Collector:
     ) -> bool:
         """Whether an issue of ``check`` on record ``index`` (of baseline ``status``) may be
         kept: False when it comes after every one kept, so that its object need not be built."""
-        rank = _rank(status)
-        if not _after_all(rank, dataset, index, self.keys.get(check, []), self.per_check):
+        rank, at = _rank(status), (self.partition, index)
+        if not _after_all(rank, dataset, at, self.keys.get(check, []), self.per_check):
             return True
         return severity is Severity.ERROR and not _after_all(
-            rank, dataset, index, self.errors, max(self.show, self.images)
+            rank, dataset, at, self.errors, max(self.show, self.images)
         )
 
-    def keep(self, issue: Issue) -> None:
-        """Keep an issue (counted already) if it is among the first so far."""
+    def keep(self, issue: Issue, partition: int | None = None) -> None:
+        """Keep an issue (counted already; of ``partition``, by default the collector's) if it
+        is among the first so far."""
+        partition = self.partition if partition is None else partition
         severity = SEVERITY_NAMES[issue.severity]
         heap = self.keys.get(issue.check)
         if heap is None:
             heap = self.keys[issue.check] = []
         wanted = max(self.show, self.images) if severity == "error" else 0
-        if _after(issue, heap, self.per_check) and (not wanted or _after(issue, self.errors, wanted)):
+        if _after(issue, partition, heap, self.per_check) and (
+            not wanted or _after(issue, partition, self.errors, wanted)
+        ):
             return  # the fast path of a dense partition: after every issue kept, nothing to build
-        order = _order(issue)
+        order = _order(issue, partition)
         if len(heap) < self.per_check or order < heap[0][0].order:
             self.counter += 1
             _keep(heap, order, self.counter, issue, self.per_check)
@@ -156,12 +170,12 @@ class Collector:
         """Add what another collector (of other records) saw: its counts, and its kept issues."""
         self.counts.update(other.counts)
         for check, heap in other.keys.items():
-            for _, _, issue in heap:
+            for order, _, issue in heap:
                 self.counter += 1
-                _keep(self.keys.setdefault(check, []), _order(issue), self.counter, issue, self.per_check)
-        for _, _, issue in other.errors:
+                _keep(self.keys.setdefault(check, []), order.order, self.counter, issue, self.per_check)
+        for order, _, issue in other.errors:
             self.counter += 1
-            _keep(self.errors, _order(issue), self.counter, issue, max(self.show, self.images))
+            _keep(self.errors, order.order, self.counter, issue, max(self.show, self.images))
 
     def finish(self) -> Findings:
         found = Findings(show=self.show, images=self.images)
@@ -170,30 +184,31 @@ class Collector:
             found.severities.setdefault(check, Counter())[(status, severity)] += count
             if severity == "error":
                 found.error_count += count
-        ranked = [item[2] for item in sorted(self.errors, key=lambda item: _order(item[2]))]
+        ranked = [item[2] for item in sorted(self.errors, key=lambda item: item[0].order)]
         found.errors = ranked[: self.show]
         found.quarantined = ranked[: self.images]
         for check, heap in sorted(self.keys.items()):
-            kept = [item[2] for item in sorted(heap, key=lambda item: _order(item[2]))]
+            kept = [item[2] for item in sorted(heap, key=lambda item: item[0].order)]
             found.keys[check] = [record_name(issue) for issue in kept]
             found.key_marks[check] = [mark(issue.status) for issue in kept]
         return found
 
 
-def _after(issue: Issue, heap: list, limit: int) -> bool:
-    """Whether ``issue`` comes after every issue of a full ``heap`` by its rank, dataset and
-    index alone (`_order` compares those first), without building its order."""
+def _after(issue: Issue, partition: int, heap: list, limit: int) -> bool:
+    """Whether ``issue`` (of ``partition``) comes after every issue of a full ``heap`` by its
+    rank, dataset, partition and index alone (`_order` compares those first), without building
+    its order."""
     if limit <= 0:
         return True
     if issue.index is None:
         return False
-    return _after_all(_rank(issue.status), issue.dataset, issue.index, heap, limit)
+    return _after_all(_rank(issue.status), issue.dataset, (partition, issue.index), heap, limit)
 
 
-def _after_all(rank: int, dataset: str | None, index: int, heap: list, limit: int) -> bool:
-    """Whether record ``index`` of ``dataset``, of `_rank` ``rank``, comes after every issue
-    of a full ``heap``: a later rank always does; the same rank, by a later index of the same
-    dataset (another dataset may sort either side: no fast answer)."""
+def _after_all(rank: int, dataset: str | None, at: tuple[int, int], heap: list, limit: int) -> bool:
+    """Whether the record ``at`` (partition, index) of ``dataset``, of `_rank` ``rank``, comes
+    after every issue of a full ``heap``: a later rank always does; the same rank, by a later
+    place in the same dataset (another dataset may sort either side: no fast answer)."""
     if limit <= 0:
         return True
     if len(heap) < limit:
@@ -201,7 +216,7 @@ def _after_all(rank: int, dataset: str | None, index: int, heap: list, limit: in
     last = heap[0][0].order
     if rank != last[0]:
         return rank > last[0]
-    return (dataset or "") == last[1] and index > last[2]
+    return (dataset or "") == last[1] and at > (last[2], last[3])
 
 
 def _keep(heap: list, order: tuple, counter: int, issue: Issue, limit: int) -> None:

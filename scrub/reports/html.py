@@ -173,13 +173,14 @@ def _histogram(labels: dict) -> str:
                 f"text-anchor='middle'>{_e(label)}</text>"
             )
     more = (
-        f"<p class=muted>{len(items) - len(shown):,} more labels not shown</p>"
+        f"<p class=muted>{counted(len(items) - len(shown), 'more label')} not shown</p>"
         if len(items) > len(shown)
         else ""
     )
     return (
         f"<h2>Labels</h2><svg id=labels width={width} height={height} role=img>{''.join(bars)}</svg>{more}"
-        f"<p class=muted>{len(items):,} distinct labels, {sum(labels.values()):,} labelled records</p>"
+        f"<p class=muted>{counted(len(items), 'distinct label')}, "
+        f"{counted(sum(labels.values()), 'labelled record')}</p>"
     )
 
 

@@ -229,7 +229,8 @@ class DatasetScan:
             self.replayed = _replay(dataset, self.checking, self.replay, plan, aggregate, self.checks)
         if aggregate.records != info.records and info.snapshots:
             aggregate.notes.append(
-                f"the database changed during the scan: {info.records:,} records when it was listed, "
+                f"the database changed during the scan: {counted(info.records, 'record')} when it was "
+                "listed, "
                 f"{aggregate.records:,} read (each partition's key range whole, from one snapshot)"
             )
             info.records = aggregate.records
@@ -305,6 +306,7 @@ class DatasetScan:
             issues_by_severity=dict(aggregate.by_severity),
             records_with_errors=aggregate.records_with(Severity.ERROR, locate),
             records_with_warnings=aggregate.records_with(Severity.WARNING, locate),
+            records_warned=aggregate.records_with(Severity.WARNING, locate, exactly=True),
             stats={name: dict(sorted(counter.items())) for name, counter in sorted(aggregate.stats.items())},
             checks=[c.id for c in self.checks],
             options=self.options.verdict_options(),
@@ -345,6 +347,8 @@ def _open_cache(
         return None, [
             f"cache: {reader.format} records are not cached ({listed} records are): every record was scanned"
         ]
+    if reader.not_cached() is not None:
+        return None, [f"cache: {reader.not_cached()}"]
     scope = scope_digest(
         (
             __version__,

@@ -14,8 +14,8 @@ A record's checksum covers its row in every row-aligned dataset (see `scrub.ledg
 quarantine holds, per file with quarantined rows, a file with only the row-aligned datasets
 (same creation properties) plus ``scrub_source_row``: each row's index in the source (a
 single-file source always gets one, possibly with no rows). A file with a dataset-level
-problem (a row-count mismatch, a link leaving the root) cannot be split row by row: it goes
-to the quarantine whole, copied byte for byte.
+problem (a row-count mismatch, a link leaving the root, a file that does not open) cannot be
+split row by row: it goes to the quarantine whole, copied byte for byte.
 
 Rows are read in chunk-aligned blocks and written in whole chunks, so compressed chunks are
 never rewritten and memory stays at a few blocks. Plain chunks (no filters, chunked in whole
@@ -62,7 +62,7 @@ from scrub.writers.base import Tally, Verdicts, Writer
 
 SOURCE_ROW = "scrub_source_row"
 #: dataset-level problems after which a file cannot be split row by row
-WHOLE_FILE_CHECKS = frozenset({"unsafe-path", "missing-file", "row-count-mismatch"})
+WHOLE_FILE_CHECKS = frozenset({"unsafe-path", "missing-file", "row-count-mismatch", "unreadable-file"})
 
 
 class HDF5Writer(Writer[HDF5Reader]):

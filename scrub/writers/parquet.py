@@ -14,7 +14,10 @@ fingerprint of its own (``datasets`` keys its caches by it: the source's would n
 and its ``dataset_info.json`` the split's new ``num_examples`` and ``num_bytes``. A Hub dataset
 card (``README.md`` whose YAML header's ``dataset_info`` lists the splits' sizes, which
 ``datasets.load_dataset`` verifies) gets the cleaned copy's sizes, each split's files found by
-the card's ``configs`` patterns (else by the split's name in the file's path)."""
+the card's ``configs`` patterns (else by the split's name in the file's path).
+
+A Parquet file of a folder that pyarrow cannot open (``unreadable-file``) holds no row to keep:
+it is copied byte for byte into the quarantine, and left out of the cleaned copy."""
 
 from __future__ import annotations
 
@@ -53,7 +56,15 @@ class ParquetWriter(Writer[ParquetReader]):
         self.written: dict[Path, list[int]] = {}
         self.set_aside: dict[str, list[np.ndarray]] = {}
         quarantines = {path: target for path, _, target in self._targets(quarantine)} if quarantine else {}
+        unreadable = self._unreadable()
         for path, source, target in self._targets(clean):
+            if source in unreadable:  # no row to split: the file goes to the quarantine as it is
+                tally.forced += [] if source in verdicts.files else [f"{source}: {unreadable[source]}"]
+                _tally_file(tally.quarantined, source, path)
+                if path in quarantines:
+                    quarantines[path].parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path, quarantines[path])
+                continue
             schema, sizes, described = storage.facts(path)
             outputs = {False: target}
             if path in quarantines:
@@ -95,6 +106,11 @@ class ParquetWriter(Writer[ParquetReader]):
             if quarantine is not None:
                 self._saved_to_disk(quarantine, "quarantine")
         return tally
+
+    def _unreadable(self) -> dict[str, str]:
+        """The files the reader could not open (`unreadable-file`), by source, with why: they
+        are set aside whole, whatever the threshold (they hold no row to keep)."""
+        return {issue.source: issue.message for issue in self.info.issues if issue.check == "unreadable-file"}
 
     def _saved_to_disk(self, output: Path, side: str) -> None:
         """Each ``save_to_disk`` folder's description in ``output``, as `datasets` would write it
@@ -236,8 +252,12 @@ class ParquetWriter(Writer[ParquetReader]):
         ledger = Ledger()
         if not target.exists():
             return ledger
+        unreadable = self._unreadable()
         for path, source, output in self._targets(target):
             if not output.exists():
+                continue
+            if source in unreadable:  # set aside whole (`write`): its bytes, wherever it landed
+                _tally_file(ledger, source, output)
                 continue
             rows = sum(storage.facts(path)[1])
             wanted = np.array(
@@ -252,6 +272,11 @@ class ParquetWriter(Writer[ParquetReader]):
                 ledger.add_values(_row_values(source, wanted[first : first + table.num_rows], table))
                 first += table.num_rows
         return ledger
+
+
+def _tally_file(ledger: Ledger, source: str, path: Path) -> None:
+    """A file set aside whole, by its bytes (as the HDF5 writer tallies one)."""
+    ledger.add_file(identity_seed("file", source), str(path))
 
 
 def _row_values(source: str, rows: np.ndarray, table: Any) -> np.ndarray:
