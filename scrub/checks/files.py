@@ -72,8 +72,10 @@ MALFORMED_SAMPLE = reader_check(
     What it finds:
         A sample (the tar members sharing a key) with no image, `.npy`, text, `.json`, msgpack or
         `.ten` member to train on; a member the shard ends inside of (a truncated download or
-        copy); two members with the same extension (WebDataset raises "duplicate file name"); a
-        `.json`, msgpack, `.ten` or second `.npy` member that does not load.
+        copy), or the last sample before a tar header the shard ends inside of (`tarfile` and
+        WebDataset stop there without a word: the samples after it are lost); two members with
+        the same extension (WebDataset raises "duplicate file name"); a `.json`, msgpack, `.ten`
+        or second `.npy` member that does not load.
     Why it breaks training:
         WebDataset's decoder raises on the sample (a `KeyError` for the missing `jpg`, a
         `ReadError` for the cut member), which ends the epoch unless a handler skips it
