@@ -249,10 +249,14 @@ class WebDatasetReader(Reader[ShardSpan]):
                 )
             elif walk.cut:
                 described["cut_at"] = walk.end
+                last = (
+                    f"its last, {walked.last}, is malformed-sample; those after it are lost"
+                    if walked.last is not None
+                    else "it holds none to scan"
+                )
                 info.notes.append(
                     f"{source}: the shard ends at byte {walk.end}, inside a member or its header: it "
-                    f"was cut short after {counted(walked.samples, 'sample')} (its last, "
-                    f"{walked.last}, is malformed-sample; those after it are lost)"
+                    f"was cut short after {counted(walked.samples, 'sample')} ({last})"
                 )
             elif walk.unterminated:
                 info.notes.append(
