@@ -331,3 +331,42 @@ def test_ids_that_are_not_all_integers_are_malformed(tmp_path):
         ("1", "malformed-record"),
         ("2", "malformed-record"),
     }
+
+
+@pytest.mark.slow
+def test_a_lone_surrogate_is_malformed_record_on_its_line_and_the_scan_goes_on(tmp_path):
+    """Python's ``json.loads`` reads a surrogate encoded in UTF-8 (bytes ED A0 80) or escaped
+    (``\\ud800``); orjson and tokenizers refuse both: each is a finding on its line."""
+    import orjson
+
+    lines = [
+        b'{"text": "hello"}',
+        b'{"text": "a\xed\xa0\x80b"}',
+        b'{"text": "c\\ud800d"}',
+        b'{"text": "a smile \xf0\x9f\x98\x80"}',
+        b'{"text": "fine"}',
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    for surrogate in lines[1:3]:
+        assert json.loads(surrogate)  # what a json.loads loader passes ...
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(surrogate)  # ... and what breaks the next encoder
+        with pytest.raises(UnicodeEncodeError):
+            json.loads(surrogate)["text"].encode("utf-8")
+    manifest = tmp_path / "chat.scrub.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(path), "--manifest", str(manifest)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr
+    found = [issue for issue in read_manifest(manifest) if issue.key != "*"]
+    assert [(issue.key, issue.check) for issue in found] == [(key, "malformed-record") for key in ("2", "3")]
+    assert "not UTF-8 text: byte 11" in found[0].message and "lone surrogate" in found[1].message
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "fix", str(path)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0 and "verified" in done.stdout, done.stdout + done.stderr
+    kept = (tmp_path / "chat.clean.jsonl").read_bytes().splitlines()
+    assert kept == [lines[0], lines[3], lines[4]] and all(orjson.loads(line) for line in kept)

@@ -250,3 +250,36 @@ def test_the_command_line_reports_and_exits_1(tmp_path):
     )
     assert done.returncode == 1, done.stderr
     assert "token-out-of-range" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cut", [30, 200])  # inside the table of sample offsets; inside sample 0
+def test_a_shard_cut_short_names_every_sample_it_lost(tmp_path, cut):
+    """index.json counts each shard's samples: every one the cut took is a finding, none silent."""
+    source = tmp_path / "sft"
+    write_sft(source, rows=30, size_limit=2000)
+    shard = json.loads((source / "index.json").read_text())["shards"][0]
+    first = source / shard["raw_data"]["basename"]
+    first.write_bytes(first.read_bytes()[:cut])
+    manifest = tmp_path / "sft.scrub.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scrub",
+            "scan",
+            str(source),
+            "--vocab-size",
+            "1000",
+            "--manifest",
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr
+    lost = [json.loads(line) for line in manifest.read_text().splitlines()]
+    lost = [line for line in lost if line.get("check") == "malformed-record"]
+    assert [(line["source"], line["key"]) for line in lost] == [
+        (first.name, str(n)) for n in range(shard["samples"])
+    ]

@@ -93,6 +93,16 @@ def test_a_shard_shorter_than_its_header_says_is_one_line(tmp_path):
     assert "llm.c's loader refuses it" in one_line_error("scan", tmp_path / "s.bin", "--max-length", "64")
 
 
+def test_a_raw_file_cut_inside_a_token_is_one_line(tmp_path):
+    """A raw file cut between two tokens cannot be told from a whole one (it has no header); one
+    cut inside a token can: NumPy's memmap of it raises (not a multiple of the dtype)."""
+    data = tokens().tobytes()
+    (tmp_path / "train.bin").write_bytes(data[:-1])
+    assert "not a whole number of uint16 tokens" in one_line_error(
+        "scan", tmp_path / "train.bin", "--max-length", "64"
+    )
+
+
 def test_a_uint16_file_for_a_larger_vocabulary_is_token_dtype_overflow(tmp_path):
     tokens().tofile(tmp_path / "train.bin")
     result = scrub.scan(tmp_path / "train.bin", vocab_size=70000, max_length=64, scheduler="sync")

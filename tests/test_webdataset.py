@@ -5,6 +5,9 @@ shards, brace patterns, labels from .cls or .txt."""
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -257,3 +260,47 @@ def test_the_header_walk_agrees_with_tarfile(tmp_path_factory, members, form, fl
         tally.kept.to_dict()
         == writer.tally_output(Verdicts(), path.with_name("clean.tar"), "clean").to_dict()
     )
+
+
+def scrub_cli(*arguments: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scrub", *map(str, arguments)], capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("member", "keep", "flagged"),
+    [
+        ("000020.cls", 300, "000019"),  # inside the header of a sample's first member
+        ("000020.jpg", 300, "000020"),  # inside the header of its second member (it lacks it)
+        ("000020.jpg", -100, "000020"),  # inside the data of its second member
+    ],
+)
+def test_a_cut_shard_names_its_last_sample_and_fix_keeps_the_whole_ones(tmp_path, member, keep, flagged):
+    """A shard cut inside a tar header is silently shorter for tarfile and WebDataset: the samples
+    after it are lost, reported on the last sample read; fix keeps the whole ones before it."""
+    shard = tmp_path / "train.tar"
+    with wds.TarWriter(str(shard)) as writer:
+        for n in range(60):
+            writer.write({"__key__": f"{n:06d}", "jpg": image_bytes(n), "cls": str(n % 3).encode()})
+    with tarfile.open(shard) as tar:
+        info = tar.getmember(member)
+    cut_at = info.offset + keep if keep > 0 else info.offset_data - keep
+    shard.write_bytes(shard.read_bytes()[:cut_at])
+    if keep > 0:  # a cut header: webdataset stops there without a word (a cut member raises)
+        assert len(read_back(str(shard))) in (20, 21)
+    manifest = tmp_path / "train.scrub.jsonl"
+    done = scrub_cli("scan", shard, "--manifest", manifest, "--scheduler", "sync")
+    assert done.returncode == 1, done.stderr
+    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+    cut = [line for line in lines if "cut short" in line.get("message", "")]
+    assert [(line["source"], line["key"], line["check"]) for line in cut] == [
+        ("train.tar", flagged, "malformed-sample")
+    ]
+    assert "lost" in cut[0]["message"] and f"{int(flagged) - 1:06d}" in cut[0]["message"]
+    done = scrub_cli("fix", shard, "--scheduler", "sync")
+    assert done.returncode == 0 and "verified" in done.stdout, done.stdout + done.stderr
+    kept = read_back(str(tmp_path / "train.clean.tar"))
+    assert sorted(kept) == [f"{n:06d}" for n in range(int(flagged))]
+    assert all(kept[key]["jpg"] == image_bytes(int(key)) for key in kept)

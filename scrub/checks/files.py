@@ -72,8 +72,10 @@ MALFORMED_SAMPLE = reader_check(
     What it finds:
         A sample (the tar members sharing a key) with no image, `.npy`, text, `.json`, msgpack or
         `.ten` member to train on; a member the shard ends inside of (a truncated download or
-        copy); two members with the same extension (WebDataset raises "duplicate file name"); a
-        `.json`, msgpack, `.ten` or second `.npy` member that does not load.
+        copy), or the last sample before a tar header the shard ends inside of (`tarfile` and
+        WebDataset stop there without a word: the samples after it are lost); two members with
+        the same extension (WebDataset raises "duplicate file name"); a `.json`, msgpack, `.ten`
+        or second `.npy` member that does not load.
     Why it breaks training:
         WebDataset's decoder raises on the sample (a `KeyError` for the missing `jpg`, a
         `ReadError` for the cut member), which ends the epoch unless a handler skips it
@@ -161,7 +163,9 @@ UNREADABLE_FILE = reader_check(
     What it finds:
         In a folder or list of HDF5 files, or a folder of Parquet files: a file that is not of
         the format at all, one cut short (its footer or superblock gone), or an HDF5 file
-        without the data (or `--label-key`) dataset the others have. Key `*`, source the file;
+        without the data (or `--label-key`) dataset the others have; a Hugging Face
+        `save_to_disk` folder's damaged `state.json`, `dataset_info.json` or
+        `dataset_dict.json` (`datasets.load_from_disk` fails on it). Key `*`, source the file;
         the message is the library's reason. When no file of the dataset can be read, the
         dataset is unusable: one line and exit 2.
     Why it breaks training:
@@ -172,7 +176,8 @@ UNREADABLE_FILE = reader_check(
         `data/named.h5: no dataset 'data' (datasets: features, label)` among eight HDF5 files.
     What fix does:
         Sets the whole file aside: it is copied byte for byte into the quarantine, and the
-        cleaned copy holds the other files (a list file's copy no longer names it).
+        cleaned copy holds the other files (a list file's copy no longer names it). A damaged
+        `save_to_disk` description is written anew in the cleaned copy from its data files.
     """,
     needs=Carries.SEVERAL_FILES,
 )

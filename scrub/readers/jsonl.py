@@ -386,19 +386,39 @@ def _first_json_lines_file(folder: Path) -> bool:
 def parse(line: bytes) -> tuple[Any, str | None]:
     """(the line's value, None), or (None, why it is not JSON). orjson first; Python's ``json``
     for what orjson refuses and Python (so a ``json.loads`` loader) reads: NaN, integers beyond
-    64 bits."""
+    64 bits; but not a lone surrogate, which Python alone reads (`_not_text`)."""
     try:
         return orjson.loads(line), None
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(line), None
+        value = json.loads(line)
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
     except json.JSONDecodeError as error:
         return None, f"{error.msg.removesuffix(' at')} at column {error.colno}"
     except (ValueError, RecursionError) as error:
         return None, first_line(error) or type(error).__name__
+    why = _not_text(line, value)
+    return (None, why) if why is not None else (value, None)
+
+
+def _not_text(line: bytes, value: Any) -> str | None:
+    """Why a line that orjson refuses and Python's ``json`` reads is not text, or None: Python
+    decodes a line's bytes with ``surrogatepass`` and its ``\\ud800`` escapes alone, so a lone
+    surrogate (encoded as bytes ``ED A0 80``, or escaped) passes ``json.loads`` and then breaks
+    whatever encodes the text again (a tokenizer, orjson, Arrow) mid-epoch."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"not UTF-8 text: byte {error.start}: {error.reason} (a surrogate or a damaged character)"
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "a lone surrogate escaped (\\ud800 to \\udfff): no character (orjson and tokenizers refuse it)"
+    except (ValueError, RecursionError):
+        pass
+    return None
 
 
 def _json_kind(value: Any) -> str:

@@ -48,6 +48,7 @@ from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.formats import needs
 from scrub.readers.base import DatasetInfo, Reader, shared_sniff
+from scrub.readers.savedtodisk import damaged_descriptions, is_saved_to_disk, missing_data_file
 from scrub.readers.tokenfields import ATTENTION, CHAT_FIELDS, IDS, LABELS, TEXT_FIELDS, fill_record
 from scrub.readers.values import use_array
 from scrub.records import Batch, Carries, Record
@@ -932,8 +933,26 @@ def _row_ranges(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 class ArrowReader(ParquetReader):
-    """Arrow IPC files (see `ArrowStorage`): the same columns and checks as Parquet's."""
+    """Arrow IPC files (see `ArrowStorage`): the same columns and checks as Parquet's; a Hugging
+    Face ``save_to_disk`` folder's description files are checked as ``load_from_disk`` reads
+    them (`scrub.readers.savedtodisk`)."""
 
     format = "arrow"
     file_suffixes = (".arrow",)
     storage = ArrowStorage
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        # a save_to_disk folder whose data files are gone is still one: `open` says what is missing
+        return super().sniff(path) or (not is_url(path) and path.is_dir() and is_saved_to_disk(path))
+
+    def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowGroups]]:
+        local = not is_url(self.path) and self.path.is_dir()
+        if local and (missing := missing_data_file(self.path)) is not None:
+            raise UnusableDataset(missing)
+        info, partitions = super().open(partition_size)
+        if local:
+            for source, why in damaged_descriptions(self.path).items():
+                info.issues.append(make_issue("unreadable-file", source, "*", None, Finding(why)))
+                self.provides = self.provides | {Carries.SEVERAL_FILES}  # `unreadable-file` runs
+        return info, partitions

@@ -32,7 +32,8 @@ load.
 Shards are walked by `scrub.readers.tarwalk`: the driver walks every shard's headers (seeking
 past the data of an uncompressed shard; a compressed one is decompressed once) to count samples
 and cut partitions at sample boundaries, and workers seek to their partition's first header. A
-shard cut short gives a ``malformed-sample`` on the sample it cuts; headers that stop before the
+shard cut short gives a ``malformed-sample`` on the sample it cuts (inside a member's data) or
+on the last one read (inside a header: the samples after it are lost); headers that stop before the
 shard's end (a damaged header: `tarfile` itself silently stops there) give a ``damaged-shard``
 on the shard.
 """
@@ -110,6 +111,12 @@ class Sample:
     members: list[tuple[str, Member]] = field(default_factory=list)  # (extension, member)
     #: offset of its first member's header in the (uncompressed) shard
     offset: int = 0
+    #: the shard ends inside the tar header after this sample's last member (cut short there):
+    #: the offset it ends at (None: it does not). The samples after it are lost, and this one
+    #: may lack members: its next member's header may be the one cut
+    cut_after: int | None = None
+    #: the key of the sample before it in its partition (what a cut names as the last whole one)
+    previous: str | None = None
 
     def get(self, extension: str) -> Member | None:
         return next((member for suffix, member in self.members if suffix == extension), None)
@@ -242,8 +249,14 @@ class WebDatasetReader(Reader[ShardSpan]):
                 )
             elif walk.cut:
                 described["cut_at"] = walk.end
+                last = (
+                    f"its last, {walked.last}, is malformed-sample; those after it are lost"
+                    if walked.last is not None
+                    else "it holds none to scan"
+                )
                 info.notes.append(
-                    f"{source}: the shard ends at byte {walk.end}, inside a member: it was cut short"
+                    f"{source}: the shard ends at byte {walk.end}, inside a member or its header: it "
+                    f"was cut short after {counted(walked.samples, 'sample')} ({last})"
                 )
             elif walk.unterminated:
                 info.notes.append(
@@ -361,9 +374,16 @@ class WebDatasetReader(Reader[ShardSpan]):
             return
         with open_shard(self.place(partition.path), partition.start, partition.end) as file:
             offset = 0
-            for item in group_samples(walk_shard(file, partition.start, with_data=with_data)):
+            walk = Walk()
+            previous: str | None = None
+            for item in group_samples(walk_shard(file, partition.start, with_data=with_data, walk=walk)):
                 if isinstance(item, Other):
                     continue
+                # the last sample is grouped once the walk has ended: a cut in the header after it
+                # is known then (a cut inside a member is that member's `Member.cut`)
+                if walk.cut and not any(member.cut for _, member in item.members):
+                    item.cut_after = walk.end
+                item.previous, previous = previous, item.key
                 if offset >= start:
                     yield offset, item
                 offset += 1
@@ -391,12 +411,24 @@ class WebDatasetReader(Reader[ShardSpan]):
                     problem(
                         record,
                         "malformed-sample",
-                        f"the shard ends inside {member.name}: {len(member.data)} of {member.size} bytes",
+                        f"the shard ends inside {member.name}: {len(member.data)} of {member.size} "
+                        f"bytes (cut short: any samples after it are lost{_last_whole(sample)})",
                         member=member.name,
                         bytes=len(member.data),
                         size=member.size,
                     )
                 )
+        if sample.cut_after is not None:
+            record.problems.append(
+                problem(
+                    record,
+                    "malformed-sample",
+                    f"the shard ends at byte {sample.cut_after}, inside the tar header after this "
+                    "sample's last member (cut short): this sample may lack members and any samples "
+                    f"after it are lost{_last_whole(sample)}",
+                    offset=sample.cut_after,
+                )
+            )
         if data_suffix is None:
             data_suffix = self._data_suffix(sample, seen)
         data = sample.get(data_suffix) if data_suffix is not None else None
@@ -678,6 +710,12 @@ def _numbers(value: Any) -> np.ndarray | None:
         return None
 
 
+def _last_whole(sample: Sample) -> str:
+    """What a cut's message says of the last whole sample before ``sample`` (when its partition
+    holds it)."""
+    return f"; the last whole sample is {sample.previous}" if sample.previous is not None else ""
+
+
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").strip()
 
@@ -694,6 +732,7 @@ class ShardWalk:
     several_images: int = 0
     others: int = 0
     texts: list[bytes] = field(default_factory=list)  # the first ``.txt`` members
+    last: str | None = None  # the key of its last sample
 
 
 def _walk(shard: Any, partition_size: int) -> ShardWalk:
@@ -718,6 +757,7 @@ def _walk(shard: Any, partition_size: int) -> ShardWalk:
                 if first is None:
                     first = item.offset
                 walked.samples += 1
+                walked.last = item.key
                 in_partition += 1
                 if in_partition == partition_size and not is_compressed(shard):
                     walked.cuts.append((first, in_partition))

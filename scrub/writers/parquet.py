@@ -32,7 +32,22 @@ import numpy as np
 import xxhash
 
 from scrub.ledger import Ledger, identity_seed, row_digests, row_values
-from scrub.readers.parquet import ParquetReader, ParquetStorage, pyarrow_modules
+from scrub.readers.parquet import (
+    ArrowStorage,
+    ParquetReader,
+    ParquetStorage,
+    huggingface_features,
+    pyarrow_modules,
+)
+from scrub.readers.savedtodisk import (
+    DICTIONARY,
+    INFO,
+    damaged_descriptions,
+    data_file_names,
+    rebuilt_info,
+    rebuilt_state,
+    state_files,
+)
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
@@ -102,6 +117,11 @@ class ParquetWriter(Writer[ParquetReader]):
         if self.source.is_dir():
             tally.other_files += self._copy_other_files(clean)
             self._saved_to_disk(clean, "clean")
+            tally.notes += [
+                f"{name} could not be read (unreadable-file): the cleaned copy's is written from its "
+                "data files, so that datasets.load_from_disk loads it"
+                for name in damaged_descriptions(self.source)
+            ]
             self._dataset_card(clean)
             if quarantine is not None:
                 self._saved_to_disk(quarantine, "quarantine")
@@ -115,15 +135,17 @@ class ParquetWriter(Writer[ParquetReader]):
     def _saved_to_disk(self, output: Path, side: str) -> None:
         """Each ``save_to_disk`` folder's description in ``output``, as `datasets` would write it
         for the rows written there (see the module's docstring)."""
-        for state_path in sorted(self.source.rglob("state.json")):
+        damaged = damaged_descriptions(self.source)
+        for state_path in state_files(self.source):
             relative = state_path.parent.relative_to(self.source)
-            if any(part.startswith(".") for part in relative.parts):
-                continue
-            try:
+            names = data_file_names(state_path)
+            if names is not None:
                 state = json.loads(state_path.read_text(encoding="utf-8"))
-                names = [entry["filename"] for entry in state["_data_files"]]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # not datasets' state: copied as it is (the cleaned copy) or left out
+            elif self.reader.storage is ArrowStorage:  # damaged: written for the data files there
+                names = sorted(path.name for path in state_path.parent.glob("*.arrow"))
+                state = rebuilt_state(names, "")
+            else:
+                continue  # not datasets' state beside Parquet files: copied as it is
             folder = output / relative
             counts = [self.written.get(folder / name, [0, 0]) for name in names]
             seed = xxhash.xxh64(f"{state.get('_fingerprint')}:{side}".encode())
@@ -135,22 +157,23 @@ class ParquetWriter(Writer[ParquetReader]):
             state["_fingerprint"] = seed.hexdigest()
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
-            info_path = state_path.parent / "dataset_info.json"
-            if info_path.is_file():
-                try:
-                    info = json.loads(info_path.read_text(encoding="utf-8"))
-                except ValueError:
-                    info = None
-                if isinstance(info, dict):
-                    _count_split(
-                        info, state.get("_split"), sum(c[0] for c in counts), sum(c[1] for c in counts)
-                    )
-                    (folder / "dataset_info.json").write_text(
-                        json.dumps(info, indent=2, sort_keys=True), encoding="utf-8"
-                    )
-        dictionary = self.source / "dataset_dict.json"
-        if side == "quarantine" and dictionary.is_file():  # a DatasetDict: its splits' list
-            shutil.copyfile(dictionary, output / "dataset_dict.json")
+            info_path = state_path.parent / INFO
+            info: Any = None
+            if info_path.relative_to(self.source).as_posix() in damaged:
+                if names and self.reader.storage is ArrowStorage:  # from the data files' schema
+                    schema, _, _ = ArrowStorage.facts(state_path.parent / names[0])
+                    info = rebuilt_info(huggingface_features(schema))
+            elif info_path.is_file():
+                info = json.loads(info_path.read_text(encoding="utf-8"))
+            if isinstance(info, dict):
+                _count_split(info, state.get("_split"), sum(c[0] for c in counts), sum(c[1] for c in counts))
+                (folder / INFO).write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
+        dictionary = self.source / DICTIONARY
+        if DICTIONARY in damaged:  # a DatasetDict's list of splits, from its split folders
+            splits = [path.parent.relative_to(self.source).as_posix() for path in state_files(self.source)]
+            (output / DICTIONARY).write_text(json.dumps({"splits": splits}), encoding="utf-8")
+        elif side == "quarantine" and dictionary.is_file():  # a DatasetDict: its splits' list
+            shutil.copyfile(dictionary, output / DICTIONARY)
 
     def _new_file(self, output: Path, source: Path, schema: Any, described: dict[str, Any]) -> Any:
         """A writer of a new file like ``source``: its schema (and metadata), codec, and for
