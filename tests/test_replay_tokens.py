@@ -576,7 +576,10 @@ def token_table(records) -> dict[str, list]:
     return columns
 
 
-@pytest.mark.parametrize(("scheduler", "partition_size"), [("sync", None), ("processes", 13)])
+@pytest.mark.parametrize(
+    ("scheduler", "partition_size"),
+    [("sync", None), pytest.param("processes", 13, marks=pytest.mark.slow)],  # starts worker processes
+)
 def test_scan_with_dummy_loss_on_a_parquet_file_of_token_columns(tmp_path, scheduler, partition_size):
     pq = pytest.importorskip("pyarrow.parquet")
     pa = pytest.importorskip("pyarrow")
