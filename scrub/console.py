@@ -182,7 +182,8 @@ def print_summary(summary, findings=None) -> None:
             )
     if summary.replay is not None:
         replay = summary.replay
-        skipped = sum(replay["skipped"].values())
+        # records the token replay skipped as the scan's errors are not unreplayable (a note says them)
+        skipped = sum(n for why, n in replay["skipped"].items() if why != "condemned")
         standardization = replay["standardization"]
         inputs = "standardized (" + standardization["source"] + ")" if standardization else "raw values"
         tokens = replay.get("tokens")
@@ -190,6 +191,9 @@ def print_summary(summary, findings=None) -> None:
         if tokens is not None:  # token data: a language model over a vocabulary
             model = "embedding language" if ":" not in model else model
             shape = f"vocabulary {tokens['vocab_size']:,} (from {tokens['vocab_from']})"
+            hashed = tokens.get("model_vocabulary")
+            if hashed is not None and hashed < tokens["vocab_size"]:
+                shape += f" hashed into {hashed:,}"
         else:
             shape = f"{counted(replay['classes'], 'class')}, {counted(replay['features'], 'feature')}"
         out.print(

@@ -28,6 +28,7 @@ from scrub.replay import ReplayConfig, Replayer
 from scrub.replay.stage import ReplayStage, ReplayWork, TokenExtent, TokenExtentWork, replay_tokens
 from scrub.replay.tokens import (
     EMBEDDING_DIM,
+    MODEL_VOCABULARY,
     NOT_COUNTED,
     EmbeddingLM,
     Sequences,
@@ -189,6 +190,34 @@ def test_the_logits_are_computed_in_blocks_exactly(monkeypatch):
     np.testing.assert_allclose(whole.grad_rows, blocks.grad_rows, rtol=1e-4, atol=1e-9)
 
 
+def hashed(X: Sequences, classes: int) -> Sequences:
+    """The sequences with each token taken as its hash, as the built-in model takes them."""
+    return Sequences(
+        tuple(ids % classes for ids in X.ids),
+        tuple(np.where(t >= 0, t % classes, t) for t in X.targets),
+        X.masks,
+    )
+
+
+def test_a_large_vocabulary_is_hashed_into_the_models_own():
+    """Above its vocabulary the model is exactly itself on a vocabulary of C, each token taken
+    mod C: a pass costs C x C logits at most, whatever V is."""
+    records = corpus()[0][:40]
+    large = featurize_token_records(records, TokenSpec(32_000, CheckOptions()))
+    big = EmbeddingLM(32_000, seed=4, hashed_vocabulary=16)
+    assert big.hashed and big.classes == 16 and big.embedding.shape == (16, EMBEDDING_DIM)
+    assert big.vocab_size == 32_000
+    found = big.run(large.X)
+    small = EmbeddingLM(16, seed=4)
+    expected = small.run(hashed(large.X, 16))
+    assert not small.hashed
+    np.testing.assert_array_equal(found.losses, expected.losses)
+    np.testing.assert_array_equal(found.grad_w, expected.grad_w)
+    np.testing.assert_array_equal(found.grad_rows, expected.grad_rows)
+    assert found.rows.tolist() == expected.rows.tolist()
+    assert np.isnan(found.losses[[3, 17, 29]]).all()  # a mean over no token: no hash changes that
+
+
 # -- the replay ----------------------------------------------------------------------------------
 
 
@@ -252,6 +281,26 @@ def test_mixed_precision_finds_the_same(precision):
     assert issues[0].details["precision"] == precision
 
 
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_vocabulary_of_32000_finds_the_same(precision):
+    """The issue's vocabulary: ids spread over 32,000 tokens, the model hashed into its 1,024."""
+    records, planted = corpus()
+    for record in records:
+        if record.meta.get("kind") == "tokens" and record.index != 40:
+            ids = np.asarray(record.payload, np.int64) * 797  # < 40 * 797 = 31,880
+            labels = record.meta.get("token_labels")
+            if labels is not None:
+                record.meta["token_labels"] = np.where(labels == IGNORE, IGNORE, labels * 797)
+            record.payload = ids
+    features = featurize_token_records(records, TokenSpec(32_000, CheckOptions()))
+    replayer = Replayer(ReplayConfig(batch_size=16, precision=precision), 32_000, EMBEDDING_DIM, tokens=True)
+    assert replayer.model.classes == MODEL_VOCABULARY
+    issues = replayer.feed(features.identities, features.X, features.y) + replayer.finish()
+    assert {i.index: i.details["confirms"] for i in issues} == planted
+    assert replayer.stats.records_applied == 99 - len(planted)  # 40 is below 32,000 now: replayed
+    assert replayer.stats.first_loss == pytest.approx(np.log(MODEL_VOCABULARY), rel=0.01)
+
+
 def test_the_replay_learns():
     """A sequence repeated: the loss falls, the replay trains as well as judges."""
     records = [tokens(i, np.arange(32) % 8) for i in range(400)]
@@ -288,6 +337,7 @@ class Aggregate:
         self.notes: list[str] = []
         self.issues: list = []
         self.label_flagged: set = set()
+        self.marks: dict = {}  # severity -> partition -> records with an issue of it
 
     def add_issue(self, issue):
         self.issues.append(issue)
@@ -314,6 +364,7 @@ def test_the_stage_replays_partitions_in_record_order(scheduler):
         "vocab_from": "data",
         "ignore_index": IGNORE,
         "max_length": 10,
+        "model_vocabulary": V + 4,
     }
     assert found["records_replayed"] == 99 and found["skipped"] == {"text": 1}  # V from the data: 43 is in it
     assert aggregate.notes == [
@@ -493,10 +544,24 @@ def test_scan_with_dummy_loss_on_a_jsonl_file(tmp_path):
         lines.append(line)
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    # the token checks condemn the planted records (and 40's id beyond V): the replay skips them
     result = scrub.scan(path, dummy_loss=True, vocab_size=V, scheduler="sync")
-    replayed = {(i.index, i.check) for i in result.issues() if i.check == "loss-nonfinite"}
-    assert {index for index, _ in replayed} == set(planted)
-    assert result.summary.replay["tokens"]["vocab_from"] == "--vocab-size"
+    assert not [i for i in result.issues() if i.check == "loss-nonfinite"]
+    condemned = {i.index for i in result.issues() if i.severity.value == "error"}
+    assert condemned == set(planted) | {40}
+    replay_summary = result.summary.replay
+    assert replay_summary["skipped"] == {"condemned": 5, "text": 1}
+    assert replay_summary["records_replayed"] == 100 - 6
+    assert "dummy-loss replay: 5 records skipped: already condemned by the scan" in "\n".join(
+        result.summary.notes
+    )
+    assert replay_summary["tokens"]["vocab_from"] == "--vocab-size"
+    # without those checks nothing condemns them, and the replay names them itself
+    unchecked = ("no-supervised-tokens", "empty-sequence", "empty-attention")
+    result = scrub.scan(path, dummy_loss=True, vocab_size=V, scheduler="sync", ignore=unchecked)
+    replayed = {i.index: i.details["confirms"] for i in result.issues() if i.check == "loss-nonfinite"}
+    assert replayed == planted
+    assert result.summary.replay["skipped"] == {"condemned": 1, "text": 1}  # 40: token-out-of-range's
 
 
 def token_table(records) -> dict[str, list]:
@@ -511,7 +576,10 @@ def token_table(records) -> dict[str, list]:
     return columns
 
 
-@pytest.mark.parametrize(("scheduler", "partition_size"), [("sync", None), ("processes", 13)])
+@pytest.mark.parametrize(
+    ("scheduler", "partition_size"),
+    [("sync", None), pytest.param("processes", 13, marks=pytest.mark.slow)],  # starts worker processes
+)
 def test_scan_with_dummy_loss_on_a_parquet_file_of_token_columns(tmp_path, scheduler, partition_size):
     pq = pytest.importorskip("pyarrow.parquet")
     pa = pytest.importorskip("pyarrow")
@@ -523,23 +591,37 @@ def test_scan_with_dummy_loss_on_a_parquet_file_of_token_columns(tmp_path, sched
     expected = {row for row, ids in rows.items() if len(ids) == 0}
     expected |= {row for row, labels in enumerate(columns["labels"]) if all(v == IGNORE for v in labels[1:])}
     assert len(expected) == 3  # records 3, 17 and 29
+    unchecked = ("no-supervised-tokens", "empty-sequence")
     result = scrub.scan(
-        path, dummy_loss=True, vocab_size=V, scheduler=scheduler, workers=2, partition_size=partition_size
+        path,
+        dummy_loss=True,
+        vocab_size=V,
+        scheduler=scheduler,
+        workers=2,
+        partition_size=partition_size,
+        ignore=unchecked,
     )
     replayed = {int(i.key) for i in result.issues() if i.check == "loss-nonfinite"}
     assert replayed == expected
-    checked = {int(i.key) for i in result.issues() if i.check in ("no-supervised-tokens", "empty-sequence")}
-    assert checked == expected
     replay_summary = result.summary.replay
     assert replay_summary["tokens"]["vocab_from"] == "--vocab-size"
-    assert replay_summary["skipped"] == {"token": 1}  # the id beyond V: token-out-of-range's
+    assert replay_summary["skipped"] == {"condemned": 1}  # the id beyond V: token-out-of-range's
     assert {i.key for i in result.issues() if i.check == "token-out-of-range"} == {"40"}
-    derived = scrub.scan(path, dummy_loss=True, scheduler="sync")
+    # with the token checks, they condemn those records (in every partition) and the replay skips them
+    checked = scrub.scan(
+        path, dummy_loss=True, vocab_size=V, scheduler=scheduler, workers=2, partition_size=partition_size
+    )
+    assert {int(i.key) for i in checked.issues() if i.check in unchecked} == expected
+    assert not [i for i in checked.issues() if i.check == "loss-nonfinite"]
+    assert checked.summary.replay["skipped"] == {"condemned": 4}
+    assert checked.summary.replay["records_replayed"] == len(rows) - 4
+    derived = scrub.scan(path, dummy_loss=True, scheduler="sync", ignore=unchecked)
     assert derived.summary.replay["tokens"] == {
         "vocab_size": V + 4,
         "vocab_from": "data",
         "ignore_index": IGNORE,
         "max_length": None,
+        "model_vocabulary": V + 4,
     }
     assert {int(i.key) for i in derived.issues() if i.check == "loss-nonfinite"} == expected
 
@@ -561,6 +643,41 @@ def test_scan_with_dummy_loss_on_a_flat_token_file(tmp_path):
     )
     assert {(i.key, i.check) for i in result.issues()} == {("3", "token-out-of-range")}
     replay_summary = result.summary.replay
-    assert replay_summary["skipped"] == {"token": 1, "packed": 1}
+    assert replay_summary["skipped"] == {"condemned": 1, "packed": 1}
     assert any("1 document of fewer than two tokens not replayed alone" in n for n in result.summary.notes)
     assert replay_summary["records_replayed"] == 9 and replay_summary["records_applied"] == 9
+
+
+def test_the_command_says_the_cost_up_front_and_what_it_skipped(tmp_path, monkeypatch):
+    """`scrub scan DATA --vocab-size 32000 --dummy-loss`, as the issue ran it, on a nanoGPT file:
+    the estimate after the first batch (every replay is "expensive" here: the limit is 0 s), the
+    hashed vocabulary in the replay's line, the condemned window skipped and said."""
+    from typer.testing import CliRunner
+
+    import scrub.replay.stage as stage
+    from scrub.cli import app
+
+    ids = np.random.default_rng(1).integers(0, 32_000, 40 * 128 + 1).astype(np.uint16)
+    ids[5 * 128 + 7] = 40_000  # window 5: token-out-of-range's
+    ids.tofile(tmp_path / "train.bin")
+    monkeypatch.setattr(stage, "SAID_COST_SECONDS", 0.0)
+    command = [
+        "scan",
+        str(tmp_path / "train.bin"),
+        "--vocab-size",
+        "32000",
+        "--dummy-loss",
+        "--max-length",
+        "128",
+    ]
+    result = CliRunner().invoke(app, [*command, "--batch-size", "8", "--manifest", str(tmp_path / "m.jsonl")])
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())  # the console wraps its lines
+    assert "scrub: dummy-loss replay: the first batch took" in output
+    assert "for the other 5 batches" in output  # 41 windows, in batches of 8: 6 at most
+    assert "vocabulary 32,000 (from --vocab-size) hashed into 1,024" in output
+    assert "dummy-loss replay: 1 record skipped: already condemned by the scan" in output
+    assert "1 record not replayable" in output  # the last window, of one token (packed)
+    monkeypatch.setattr(stage, "SAID_COST_SECONDS", 1e9)
+    quiet = CliRunner().invoke(app, [*command, "--manifest", str(tmp_path / "m2.jsonl")])
+    assert "the first batch took" not in quiet.output  # cheap: nothing to say

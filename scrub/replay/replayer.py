@@ -93,7 +93,8 @@ class Replayer:
         #: step multiplies its norm by ~45 on clean photos)
         self._guarded = self.standardizes or getattr(self.model, "normalizes_input", False)
         self._probe = config.model == "linear" and not tokens  # the L2 probe beside the default model
-        self._floor = math.log(max(num_classes, 2))
+        #: ln C: a model's loss at chance (a hashed output layer's classes, where it has one)
+        self._floor = math.log(max(getattr(self.model, "classes", num_classes), 2))
         self._company: tuple[np.ndarray, np.ndarray] | None = None  # the last clean batch
         self._ids: list[Identity] = []
         self._X: list[Any] = []  # arrays, or token `Sequences`

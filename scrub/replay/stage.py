@@ -11,11 +11,17 @@ partitions that finish ahead of a slower one (a few partitions' worth).
 The stage knows no format: the vector length comes from what the scan saw (image records, or
 the most common array shape), the class count from the options or the scan's label histogram.
 Token data (`scrub.replay.tokens`) goes the same way as sequences: `TokenExtentWork` first finds
-the largest id and the longest sequence when the options do not give them.
+the largest id and the longest sequence when the options do not give them. The token replay
+skips the records the scan condemned (an error: `condemned_offsets`), whose findings a language
+model's loss would only repeat, and says so in a note; the stage feeds the first batch alone,
+times it, and says up front what the rest will cost when that is over `SAID_COST_SECONDS`.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,12 +31,17 @@ import numpy as np
 
 from scrub.checks.imagedecode import NUMERIC_MODES
 from scrub.readers.base import Reader
-from scrub.records import Batch, Issue, Record, TokenRows
+from scrub.records import Batch, Issue, Record, Severity, TokenRows
 from scrub.replay.features import Features, FeatureSpec, featurize_batch, featurize_records
 from scrub.replay.replayer import Replayer
 from scrub.replay.standardize import PIXELS, Moments, Standardizer
 from scrub.replay.tokens import TokenFeatures, TokenSpec, featurize_token_records, token_extent
 from scrub.wording import agreeing, counted
+
+log = logging.getLogger(__name__)
+
+#: a replay estimated to take longer than this (seconds, from its first batch) says so up front
+SAID_COST_SECONDS = 10.0
 
 
 @dataclass
@@ -46,9 +57,14 @@ class ReplayPiece:
 class ReplayWork:
     """Featurize every record of a partition (worker side)."""
 
-    def __init__(self, reader: Reader, spec: FeatureSpec | TokenSpec) -> None:
+    def __init__(
+        self, reader: Reader, spec: FeatureSpec | TokenSpec, condemned: dict[int, np.ndarray] | None = None
+    ) -> None:
         self.reader = reader
         self.spec = spec
+        #: partition -> offsets (sorted) of the records the scan already condemned: token records
+        #: there are not replayed (counted as "condemned"), their errors are the scan's
+        self.condemned = condemned or {}
 
     def __call__(
         self,
@@ -87,7 +103,8 @@ class ReplayWork:
         on_record: Callable[[int], None] | None,
     ) -> ReplayPiece:
         skipped: Counter[str] = Counter()
-        reading = TokenRecords(self.reader, partition, start, stop, on_record, skipped)
+        condemned = self.condemned.get(partition_no)
+        reading = TokenRecords(self.reader, partition, start, stop, on_record, skipped, condemned)
         features = featurize_token_records(list(reading), spec)
         features.skipped.update(skipped)
         return ReplayPiece(partition_no, start, reading.read, features)
@@ -104,7 +121,8 @@ class TokenRecords:
     """The language-model records of a partition's slice, as both token passes read them: a flat
     token store's batches (`TokenRows`) as a record a sequence (`token_rows`), batches of numbers
     left out (counted as "payload" in ``skipped``, when given), ``on_record`` told the offset of
-    each item read. ``read`` counts the records read so far, the piece's extent."""
+    each item read. ``read`` counts the records read so far, the piece's extent. Records at the
+    ``condemned`` offsets of the partition (sorted) are left out, counted as "condemned"."""
 
     def __init__(
         self,
@@ -114,40 +132,66 @@ class TokenRecords:
         stop: int | None,
         on_record: Callable[[int], None] | None,
         skipped: Counter[str] | None = None,
+        condemned: np.ndarray | None = None,
     ) -> None:
         self.reader, self.partition, self.start, self.stop = reader, partition, start, stop
         self.on_record = on_record
-        self.skipped = skipped
+        self.skipped = skipped if skipped is not None or condemned is None else Counter()
+        self.condemned = condemned if condemned is not None and len(condemned) else None
         self.read = 0
 
     def __iter__(self) -> Iterator[Record]:
         for item in self.reader.read(self.partition, self.start, self.stop):
+            offset = self.start + self.read
             if self.on_record is not None:
-                self.on_record(self.start + self.read)
+                self.on_record(offset)
             if isinstance(item, Batch):
                 self.read += len(item)
                 if isinstance(item.data, TokenRows):
-                    yield from token_rows(item, self.skipped)
+                    yield from token_rows(item, self.skipped, self._condemned(offset, len(item)))
                 elif self.skipped is not None:  # rows of numbers: not a language model's records
                     self.skipped["payload"] += len(item)
                 continue
             self.read += 1
+            if self._condemned(offset, 1) is not None:
+                assert self.skipped is not None  # a Counter whenever there are condemned offsets
+                self.skipped["condemned"] += 1
+                continue
             yield item
 
+    def _condemned(self, offset: int, count: int) -> np.ndarray | None:
+        """Which of the ``count`` records from ``offset`` are condemned (None: none)."""
+        if self.condemned is None:
+            return None
+        low, high = np.searchsorted(self.condemned, [offset, offset + count])
+        if low == high:
+            return None
+        mask = np.zeros(count, bool)
+        mask[self.condemned[low:high] - offset] = True
+        return mask
 
-def token_rows(batch: Batch, skipped: Counter[str] | None = None) -> list[Record]:
+
+def token_rows(
+    batch: Batch, skipped: Counter[str] | None = None, condemned: np.ndarray | None = None
+) -> list[Record]:
     """The sequences of a flat token store's batch (`TokenRows`) as token records, each its own
     copy of its ids (the batch may be a view of a memory map). Training packs such a store's
     documents into samples, so one of fewer than two tokens never has a loss of its own: it is
-    counted in ``skipped`` ("packed") rather than replayed alone into a 0/0."""
+    counted in ``skipped`` ("packed") rather than replayed alone into a 0/0. The rows where
+    ``condemned`` (a mask) is true are left out, counted as "condemned"."""
     rows = batch.data
-    lengths = rows.lengths
+    keep = np.ones(len(batch), bool)
+    if condemned is not None:
+        keep &= ~condemned
+        if skipped is not None:
+            skipped["condemned"] += int(np.count_nonzero(condemned))
     if skipped is not None:
-        skipped["packed"] += int(np.count_nonzero(lengths < 2))
+        short = keep & (np.asarray(rows.lengths) < 2)
+        skipped["packed"] += int(np.count_nonzero(short))
+        keep &= ~short
     return [
         Record(batch.source, batch.key(row), batch.start + row, np.array(rows[row]), meta={"kind": "tokens"})
-        for row in range(len(batch))
-        if skipped is None or lengths[row] >= 2
+        for row in np.flatnonzero(keep).tolist()
     ]
 
 
@@ -200,8 +244,11 @@ class ReplayStage:
     #: `label-out-of-range` for them would repeat it
     labelled_bad: set[tuple[str, str]] = field(default_factory=set)
     skipped: Counter = field(default_factory=Counter)
+    #: seconds the rest of the replay should take, estimated after its first batch (`_say_cost`)
+    estimate: float | None = None
     _next: int = 0
     _waiting: dict[int, list[ReplayPiece]] = field(default_factory=dict)
+    _seconds: float = 0.0  # spent in the replayer
 
     def add(self, piece: ReplayPiece) -> None:
         self._waiting.setdefault(piece.partition, []).append(piece)
@@ -215,21 +262,63 @@ class ReplayStage:
 
     def _feed(self, features: Features | TokenFeatures) -> None:
         self.skipped.update(features.skipped)
-        if len(features):
-            self._emit(self.replayer.feed(features.identities, features.X, features.y))
+        low = 0
+        while low < len(features):
+            # a batch at a time until the first batch has run and been timed, then all at once
+            high = low + self.replayer.config.batch_size if self.estimate is None else len(features)
+            started = time.perf_counter()
+            issues = self.replayer.feed(
+                features.identities[low:high], features.X[low:high], features.y[low:high]
+            )
+            self._seconds += time.perf_counter() - started
+            self._emit(issues)
+            if self.estimate is None and self.replayer.stats.batches:
+                self._say_cost()
+            low = high
+
+    def _say_cost(self) -> None:
+        """Estimate the rest of the replay from its first batch; say it when it is over
+        `SAID_COST_SECONDS` (on stderr, as ``scrub: ...``; not with --quiet)."""
+        done = self.replayer.stats.batches
+        per_batch = self._seconds / done
+        left = max(math.ceil(sum(self.sizes) / self.replayer.config.batch_size) - done, 0)
+        self.estimate = per_batch * left
+        if self.estimate > SAID_COST_SECONDS:
+            log.info(
+                "dummy-loss replay: the first batch took %.2g s: about %s for the other %s "
+                "(--batch-size, --max-length or a sample of the data shortens it)",
+                per_batch,
+                duration(self.estimate),
+                counted(left, "batch"),
+            )
 
     def finish(self) -> dict[str, Any]:
         if self._next != len(self.sizes):
             missing = [p for p in range(self._next, len(self.sizes)) if not self._complete(p)]
             raise RuntimeError(f"replay: partitions {missing[:5]} never completed")
+        started = time.perf_counter()
         self._emit(self.replayer.finish())
-        return {**self.replayer.stats.to_dict(), "skipped": dict(self.skipped)}
+        self._seconds += time.perf_counter() - started
+        return {
+            **self.replayer.stats.to_dict(),
+            "seconds": round(self._seconds, 3),
+            "skipped": dict(self.skipped),
+        }
 
     def _emit(self, issues: list[Issue]) -> None:
         for issue in issues:
             if issue.check == "label-out-of-range" and (issue.source, issue.key) in self.labelled_bad:
                 continue
             self.emit(issue)
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``3.2 min``, ``1.5 h``: a duration as a person reads it."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.2g} min"
+    return f"{seconds / 3600:.2g} h"
 
 
 def feature_spec(
@@ -291,6 +380,17 @@ def class_count(
     return 2
 
 
+def condemned_offsets(aggregate: Any) -> dict[int, np.ndarray]:
+    """Partition -> offsets of the records the scan found an error in (``aggregate``: the
+    scan's `ScanAggregate`, which marks them). The token replay skips them: on an embedding
+    model, a record the checks condemned gives back what they found (a mean over no token)."""
+    return {
+        partition: np.flatnonzero(mask)
+        for partition, mask in aggregate.marks.get(Severity.ERROR.value, {}).items()
+        if mask.any()
+    }
+
+
 def replay_tokens(
     dataset: Any, options: Any, replay: Any, plan: Any, aggregate: Any, selected: set[str]
 ) -> dict[str, Any]:
@@ -303,7 +403,7 @@ def replay_tokens(
 
     from scrub import pipeline
     from scrub.replay.config import ReplayStats
-    from scrub.replay.tokens import EMBEDDING_DIM, MAX_DERIVED_VOCABULARY
+    from scrub.replay.tokens import EMBEDDING_DIM, MAX_DERIVED_VOCABULARY, MODEL_VOCABULARY
 
     config = replay.config(options.precision)
     vocab, origin = options.vocab_size, "--vocab-size"
@@ -329,6 +429,8 @@ def replay_tokens(
             "vocab_from": origin,
             "ignore_index": options.token_ignore_index,
             "max_length": options.max_length,
+            # the built-in model's vocabulary: V's tokens hashed into at most MODEL_VOCABULARY
+            "model_vocabulary": None if ":" in config.model else min(vocab, MODEL_VOCABULARY),
         },
     }
     if vocab < 1 or (origin == "data" and vocab > MAX_DERIVED_VOCABULARY):
@@ -347,9 +449,15 @@ def replay_tokens(
 
     replayer = Replayer(config, vocab, EMBEDDING_DIM, None, (max(longest or 1, 1),), tokens=True)
     stage = ReplayStage(replayer, [len(p) for p in dataset.partitions], emit, aggregate.label_flagged)
-    work = ReplayWork(dataset.reader, TokenSpec(vocab, options))
+    work = ReplayWork(dataset.reader, TokenSpec(vocab, options), condemned_offsets(aggregate))
     pipeline.run(work, dataset.partitions, plan, stage.add, work.failure)
     found = stage.finish()
+    condemned = found["skipped"].get("condemned", 0)
+    if condemned:
+        aggregate.notes.append(
+            f"dummy-loss replay: {counted(condemned, 'record')} skipped: already condemned by the scan "
+            "(an error above); the replay names what the checks cannot"
+        )
     packed = found["skipped"].get("packed", 0)
     if packed:
         aggregate.notes.append(

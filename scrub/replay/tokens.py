@@ -19,12 +19,14 @@ shifted labels, the batch's loss the mean over the batch's counted tokens (what
 ``F.cross_entropy(..., ignore_index=-100)`` on the flattened batch computes, as Hugging Face's
 ``ForCausalLM`` models reduce), plain SGD on E, W and b. Each position's logits depend on its own
 input id only, so a batch is computed once per distinct input id rather than once per position,
-in blocks of logits of bounded size: exactly the per-position result, in bounded memory, for any
-vocabulary. A record's own loss is the mean over its own counted tokens: NaN (0/0) when it has
-none, which is what training computes for it alone (a batch of one record, or a loss averaged per
-sequence); in a larger batch Hugging Face's mean over the batch's tokens hides it until a whole
-batch has none. That NaN is the replay's `loss-nonfinite`, confirming `no-supervised-tokens`
-(`empty-sequence` for a sequence without a token).
+in blocks of logits of bounded size: exactly the per-position result, in bounded memory. A
+vocabulary above `MODEL_VOCABULARY` tokens is hashed into that many (token mod 1,024: see the
+class), which bounds a pass's cost whatever the vocabulary. A record's own loss is the mean over
+its own counted tokens: NaN (0/0) when it has none, which is what training computes for it alone
+(a batch of one record, or a loss averaged per sequence); in a larger batch Hugging Face's mean
+over the batch's tokens hides it until a whole batch has none. That NaN is the replay's
+`loss-nonfinite`, confirming `no-supervised-tokens` (`empty-sequence` for a sequence without a
+token). In a scan the replay skips the records the scan condemned (`scrub.replay.stage`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ Identity = tuple[str, str, int]  # (source, key, index)
 EMBEDDING_DIM = 16
 #: logits computed at once, at most (float32 values: 16 MB)
 LOGIT_BLOCK = 1 << 22
+#: the built-in model's vocabulary at most: a larger vocabulary's tokens are hashed into this many
+#: (a full-vocabulary softmax made the replay of a 32,000-token vocabulary ~100x slower than the
+#: scan; what the model can find does not depend on it: see `EmbeddingLM`)
+MODEL_VOCABULARY = 1024
 #: a vocabulary derived from the data (no --vocab-size) larger than this is an id, not a size
 MAX_DERIVED_VOCABULARY = 1 << 20
 #: a position the loss does not count, in `Sequences.targets`
@@ -281,8 +287,8 @@ class TokenPass(LanguagePass):
     lengths: np.ndarray  # (n,) tokens fed
     attended: np.ndarray  # (n,) ones in the attention mask
     bad_logits: np.ndarray  # (n,) bool: a record with a non-finite logit
-    grad_w: np.ndarray  # (D, V)
-    grad_b: np.ndarray  # (V,)
+    grad_w: np.ndarray  # (D, C): C the output classes
+    grad_b: np.ndarray  # (C,)
     rows: np.ndarray  # (U,) the embedding rows the batch used
     grad_rows: np.ndarray  # (U, D) their gradient (the embedding's gradient is zero elsewhere)
     grad_norm2: float
@@ -309,6 +315,17 @@ class EmbeddingLM:
     both by ``numpy.random.default_rng(seed)``; b is zero. Under float16 / bfloat16 the embedding
     rows, the weights, the logits and the incoming gradient are rounded as `LinearSoftmax` rounds
     them (mixed precision); log-softmax and loss run in float32.
+
+    The model's vocabulary is ``C = min(V, hashed_vocabulary)`` (`MODEL_VOCABULARY` by default):
+    up to C tokens it is V's, input ids and labels as they are; beyond, the tokens are *hashed*,
+    each input id and label ``t`` taken as ``t % C``: exactly this model on a vocabulary of C
+    (tested). A pass costs (distinct input ids) x (output classes) logits, up to C x C with the
+    hash, whatever V is: a full softmax over 32,000 tokens cost ~4 s a batch of 64 sequences of
+    ~288 uniformly random tokens on two cores, ~60 passes of the hashed model's size. What the
+    model can find does not change: its logits are bounded by its weights, so what goes
+    non-finite is a record's mean over zero counted tokens (which no hash changes), and the
+    pathologies of values (precision, an update) are computed as before; its loss starts at
+    ln(C).
     """
 
     name = "lm"
@@ -323,49 +340,61 @@ class EmbeddingLM:
         seed: int = 0,
         init_std: float = 0.01,
         precision: str = "float32",
+        hashed_vocabulary: int | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-        if vocab_size < 1 or dim < 1:
-            raise ValueError("the model needs vocab_size >= 1 and dim >= 1")
+        limit = MODEL_VOCABULARY if hashed_vocabulary is None else hashed_vocabulary
+        if vocab_size < 1 or dim < 1 or limit < 1:
+            raise ValueError("the model needs vocab_size >= 1, dim >= 1 and hashed_vocabulary >= 1")
+        classes = min(vocab_size, limit)
+        #: the data's vocabulary, V (the model's own is `classes`)
+        self.vocab_size = vocab_size
         rng = np.random.default_rng(seed)
-        self.embedding = rng.standard_normal((vocab_size, dim)).astype(np.float32)
-        self.weight = (rng.standard_normal((dim, vocab_size)) * init_std).astype(np.float32)
-        self.bias = np.zeros(vocab_size, np.float32)
+        self.embedding = rng.standard_normal((classes, dim)).astype(np.float32)
+        self.weight = (rng.standard_normal((dim, classes)) * init_std).astype(np.float32)
+        self.bias = np.zeros(classes, np.float32)
         self.precision = precision
 
     @property
-    def vocab_size(self) -> int:
+    def classes(self) -> int:
+        """The model's vocabulary, C: V, or the buckets V's tokens are hashed into."""
         return self.bias.shape[0]
+
+    @property
+    def hashed(self) -> bool:
+        return self.classes < self.vocab_size
 
     def run(self, X: Sequences, y: np.ndarray | None = None) -> TokenPass:
         """Forward and backward over the sequences (``y`` is not used: the labels are in them)."""
-        n, V, D = len(X), self.vocab_size, self.embedding.shape[1]
+        n, C, D = len(X), self.classes, self.embedding.shape[1]  # C: the output classes
         lengths = X.lengths()
         ids = np.concatenate(X.ids) if n else np.empty(0, np.int64)
         targets = np.concatenate(X.targets) if n else np.empty(0, np.int64)
         owner = np.repeat(np.arange(n), lengths)
         counted = targets >= 0
         ids, targets, owner = ids[counted], targets[counted], owner[counted]
+        if self.hashed:  # this model on a vocabulary of C: each token taken as its hash
+            ids, targets = ids % C, targets % C
         total = len(ids)
         rows, inverse = np.unique(ids, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
         by_row = inverse[order]
         token_losses = np.zeros(total, np.float32)
         bad_rows = np.zeros(len(rows), bool)
-        grad_w = np.zeros((D, V), np.float32)
-        grad_b = np.zeros(V, np.float32)
+        grad_w = np.zeros((D, C), np.float32)
+        grad_b = np.zeros(C, np.float32)
         grad_rows = np.zeros((len(rows), D), np.float32)
-        block = max(1, min(len(rows), LOGIT_BLOCK // V))
-        buffer = np.empty(block * V, np.float32)  # one block's logits, then its gradient, reused
-        partial = np.empty((D, V), np.float32)
+        block = max(1, min(len(rows), LOGIT_BLOCK // C))
+        buffer = np.empty(block * C, np.float32)  # one block's logits, then its gradient, reused
+        partial = np.empty((D, C), np.float32)
         scale = np.float32(1.0 / max(total, 1))
         with np.errstate(all="ignore"):  # overflow and NaN are findings, not warnings
             weight, bias = self._cast(self.weight), self._cast(self.bias)
             for first in range(0, len(rows), block):
                 h = self._cast(self.embedding[rows[first : first + block]])
                 u = len(h)
-                logits = buffer[: u * V].reshape(u, V)
+                logits = buffer[: u * C].reshape(u, C)
                 np.matmul(h, weight, out=logits)
                 if self.precision != "float32":
                     logits[...] = self._cast(logits)

@@ -136,7 +136,11 @@ class TorchLanguageModel(TorchModel):
         with np.errstate(all="ignore"):
             sums = token_losses.detach().double().sum(dim=1).numpy()
             losses = (sums / counted).astype(np.float32)  # 0/0 = NaN: nothing counted
-        finite = logits.detach().float().isfinite().all(dim=2).numpy()
+        values = logits.detach().float()
+        finite = values.sum(dim=2).isfinite()  # a finite sum has finite terms: no (B, T, V) mask
+        if not bool(finite.all()):  # a sum that overflows: look closer
+            finite[~finite] = values[~finite].isfinite().all(dim=1)
+        finite = finite.numpy()
         bad = np.array([not finite[i, : lengths[i]].all() for i in range(len(X))], bool)
         return losses, float(loss.detach()), bad
 
@@ -173,5 +177,8 @@ class TorchLanguageModel(TorchModel):
         flat = logits.float().reshape(n * width, -1)
         target = torch.from_numpy(labels.reshape(-1))
         token_losses = torch.nn.functional.cross_entropy(flat, target, ignore_index=IGNORE, reduction="none")
-        loss = torch.nn.functional.cross_entropy(flat, target, ignore_index=IGNORE)  # as the trainer reduces
+        # the mean over the counted tokens, as the trainer's F.cross_entropy(ignore_index=-100)
+        # reduces (0/0 = NaN for none), from the same per-token losses: a second full-vocabulary
+        # log-softmax cost a third of a pass and as much memory as the logits
+        loss = token_losses.sum() / (target != IGNORE).sum()
         return logits, token_losses.reshape(n, width), loss
