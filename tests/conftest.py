@@ -53,6 +53,11 @@ def manifest_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def timeless_replay(result) -> dict:
+    """A scan's replay summary but its duration, which no two runs share."""
+    return {key: value for key, value in result.summary.replay.items() if key != "seconds"}
+
+
 def counts(result) -> Counter:
     return Counter({k: v for k, v in result.summary.issues_by_check.items() if v})
 
