@@ -19,5 +19,6 @@ needs ``torch``. See docs/guard.md.
 """
 
 from scrub.guard.core import NanGuard, NonFiniteStep
+from scrub.guard.spike import Spike
 
-__all__ = ["NanGuard", "NonFiniteStep"]
+__all__ = ["NanGuard", "NonFiniteStep", "Spike"]
