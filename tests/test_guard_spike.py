@@ -121,11 +121,16 @@ def clean_classifier_run(steps: int, seed: int) -> NanGuard:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_clean_run_of_thousands_of_steps_raises_no_spike(seed):
+def test_a_clean_run_of_thousands_of_steps_raises_no_spike():
     """The model whose clean gradient norms strayed furthest from their median (10.9x, near
-    convergence: docs/guard.md), with shuffling and a step-decay schedule."""
-    guard = clean_classifier_run(3000, seed)
+    convergence: docs/guard.md), with shuffling and a step-decay schedule (the other models and
+    seeds: `benchmarks/bench_guard.py`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: threads only contend
+    try:
+        guard = clean_classifier_run(3000, seed=1)
+    finally:
+        torch.set_num_threads(threads)
     assert guard.skipped == 0 and guard.issues == []
     assert guard.spike is not None and guard.spike.seen == 3000  # every step judged and kept
 

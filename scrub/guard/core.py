@@ -205,9 +205,12 @@ class NanGuard:
             assert self.current is not None
             self.current.buffers = None  # taken after the forward: not what the step started from
         gradients = [p.grad for p in self._trainable()[0]]
-        finite = agree(_finite_loss(loss) and all_finite(gradients))
+        # with the spike rule, its norm is the finiteness check too: a NaN or an Inf makes it
+        # non-finite, and only then is the fused check asked whether it merely overflowed
+        norm = gradient_norm(gradients) if self.spike is not None else math.nan
+        finite = agree(_finite_loss(loss) and (math.isfinite(norm) or all_finite(gradients)))
         current = self.current
-        spiked = self._spiked(gradients) if finite else None
+        spiked = self._spiked(norm) if finite else None
         if finite and spiked is None:
             self.in_a_row = 0
             if current is not None:
@@ -256,17 +259,16 @@ class NanGuard:
         if self.manifest is not None:
             self.manifest.close()
 
-    def _spiked(self, gradients: list[torch.Tensor | None]) -> tuple[float, float, float] | None:
-        """``(norm, limit, median)`` when this finite step's gradient norm is over the spike
+    def _spiked(self, norm: float) -> tuple[float, float, float] | None:
+        """``(norm, limit, median)`` when this finite step's gradient ``norm`` is over the spike
         rule's limit (on any rank); None when it is not, or no rule is set. The norm of a step
         applied joins the running median."""
         watch = self.spike
         if watch is None:
             return None
-        norm = gradient_norm(gradients)
         median = watch.median()
         limit = math.inf if median is None else watch.rule.factor * median
-        if not agree(not norm > limit):  # NaN never: the gradients are finite
+        if not agree(not (norm > limit or norm == math.inf)):  # past float32: never a clean step's
             return norm, limit, median if median is not None else math.nan
         watch.add(norm)
         return None
