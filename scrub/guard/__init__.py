@@ -10,7 +10,7 @@ for inputs, targets in loader:
     optimizer.zero_grad()
     loss = loss_fn(model(inputs), targets)
     loss.backward()
-    if guard.ok(loss):           # False: the loss or a gradient is non-finite (culprits written)
+    if guard.ok(loss):           # False: the loss or a gradient non-finite, or a spike (culprits written)
         optimizer.step()
 ```
 
