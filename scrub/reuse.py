@@ -5,6 +5,7 @@ NaN guards' (`scrub.guard`), whose records are found in the dataset by their nam
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,29 +48,46 @@ class Reused:
         """Write the verdicts of every reused manifest to ``target`` as one manifest (with the
         scan's record beside it, or the guard's): the guards' lines named as this dataset names
         its records (their index is scrub's; ``details.training_index`` the training's). Returns
-        the notes to say (guard lines below ``threshold`` that name no record of the dataset)."""
+        the notes to say (guard lines below ``threshold`` that name no record of the dataset, and
+        the records the guards named below it only: kept)."""
         writer = ManifestWriter(target)
+        set_aside: set[int | None] = set()  # the records a line at or above the threshold names
+        below: dict[int | None, str] = {}  # those a guard's line below it names, and its check
         try:
             for scan in self.scans:
                 for issue in read_manifest(scan):
                     writer.write(issue)
+                    if issue.severity.at_least(threshold) and issue.status != "resolved":
+                        set_aside.add(issue.index)
             unknown = 0
             for named in _named_in(dataset, self.guards, threshold):
                 if named is None:
                     unknown += 1
-                else:
-                    writer.write(named)
+                    continue
+                writer.write(named)
+                if named.severity.at_least(threshold) and named.status != "resolved":
+                    set_aside.add(named.index)
+                elif named.status != "resolved":
+                    below.setdefault(named.index, named.check)
         except BaseException:
             writer.discard()
             raise
         writer.commit()
         write_scan_record(target, self.summary)
-        if not unknown:
-            return []
-        return [
-            f"{counted(unknown, 'guard line')} below --severity {threshold.value} "
-            f"{agreeing(unknown, 'names', 'name')} no record of {dataset.path}: left out"
-        ]
+        notes = []
+        if unknown:
+            notes.append(
+                f"{counted(unknown, 'guard line')} below --severity {threshold.value} "
+                f"{agreeing(unknown, 'names', 'name')} no record of {dataset.path}: left out"
+            )
+        kept = Counter(check for index, check in below.items() if index not in set_aside)
+        if kept:
+            checks = ", ".join(f"{check} {count:,}" for check, count in sorted(kept.items()))
+            notes.append(
+                f"kept {counted(kept.total(), 'record')} the NaN guard named with warnings only ({checks}): "
+                "--severity warning sets them aside too"
+            )
+        return notes
 
 
 def reused_verdicts(manifests: Sequence[Path], dataset: OpenedDataset, options: ScanOptions) -> Reused:

@@ -99,3 +99,49 @@ TRAINING_SUSPECT = reader_check(
     """,
     needs=Carries.TRAINING_RUN,
 )
+
+TRAINING_SPIKE = reader_check(
+    "training-spike",
+    Severity.ERROR,
+    """A record that makes a finite training step's gradient spike far above the steps before it.
+
+    What it finds:
+        With the guard's spike rule (on by default: `NanGuard(spike=Spike(factor=100))`), a step
+        whose loss and gradients are finite but whose gradient norm is over `factor` times the
+        median of the last `window` steps applied is skipped and its batch triaged as a
+        non-finite one is: a record whose share of the batch's gradient is over that limit on
+        its own (found by bisection) is named. Details give the step, `grad_norm` (null when it
+        is past float32's range), `median_grad_norm`, `spike_limit`, `found_by` and `passes`.
+    Why it breaks training:
+        A record of magnitude 1e19 gives a loss of 1e36, still a float32: nothing is non-finite,
+        the optimizer takes the step, the weights jump to 1e34 and every later step overflows,
+        by which time the record is long gone from the batch.
+    Example:
+        Row 777 of a regression set holds 1.4e19 in every feature; in a shuffled run its step's
+        gradient norm overflows float32 while the running median is 0.9.
+    What fix does:
+        `scrub fix DATASET --manifest guard.scrub.jsonl` moves the record to the quarantine.
+    """,
+    needs=Carries.TRAINING_RUN,
+)
+
+TRAINING_JOINT_SPIKE = reader_check(
+    "training-joint-spike",
+    Severity.WARNING,
+    """Records whose training step spiked only together, never one alone.
+
+    What it finds:
+        A step the spike rule skipped whose batch, bisected, has no record whose share of the
+        gradient is over the limit alone: each half is under it while together they are over.
+        Each record of the group gets one line; details give the group's size and the step's
+        numbers (`grad_norm`, `median_grad_norm`, `spike_limit`).
+    Why it breaks training:
+        A step far above the run's usual gradient is the kind that breaks weights, but no
+        record is its cause: a learning rate too high, a batch of hard examples together.
+    Example:
+        A learning-rate schedule that jumps a hundredfold: every record's gradient grows.
+    What fix does:
+        Nothing by default (a warning); with `--severity warning` the records are quarantined.
+    """,
+    needs=Carries.TRAINING_RUN,
+)

@@ -10,7 +10,7 @@ for inputs, targets in loader:
     optimizer.zero_grad()
     loss = loss_fn(model(inputs), targets)
     loss.backward()
-    if guard.ok(loss):           # False: the loss or a gradient is non-finite (culprits written)
+    if guard.ok(loss):           # False: the loss or a gradient non-finite, or a spike (culprits written)
         optimizer.step()
 ```
 
@@ -19,5 +19,6 @@ needs ``torch``. See docs/guard.md.
 """
 
 from scrub.guard.core import NanGuard, NonFiniteStep
+from scrub.guard.spike import Spike
 
-__all__ = ["NanGuard", "NonFiniteStep"]
+__all__ = ["NanGuard", "NonFiniteStep", "Spike"]

@@ -7,13 +7,19 @@ BatchNorm statistics or the optimizer (every evaluation runs the model, as
 they were before the step):
 
 1. weights already non-finite: an earlier finite but absurd step is the cause; the records of
-   the last ``suspects`` batches are named (`training-suspect`);
+   the last ``suspects`` batches are named (`training-suspect`), once for the steps that fail
+   after them;
 2. the batch run again with the same random state is finite: not the data's (`training-transient`);
 3. per-sample losses (``reduction="none"`` where the loss takes it) name the records whose loss
    alone is non-finite in one pass (`training-nonfinite`); all finite while their reduction is
    not is a joint failure (`training-joint-nonfinite`);
 4. otherwise the batch is bisected: a half that is non-finite is searched, and halves that are
    each finite while together they are not are a joint failure, never an invented culprit.
+
+A finite step whose gradient norm is far above the norms of the steps before it (the spike rule,
+`scrub.guard.spike`: a record of magnitude 1e19 whose loss, 1e36, is still a float32) is skipped
+and triaged the same way, "non-finite" read as "over the rule's limit": the record is named
+(`training-spike`) before its update makes every later step overflow.
 
 Each finding is a line of scrub's manifest, written whole to disk before the training goes on.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -33,9 +40,10 @@ from torch import nn
 from scrub.guard.batches import Current, GuardedLoader, RecordingBatchSampler, all_finite
 from scrub.guard.manifest import GuardManifest, Named, record_names
 from scrub.guard.ranks import agree, gathered
+from scrub.guard.spike import Spike, SpikeWatch, gradient_norm
 from scrub.guard.triage import Search, Triage, module_of
 from scrub.records import Issue, Severity
-from scrub.wording import counted
+from scrub.wording import agreeing, counted
 
 #: what ``on_nonfinite`` may be
 POLICIES = ("skip", "raise")
@@ -69,6 +77,8 @@ class NanGuard:
     name its records itself (torchvision's ``ImageFolder``, a ``record_key(index)`` method).
     ``autocast``: the ``torch.autocast`` arguments the training's forward runs under, so that the
     triage runs it the same way (``{"device_type": "cpu", "dtype": torch.float16}``).
+    ``spike``: when a finite step is a spike, skipped and triaged as a non-finite one is
+    (`scrub.guard.spike.Spike`); None turns the rule off.
     """
 
     def __init__(
@@ -84,11 +94,14 @@ class NanGuard:
         max_skips: int = 10,
         autocast: Mapping[str, Any] | None = None,
         dataset: Any = None,
+        spike: Spike | None = Spike(),  # noqa: B008 - frozen: one shared default is safe
     ) -> None:
         if on_nonfinite not in POLICIES:
             raise ValueError(f"on_nonfinite={on_nonfinite!r}: choose one of {', '.join(POLICIES)}")
         if suspects < 0 or max_skips < 1:
             raise ValueError("suspects must be at least 0 and max_skips at least 1")
+        if spike is not None and not isinstance(spike, Spike):
+            raise TypeError(f"spike takes a scrub.guard.Spike or None, not {type(spike).__name__}")
         self.model = model
         self.loss_fn = loss_fn
         self.step_fn = step
@@ -98,6 +111,9 @@ class NanGuard:
         self.autocast = dict(autocast) if autocast is not None else None
         self.dataset = dataset
         self.manifest = GuardManifest(Path(manifest)) if manifest is not None else None
+        if self.manifest is not None:  # the record's step count, right when the guard goes (exit too)
+            weakref.finalize(self, self.manifest.close)
+        self.spike = SpikeWatch(spike) if spike is not None else None
         self.issues: list[Issue] = []  # every finding of this run, as written to the manifest
         self.steps = 0  # `ok` calls: the steps guarded
         self.skipped = 0
@@ -106,6 +122,9 @@ class NanGuard:
         self.last_passes = 0  # ... for the last non-finite step
         #: (step, indices, keys) of the last batches applied: the suspects when weights go non-finite
         self.recent: deque[tuple[int, list[int] | None, list[str] | None]] = deque(maxlen=suspects)
+        #: the suspects named last, and the step of the last batch applied when they were: the
+        #: steps that fail after them, none applied between, name them no more
+        self._suspected: tuple[int | None, list[Issue]] | None = None
         self.current: Current | None = None
         self._parameters: tuple[nn.Module, list[torch.Tensor], list[torch.Tensor]] | None = None
         self._issued: deque[list[int]] = deque()
@@ -185,24 +204,30 @@ class NanGuard:
             self.deliver(batch)
             assert self.current is not None
             self.current.buffers = None  # taken after the forward: not what the step started from
-        finite = _finite_loss(loss) and all_finite([p.grad for p in self._trainable()[0]])
-        finite = agree(finite)
+        gradients = [p.grad for p in self._trainable()[0]]
+        # with the spike rule, its norm is the finiteness check too: a NaN or an Inf makes it
+        # non-finite, and only then is the fused check asked whether it merely overflowed
+        norm = gradient_norm(gradients) if self.spike is not None else math.nan
+        finite = agree(_finite_loss(loss) and (math.isfinite(norm) or all_finite(gradients)))
         current = self.current
-        if finite:
+        spiked = self._spiked(norm) if finite else None
+        if finite and spiked is None:
             self.in_a_row = 0
             if current is not None:
                 self.recent.append((self.steps, current.indices, current.keys))
+            if self.manifest is not None:
+                self.manifest.count(self.steps, self.skipped)
             return True
         if current is None:
             raise RuntimeError(
                 "NanGuard.ok: no batch to triage: wrap the loader (guard.wrap(loader)), or pass "
                 "ok(loss, batch)"
             )
-        search = Triage(self, current, scaler).run()
+        search = Triage(self, current, scaler, spiked[1] if spiked is not None else None).run()
         if search is None:  # the loss scaler's own overflow: skipped as it would skip it
             return False
         restored = self._restore_buffers(current)
-        issues = self._issues(search, current, restored)
+        issues = self._issues(search, current, restored, spiked)
         issues = gathered(issues)
         self.issues += issues
         if self.manifest is not None:
@@ -212,17 +237,42 @@ class NanGuard:
         self.skipped += 1
         self.in_a_row += 1
         if self.on_nonfinite == "raise" or self.in_a_row >= self.max_skips:
+            went = "spiked" if spiked is not None else "went non-finite"
             why = (
-                f"{counted(self.in_a_row, 'step')} in a row went non-finite (max_skips={self.max_skips})"
+                f"{counted(self.in_a_row, 'step')} in a row "
+                f"{went if spiked is None else agreeing(self.in_a_row, 'was skipped', 'were skipped')} "
+                f"(max_skips={self.max_skips})"
                 if self.on_nonfinite != "raise"
                 else "on_nonfinite='raise'"
             )
-            raise NonFiniteStep(_said(issues, self.steps, why, self.manifest), issues)
+            named = issues or (self._suspected[1] if search.suspects and self._suspected else [])
+            raise NonFiniteStep(_said(named, self.steps, went, why, self.manifest), issues)
         if restored is False:
             import warnings
 
             warnings.warn("NanGuard: non-finite BatchNorm statistics could not be put back", stacklevel=2)
         return False
+
+    def close(self) -> None:
+        """Write the manifest's record as the run leaves it (its ``steps`` and ``skipped``): it is
+        written at each finding and every few seconds, and when the guard is collected or the
+        interpreter exits; call it where a record read at once must be exact."""
+        if self.manifest is not None:
+            self.manifest.close()
+
+    def _spiked(self, norm: float) -> tuple[float, float, float] | None:
+        """``(norm, limit, median)`` when this finite step's gradient ``norm`` is over the spike
+        rule's limit (on any rank); None when it is not, or no rule is set. The norm of a step
+        applied joins the running median."""
+        watch = self.spike
+        if watch is None:
+            return None
+        median = watch.median()
+        limit = math.inf if median is None else watch.rule.factor * median
+        if not agree(not (norm > limit or norm == math.inf)):  # past float32: never a clean step's
+            return norm, limit, median if median is not None else math.nan
+        watch.add(norm)
+        return None
 
     def _trainable(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The model's parameters (a frozen one has no gradient: `all_finite` passes it over)
@@ -248,7 +298,13 @@ class NanGuard:
 
     # -- findings ----------------------------------------------------------------------------
 
-    def _issues(self, search: Search, current: Current, restored: bool | None) -> list[Issue]:
+    def _issues(
+        self,
+        search: Search,
+        current: Current,
+        restored: bool | None,
+        spiked: tuple[float, float, float] | None = None,
+    ) -> list[Issue]:
         names = record_names(self.dataset, self.key)
 
         def name(position: int) -> Named:
@@ -263,9 +319,18 @@ class NanGuard:
             **({"buffers_restored": restored} if restored is not None else {}),
             "tried": search.tried,
             "passes": self.last_passes,
+            **(_spike_details(*spiked) if spiked is not None else {}),
         }
+        went = (
+            f"step {self.steps} spiked ({_spike_said(*spiked)})"
+            if spiked is not None
+            else f"step {self.steps} went non-finite"
+        )
         issues: list[Issue] = []
         if search.suspects:
+            window = self.recent[-1][0] if self.recent else None
+            if self._suspected is not None and self._suspected[0] == window:
+                return issues  # named at the first step that failed after them: once a window
             for trained_at, indices, keys in self.recent:
                 named = (
                     [names.of_index(i) for i in indices]
@@ -282,6 +347,7 @@ class NanGuard:
                             {**step, "trained_at": trained_at},
                         )
                     )
+            self._suspected = (window, issues)
             return issues
         size = len(current.indices) if current.indices is not None else len(current.keys or [])
         if search.transient:
@@ -290,12 +356,14 @@ class NanGuard:
                     name(position).issue(
                         "training-transient",
                         Severity.WARNING,
-                        f"step {self.steps} went non-finite, and its batch run again with the same state "
-                        "is finite: not the data's",
+                        f"{went}, and its batch run again with the same state "
+                        f"{'does not' if spiked is not None else 'is finite'}: not the data's",
                         step,
                     )
                 )
             return issues
+        if spiked is not None:
+            return issues + self._spike_issues(search, name, step, went)
         for position, how in search.culprits:
             issues.append(
                 name(position).issue(
@@ -319,6 +387,50 @@ class NanGuard:
                 )
         return issues
 
+    def _spike_issues(
+        self, search: Search, name: Callable[[int], Named], step: dict[str, Any], went: str
+    ) -> list[Issue]:
+        """The records a spike's triage found: alone (`training-spike`), or only together."""
+        issues = [
+            name(position).issue(
+                "training-spike",
+                Severity.ERROR,
+                f"{went}; its share of the batch's gradient alone is over the limit (found by {how})",
+                {**step, "found_by": how},
+            )
+            for position, how in search.culprits
+        ]
+        for group in search.joints:
+            issues += [
+                name(position).issue(
+                    "training-joint-spike",
+                    Severity.WARNING,
+                    f"{went}, only with {counted(len(group) - 1, 'other record')} of its batch together, "
+                    "never one alone",
+                    {**step, "group_size": len(group)},
+                )
+                for position in group
+            ]
+        return issues
+
+
+def _spike_details(norm: float, limit: float, median: float) -> dict[str, Any]:
+    """A spike's numbers, for its findings' details (JSON: an overflowed norm is null)."""
+    return {
+        "grad_norm": norm if math.isfinite(norm) else None,
+        "median_grad_norm": median if math.isfinite(median) else None,
+        "spike_limit": limit if math.isfinite(limit) else None,
+    }
+
+
+def _spike_said(norm: float, limit: float, median: float) -> str:
+    if not math.isfinite(norm):
+        shown = "gradient norm past float32's range"
+        return shown if not math.isfinite(median) else f"{shown}, against a running median of {median:.3g}"
+    if not math.isfinite(median):  # another rank's spike
+        return f"gradient norm {norm:.3g}"
+    return f"gradient norm {norm:.3g}, {norm / median:,.0f}x its running median {median:.3g}"
+
 
 def _finite_loss(loss: torch.Tensor) -> bool:
     """Whether the loss is finite (a scalar read as one number: cheaper than a tensor test)."""
@@ -327,7 +439,7 @@ def _finite_loss(loss: torch.Tensor) -> bool:
     return bool(torch.isfinite(loss.detach()).all())
 
 
-def _said(issues: Sequence[Issue], step: int, why: str, manifest: GuardManifest | None) -> str:
+def _said(issues: Sequence[Issue], step: int, went: str, why: str, manifest: GuardManifest | None) -> str:
     """One line naming a failed step's records, for `NonFiniteStep`."""
     culprits = [issue for issue in issues if issue.severity is Severity.ERROR]
     shown = culprits or list(issues)
@@ -336,4 +448,4 @@ def _said(issues: Sequence[Issue], step: int, why: str, manifest: GuardManifest 
     )
     kind = "records" if culprits else (shown[0].check if shown else "no record")
     where = f"; see {manifest.path}" if manifest is not None else ""
-    return f"step {step} went non-finite ({why}): {kind}: {names or 'none'}{where}"
+    return f"step {step} {went} ({why}): {kind}: {names or 'none'}{where}"

@@ -12,14 +12,19 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scrub.errors import ScrubError
 from scrub.manifest import GUARD_KIND, encode_line, read_manifest, scan_record_path, write_scan_record
 from scrub.outputs import write_atomically
 from scrub.records import Issue, Severity
+
+#: the longest the record beside the manifest goes without its step count brought up to date
+RECORD_SECONDS = 10.0
 
 
 class GuardManifest:
@@ -28,6 +33,8 @@ class GuardManifest:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lines: list[bytes] = []
+        self.steps = self.skipped = 0  # the run's, as its record says them
+        self.written = (-1, -1, 0.0)  # (steps, skipped, when) of the record on disk
         if path.exists():
             record = _record(path)
             if record.get("kind") != GUARD_KIND:
@@ -38,12 +45,33 @@ class GuardManifest:
         self.add([], 0, 0)  # an empty manifest says the guard ran, and found nothing yet
 
     def add(self, issues: Iterable[Issue], steps: int, skipped: int) -> None:
-        from scrub import __version__
-
+        """Findings of a step, written with the record: the manifest whole, then its record."""
         self.lines += [encode_line(issue) for issue in issues]
+        self.steps, self.skipped = steps, skipped
         if not _rank_zero():
             return
         write_atomically(self.path, b"".join(self.lines), "guard manifest")
+        self._write_record()
+
+    def count(self, steps: int, skipped: int) -> None:
+        """A step applied without a finding: the record's counts are rewritten at most every
+        `RECORD_SECONDS` (a write a step would cost more than the guard's check)."""
+        self.steps, self.skipped = steps, skipped
+        if time.monotonic() - self.written[2] >= RECORD_SECONDS:
+            self.close()
+
+    def close(self) -> None:
+        """Write the record if its counts changed since it was written (the guard is done)."""
+        if (self.steps, self.skipped) == self.written[:2] or not _rank_zero():
+            return
+        try:
+            self._write_record()
+        except (OSError, ScrubError):  # at exit, its folder gone: the findings are on disk regardless
+            pass
+
+    def _write_record(self) -> None:
+        from scrub import __version__
+
         write_scan_record(
             self.path,
             {
@@ -51,11 +79,12 @@ class GuardManifest:
                 "schema": 1,
                 "scrub_version": __version__,
                 "fingerprint": None,
-                "steps": steps,
-                "skipped": skipped,
+                "steps": self.steps,
+                "skipped": self.skipped,
                 "issues": len(self.lines),
             },
         )
+        self.written = (self.steps, self.skipped, time.monotonic())
 
 
 def _record(path: Path) -> dict[str, Any]:

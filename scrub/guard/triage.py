@@ -14,9 +14,11 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 from scrub.guard.batches import Current, all_finite, batch_size_of, take
 from scrub.guard.ranks import agree_any
+from scrub.guard.spike import gradient_norm
 
-#: what one evaluation of some records of a batch gives (`Triage.evaluate`)
-FINITE, LOSS, GRADIENT, UNRUNNABLE = "finite", "loss", "gradient", "unrunnable"
+#: what one evaluation of some records of a batch gives (`Triage.evaluate`); `SPIKE`: finite, with
+#: a gradient norm over the spike rule's limit (a triage of a spike, ``limit`` given)
+FINITE, LOSS, GRADIENT, SPIKE, UNRUNNABLE = "finite", "loss", "gradient", "spike", "unrunnable"
 
 
 class Recipe(Protocol):
@@ -43,10 +45,14 @@ class Search:
 
 
 class Triage:
-    """The search for the records behind one non-finite step (the module's docstring)."""
+    """The search for the records behind one non-finite step (the module's docstring); with a
+    ``limit``, behind a finite step whose gradient norm went over it (a spike): the same search,
+    where a set of records fails when the gradient of its share of the batch's loss is over the
+    limit (or non-finite)."""
 
-    def __init__(self, guard: Recipe, current: Current, scaler: Any) -> None:
+    def __init__(self, guard: Recipe, current: Current, scaler: Any, limit: float | None = None) -> None:
         self.guard = guard
+        self.limit = limit
         self.current = current
         self.scaler = scaler
         self.module = module_of(guard.model)
@@ -79,7 +85,7 @@ class Triage:
         if whole == FINITE:
             if elsewhere:  # another rank's batch is the cause: it names it (every rank gathers)
                 return search
-            if self.scaler is not None:
+            if self.scaler is not None and self.limit is None:
                 return None  # finite unscaled everywhere: the scaler's scale was too large, as expected
             search.transient = True
             return search
@@ -87,7 +93,9 @@ class Triage:
             search.joints.append(everyone)
             return search
         rest = everyone
-        per_sample = self.per_sample_losses(everyone)
+        # a per-sample loss tells a non-finite record in one pass; whether a record's gradient
+        # spikes takes its gradient, which the bisection measures
+        per_sample = self.per_sample_losses(everyone) if self.limit is None else None
         if per_sample is not None:
             search.tried.append("per-sample-loss")
             bad = [position for position in everyone if per_sample[position]]
@@ -151,8 +159,9 @@ class Triage:
 
     def evaluate(self, positions: list[int]) -> str:
         """One forward/backward pass of these records: `FINITE`; `LOSS` when their loss is
-        non-finite, `GRADIENT` when only a gradient is; `UNRUNNABLE` when they cannot be run
-        alone (a BatchNorm over one record).
+        non-finite, `GRADIENT` when only a gradient is, `SPIKE` when the gradient's norm is over
+        the spike's ``limit``; `UNRUNNABLE` when they cannot be run alone (a BatchNorm over one
+        record).
 
         The gradient is that of the loss times ``len(positions) / batch size``: under the usual
         mean reduction, these records' share of the batch's gradient. Unscaled, a record's
@@ -176,7 +185,9 @@ class Triage:
             grads = torch.autograd.grad(share, self.trainable, allow_unused=True)
         except (RuntimeError, ValueError, IndexError):
             return UNRUNNABLE
-        return FINITE if all_finite(list(grads)) else GRADIENT
+        if not all_finite(list(grads)):
+            return GRADIENT
+        return SPIKE if self.limit is not None and gradient_norm(list(grads)) > self.limit else FINITE
 
     def per_sample_losses(self, positions: list[int]) -> list[bool] | None:
         """Which records' own loss is non-finite, in one pass, where the loss takes
