@@ -334,6 +334,56 @@ def test_per_sample_losses_all_finite_while_their_weighted_mean_is_not_is_joint(
     assert guard.skipped == 1
     assert {issue.check for issue in guard.issues} == {"training-joint-nonfinite"}
     assert sorted(int(issue.key) for issue in guard.issues) == list(range(8, 16))
+    # the whole batch, and the finding says why no smaller group: any record alone fails too
+    assert all("whichever records it holds" in issue.details["unnarrowed"] for issue in guard.issues)
+    assert all("not narrowed further" in issue.message for issue in guard.issues)
+
+
+@pytest.mark.parametrize("loss_name", ["MSELoss module", "plain function"])
+def test_a_pair_that_overflows_a_mean_together_is_named_as_the_pair_in_a_shuffled_batch(tmp_path, loss_name):
+    """Two targets of 1.4e19: each squared error, 1.96e38, is a float32; their sum is not. With
+    ``nn.MSELoss()`` the per-sample losses are all finite while the mean is Inf; the guard tries
+    the records largest loss first and names the pair, as bisection does for a plain function,
+    wherever the shuffle put the two in the batch (positions no halving keeps together)."""
+    inputs, targets = torch.rand(64, 1), torch.zeros(64, 1)
+    targets[[3, 40]] = 1.4e19
+    loss = (
+        nn.MSELoss() if loss_name == "MSELoss module" else (lambda outputs, goal: F.mse_loss(outputs, goal))
+    )
+    named = []
+    for seed in range(3):  # three shuffles of one batch of 64
+        model = nn.Linear(1, 1)
+        guard = NanGuard(model, loss, manifest=tmp_path / f"{seed}.jsonl", spike=None)
+        generator = torch.Generator().manual_seed(seed)
+        loader = guard.wrap(
+            DataLoader(TensorDataset(inputs, targets), batch_size=64, shuffle=True, generator=generator)
+        )
+        train(guard, model, loader, lambda m, b: loss(m(b[0]), b[1]))
+        assert guard.skipped == 1 and finite_model(model)
+        lines = manifest_lines(tmp_path / f"{seed}.jsonl")
+        assert {line["check"] for line in lines} == {"training-joint-nonfinite"}
+        assert all(
+            line["details"]["group_size"] == 2 and "unnarrowed" not in line["details"] for line in lines
+        )
+        tried = lines[0]["details"]["tried"]
+        assert ("loss-order" in tried) == (loss_name == "MSELoss module")
+        named.append(sorted(int(line["key"]) for line in lines))
+        assert guard.last_passes <= 4 * math.log2(64) + 3
+    assert named == [[3, 40]] * 3
+
+
+def test_a_record_whose_own_row_overflows_only_when_summed_is_a_culprit_not_its_batch(tmp_path):
+    """A record of two targets of 1.4e19: each element's squared error is finite, so the
+    per-sample values (one per element) are, but the record's own mean is not: it fails alone,
+    and is named as such, while the batch's other records are left alone."""
+    inputs, targets = torch.rand(32, 2), torch.zeros(32, 2)
+    targets[21] = 1.4e19
+    model = nn.Linear(2, 2)
+    guard = NanGuard(model, nn.MSELoss(), manifest=None, spike=None)
+    loader = guard.wrap(DataLoader(TensorDataset(inputs, targets), batch_size=16, shuffle=True))
+    train(guard, model, loader, lambda m, b: F.mse_loss(m(b[0]), b[1]))
+    assert [(issue.check, issue.key) for issue in guard.issues] == [("training-nonfinite", "21")]
+    assert guard.issues[0].details["found_by"] == "loss-order" and finite_model(model)
 
 
 def test_gradient_accumulation_guards_each_micro_batch_and_amp_overflows_are_the_scalers(tmp_path):

@@ -41,7 +41,7 @@ from scrub.guard.batches import Current, GuardedLoader, RecordingBatchSampler, a
 from scrub.guard.manifest import GuardManifest, Named, record_names
 from scrub.guard.ranks import agree, gathered
 from scrub.guard.spike import Spike, SpikeWatch, gradient_norm
-from scrub.guard.triage import Search, Triage, module_of
+from scrub.guard.triage import Joint, Search, Triage, module_of
 from scrub.records import Issue, Severity
 from scrub.wording import agreeing, counted
 
@@ -375,16 +375,13 @@ class NanGuard:
                 )
             )
         for group in search.joints:
-            for position in group:
-                issues.append(
-                    name(position).issue(
-                        "training-joint-nonfinite",
-                        Severity.WARNING,
-                        f"non-finite at step {self.steps} only together with "
-                        f"{counted(len(group) - 1, 'other record')} of its batch, never alone",
-                        {**step, "group_size": len(group)},
-                    )
+            said = _joint_said(group, f"non-finite at step {self.steps}")
+            issues += [
+                name(position).issue(
+                    "training-joint-nonfinite", Severity.WARNING, said, _joint_details(step, group)
                 )
+                for position in group.positions
+            ]
         return issues
 
     def _spike_issues(
@@ -401,17 +398,31 @@ class NanGuard:
             for position, how in search.culprits
         ]
         for group in search.joints:
+            said = _joint_said(group, went)
             issues += [
                 name(position).issue(
-                    "training-joint-spike",
-                    Severity.WARNING,
-                    f"{went}, only with {counted(len(group) - 1, 'other record')} of its batch together, "
-                    "never one alone",
-                    {**step, "group_size": len(group)},
+                    "training-joint-spike", Severity.WARNING, said, _joint_details(step, group)
                 )
-                for position in group
+                for position in group.positions
             ]
         return issues
+
+
+def _joint_said(group: Joint, went: str) -> str:
+    """A joint finding's message: the records it fails with, and why no fewer where it says."""
+    others = counted(len(group.positions) - 1, "other record")
+    if group.unnarrowed is not None:
+        return f"{went} with {others} of its batch, not narrowed further: {group.unnarrowed}"
+    return f"{went} only together with {others} of its batch, never with one of them left out"
+
+
+def _joint_details(step: dict[str, Any], group: Joint) -> dict[str, Any]:
+    return {
+        **step,
+        "group_size": len(group.positions),
+        "found_by": group.found_by,
+        **({"unnarrowed": group.unnarrowed} if group.unnarrowed is not None else {}),
+    }
 
 
 def _spike_details(norm: float, limit: float, median: float) -> dict[str, Any]:

@@ -1,9 +1,18 @@
 """The triage of one non-finite step: the records behind it, found without touching the model,
-its gradients, its BatchNorm statistics or the optimizer (see `scrub.guard.core`)."""
+its gradients, its BatchNorm statistics or the optimizer (see `scrub.guard.core`).
+
+Records that fail only together are narrowed to the smallest group that still fails on its own
+(`Triage.narrow`): a pair of rows whose squared errors are each a float32 but overflow once
+summed is named as that pair, not as the batch or the half of it bisection stopped at. Where
+per-sample losses are at hand, the records are tried in the order of their own loss, largest
+first: the records that overflow a reduction together are the largest, so the smallest failing
+prefix of that order holds them, found in log2(B) passes.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,11 +43,31 @@ class Recipe(Protocol):
 
 
 @dataclass
+class Joint:
+    """Records of a batch that fail together, none alone: ``positions`` in the batch, found by
+    ``found_by``; ``unnarrowed`` says why the group could not be narrowed to fewer records where
+    that was not tried to the end (None: no record of it can be left out and the rest still fail)."""
+
+    positions: list[int]
+    found_by: str
+    unnarrowed: str | None = None
+
+
+#: why a group is the whole set it was found in (`Joint.unnarrowed`)
+UNRUNNABLE_APART = "its records cannot be run apart (a part of it raises when run alone)"
+ANY_RECORD = (
+    "every record's own loss is finite, and the record whose loss is the smallest is non-finite "
+    "alone too: the reduction fails whichever records it holds (a weighted mean with nothing to "
+    "weigh: 0/0), not a group of them"
+)
+
+
+@dataclass
 class Search:
     """What the triage of one step found."""
 
     culprits: list[tuple[int, str]] = field(default_factory=list)  # (position in the batch, how)
-    joints: list[list[int]] = field(default_factory=list)
+    joints: list[Joint] = field(default_factory=list)
     transient: bool = False
     suspects: bool = False
     tried: list[str] = field(default_factory=list)
@@ -90,25 +119,31 @@ class Triage:
             search.transient = True
             return search
         if whole == UNRUNNABLE:  # the batch cannot be run again here
-            search.joints.append(everyone)
+            search.joints.append(Joint(everyone, "rerun", "the batch raises when run again here"))
             return search
-        rest = everyone
+        rest, verdict = everyone, whole
         # a per-sample loss tells a non-finite record in one pass; whether a record's gradient
         # spikes takes its gradient, which the bisection measures
         per_sample = self.per_sample_losses(everyone) if self.limit is None else None
         if per_sample is not None:
             search.tried.append("per-sample-loss")
-            bad = [position for position in everyone if per_sample[position]]
-            if not bad and whole == LOSS:  # every record's loss finite, their reduction not
-                search.joints.append(everyone)
-                return search
+            bad = [position for position in everyone if not math.isfinite(per_sample[position])]
             if len(bad) == self.size > 1:  # records coupled in the batch (a BatchNorm): bisect
-                bad = []
-                per_sample = [False] * self.size
+                bad, per_sample = [], None
             search.culprits += [(position, "per-sample-loss") for position in bad]
-            rest = [position for position in everyone if not per_sample[position]]
-            if not rest or (bad and self.evaluate(rest) == FINITE):
+            named = set(bad)
+            rest = [position for position in everyone if position not in named]
+            if bad and rest:
+                verdict = self.evaluate(rest)
+            if not rest or verdict == FINITE:
                 return self._weights_or_records(search)
+        if per_sample is not None and verdict == LOSS:
+            # every record's own loss finite, their reduction not: records that overflow it
+            # together, found among the largest losses (or a reduction no record can pass)
+            search.tried.append("loss-order")
+            order = sorted(rest, key=lambda position: -per_sample[position])
+            self.narrow(order, search, "loss-order", ordered=True)
+            return self._weights_or_records(search)
         search.tried.append("bisection")
         self.bisect(rest, search)
         return self._weights_or_records(search)
@@ -130,12 +165,80 @@ class Triage:
         half = len(positions) // 2
         first, second = positions[:half], positions[half:]
         verdicts = [self.evaluate(first), self.evaluate(second)]
-        if UNRUNNABLE in verdicts or all(v == FINITE for v in verdicts):  # each fine alone: together
-            search.joints.append(positions)
+        if UNRUNNABLE in verdicts:
+            search.joints.append(Joint(positions, "bisection", UNRUNNABLE_APART))
+            return
+        if all(v == FINITE for v in verdicts):  # each half fine alone: records of both, together
+            self.narrow(positions, search, "bisection", ordered=False)
             return
         for part, verdict in zip((first, second), verdicts):
             if verdict != FINITE:
                 self.bisect(part, search)
+
+    def narrow(self, positions: list[int], search: Search, how: str, ordered: bool) -> None:
+        """``positions`` fail together: name the smallest groups of them that fail on their own
+        (a group of one is a culprit), until what is left of them passes.
+
+        ``ordered``: ``positions`` are in the order of the records' own losses, largest first,
+        and each group is looked for in the smallest failing prefix of that order (a binary
+        search) before it is shrunk; else the whole set is shrunk. Shrinking leaves out halves,
+        then quarters, ... then single records, keeping each leaving-out after which the rest
+        still fails: no record of the group it ends with can be left out (under the usual
+        monotony: a set that holds a failing set fails). A record that fails alone while the
+        record of the smallest loss fails alone too is the reduction's doing (`ANY_RECORD`):
+        the set is named whole, with that reason."""
+        remaining = list(positions)
+        budget = self.passes + 4 * len(positions) + 8  # a bound, whatever the loss does
+        while remaining:
+            if self.passes >= budget:
+                search.joints.append(Joint(remaining, how, f"the search stopped after {self.passes} passes"))
+                return
+            candidate = remaining[: self._smallest_failing_prefix(remaining)] if ordered else remaining
+            group = self._shrink(candidate, first_chunk=len(candidate) // (2 if ordered else 4))
+            if ordered and len(group) == 1 and group[0] != remaining[-1] and self._fails([remaining[-1]]):
+                search.joints.append(Joint(remaining, how, ANY_RECORD))
+                return
+            if len(group) == 1:
+                search.culprits.append((group[0], how))
+            else:
+                search.joints.append(Joint(group, how))
+            left = set(group)
+            remaining = [position for position in remaining if position not in left]
+            if remaining and not self._fails(remaining):
+                return
+
+    def _fails(self, positions: list[int]) -> bool:
+        """Whether these records fail by themselves (one that cannot be run apart does not:
+        a group is never narrowed by leaving out what could not be tried)."""
+        return self.evaluate(positions) not in (FINITE, UNRUNNABLE)
+
+    def _smallest_failing_prefix(self, order: list[int]) -> int:
+        """The length of the shortest prefix of ``order`` (a failing set) that fails, by a
+        binary search (the prefixes of a growing sum fail from some length on)."""
+        low, high = 1, len(order)
+        while low < high:
+            middle = (low + high) // 2
+            if self._fails(order[:middle]):
+                high = middle
+            else:
+                low = middle + 1
+        return high
+
+    def _shrink(self, group: list[int], first_chunk: int) -> list[int]:
+        """``group`` (a failing set) with every run of records left out after which it still
+        fails: runs of ``first_chunk`` records, then of half as many, down to one."""
+        chunk = max(first_chunk, 1)
+        while True:
+            start = 0
+            while start < len(group) and len(group) > 1:
+                left_out = group[:start] + group[start + chunk :]
+                if left_out and self._fails(left_out):
+                    group = left_out
+                else:
+                    start += chunk
+            if chunk == 1:
+                return group
+            chunk //= 2
 
     # -- evaluations on the detached weights and copies of the buffers ----------------------------
 
@@ -189,9 +292,10 @@ class Triage:
             return GRADIENT
         return SPIKE if self.limit is not None and gradient_norm(list(grads)) > self.limit else FINITE
 
-    def per_sample_losses(self, positions: list[int]) -> list[bool] | None:
-        """Which records' own loss is non-finite, in one pass, where the loss takes
-        ``reduction="none"`` and gives one value (or row) per record; else None."""
+    def per_sample_losses(self, positions: list[int]) -> list[float] | None:
+        """Each record's own loss, in one pass, where the loss takes ``reduction="none"`` and
+        gives one value (or row) per record: the sum of its row's magnitudes (in float64: a row
+        of float32s each finite may sum past float32), non-finite where one of them is; else None."""
         if (
             self.guard.loss_fn is None
             or self.guard.step_fn is not None
@@ -204,8 +308,10 @@ class Triage:
             return None
         if losses is None or losses.dim() == 0 or losses.shape[0] != len(positions):
             return None
-        finite = torch.isfinite(losses.detach().reshape(len(positions), -1)).all(dim=1)
-        return [not bool(value) for value in finite]
+        rows = losses.detach().reshape(len(positions), -1)
+        finite = torch.isfinite(rows).all(dim=1)
+        sizes = rows.double().abs().nan_to_num(0.0).sum(dim=1)  # the non-finite ones: told apart below
+        return [size if bool(ok) else math.inf for size, ok in zip(sizes.tolist(), finite, strict=True)]
 
 
 class _nothing:
