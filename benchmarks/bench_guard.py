@@ -1,12 +1,14 @@
 """The NaN guard's cost: training steps with and without it, and the passes a culprit costs.
 
     python benchmarks/bench_guard.py [--steps 50] [--rounds 21] [--clean-steps 3000]
+                                     [--only convnet|transformer] [--no-passes]
 
 Two models on the CPU, as the issue asks: a small convnet (conv + BatchNorm, 32x32 RGB, batch 64)
 and a small transformer encoder (2 layers, width 128, sequences of 64 tokens, batch 32). Each
 round times ``--steps`` training steps of the plain loop, then of the same loop through the guard
 (`guard.wrap` and `guard.ok`), on the same batches: the rounds interleave the two, so that this
-machine's drift falls on both; the table gives the median of the rounds' ratios. Then one NaN
+machine's drift falls on both; the table gives the median of the rounds' ratios. The last row
+checks the transformer's token ids against its embedding before each forward (``embedding=``). Then one NaN
 record is planted in a batch of 2^k (k = 4 .. 8) and the passes the triage took are counted,
 against the bound 2·log2(B)+3 (with per-sample losses: 3).
 
@@ -78,19 +80,29 @@ def seconds(
     steps: int,
     guarded: bool,
     spike: Spike | None = Spike(),  # noqa: B008 - frozen
+    ids: bool = False,
 ) -> tuple[float, float]:
-    """(wall seconds of ``steps`` training steps, seconds spent in the guard's own calls)."""
+    """(wall seconds of ``steps`` training steps, seconds spent in the guard's own calls);
+    ``ids``: the token ids of each batch checked against the model's ``embed`` before the forward."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    guard = NanGuard(model, nn.CrossEntropyLoss(), manifest=None, spike=spike)
+    embedding = getattr(model, "embed", None) if ids else None
+    guard = NanGuard(model, nn.CrossEntropyLoss(), manifest=None, spike=spike, embedding=embedding)
     inside = [0.0]
-    deliver = guard.deliver
+    deliver, screen = guard.deliver, guard.screen
 
     def timed_deliver(*args, **kwargs):  # the wrapped loader's share: the batch made current
         started = time.perf_counter()
         deliver(*args, **kwargs)
         inside[0] += time.perf_counter() - started
 
+    def timed_screen(*args, **kwargs):  # ... and the ids checked against the embedding
+        started = time.perf_counter()
+        screened = screen(*args, **kwargs)
+        inside[0] += time.perf_counter() - started
+        return screened
+
     guard.deliver = timed_deliver  # type: ignore[method-assign]
+    guard.screen = timed_screen  # type: ignore[method-assign]
     loader = DataLoader(data, batch_size=batch)
     source = guard.wrap(loader) if guarded else loader
     done = 0
@@ -250,30 +262,34 @@ def clean_run(make: Callable[[int], Run], seed: int, steps: int) -> tuple[int, f
     return guard.skipped, ratio, z
 
 
-def timed(steps: int, rounds: int) -> None:
+def timed(steps: int, rounds: int, only: str = "") -> None:
     """The table of training steps with and without the guard (the module's docstring), with
-    the spike rule (the default) and without it."""
+    the spike rule (the default) and without it, and with the token ids checked; ``only``: the
+    rows of that model (``convnet``, ``transformer``)."""
     print(
         "| model | steps a round | plain (median of rounds) | guarded | guarded / plain: medians "
         "| middle half of the rounds' ratios | the guard's own calls, of a guarded step |"
     )
     print("|---|---:|---:|---:|---:|---|---:|")
-    for name, make, batch, spike in (
-        ("convnet + BatchNorm, batch 64", convnet, 64, Spike()),
-        ("the same, spike=None", convnet, 64, None),
-        ("transformer, batch 32", transformer, 32, Spike()),
-        ("the same, spike=None", transformer, 32, None),
+    for name, make, batch, spike, ids in (
+        ("convnet + BatchNorm, batch 64", convnet, 64, Spike(), False),
+        ("the same, spike=None", convnet, 64, None, False),
+        ("transformer, batch 32", transformer, 32, Spike(), False),
+        ("the same, spike=None", transformer, 32, None, False),
+        ("the same, ids checked (embedding=)", transformer, 32, Spike(), True),
     ):
+        if only and make.__name__ != only:
+            continue
         model, data = make()
         seconds(model, data, batch, 10, True)  # warm: allocations, threads
         plain, guarded, ratios, own = [], [], [], []
         for number in range(rounds):  # which runs first alternates: neither always runs warmer
             if number % 2:
-                two, inside = seconds(model, data, batch, steps, True, spike)
+                two, inside = seconds(model, data, batch, steps, True, spike, ids)
                 one, _ = seconds(model, data, batch, steps, False)
             else:
                 one, _ = seconds(model, data, batch, steps, False)
-                two, inside = seconds(model, data, batch, steps, True, spike)
+                two, inside = seconds(model, data, batch, steps, True, spike, ids)
             plain.append(one)
             guarded.append(two)
             ratios.append(two / one)
@@ -293,10 +309,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=21, help="0 leaves the timing out")
     parser.add_argument("--clean-steps", type=int, default=3000, help="0 leaves the false alarms out")
+    parser.add_argument("--only", choices=["convnet", "transformer"], help="time that model's rows only")
+    parser.add_argument(
+        "--passes", action=argparse.BooleanOptionalAction, default=True, help="the passes table"
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.rounds:
-        timed(args.steps, args.rounds)
+        timed(args.steps, args.rounds, args.only or "")
+    if not args.passes:
+        return 0
     print("| batch B | passes, bisection | 2·log2(B)+3 | passes, per-sample losses |")
     print("|---:|---:|---:|---:|")
     for power in range(4, 9):

@@ -136,6 +136,52 @@ def test_a_hugging_face_trainer_names_the_record_and_the_run_ends_finite(tmp_pat
     assert trainer.nan_guard.skipped == 2 and finite(model)
 
 
+def test_a_hugging_face_trainer_drops_ids_past_the_embedding_before_the_forward(tmp_path):
+    """A GPT-2 built from a config whose record 9 holds id 64 of a 64-token vocabulary: without
+    the guard the Trainer's forward raises (a device-side assert on CUDA); with it, the record is
+    named at each epoch from ``get_input_embeddings()`` alone and the run ends."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from scrub.guard.huggingface import NanGuardTrainer
+
+    class Sequences(Dataset):
+        def __init__(self) -> None:
+            generator = torch.Generator().manual_seed(1)
+            self.ids = torch.randint(0, 64, (40, 10), generator=generator)
+            self.ids[9, 3] = 64
+
+        def __len__(self) -> int:
+            return len(self.ids)
+
+        def __getitem__(self, index: int):
+            return {"input_ids": self.ids[index], "labels": self.ids[index].clamp(max=63)}
+
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        num_train_epochs=2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    with pytest.raises(IndexError):
+        transformers.Trainer(model=model, args=args, train_dataset=Sequences()).train()
+    trainer = NanGuardTrainer(
+        model=model,
+        args=args,
+        train_dataset=Sequences(),
+        nan_guard={"manifest": tmp_path / "guard.scrub.jsonl"},
+    )
+    trainer.train()
+    lines = manifest_lines(tmp_path / "guard.scrub.jsonl")
+    assert [(line["key"], line["check"]) for line in lines] == [("9", "token-out-of-range")] * 2
+    assert trainer.nan_guard.dropped == 2 and trainer.nan_guard.steps == 10 and finite(model)
+
+
 DDP = textwrap.dedent(
     """
     import json, os, sys
@@ -206,3 +252,71 @@ def test_distributed_data_parallel_ranks_agree_to_skip_and_the_rank_holding_it_n
     lines = manifest_lines(tmp_path / "guard.scrub.jsonl")
     assert [(line["key"], line["check"]) for line in lines] == [("77", "training-nonfinite")] * 2
     assert not list(Path(tmp_path).glob("*.tmp"))  # the manifest's staging went with each write
+
+
+DDP_TOKENS = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch, torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+    from scrub.guard import NanGuard
+
+    def run(rank, world, folder):
+        store = f"file://{os.path.join(folder, 'store')}"
+        dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
+        torch.manual_seed(0)
+        ids, targets = torch.randint(0, 16, (64, 5)), torch.randint(0, 3, (64,))
+        ids[[10, 61], 2] = 16  # past the embedding's 16 rows: 10 on rank 0, 61 on rank 1 (seed 1)
+        embedding = nn.Embedding(16, 4)
+        model = nn.parallel.DistributedDataParallel(
+            nn.Sequential(embedding, nn.Flatten(), nn.Linear(20, 3))
+        )
+        guard = NanGuard(model, nn.CrossEntropyLoss(), manifest=os.path.join(folder, "guard.scrub.jsonl"),
+                         embedding=embedding)
+        data = TensorDataset(ids, targets)
+        sampler = DistributedSampler(data, world, rank, seed=1)
+        loader = guard.wrap(DataLoader(data, batch_size=8, sampler=sampler))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        for batch_ids, batch_targets in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(batch_ids), batch_targets)
+            loss.backward()
+            if guard.ok(loss):
+                optimizer.step()
+        with open(os.path.join(folder, f"rank{rank}.json"), "w") as out:
+            json.dump({"dropped": guard.dropped, "steps": guard.steps}, out)
+        del guard, loader, optimizer, model
+        import gc
+
+        gc.collect()
+        dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        torch.multiprocessing.spawn(run, args=(2, sys.argv[1]), nprocs=2)
+    """
+)
+
+
+def test_distributed_ranks_findings_of_ids_past_the_embedding_reach_rank_zeros_manifest(tmp_path):
+    (tmp_path / "ddp.py").write_text(DDP_TOKENS)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "ddp.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
+    finished = all((tmp_path / f"rank{rank}.json").exists() for rank in (0, 1))
+    torn_down = finished and "terminate called without an active exception" in done.stderr
+    assert done.returncode == 0 or torn_down, done.stderr[-2000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [rank["dropped"] for rank in ranks] == [1, 1]  # one each: rank 1's reached rank 0
+    assert ranks[0]["steps"] == ranks[1]["steps"] == 4
+    lines = manifest_lines(tmp_path / "guard.scrub.jsonl")
+    assert sorted((line["key"], line["check"]) for line in lines) == [
+        ("10", "token-out-of-range"),
+        ("61", "token-out-of-range"),
+    ]  # rank 0 wrote both

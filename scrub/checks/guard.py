@@ -21,7 +21,8 @@ TRAINING_NONFINITE = reader_check(
         batch whose loss alone is non-finite (per-sample losses, one pass), or that a bisection
         of the batch leaves as the cause: the half without them is finite, they alone are not.
         Details give the step, the batch, the dataset index, how it was found (`found_by`:
-        `per-sample-loss` or `bisection`) and how many forward/backward passes the search took.
+        `per-sample-loss`, `loss-order` (its own row's values each finite, their reduction not) or
+        `bisection`) and how many forward/backward passes the search took.
     Why it breaks training:
         One such record in a batch makes the batch's mean loss, and so every gradient and, one
         optimizer step later, every weight NaN: the run is lost at step 41,000, and the batch
@@ -45,8 +46,10 @@ TRAINING_JOINT_NONFINITE = reader_check(
         A batch (or part of one) whose loss or gradient is non-finite while each half of it is
         finite, or whose per-sample losses are all finite while their reduction is not: a
         BatchNorm over the batch, a float16 sum that overflows, a class-weighted mean over a
-        batch of zero-weight classes (0/0 even for one record). Each of its records gets one
-        line; details give the group's size and the step.
+        batch of zero-weight classes (0/0 even for one record). The group is narrowed to one none
+        of whose records can be left out (two rows that overflow a mean together: that pair, not
+        their batch); where it cannot be, `unnarrowed` says why. Each of its records gets one
+        line; details give the group's size, how it was found and the step.
     Why it breaks training:
         The step is as lost as with one bad record, but no record is the cause: removing one at
         random would invent a culprit. The group says where to look (the batch size, the

@@ -18,7 +18,7 @@ PyTorch is imported by this package only (it stays an optional extra of scrub): 
 needs ``torch``. See docs/guard.md.
 """
 
-from scrub.guard.core import NanGuard, NonFiniteStep
+from scrub.guard.core import NanGuard, NonFiniteStep, TokenOutOfRange
 from scrub.guard.spike import Spike
 
-__all__ = ["NanGuard", "NonFiniteStep", "Spike"]
+__all__ = ["NanGuard", "NonFiniteStep", "Spike", "TokenOutOfRange"]

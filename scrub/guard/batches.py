@@ -56,6 +56,10 @@ class Receiver(Protocol):
 
     def deliver(self, batch: Any, indices: list[int] | None = None, number: int | None = None) -> None: ...
 
+    def screen(
+        self, batch: Any, indices: list[int] | None = None, number: int | None = None
+    ) -> tuple[Any, list[int] | None] | None: ...
+
 
 class RecordingBatchSampler(torch.utils.data.Sampler):
     """The loader's own batch sampler, recording the indices of each batch as it issues them:
@@ -77,7 +81,8 @@ class RecordingBatchSampler(torch.utils.data.Sampler):
 
 class GuardedLoader:
     """The user's loader, rebuilt around a `RecordingBatchSampler`: the same batches in the same
-    order; each one, as it is handed to the loop, is the guard's current batch. Other attributes
+    order (less the records whose token ids the guard's `screen` finds outside the model's input
+    embedding); each one, as it is handed to the loop, is the guard's current batch. Other attributes
     are the original loader's (``loader.sampler.set_epoch(...)`` reaches its `DistributedSampler`,
     which the rebuilt one draws from)."""
 
@@ -98,7 +103,13 @@ class GuardedLoader:
             self.issued.clear()  # what a loop left of an earlier epoch (prefetched) is not this one's
         self.guard.received.clear()
         for number, batch in enumerate(self.loader):
-            self.guard.received.append((self.issued.popleft() if self.issued is not None else None, number))
+            indices = self.issued.popleft() if self.issued is not None else None
+            # token ids past the input embedding: named and dropped before the loop's forward
+            screened = self.guard.screen(batch, indices, number)
+            if screened is None:  # no record of the batch left to train on
+                continue
+            batch, indices = screened
+            self.guard.received.append((indices, number))
             if self.guard.deliver_on_iteration:  # a plain loop runs each batch as it receives it
                 self.guard.deliver(batch)
             yield batch

@@ -21,6 +21,11 @@ A finite step whose gradient norm is far above the norms of the steps before it 
 and triaged the same way, "non-finite" read as "over the rule's limit": the record is named
 (`training-spike`) before its update makes every later step overflow.
 
+Before the forward, where the model has an input embedding, each batch the wrapped loader hands
+out has its token ids compared with the embedding's rows (`scrub.guard.tokens`): an id past them
+kills a CUDA process in the forward, before any check after it. The records holding one are
+named (`token-out-of-range`, the scan's check) and dropped from the batch, or the guard raises.
+
 Each finding is a line of scrub's manifest, written whole to disk before the training goes on.
 """
 
@@ -37,10 +42,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from scrub.guard.batches import Current, GuardedLoader, RecordingBatchSampler, all_finite
+from scrub.guard.batches import Current, GuardedLoader, RecordingBatchSampler, all_finite, batch_size_of, take
 from scrub.guard.manifest import GuardManifest, Named, record_names
-from scrub.guard.ranks import agree, gathered
+from scrub.guard.ranks import agree, agree_with, distributed, gathered
 from scrub.guard.spike import Spike, SpikeWatch, gradient_norm
+from scrub.guard.tokens import CHECK as OUT_OF_RANGE
+from scrub.guard.tokens import TokenIds, TokenScreen
 from scrub.guard.triage import Joint, Search, Triage, module_of
 from scrub.records import Issue, Severity
 from scrub.wording import agreeing, counted
@@ -62,6 +69,11 @@ class NonFiniteStep(RuntimeError):
         self.issues = list(issues)
 
 
+class TokenOutOfRange(NonFiniteStep):
+    """A batch held token ids outside the model's input embedding and the guard was told to raise
+    (``on_nonfinite="raise"``): raised before the forward, its records written to the manifest."""
+
+
 class NanGuard:
     """Guards a PyTorch training loop (see the package's docstring and docs/guard.md).
 
@@ -79,6 +91,11 @@ class NanGuard:
     triage runs it the same way (``{"device_type": "cpu", "dtype": torch.float16}``).
     ``spike``: when a finite step is a spike, skipped and triaged as a non-finite one is
     (`scrub.guard.spike.Spike`); None turns the rule off.
+    ``embedding``: the model's input ``nn.Embedding``, whose rows each batch's token ids are
+    checked against before the forward (default: ``model.get_input_embeddings()`` where the model
+    has one, as Hugging Face models do; none, no check); ``token_ids``: where a batch's ids are (a
+    key, a position or a function of the batch; default ``input_ids``, else the first integer
+    tensor). See `scrub.guard.tokens`.
     """
 
     def __init__(
@@ -95,6 +112,8 @@ class NanGuard:
         autocast: Mapping[str, Any] | None = None,
         dataset: Any = None,
         spike: Spike | None = Spike(),  # noqa: B008 - frozen: one shared default is safe
+        embedding: nn.Module | None = None,
+        token_ids: TokenIds = None,
     ) -> None:
         if on_nonfinite not in POLICIES:
             raise ValueError(f"on_nonfinite={on_nonfinite!r}: choose one of {', '.join(POLICIES)}")
@@ -114,6 +133,9 @@ class NanGuard:
         if self.manifest is not None:  # the record's step count, right when the guard goes (exit too)
             weakref.finalize(self, self.manifest.close)
         self.spike = SpikeWatch(spike) if spike is not None else None
+        self.tokens = TokenScreen(embedding, token_ids)
+        self.dropped = 0  # records dropped from their batch before the forward (`screen`)
+        self._pending: list[Issue] = []  # `screen`'s findings a distributed run gathers at `ok`
         self.issues: list[Issue] = []  # every finding of this run, as written to the manifest
         self.steps = 0  # `ok` calls: the steps guarded
         self.skipped = 0
@@ -208,7 +230,11 @@ class NanGuard:
         # with the spike rule, its norm is the finiteness check too: a NaN or an Inf makes it
         # non-finite, and only then is the fused check asked whether it merely overflowed
         norm = gradient_norm(gradients) if self.spike is not None else math.nan
-        finite = agree(_finite_loss(loss) and (math.isfinite(norm) or all_finite(gradients)))
+        finite, pending = agree_with(
+            _finite_loss(loss) and (math.isfinite(norm) or all_finite(gradients)), bool(self._pending)
+        )
+        if pending:
+            self._gather_screened()
         current = self.current
         spiked = self._spiked(norm) if finite else None
         if finite and spiked is None:
@@ -252,6 +278,98 @@ class NanGuard:
 
             warnings.warn("NanGuard: non-finite BatchNorm statistics could not be put back", stacklevel=2)
         return False
+
+    def screen(
+        self, batch: Any, indices: list[int] | None = None, number: int | None = None
+    ) -> tuple[Any, list[int] | None] | None:
+        """``batch`` (and its dataset ``indices``) without the records whose token ids fall
+        outside the model's input embedding, checked before the forward (`scrub.guard.tokens`);
+        None when no record is left. The wrapped loader and the Hugging Face adapter call it.
+
+        The records are named (`token-out-of-range`) and written to the manifest first. Then,
+        with ``on_nonfinite="skip"``, they are dropped: the loop trains on the batch's other
+        records, as `scrub fix` would leave it (the forward the user calls cannot be skipped,
+        and an id past the embedding would kill a CUDA process in it); with ``"raise"``,
+        `TokenOutOfRange` names them. In a distributed run the findings are gathered at the next
+        `ok` (rank 0 writes them), where every rank raises together."""
+        rows = self.tokens.rows(module_of(self.model))
+        if rows is None:
+            return batch, indices
+        try:
+            size: int | None = batch_size_of(batch)
+        except ValueError:
+            size = None  # no records to tell: `ids` says so
+        ids = self.tokens.ids(batch, size)
+        found = self.tokens.out_of_range(ids, rows) if ids is not None and size is not None else []
+        if not found or size is None:
+            return batch, indices
+        issues = self._out_of_range_issues(batch, indices, number, found, rows)
+        self.issues += issues
+        if distributed():
+            self._pending += issues
+        else:
+            if self.manifest is not None:
+                self.manifest.add(issues, self.steps, self.skipped)
+            if self.on_nonfinite == "raise":
+                raise TokenOutOfRange(
+                    _said(issues, self.steps + 1, "was stopped", _ids_why(rows), self.manifest), issues
+                )
+        self.dropped += len(found)
+        outside = {record.position for record in found}
+        keep = [position for position in range(size) if position not in outside]
+        if not keep:
+            return None
+        return take(batch, keep, size), [indices[p] for p in keep] if indices is not None else None
+
+    def _out_of_range_issues(
+        self, batch: Any, indices: list[int] | None, number: int | None, found: Sequence[Any], rows: int
+    ) -> list[Issue]:
+        names = record_names(self.dataset, self.key)
+        keys = (
+            [str(k) for k in batch["__key__"]] if isinstance(batch, Mapping) and "__key__" in batch else None
+        )
+        issues = []
+        for record in found:
+            if indices is not None:
+                named = names.of_index(indices[record.position])
+            elif keys is not None:
+                named = names.of_key(keys[record.position])
+            else:  # no indices, no keys: `scrub fix` cannot find it, and says so
+                where = f"batch {number}, record {record.position}"
+                named = Named(where, where, None, "position")
+            said = "is negative" if record.value < 0 else f">= the input embedding's {rows:,} rows"
+            outcome = "dropped from it" if self.on_nonfinite == "skip" else "the run was stopped"
+            issues.append(
+                named.issue(
+                    OUT_OF_RANGE,
+                    Severity.ERROR,
+                    f"token id {record.value} {said}, found in its batch before the forward of step "
+                    f"{self.steps + 1}; {outcome}",
+                    {
+                        "what": "token id",
+                        "value": record.value,
+                        "position": record.at,
+                        "vocab_size": rows,
+                        "step": self.steps + 1,
+                        "batch": number,
+                        "found_by": "embedding-range",
+                    },
+                )
+            )
+        return issues
+
+    def _gather_screened(self) -> None:
+        """Every rank's `screen` findings, gathered (rank 0 writes them); raised with
+        ``on_nonfinite="raise"``, on every rank alike."""
+        issues = gathered(self._pending)
+        self._pending = []
+        if self.manifest is not None:
+            self.manifest.add(issues, self.steps, self.skipped)
+        if self.on_nonfinite == "raise" and issues:
+            rows = issues[0].details.get("vocab_size", 0)
+            raise TokenOutOfRange(
+                _said(issues, self.steps, "was stopped", _ids_why(rows), self.manifest), issues
+            )
 
     def close(self) -> None:
         """Write the manifest's record as the run leaves it (its ``steps`` and ``skipped``): it is
@@ -441,6 +559,13 @@ def _spike_said(norm: float, limit: float, median: float) -> str:
     if not math.isfinite(median):  # another rank's spike
         return f"gradient norm {norm:.3g}"
     return f"gradient norm {norm:.3g}, {norm / median:,.0f}x its running median {median:.3g}"
+
+
+def _ids_why(rows: int) -> str:
+    return (
+        f"token ids outside the input embedding's {rows:,} rows, found before the forward; "
+        "on_nonfinite='raise'"
+    )
 
 
 def _finite_loss(loss: torch.Tensor) -> bool:

@@ -11,7 +11,9 @@ trainer.train()
 `NanGuardMixin` does the same for another ``Trainer`` subclass (``class MyTrainer(NanGuardMixin,
 SFTTrainer)``). The train sampler the Trainer makes is wrapped to record each index as it is drawn
 (a DataLoader's batches are consecutive runs of its sampler's indices, delivered in order), and
-each micro-batch is guarded after its backward: a non-finite one is triaged on the model itself
+each micro-batch's ``input_ids`` are compared with the model's input embedding before its forward
+(`scrub.guard.tokens`: records holding an id past it are named and dropped), and each micro-batch
+is guarded after its backward: a non-finite one is triaged on the model itself
 (``model(**batch).loss``), its findings written, and the gradients cleared, so that the
 optimizer step that follows changes nothing (with gradient accumulation, the micro-batches of that
 step before it are dropped with it).
@@ -81,6 +83,10 @@ class NanGuardMixin:
         size = batch_size_of(inputs)
         indices = [self._drawn.popleft() for _ in range(size)] if len(self._drawn) >= size else None
         guard.model = model
+        screened = guard.screen(inputs, indices)  # ids past the input embedding, before the forward
+        if screened is None:  # no record left: no forward, no backward; the gradients stay as they are
+            return torch.zeros((), device=trainer.args.device)
+        inputs, indices = screened
         guard.deliver(inputs, indices=indices)
         loss = super().training_step(model, inputs, *args, **kwargs)  # type: ignore[misc]
         guard.ok(loss)

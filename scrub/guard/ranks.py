@@ -28,6 +28,16 @@ def agree(finite: bool) -> bool:
     return not bool(flag.item())
 
 
+def agree_with(finite: bool, pending: bool) -> tuple[bool, bool]:
+    """`agree`, and whether any rank holds findings not yet gathered (`NanGuard.screen`'s), in
+    the same all-reduce: a distributed step costs no second collective for them."""
+    if not distributed():
+        return finite, pending
+    flags = torch.tensor([0 if finite else 1, 1 if pending else 0])
+    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+    return not bool(flags[0].item()), bool(flags[1].item())
+
+
 def agree_any(bad: bool) -> bool:
     """Whether any rank's own batch, run again alone, is non-finite (else the failure was
     transient everywhere)."""
