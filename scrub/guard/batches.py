@@ -11,11 +11,11 @@ from typing import Any, Protocol
 import torch
 
 
-def all_finite(tensors: Sequence[torch.Tensor | None]) -> bool:
-    """Whether every value of ``tensors`` is finite, in one fused pass per device (the check
-    ``GradScaler`` makes of its gradients: ``_amp_foreach_non_finite_check_and_unscale_``, here
-    with a scale of 1, which leaves every value as it is); a loop per tensor costs a kernel and
-    a synchronization each."""
+def by_device(
+    tensors: Sequence[torch.Tensor | None],
+) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+    """The floating-point tensors of ``tensors`` (a sparse one by its values) grouped by device
+    and dtype: what one fused ``torch._foreach_*`` call takes."""
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for tensor in tensors:
         if tensor is None or not tensor.is_floating_point():
@@ -23,7 +23,15 @@ def all_finite(tensors: Sequence[torch.Tensor | None]) -> bool:
         if tensor.is_sparse:
             tensor = tensor.coalesce().values()
         groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
-    for (device, _), group in groups.items():
+    return groups
+
+
+def all_finite(tensors: Sequence[torch.Tensor | None]) -> bool:
+    """Whether every value of ``tensors`` is finite, in one fused pass per device (the check
+    ``GradScaler`` makes of its gradients: ``_amp_foreach_non_finite_check_and_unscale_``, here
+    with a scale of 1, which leaves every value as it is); a loop per tensor costs a kernel and
+    a synchronization each."""
+    for (device, _), group in by_device(tensors).items():
         found, one = _flags(device)
         found.zero_()
         try:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from scrub.guard.batches import by_device
+
 #: the default ``factor``: over 36,000 clean steps of the test models (an MLP regressor and
 #: classifier, the conv + BatchNorm net, the tiny transformer; shuffled, three seeds, lr schedules)
 #: a step's gradient norm was at most 10.9 times its running median (docs/guard.md), some 9 times
@@ -81,15 +83,8 @@ def gradient_norm(tensors: Sequence[torch.Tensor | None]) -> float:
     """The L2 norm of all of ``tensors`` together, one fused reduction per device and dtype
     (``torch._foreach_norm``, in float32 at least); infinite when it overflows float32 (a
     gradient of 1e20 squares past it), which only an absurd step does."""
-    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for tensor in tensors:
-        if tensor is None or not tensor.is_floating_point():
-            continue
-        if tensor.is_sparse:
-            tensor = tensor.coalesce().values()
-        groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
     squares = 0.0
-    for group in groups.values():
+    for group in by_device(tensors).values():
         wide = group[0].dtype if group[0].dtype.itemsize >= 4 else torch.float32  # float16 holds 65,504
         norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(group, 2, dtype=wide))).item())
         squares += norm * norm
