@@ -129,6 +129,13 @@ class ProgressBar:
             self.bar.__exit__(*exc)
 
 
+def _under(path: str, parent: str) -> str:
+    """``path`` relative to ``parent`` (printed just above the table) when it lies inside it,
+    so that long absolute paths keep the part that tells the datasets apart."""
+    prefix = parent.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) and len(path) > len(prefix) else path
+
+
 def print_summary(summary, findings=None) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -141,9 +148,10 @@ def print_summary(summary, findings=None) -> None:
         out.print(f"skipped: {skipped}", markup=False)
     if summary.parts:
         parts = Table("dataset", "format", "records", "errors", "warnings", box=None)
+        parts.columns[0].overflow = "fold"  # a path cut short could name the wrong dataset
         for part in summary.parts:
             parts.add_row(
-                escape(part.path),
+                escape(_under(part.path, summary.path)),
                 part.dataset.format,
                 f"{part.records:,}",
                 f"{part.records_with_errors:,}",
