@@ -103,6 +103,15 @@ Other formats (PNG, GIF, WebP, BMP, TIFF, ... anything Pillow opens)
     data (BMP, raw TIFF), LZW (GIF) and VP8 (lossy WebP) carry no checksum, so a bit flip there
     decodes to wrong pixels without any error: no decoder can tell.
 
+Constant images (`ImageFacts.constant`)
+    Whether every pixel of the first frame (what a loader reads) has the same colour comes from
+    the pixels the verdict decoded, never from a decode of its own: Pillow formats from the
+    loaded frame, JPEGs from the 1/8-scale grayscale decode. That reduced image is a block
+    average of the luminance, so a constant one proves nothing: only then (a rare event) is the
+    JPEG decoded at full size by Pillow, as loaders decode it, and called constant when every
+    pixel of that decode is. A JPEG whose full RGB decode is constant although its luminance
+    varies (possible only where the colour conversion clips, e.g. a saturated red) is missed.
+
 Decompression bombs
     The size comes from the header only; Pillow's own bomb check (a warning above
     ``Image.MAX_IMAGE_PIXELS``, an error above twice that) is bypassed by opening through
@@ -122,7 +131,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageFile
 
-__all__ = ["ImageFacts", "inspect_image"]
+__all__ = ["ImageFacts", "inspect_image", "uniform_colour"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,11 @@ class ImageFacts:
     #: the first frame's pixels, for images whose values are numbers rather than 8-bit levels
     #: (modes F, I, I;16: depth maps, remote sensing, microscopy), which the numeric checks judge
     pixels: Any = field(default=None, compare=False, repr=False)
+    #: the colour of every pixel of the first frame when they are all the same (one value per
+    #: band, alpha left out; a palette image's colour, not its index), found from the decode
+    #: that judged it (`uniform_colour`); None when two pixels differ, for images whose pixels
+    #: are numbers (`pixels`: the numeric checks judge those), and for images not decoded
+    constant: tuple[int, ...] | None = field(default=None, compare=False)
 
 
 #: Pillow modes whose pixels are values a loader passes on unscaled: 32-bit float, 32-bit and
@@ -298,7 +312,9 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
         mode: str | None = _PLAIN_MODES[sof.components]  # below: None when Pillow cannot open it
         if _exceeds(sof.width, sof.height, limit):
             return ImageFacts("JPEG", mode, sof.width, sof.height, None, bomb=True)
-        return ImageFacts("JPEG", mode, sof.width, sof.height, _verify_jpeg(data, sof))
+        error, decoded = _decode_jpeg(data, sof)
+        constant = _jpeg_constant(data, decoded) if error is None else None
+        return ImageFacts("JPEG", mode, sof.width, sof.height, error, constant=constant)
     image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
@@ -309,14 +325,15 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
         fmt, mode, (width, height) = "JPEG", None, size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error = _verify_jpeg(data, sof)
+    error, decoded = _decode_jpeg(data, sof)
     if error is None and image is not None and image.format == "MPO":
         error, bomb = _verify_mpo_images(data, image, limit)
         if bomb:
             return ImageFacts(fmt, mode, width, height, None, bomb=True)
     if error is None and image is None:
         error = open_error  # libjpeg can read it, but Pillow-based loaders cannot open it
-    return ImageFacts(fmt, mode, width, height, error)
+    constant = _jpeg_constant(data, decoded) if error is None else None
+    return ImageFacts(fmt, mode, width, height, error, constant=constant)
 
 
 def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
@@ -333,33 +350,83 @@ def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
 
 def _verify_jpeg(data: bytes, sof: _Sof | None) -> str | None:
     """libjpeg's first warning or error for one JPEG stream, None if it decodes cleanly."""
+    return _decode_jpeg(data, sof)[0]
+
+
+def _decode_jpeg(data: bytes, sof: _Sof | None) -> tuple[str | None, Any]:
+    """`_verify_jpeg`'s verdict, and what it decoded (a NumPy array from TurboJPEG, reduced and
+    grayscale on the fast path; a reduced Pillow image from the fallback; None on failure)."""
     # Lossless (or unknown) streams must be decoded unscaled: see the module docstring.
     scaled = _SCALED if sof is not None and sof.marker not in _LOSSLESS_SOF else {}
     message = _NO_CONVERSION
     for colorspace in _COLORSPACES:
         try:
-            simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaled)
-            return None
+            return None, simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaled)
         except Exception as exc:
             message = _message(exc)
         if message != _NO_CONVERSION:
             break
     if message == _NO_CONVERSION or message.startswith(_TURBOJPEG_LIMITS):
         return _verify_jpeg_with_pillow(data)
-    return message
+    return message, None
 
 
-def _verify_jpeg_with_pillow(data: bytes) -> str | None:
-    """Fallback for what TurboJPEG refuses: Pillow's libjpeg at 1/8 scale (warnings are lost)."""
+def _verify_jpeg_with_pillow(data: bytes) -> tuple[str | None, Any]:
+    """Fallback for what TurboJPEG refuses: Pillow's libjpeg at 1/8 scale (warnings are lost).
+    The verdict, and the reduced image (None on failure)."""
     image, open_error = _open(data, _JPEG_FORMATS)
     if image is None:
-        return open_error
+        return open_error, None
     try:
         image.draft(None, (1, 1))
         image.load()
     except Exception as exc:
-        return _message(exc)
-    return None
+        return _message(exc), None
+    return None, image
+
+
+def _jpeg_constant(data: bytes, decoded: Any) -> tuple[int, ...] | None:
+    """The colour of every pixel of the JPEG as Pillow decodes it at full size, or None.
+
+    ``decoded`` is what the verdict's decode gave (reduced, often grayscale): when two of its
+    pixels differ, so do two of the full image's (each reduced pixel is a block's average, of
+    the luminance that the full colour is converted from), and nothing more is done. When they
+    are all equal, the full image is decoded to know (see the module docstring).
+    """
+    if decoded is None:
+        return None
+    if isinstance(decoded, np.ndarray):
+        if not _same_pixels(decoded):
+            return None
+    elif uniform_colour(decoded) is None:
+        return None
+    image, _ = _open(data, _JPEG_FORMATS)
+    if image is None:
+        return None
+    try:
+        image.load()
+    except Exception:  # what libjpeg read cleanly at 1/8 scale, Pillow cannot at full: no claim
+        return None
+    return uniform_colour(image)
+
+
+def _same_pixels(pixels: np.ndarray) -> bool:
+    """Whether every pixel of a decoded (height, width[, channels]) uint8 array is the same.
+
+    The first value against the last and the middle pixel's (almost every image stops there,
+    without copying anything), then the bytes against the first pixel's repeated. About half
+    a microsecond for a 1/8-scale decode; NumPy's min and max cost several.
+    """
+    size = pixels.size
+    channels = pixels.shape[2] if pixels.ndim == 3 else 1
+    if not size:
+        return False
+    item = pixels.item
+    first = item(0)
+    if item(size - channels) != first or item((size // channels // 2) * channels) != first:
+        return False
+    raw = pixels.tobytes()
+    return raw == raw[:channels] * (size // channels)
 
 
 def _verify_mpo_images(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool]:
@@ -403,14 +470,19 @@ def _inspect_other(data: bytes, limit: int | None) -> ImageFacts:
     fmt, mode, (width, height) = image.format, image.mode, image.size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error, bomb, pixels = _decode_frames(data, image, limit)
-    return ImageFacts(fmt, mode, width, height, error, bomb, None if error or bomb else pixels)
+    error, bomb, pixels, constant = _decode_frames(data, image, limit)
+    if error or bomb:
+        return ImageFacts(fmt, mode, width, height, error, bomb)
+    return ImageFacts(fmt, mode, width, height, error, bomb, pixels, constant)
 
 
-def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool, Any]:
-    """(error, bomb, the first frame's numeric pixels or None) after the plugin's own verify()
-    (PNG: CRCs) and load() of every frame."""
-    pixels = None
+def _decode_frames(
+    data: bytes, image: Any, limit: int | None
+) -> tuple[str | None, bool, Any, tuple[int, ...] | None]:
+    """(error, bomb, the first frame's numeric pixels or None, its colour when every pixel has
+    the same (`uniform_colour`) or None) after the plugin's own verify() (PNG: CRCs) and load()
+    of every frame."""
+    pixels = constant = None
     try:
         if type(image).verify is not ImageFile.ImageFile.verify:
             _plugin_verify(data)
@@ -419,15 +491,71 @@ def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | No
                 image.seek(frame)
                 frame_width, frame_height = image.size
                 if _exceeds(frame_width, frame_height, limit):
-                    return None, True, None
+                    return None, True, None, None
             image.load()
             if frame == 0 and image.mode in NUMERIC_MODES:
                 pixels = np.array(image)  # a copy: the image object moves on to the next frame
+            elif frame == 0:
+                constant = uniform_colour(image)
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
-        return None, True, None
+        return None, True, None, None
     except Exception as exc:
-        return _message(exc), False, None
-    return None, False, pixels
+        return _message(exc), False, None, None
+    return None, False, pixels, constant
+
+
+#: bands that are opacity, not colour: ImageFolder's loader (``convert("RGB")``) drops them
+_ALPHA_BANDS = frozenset({"A", "a"})
+
+
+def uniform_colour(image: Any) -> tuple[int, ...] | None:
+    """The colour every pixel of a decoded 8-bit Pillow image has (one value per band, alpha
+    left out; a palette image's palette colour), or None when two pixels differ.
+
+    Nine pixels (corners, edge middles, centre) are compared first: in almost every image two of
+    them differ, and no pass over the pixels is made. Only when they agree are the bands'
+    extrema computed (one pass in C), which decide exactly. Never raises: a mode whose pixels
+    Pillow cannot read gives None (no claim).
+    """
+    try:
+        width, height = image.size
+        if not width or not height or image.mode in NUMERIC_MODES:
+            return None
+        colour = _palette_colour(image)
+        bands = [i for i, band in enumerate(image.getbands()) if band not in _ALPHA_BANDS]
+        first = colour(image.getpixel((0, 0)))
+        for x in (0, width // 2, width - 1):
+            for y in (0, height // 2, height - 1):
+                if colour(image.getpixel((x, y))) != first:
+                    return None
+        if image.mode in ("P", "PA"):  # indices may differ where colours do not (or the reverse)
+            image = image.convert("RGB")
+            bands = [0, 1, 2]
+        extrema = image.getextrema()
+        if isinstance(extrema[0], (int, float)):  # one band: (min, max)
+            extrema = (extrema,)
+        if any(extrema[i][0] != extrema[i][1] for i in bands):
+            return None
+        return tuple(int(extrema[i][0]) for i in bands)
+    except Exception:
+        return None
+
+
+def _palette_colour(image: Any) -> Any:
+    """How to compare two pixels of ``image`` by their colour: a palette index by its entry
+    (alpha left out), other modes by their colour bands."""
+    if image.mode in ("P", "PA"):
+        palette = image.getpalette() or []
+
+        def entry(pixel: Any) -> tuple[int, ...]:
+            index = pixel[0] if isinstance(pixel, tuple) else pixel
+            return tuple(palette[3 * index : 3 * index + 3])
+
+        return entry
+    alpha = [i for i, band in enumerate(image.getbands()) if band in _ALPHA_BANDS]
+    if not alpha:
+        return lambda pixel: pixel
+    return lambda pixel: tuple(v for i, v in enumerate(pixel) if i not in alpha)
 
 
 def _plugin_verify(data: bytes) -> None:
