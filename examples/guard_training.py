@@ -5,8 +5,9 @@
 It writes an image folder (torchvision's ImageFolder layout: 3 classes of 8x8 gray PNGs, one of
 them a constant image) into FOLDER (default: a temporary folder), reads it with per-image
 standardization, as many pipelines do, and trains a small conv + BatchNorm net on it, shuffled,
-with two loader workers. The constant image divides by its standard deviation, 0: no offline check
-flags it (it is a fine PNG), and the batch that holds it goes NaN. The guard names it, skips that
+with two loader workers. The constant image divides by its standard deviation, 0: it is a fine PNG,
+which a scan only warns of (`constant-image`; an error with `--normalization per-record`), and
+the batch that holds it goes NaN. The guard names it, skips that
 step, and `scrub fix --manifest` sets it aside. The README's "When a run goes NaN anyway" shows
 what this prints.
 """

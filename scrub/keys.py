@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from scrub.checks.labels import LABEL_KINDS
-from scrub.checks.numeric import PRECISIONS
+from scrub.checks.numeric import NORMALIZATIONS, PRECISIONS
 from scrub.formats import FORMAT_KEYS, load_plugins
 from scrub.optionkey import Key
 
@@ -177,6 +177,37 @@ SHARED: dict[str, Key] = {
                 "The training precision: float32; float16 (mixed precision / AMP: values that overflow "
                 "float16 are errors, and the replay runs its matmuls in float16); bfloat16 (float32's "
                 "range)."
+            ),
+        ),
+        Key(
+            "normalization",
+            "checks",
+            "str",
+            choices=NORMALIZATIONS,
+            per_path=True,
+            help=(
+                "How training normalizes each record: per-record (per-image or per-row standardization, "
+                "dividing by the record's own standard deviation) makes a constant image or row (all "
+                "zero included) an error; none: a warning."
+            ),
+        ),
+        Key(
+            "min-image-side",
+            "checks",
+            "int",
+            minimum=1,
+            per_path=True,
+            help="An image with a side shorter than this many pixels is a tiny-image (error).",
+        ),
+        Key(
+            "max-aspect-ratio",
+            "checks",
+            "float",
+            minimum=1,
+            per_path=True,
+            help=(
+                "An image whose long side is more than this many times its short side is an "
+                "extreme-aspect-ratio (warning)."
             ),
         ),
         Key(

@@ -106,7 +106,7 @@ def test_flagged_rows_match_a_reference_at_every_chunk_edge(tmp_path):
 
 
 def test_nonfinite_details(tmp_path):
-    data = np.ones((4, 6), dtype=np.float64)
+    data = np.ones((4, 6), dtype=np.float64) * np.arange(1, 7)  # rows 1..6: not constant-row
     data[1, [2, 4]] = np.nan
     data[1, 5] = -np.inf
     result = scrub.scan(write_h5(tmp_path / "d.h5", data))
@@ -116,7 +116,7 @@ def test_nonfinite_details(tmp_path):
 
 
 def test_integer_data_and_label_shapes(tmp_path):
-    data = np.zeros((6, 4), dtype=np.uint16) + 7
+    data = np.zeros((6, 4), dtype=np.uint16) + np.arange(7, 11, dtype=np.uint16)  # not constant-row
     data[2, 1] = 65535  # beyond float16's largest finite value
     labels = np.array([[0], [1], [2], [3], [12], [1]], dtype=np.int64)  # shape (N, 1)
     result = scrub.scan(write_h5(tmp_path / "d.h5", data, labels), num_classes=10)
@@ -128,7 +128,7 @@ def test_integer_data_and_label_shapes(tmp_path):
 
 
 def test_custom_keys_and_unlabelled_files(tmp_path):
-    data = np.ones((5, 3), dtype=np.float32)
+    data = np.ones((5, 3), dtype=np.float32) * np.arange(1, 4, dtype=np.float32)  # not constant-row
     data[4] = np.nan
     path = write_h5(tmp_path / "d.h5", np.zeros((1, 1)), features=data, targets=np.arange(5.0))
     result = scrub.scan(path, data_key="features", label_key="targets")
@@ -147,7 +147,7 @@ def test_links_outside_the_root_are_reported_and_not_read(tmp_path):
     root = tmp_path / "ds"
     root.mkdir()
     write_h5(tmp_path / "outside.h5", np.full((3, 2), np.nan))
-    write_h5(root / "inside.h5", np.ones((3, 2)))
+    write_h5(root / "inside.h5", np.ones((3, 2)) * [1, 2])  # rows 1, 2: not constant-row
     with h5py.File(root / "external.h5", "w") as file:
         file["data"] = h5py.ExternalLink("../outside.h5", "data")
     with h5py.File(root / "followed.h5", "w") as file:

@@ -101,7 +101,7 @@ def test_forced_codec(tmp_path):
     db = write_db(
         tmp_path / "db",
         [
-            (b"a", npy(np.ones((1, 1, 3)))),
+            (b"a", npy(np.array([[[1.0, 2.0, 3.0]]]))),
             (b"b", datum(channels=1, height=1, width=3, float_data=[1, 2, 3], label=0)),
         ],
     )

@@ -205,8 +205,10 @@ def test_float_tiffs_are_looked_into(tmp_path):
         ("huge.tif", "square-overflow"),
         ("huge.tif", "fp16-overflow"),
         ("huge.tif", "magnitude-outlier"),
+        ("huge.tif", "constant-row"),  # 1e30 in every pixel: the rows' rule for float images
         ("fp16.tif", "fp16-overflow"),
         ("fp16.tif", "magnitude-outlier"),  # 7e4 where the rest is < 20
+        ("fp16.tif", "constant-row"),
         ("zero.tif", "zero-norm"),
         ("counts.tif", "fp16-overflow"),
         ("counts.tif", "magnitude-outlier"),
@@ -222,10 +224,12 @@ def test_eight_bit_images_are_not_numeric_rows(tmp_path):
     root = tmp_path / "rgb"
     for i in range(3):
         buffer = io.BytesIO()
-        Image.new("RGB", (8 + i, 8)).save(buffer, "PNG")  # all black: legitimate data
+        Image.new("RGB", (16 + i, 16)).save(buffer, "PNG")  # all black: no zero-norm row
         write(root / f"{i}.png", buffer.getvalue())
     result = scrub.scan(root, scheduler="sync")
-    assert findings(result) == set() and "pixels:RGB" not in result.summary.datasets
+    # judged as images (one colour: constant-image), not as numeric rows (zero-norm, constant-row)
+    assert findings(result) == {(f"{i}.png", "constant-image") for i in range(3)}
+    assert "pixels:RGB" not in result.summary.datasets
 
 
 def test_the_cli_takes_precision_and_prints_notes(tmp_path):

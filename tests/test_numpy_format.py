@@ -65,7 +65,7 @@ def test_fix_writes_npy_files_np_load_reads(tmp_path):
 def test_big_rows_are_tested_in_pieces(tmp_path, monkeypatch):
     monkeypatch.setattr(npy_reader, "BLOCK_BYTES", 4096)
     path = tmp_path / "volumes.npy"
-    data = np.ones((4, 16, 16, 16), np.float32)  # 16 KiB rows: 4 pieces each
+    data = np.arange(4 * 16**3, dtype=np.float32).reshape(4, 16, 16, 16)  # 16 KiB rows: 4 pieces each
     data[2, 15, 15, 15] = np.nan
     np.save(path, data)
     result = scrub.scan(path, scheduler="sync")

@@ -129,7 +129,7 @@ def test_api_keywords_keep_working(tmp_path):
         (
             ["--select", "nonfinite-data"],
             "--select: nonfinite-data cannot run on .* \\(it has no numeric values\\); "
-            "the checks that apply: corrupt-image, ",
+            "the checks that apply: constant-image, corrupt-image, ",
         ),
     ],
 )

@@ -237,12 +237,13 @@ def test_rgb_masks_are_read_through_a_palette(tmp_path):
             rgb[7, 7] = (1, 2, 3)  # no class has this colour
         (root / "JPEGImages").mkdir(parents=True, exist_ok=True)
         (root / "SegmentationClass").mkdir(exist_ok=True)
-        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(root / "JPEGImages" / f"{i}.jpg")
+        noise = np.random.default_rng(i).integers(0, 256, (8, 8, 3), dtype=np.uint8)  # not constant-image
+        Image.fromarray(noise).save(root / "JPEGImages" / f"{i}.jpg")
         (root / "SegmentationClass" / f"{i}.png").write_bytes(png(rgb))
-    without = scrub.scan(root, num_classes=21, scheduler="sync")
+    without = scrub.scan(root, num_classes=21, min_image_side=8, scheduler="sync")
     assert {issue.check for issue in without.issues()} == {"mask-not-class-map"}
     assert "--mask-palette" in next(iter(without.issues())).message
-    result = scrub.scan(root, num_classes=2, mask_palette="voc", scheduler="sync")
+    result = scrub.scan(root, num_classes=2, mask_palette="voc", min_image_side=8, scheduler="sync")
     assert {(issue.key, issue.check) for issue in result.issues()} == {
         ("1.jpg", "mask-out-of-range"),  # class 2 in a 2-class model: the colours were read
         ("2.jpg", "mask-not-class-map"),  # (1, 2, 3) is no class's
@@ -251,7 +252,7 @@ def test_rgb_masks_are_read_through_a_palette(tmp_path):
     assert result.summary.stats["mask_pixels"][255] == 24  # the boundary colour is the void id
     palette = tmp_path / "palette.json"
     palette.write_text(json.dumps({"0": [0, 0, 0], "1": [128, 0, 0], "2": [0, 128, 0], "3": [128, 128, 0]}))
-    result = scrub.scan(root, num_classes=4, mask_palette=str(palette), scheduler="sync")
+    result = scrub.scan(root, num_classes=4, mask_palette=str(palette), min_image_side=8, scheduler="sync")
     unmapped = [issue for issue in result.issues() if issue.check == "mask-not-class-map"]
     assert {issue.key for issue in unmapped} == {"0.jpg", "1.jpg", "2.jpg"}  # no 255's colour in this one
     assert "palette" in one_line_error("scan", root, "--mask-palette", tmp_path / "missing.json")
@@ -267,15 +268,15 @@ def test_a_link_out_of_the_folders_is_never_read_and_set_aside_as_a_link(tmp_pat
     (root / "images").mkdir(parents=True)
     (root / partner).mkdir()
     for name in ("a", "b"):
-        Image.fromarray(np.full((8, 8, 3), 40, np.uint8)).save(root / "images" / f"{name}.png")
+        Image.fromarray(np.full((16, 16, 3), 40, np.uint8)).save(root / "images" / f"{name}.png")
         if layout == "segmentation":
-            Image.fromarray(np.full((8, 8), 1, np.uint8)).save(root / partner / f"{name}.png")
+            Image.fromarray(np.full((16, 16), 1, np.uint8)).save(root / partner / f"{name}.png")
         else:
             (root / partner / f"{name}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
     (tmp_path / "secret.png").write_bytes(b"not an image: must never be read")
     (tmp_path / f"secret{suffix}").write_bytes(b"never read either")
     (root / "images" / "image-out.png").symlink_to("../../secret.png")
-    Image.fromarray(np.full((8, 8, 3), 40, np.uint8)).save(root / "images" / "partner-out.png")
+    Image.fromarray(np.full((16, 16, 3), 40, np.uint8)).save(root / "images" / "partner-out.png")
     (root / partner / f"partner-out{suffix}").symlink_to(f"../../secret{suffix}")
     result = scrub.scan(root, scheduler="sync")
     assert result.summary.dataset.format == layout

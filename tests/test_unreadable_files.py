@@ -167,7 +167,7 @@ def shard(path: Path, count: int = 4, nan_sample: int | None = None) -> None:
     """A WebDataset shard of ``.npy`` + ``.cls`` samples, written with tarfile."""
     with tarfile.open(path, "w") as tar:
         for number in range(count):
-            values = np.full(4, number + 1.0, np.float32)
+            values = np.arange(4, dtype=np.float32) + number + 1.0  # distinct values: not constant-row
             if number == nan_sample:
                 values[0] = np.nan
             buffer = io.BytesIO()
@@ -214,7 +214,10 @@ def test_a_file_that_is_not_tfrecord_is_a_finding_and_its_bytes_go_to_the_quaran
         writer = TFRecordWriter(str(folder / name))
         for number in range(5):
             writer.write(
-                {"features": (np.full(3, number + 1.0, np.float32), "float"), "label": (number % 2, "int")}
+                {
+                    "features": (np.arange(3, dtype=np.float32) + number + 1.0, "float"),
+                    "label": (number % 2, "int"),
+                }
             )
         writer.close()
     garbage(folder / "b.tfrecord")

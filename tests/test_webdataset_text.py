@@ -88,7 +88,7 @@ def test_webdatasets_own_kinds_of_samples(tmp_path):
     path = tmp_path / "mixed.tar"
     write_shard(
         path,
-        [{"__key__": f"{i:06d}", "mp": {"x": i, "y": i * i}} for i in range(1, 4)]
+        [{"__key__": f"{i:06d}", "mp": {"x": i, "y": i * i}} for i in range(2, 5)]  # 1, 1 is constant-row
         + [{"__key__": "nan", "mp": {"x": 1, "y": float("nan")}}],
     )
     result = scrub.scan(path, scheduler="sync")
@@ -97,7 +97,7 @@ def test_webdatasets_own_kinds_of_samples(tmp_path):
     write_shard(
         tensors,
         [
-            {"__key__": f"{i}", "ten": [np.full((4, 4), i, np.float64), np.ones(4, np.float64)]}
+            {"__key__": f"{i}", "ten": [i * np.arange(16.0).reshape(4, 4), np.ones(4, np.float64)]}
             for i in range(3)
         ],
     )

@@ -75,6 +75,15 @@ class CheckOptions:
     max_positions: int | None = None
     #: a tokenizer.json, config.json or a folder of them (`scrub.vocabulary`)
     tokenizer: str | None = None
+    #: how training normalizes each record (``--normalization``): "per-record" (per-image or
+    #: per-row standardization, which divides by the record's own standard deviation) makes a
+    #: constant record an error; "none" (not declared) a warning
+    normalization: str = "none"
+    #: an encoded image with a side shorter than this is a `tiny-image`
+    min_image_side: int = 10
+    #: an encoded image whose long side is more than this many times its short side is an
+    #: `extreme-aspect-ratio`
+    max_aspect_ratio: float = 10.0
 
     @property
     def mask_ignore_index(self) -> int | None:

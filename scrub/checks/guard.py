@@ -29,8 +29,9 @@ TRAINING_NONFINITE = reader_check(
         that did it is gone from the logs.
     Example:
         `cat/0042.jpg` is a constant gray image; the loader's per-image standardization divides
-        by its standard deviation, 0, and the batch's loss is NaN. No offline check sees it: the
-        file itself is a fine JPEG.
+        by its standard deviation, 0, and the batch's loss is NaN. The file itself is a fine JPEG:
+        a scan only warns of it (`constant-image`) unless told the pipeline standardizes each
+        image (`--normalization per-record`).
     What fix does:
         `scrub fix DATASET --manifest guard.scrub.jsonl` moves the record to the quarantine.
     """,

@@ -7,6 +7,7 @@ They judge the `ImageFacts` that the properties stage computed once per record
 from __future__ import annotations
 
 from scrub.checks.base import CheckOptions, Finding, make_issue, record_check
+from scrub.checks.numeric import constant_hint, constant_severity
 from scrub.paths import extension
 from scrub.records import Carries, Issue, Record, Severity
 
@@ -109,6 +110,121 @@ def format_mismatch(record: Record, options: CheckOptions) -> Finding | None:
     return Finding(
         f"content is {facts.format} but the name ends in {written}",  # as named: `.JPEG`, not `.jpeg`
         {"format": facts.format, "extension": written},
+    )
+
+
+@record_check("constant-image", Severity.WARNING, needs=Carries.IMAGE)
+def constant_image(record: Record, options: CheckOptions) -> Finding | None:
+    """An image all of whose pixels have the same colour: its standard deviation is 0.
+
+    What it finds:
+        Encoded 8-bit images (JPEG, PNG, GIF, ...) whose first frame, decoded as a loader decodes
+        it, holds one colour in every pixel: a blank or black frame, a placeholder, a failed
+        render. Alpha is left out (ImageFolder's loader converts to RGB and drops it); a palette
+        image is judged by its colours. Found from the decode the scan does anyway (see
+        `corrupt-image`): a JPEG's reduced decode must be constant before it is decoded in full,
+        and only a constant full decode counts, so a JPEG whose compression noise left one pixel
+        different is not flagged (its standard deviation is small but not 0). Float and 16/32-bit
+        images follow the rule of array rows (`constant-row`, `zero-norm`). A warning; an
+        **error** with `--normalization per-record`, which declares that training standardizes
+        each image by its own statistics. Details: `value` (the colour, one value per band).
+    Why it breaks training:
+        Per-image standardization, (x - mean) / std, divides 0 by 0: the whole image becomes NaN,
+        then the loss, then every weight (measured in PyTorch on a constant PNG:
+        `(x - x.mean()) / x.std()` is NaN in every pixel; the NaN guard's own example, found in
+        a live run by `training-nonfinite`, is such an image). A single-colour image that is not
+        gray has a spread across its channels but none within each: per-channel standardization
+        divides by 0 too. Without such a normalization it is an image with no content.
+    Example:
+        `dog/gray.png` is 64 x 64 pixels of (128, 128, 128).
+    What fix does:
+        Nothing by default (a warning); with `--normalization per-record` (an error), or with
+        `--severity warning`, the image is moved to the quarantine.
+    """
+    facts = record.meta.get("image")
+    if facts is None or facts.constant is None:
+        return None
+    colour = facts.constant
+    shown = str(colour[0]) if len(colour) == 1 else str(colour)
+    if len(set(colour)) == 1:
+        spread = "its standard deviation is 0: per-image standardization divides by zero"
+    else:
+        spread = "each channel's standard deviation is 0: per-channel standardization divides by zero"
+    return Finding(
+        f"every pixel is {shown}: {spread}{constant_hint(options)}",
+        {"value": list(colour)},
+        constant_severity(options),
+    )
+
+
+@record_check("tiny-image", Severity.ERROR, needs=Carries.IMAGE)
+def tiny_image(record: Record, options: CheckOptions) -> Finding | None:
+    """An image with a side shorter than `--min-image-side` pixels (default 10).
+
+    What it finds:
+        Encoded images whose width or height, read from the header, is below the minimum: 1 x 1
+        tracking pixels, icons, slivers cut off by a bad crop, thumbnails of a failed download.
+        The default, 10, is where Ultralytics refuses an image (its dataset check asserts both
+        sides are at least 10 pixels and drops the image as corrupt). Details: `width`,
+        `height`, `minimum`.
+    Why it breaks training:
+        A loader that crops without resizing first (`RandomCrop(224)`) raises on it; a network
+        fed it unresized fails in its first pooling ("Output size is too small"); resized up to
+        the training size it is a smear of a few pixels with a label it cannot show.
+        Detection frameworks drop such images and their boxes (Ultralytics), so the data trained
+        on differs from the data listed.
+    Example:
+        `cat/pixel.gif` is 1 x 1; `dog/strip.png` is 5 x 300.
+    What fix does:
+        Moves the image to the quarantine (`--min-image-side 1` turns the check off for a
+        dataset of small images, such as 8 x 8 digits).
+    """
+    facts = record.meta.get("image")
+    if facts is None or facts.bomb or facts.width is None or facts.height is None:
+        return None
+    minimum = options.min_image_side
+    if min(facts.width, facts.height) >= minimum:
+        return None
+    return Finding(
+        f"{facts.width}x{facts.height}: a side is under {minimum} pixels (--min-image-side)",
+        {"width": facts.width, "height": facts.height, "minimum": minimum},
+    )
+
+
+@record_check("extreme-aspect-ratio", Severity.WARNING, needs=Carries.IMAGE)
+def extreme_aspect_ratio(record: Record, options: CheckOptions) -> Finding | None:
+    """An image whose long side is more than `--max-aspect-ratio` times its short side
+    (default 10).
+
+    What it finds:
+        Encoded images whose width / height (or height / width), read from the header, exceeds
+        the ratio: banners, scanned strips, panoramas stitched wrong, two images concatenated
+        by a bad script. The default, 10, is chosen for what it does to a pipeline rather than
+        how an image looks: cleanvision's `odd_aspect_ratio` (short side / long side below 0.35,
+        about 2.9:1) flags ordinary 3:1 panoramas and 21:9 frames, which train fine. Details:
+        `width`, `height`, `ratio`, `maximum`.
+    Why it breaks training:
+        The ImageNet recipe, `Resize(256)` (the short side to 256) then `CenterCrop(224)`,
+        makes a 10:1 image 2560 x 256, ten times a square image's pixels and memory, and its
+        crop keeps a tenth of it; a 2000 x 20 strip becomes 25600 x 256, and a 1000:1 one
+        overflows a worker's memory. A square resize instead squashes it tenfold or more.
+        Either way the label rarely matches what is left.
+    Example:
+        `bird/banner.jpg` is 2000 x 20 (100:1).
+    What fix does:
+        Nothing by default (a warning); with `--severity warning` the image is quarantined.
+    """
+    facts = record.meta.get("image")
+    if facts is None or facts.bomb or not facts.width or not facts.height:
+        return None
+    long, short = max(facts.width, facts.height), min(facts.width, facts.height)
+    ratio = long / short
+    if ratio <= options.max_aspect_ratio:
+        return None
+    return Finding(
+        f"{facts.width}x{facts.height}: aspect ratio {ratio:.3g}:1, over {options.max_aspect_ratio:g}:1 "
+        "(--max-aspect-ratio)",
+        {"width": facts.width, "height": facts.height, "ratio": ratio, "maximum": options.max_aspect_ratio},
     )
 
 

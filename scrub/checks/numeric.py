@@ -51,6 +51,21 @@ F32_OVERFLOW = 2.0**128 - 2.0**103
 SQUARE_OVERFLOW = 2.0**64
 #: Training precisions (`--precision`): what the checks and the replay judge against.
 PRECISIONS = ("float32", "float16", "bfloat16")
+#: How training normalizes each record (`--normalization`): not at all (or not declared), or by
+#: the record's own statistics (per-image or per-row standardization: (x - mean) / std).
+NORMALIZATIONS = ("none", "per-record")
+
+
+def constant_severity(options: CheckOptions) -> Severity | None:
+    """The severity of a constant record (`constant-image`, `constant-row`, `zero-norm`): an
+    error where training is declared to divide each record by its own standard deviation (0
+    for it), else the check's default (None)."""
+    return Severity.ERROR if options.normalization == "per-record" else None
+
+
+def constant_hint(options: CheckOptions) -> str:
+    """What a constant record's message adds when `constant_severity` made it an error."""
+    return " (--normalization per-record)" if constant_severity(options) is not None else ""
 
 
 @dataclass
@@ -616,19 +631,90 @@ def zero_norm(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
 
     What it finds:
         Rows of only zeros (an unwritten row of a pre-allocated dataset, a failed feature
-        extraction).
+        extraction), and float or 16/32-bit images all of whose pixels are 0. A warning; an
+        **error** with `--normalization per-record`, as for `constant-row` (a row of one non-zero
+        value), whose rule it shares.
     Why it breaks training:
-        L2-normalization and cosine similarity divide by the row's norm: 0/0 = NaN. Otherwise it
-        is a sample with no signal, usually a pipeline failure.
+        L2-normalization and cosine similarity divide by the row's norm, and per-record
+        standardization by its standard deviation: 0/0 = NaN. Otherwise it is a sample with no
+        signal, usually a pipeline failure.
     Example:
         Rows 9000-9999 of `features.h5` were allocated but never written.
     What fix does:
-        Nothing by default (a warning); with `--severity warning` the rows are quarantined.
+        Nothing by default (a warning); with `--normalization per-record` (an error), or with
+        `--severity warning`, the rows are quarantined.
     """
     found = profile(batch)
     if found.width == 0:
         return []  # empty rows are empty-record's business
-    return [(int(row), Finding("all values are zero")) for row in found.zero_rows]
+    finding = Finding(f"all values are zero{constant_hint(options)}", severity=constant_severity(options))
+    return [(int(row), finding) for row in found.zero_rows]
+
+
+@batch_check("constant-row", Severity.WARNING)
+def constant_row(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    """A row whose values are all the same, and not all zero: its standard deviation is 0.
+
+    What it finds:
+        Rows of two or more values that are all equal to one non-zero finite value (a feature
+        extractor that returned its bias, a sensor stuck at one reading, a fill value written over
+        a row), and float or 16/32-bit images whose pixels all have one value. All-zero rows are
+        `zero-norm`'s and rows holding a NaN or an Inf `nonfinite-data`'s; a row of one value is
+        not judged (no row of one value has a spread). A warning; an **error** with
+        `--normalization per-record`, which declares that training standardizes each row by its
+        own statistics. Details: `value`.
+    Why it breaks training:
+        Per-record standardization, (x - mean) / std over the row, divides 0 by 0 on it: every
+        value becomes NaN, and so do the loss and, one step later, the weights (measured on a
+        constant float image in PyTorch: `(x - x.mean()) / x.std()` is NaN everywhere). Without
+        it, the row carries no signal within itself: usually a pipeline failure.
+    Example:
+        Row 512 of `features.h5` holds 0.5 in all of its 128 columns.
+    What fix does:
+        Nothing by default (a warning); with `--normalization per-record` (an error), or with
+        `--severity warning`, the row is moved to the quarantine.
+    """
+    found = profile(batch)
+    if found.width < 2:
+        return []
+    if found.pieces is not None:  # one row larger than a block: its extremes say it
+        same = found.low is not None and found.low == found.high and not found.nonfinite_values
+        rows = np.flatnonzero([same and not len(found.zero_rows)])
+        values: list[int | float | str] = [cast(float, found.low)] * len(rows)
+    else:
+        rows = _constant_rows(found)
+        values = [v if isinstance(v, (int, float)) else str(v) for v in found.rows[rows, 0].tolist()]
+    if not len(rows):
+        return []
+    severity, hint = constant_severity(options), constant_hint(options)
+    return [
+        (int(row), Finding(f"all {found.width} values are {_shown(value)}{hint}", {"value": value}, severity))
+        for row, value in zip(rows.tolist(), values)
+    ]
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _constant_rows(found: Profile) -> np.ndarray:
+    """The rows of ``found.rows`` whose values are all equal, other than the all-zero and the
+    non-finite ones. A constant row's first value is not 0 (else it is all zero), its magnitude
+    is the row's largest (which the profile has) and it equals the last value: only the rare
+    rows that pass all three are compared whole. The first column is read once (a strided read
+    touches as much memory as the batch for narrow rows: copied, it is read once); the costs
+    are in docs/benchmarks.md, "Design measurements"."""
+    rows = found.rows
+    first = np.ascontiguousarray(rows[:, 0])
+    magnitude = np.abs(first) if first.dtype.kind == "f" else _magnitudes64(first)  # float: exact
+    same = (first != 0) & (magnitude == found.magnitudes)
+    same[found.nonfinite_rows] = False  # a row of +Inf: nonfinite-data's
+    candidates = np.flatnonzero(same)
+    candidates = candidates[rows[candidates, -1] == first[candidates]]
+    if not len(candidates):
+        return candidates
+    picked = rows[candidates]
+    return candidates[(picked == picked[:, :1]).all(axis=1)]
 
 
 @batch_check("empty-record")
