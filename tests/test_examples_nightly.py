@@ -25,8 +25,11 @@ def scrub_bin() -> Path:
 
 
 def jpeg(path: Path, colour: tuple[int, int, int]) -> bytes:
+    """A 32x32 JPEG of ``colour`` with a darker square in it (one colour alone is constant-image)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (32, 32), colour).save(path, "JPEG")
+    image = Image.new("RGB", (32, 32), colour)
+    image.paste(tuple(c // 2 for c in colour), (8, 8, 24, 24))
+    image.save(path, "JPEG")
     return path.read_bytes()
 
 

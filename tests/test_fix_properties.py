@@ -173,7 +173,7 @@ def test_lmdb_environments(items, subdir):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / ("db" if subdir else "db.lmdb")
         values = {
-            "png": image_bytes(1, fmt="PNG", size=8),
+            "png": image_bytes(1, fmt="PNG", size=16),  # not a tiny-image
             "npy": _npy(np.ones(4, dtype=np.float32)),
             "npy-nan": _npy(np.array([1.0, np.nan])),
             "garbage": b"\x01\x02garbage",

@@ -115,8 +115,9 @@ def test_a_disk_that_fills_during_the_write_is_one_line_not_a_crash(tmp_path, sm
     assert left_in(small_disk) == []
     images = tmp_path / "images"
     images.mkdir()
-    for number in range(1000):  # tiny files, 4 KiB blocks each on disk: 4 MiB
-        Image.new("L", (4, 4), number % 256).save(images / f"{number}.png")
+    pixels = np.random.default_rng(0).integers(0, 256, (1000, 10, 10), dtype=np.uint8)
+    for number in range(1000):  # small files (not tiny-image, not constant), a 4 KiB block each: 4 MiB
+        Image.fromarray(pixels[number]).save(images / f"{number}.png")
     done = scrub("fix", images, "--out", small_disk / "images.clean", cwd=tmp_path)
     one_line_error(done, "no space left on device", "images.clean")
     assert left_in(small_disk) == []

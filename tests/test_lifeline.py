@@ -59,7 +59,9 @@ def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(w
     dataset = tmp_path / "images"
     dataset.mkdir()
     for number in range(400):  # 400 x 20 ms on 2 workers: ~4 s of scanning
-        Image.new("RGB", (8, 8), (number % 256, 0, 0)).save(dataset / f"{number}.png")
+        image = Image.new("RGB", (10, 10), (number % 256, 0, 0))  # not a tiny-image
+        image.putpixel((0, 0), (0, 0, 255))  # not a constant-image
+        image.save(dataset / f"{number}.png")
     forked = workers == "forked" and sys.platform.startswith("linux")
     manifest = tmp_path / "m.jsonl"
     command = [
@@ -100,7 +102,9 @@ def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(w
     assert left and (forked or scratch_of(scan.pid))  # a SIGKILL runs no cleanup: the next run must
     clean = tmp_path / "clean"
     clean.mkdir()
-    Image.new("RGB", (8, 8)).save(clean / "a.png")
+    image = Image.new("RGB", (10, 10))  # not a tiny-image
+    image.putpixel((0, 0), (9, 9, 9))  # not a constant-image
+    image.save(clean / "a.png")
     again = subprocess.run(
         [
             sys.executable,

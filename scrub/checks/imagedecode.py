@@ -390,8 +390,9 @@ def _jpeg_constant(data: bytes, decoded: Any) -> tuple[int, ...] | None:
 
     ``decoded`` is what the verdict's decode gave (reduced, often grayscale): when two of its
     pixels differ, so do two of the full image's (each reduced pixel is a block's average, of
-    the luminance that the full colour is converted from), and nothing more is done. When they
-    are all equal, the full image is decoded to know (see the module docstring).
+    the luminance that the full colour is converted from; but for colours that clip, see the
+    module docstring), and nothing more is done. When they are all equal, the full image is
+    decoded to know.
     """
     if decoded is None:
         return None
