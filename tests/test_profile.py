@@ -13,8 +13,10 @@ import pytest
 from PIL import Image
 
 import scrub
+from scrub.errors import ScrubError
 from scrub.manifest import scan_record_path
 from scrub.profile import PartitionProfile, finish_profile, load_profile
+from scrub.profile.render import profiles_in
 from scrub.profile.sketches import RANKS, Numeric, Quantiles, TopCounts
 
 #: a quantile's rank may be off by the KLL sketch's error (~1.3% at k=200, 99% confidence)
@@ -302,3 +304,46 @@ def test_sharded_run_on_processes_equals_the_single_process_profile(tmp_path):
     for (where, one), (_, other) in zip(quantiles_single, quantiles_sharded):
         assert_quantiles_match(one, expected[where].reshape(-1))  # each within the sketch's error
         assert_quantiles_match(other, expected[where].reshape(-1))
+
+
+# --------------------------------------------------------------------------------------------
+# scrub profile SCANRECORD
+
+
+def test_scrub_profile_prints_each_section_for_people(tmp_path):
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=(400, 3)).astype(np.float32)
+    path = write_h5(tmp_path / "rows.h5", data, rng.integers(0, 2, 400))
+    result = scrub.scan(path, manifest=tmp_path / "rows.scrub.jsonl")
+    record = scan_record_path(result.manifest)
+    for given in (record, result.manifest):  # the record, or the manifest it lies beside
+        done = CliRunner().invoke(app, ["profile", str(given)])
+        assert done.exit_code == 0, done.output
+        lines = done.output.splitlines()
+        assert lines[0] == f"{path} (hdf5, file): 400 records"
+        assert "labels (class): 400 labelled, 0 missing" in lines
+        assert any(line.startswith("arrays 3: 400 rows (float32 400); every position") for line in lines)
+        median = next(line for line in lines if line.strip().startswith("[1]")).split()
+        assert median[1] == "400"
+        assert float(median[5]) == pytest.approx(float(np.median(data[:, 1])), abs=0.05)  # p50
+
+
+def test_scrub_profile_refuses_what_is_not_a_scan_record_in_one_line(tmp_path):
+    from conftest import one_line_error
+
+    path = write_h5(tmp_path / "a.h5", np.ones((5, 2), np.float32))
+    result = scrub.scan(path, profile=False, manifest=tmp_path / "a.scrub.jsonl")
+    assert "holds no profile" in one_line_error("profile", scan_record_path(result.manifest))
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    for given, message in (
+        (path, "not a scan record"),
+        (tmp_path / "other.json", "not a scan record"),
+        (tmp_path / "missing.scan.json", "no such file"),
+        (tmp_path, "a folder"),
+    ):
+        with pytest.raises(ScrubError, match=message):
+            profiles_in(given)
