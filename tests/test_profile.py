@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import pickle
+from importlib import resources
 
 import h5py
+import jsonschema
 import numpy as np
 import pytest
 from PIL import Image
@@ -47,9 +49,18 @@ def write_h5(path, data, label=None):
     return path
 
 
+def valid_profile(profile: dict) -> dict:
+    """``profile`` as JSON holds it, checked against the summary schema's form of it."""
+    schema = json.loads(resources.files("scrub.schemas").joinpath("summary.schema.json").read_text())
+    profile = json.loads(json.dumps(profile))
+    jsonschema.validate(profile, {**schema["properties"]["profile"], "$defs": schema["$defs"]})
+    return profile
+
+
 def scanned_profile(path, **options) -> dict:
     result = scrub.scan(path, **options)
     assert result.summary.profile is not None
+    valid_profile(result.summary.profile)
     record = json.loads(scan_record_path(result.manifest).read_text()) if result.manifest.exists() else None
     if record is not None:
         assert record["profile"] == json.loads(json.dumps(result.summary.profile))
@@ -304,6 +315,30 @@ def test_sharded_run_on_processes_equals_the_single_process_profile(tmp_path):
     for (where, one), (_, other) in zip(quantiles_single, quantiles_sharded):
         assert_quantiles_match(one, expected[where].reshape(-1))  # each within the sketch's error
         assert_quantiles_match(other, expected[where].reshape(-1))
+
+
+@pytest.mark.slow
+def test_a_dask_distributed_run_merges_to_the_same_profile(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    root = tmp_path / "images"
+    for i in range(24):
+        _save(
+            root / ("a" if i % 3 else "b") / f"{i}.png",
+            (10 + i, 12 + i % 5),
+            "RGB" if i % 2 else "L",
+            "PNG",
+            i,
+        )
+    single = scanned_profile(root, scheduler="sync")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        clustered = scanned_profile(root, scheduler=cluster.scheduler_address, partition_size=5)
+    counts_single, quantiles_single = _comparable(single)
+    counts_clustered, quantiles_clustered = _comparable(clustered)
+    assert counts_clustered == counts_single
+    # 24 values: the sketches hold every one, and their quantiles are exact whatever the merge
+    assert [q["quantiles"] for _, q in quantiles_clustered] == [q["quantiles"] for _, q in quantiles_single]
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from conftest import image_bytes, write
 from PIL import Image
-from test_profile import assert_quantiles_match
+from test_profile import assert_quantiles_match, valid_profile
 
 import scrub
 
@@ -23,6 +23,7 @@ def test_nanogpt_bin_lengths_and_top_ids_exact(tmp_path):
     ids = (rng.zipf(1.5, 64 * 40 + 7) % 3000).astype(np.uint16)
     ids.tofile(tmp_path / "train.bin")
     profile = scrub.scan(tmp_path / "train.bin", max_length=64, scheduler="sync").summary.profile
+    valid_profile(profile)
     tokens = profile["tokens"]
     assert profile["records"] == tokens["records"] == 41
     assert tokens["length"]["count"] == 41
@@ -70,6 +71,7 @@ def test_lmdb_array_values(tmp_path):
             txn.put(f"sample-{i:04d}".encode(), buffer.getvalue())
     env.close()
     profile = scrub.scan(tmp_path / "arrays.lmdb", scheduler="sync").summary.profile
+    valid_profile(profile)
     group = profile["arrays"]["6"]
     assert profile["records"] == 200 and group["records"] == 200 and group["dtypes"] == {"float32": 200}
     assert group["features"]["1"]["nan"] == 1
@@ -86,6 +88,7 @@ def test_parquet_vectors_and_class_labels(tmp_path):
     )
     pq.write_table(table, tmp_path / "emb.parquet", row_group_size=128)
     profile = scrub.scan(tmp_path / "emb.parquet", scheduler="sync").summary.profile
+    valid_profile(profile)
     assert profile["labels"]["classes"] == {str(c): int((labels == c).sum()) for c in range(3)}
     group = profile["arrays"]["4"]
     assert group["records"] == 500
@@ -100,6 +103,7 @@ def test_yolo_boxes_per_image_and_classes(tmp_path):
             write(tmp_path / "labels" / "train" / f"{name}.txt", text.encode())
     (tmp_path / "data.yaml").write_text("path: .\ntrain: images/train\nnames:\n  0: a\n  1: b\n  2: c\n")
     profile = scrub.scan(tmp_path, scheduler="sync").summary.profile
+    valid_profile(profile)
     assert profile["boxes"] == {"per_image": {"0": 2, "1": 1, "2": 1}, "classes": {"0": 1, "1": 1, "2": 1}}
     assert profile["images"]["records"] == 4
 
@@ -117,6 +121,7 @@ def test_segmentation_mask_pixels(tmp_path):
         Image.fromarray(mask).save(tmp_path / "masks" / f"{i}.png")
         expected += np.bincount(mask.reshape(-1), minlength=256)
     profile = scrub.scan(tmp_path, num_classes=4, scheduler="sync").summary.profile
+    valid_profile(profile)
     assert profile["masks"]["pixels"] == {str(v): int(expected[v]) for v in np.flatnonzero(expected)}
     assert profile["images"]["records"] == 6
 
@@ -130,7 +135,7 @@ def test_records_reused_from_the_cache_are_counted_but_not_sketched(tmp_path):
     assert first.profile["reused"] == 0 and first.profile["images"]["width"]["count"] == 10
     write(root / "cat" / "new.png", image_bytes(99, fmt="PNG", size=40))
     again = scrub.scan(root, cache=cache, scheduler="sync").summary
-    profile = again.profile
+    profile = valid_profile(again.profile)
     assert profile["records"] == 11 and profile["reused"] == 10
     assert profile["labels"]["classes"] == {"0": 6, "1": 5}  # counts: every record
     assert profile["images"]["records"] == 11 and sum(profile["images"]["modes"].values()) == 11
