@@ -103,12 +103,12 @@ class PartitionWork:
                 offset += len(item)
             elif isinstance(item, Batch):
                 result.records += len(item)
+                if collector is not None:  # once per block read: it samples a few rows of it
+                    collector.rows(item)
                 for rows in item.slices(CHECK_ROWS):
                     self._check_batch(
                         rows, plan.batch, plan.dataset, columns, label_counts, result, encoder=encoder
                     )
-                    if collector is not None:
-                        collector.rows(rows)
                     if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                         encoder.flush(result)
                 offset += len(item)
@@ -174,7 +174,7 @@ class PartitionWork:
             if found.check in plan.ids:
                 result.issues.append(found)
                 result.offsets.append(offset)
-        annotate(record, self.options)
+        annotate(record, self.options, levels=self.profiling is not None)
         tally(record, result.stats, self.options)
         values, group = numeric_values(record)
         if values is not None:  # an array value or a float image's pixels: the numeric checks, as one row

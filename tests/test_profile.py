@@ -25,20 +25,26 @@ from scrub.profile.sketches import RANKS, Numeric, Quantiles, TopCounts
 RANK_TOLERANCE = 0.02
 
 
+def assert_ranks(quantiles: list[float], values: np.ndarray, tolerance: float = RANK_TOLERANCE) -> None:
+    """Each of the 101 quantiles lies at its rank among ``values`` (finite, sorted) within ``tolerance``."""
+    stated = np.asarray(quantiles)
+    assert stated.shape == (101,)
+    below = np.searchsorted(values, stated, side="left") / values.size
+    at_most = np.searchsorted(values, stated, side="right") / values.size
+    # the rank a quantile stands for lies between the shares of values below it and at most it
+    off = np.maximum(below - RANKS, RANKS - at_most)
+    assert off.max() <= tolerance, (off.max(), int(off.argmax()))
+
+
 def assert_quantiles_match(numeric: dict, values: np.ndarray, tolerance: float = RANK_TOLERANCE) -> None:
-    """Each stated quantile lies at its rank among ``values`` within ``tolerance``."""
+    """A Numeric of exactly ``values``: its counts and extremes exact, its quantiles within
+    ``tolerance`` of their ranks."""
     values = np.sort(values[np.isfinite(values)])
     assert numeric["count"] == values.size
     assert numeric["min"] == pytest.approx(values[0])
     assert numeric["max"] == pytest.approx(values[-1])
     assert numeric["mean"] == pytest.approx(values.mean(), rel=1e-6, abs=1e-9)
-    quantiles = np.asarray(numeric["quantiles"])
-    assert quantiles.shape == (101,)
-    below = np.searchsorted(values, quantiles, side="left") / values.size
-    at_most = np.searchsorted(values, quantiles, side="right") / values.size
-    # the rank a quantile stands for lies between the shares of values below it and at most it
-    off = np.maximum(below - RANKS, RANKS - at_most)
-    assert off.max() <= tolerance, (off.max(), int(off.argmax()))
+    assert_ranks(numeric["quantiles"], values, tolerance)
 
 
 def write_h5(path, data, label=None):

@@ -143,3 +143,43 @@ def test_records_reused_from_the_cache_are_counted_but_not_sketched(tmp_path):
     assert profile["images"]["width"]["min"] == 40
     assert any("10 records reused from the cache" in note for note in again.notes)
     assert not any("reused from the cache are counted" in note for note in first.notes)
+
+
+def test_sampled_token_sequences_same_however_partitioned(tmp_path):
+    rng = np.random.default_rng(8)
+    ids = (rng.zipf(1.4, 8 * 40000) % 2000).astype(np.uint16)  # 40,000 windows of 8: sampled
+    ids.tofile(tmp_path / "train.bin")
+    one = scrub.scan(tmp_path / "train.bin", max_length=8, scheduler="sync").summary.profile
+    many = scrub.scan(
+        tmp_path / "train.bin", max_length=8, scheduler="sync", partition_size=7001
+    ).summary.profile
+    tokens = one["tokens"]
+    assert tokens["records"] == 40000
+    assert tokens["length"]["count"] == 40000 // 3 + 1  # one window in 3, by its index
+    assert many["tokens"]["length"]["count"] == tokens["length"]["count"]
+    assert many["tokens"]["top_ids"] == tokens["top_ids"]  # the same sample, counted exactly
+    true_top = np.argsort(-np.bincount(ids), kind="stable")[:5].tolist()
+    assert [token for token, _ in tokens["top_ids"][:5]] == true_top
+
+
+def test_wide_rows_give_a_spread_of_their_elements(tmp_path):
+    rng = np.random.default_rng(9)
+    data = rng.normal(size=(200, 2000)).astype(np.float32)
+    data[:, 1500:] = rng.exponential(size=(200, 500))  # the tail of each row differs
+    np.save(tmp_path / "wide.npy", data)
+    one = scrub.scan(tmp_path / "wide.npy", scheduler="sync").summary.profile["arrays"]["2000"]
+    many = scrub.scan(tmp_path / "wide.npy", scheduler="sync", partition_size=33).summary.profile
+    assert one["positions"] == 2000 and len(one["features"]) == 32
+    assert 200 * 1000 < one["row"]["count"] < 200 * 2000  # some of each row's elements
+    assert many["arrays"]["2000"]["row"]["count"] == one["row"]["count"]
+    assert many["arrays"]["2000"]["row"]["zero"] == one["row"]["zero"]
+    assert_quantiles_match(
+        {
+            **one["row"],
+            "count": data.size,
+            "min": data.min(),
+            "max": data.max(),
+            "mean": data.mean(dtype=np.float64),
+        },
+        data.reshape(-1).astype(np.float64),
+    )

@@ -144,13 +144,14 @@ class ImageFacts:
 
 
 class ImageLevels(NamedTuple):
-    """An 8-bit image's pixel levels as its decode gave them: 256-level histograms. For a JPEG,
-    the grayscale 1/8-scale decode the verdict comes from (so its one band is ``L``, and
-    ``gray`` is that same histogram); for other formats, every band of the first frame, and
-    the grayscale (Pillow's ``L``) of it."""
+    """An 8-bit image's pixel levels as its decode gave them. A JPEG's are the pixels of the
+    grayscale 1/8-scale decode its verdict comes from (``pixels``: its one band is ``L``, the
+    histograms are made per block of images, by `scrub.profile`); another format's, 256-level
+    histograms of each band of its first frame and of its grayscale (Pillow's ``L``)."""
 
-    gray: Any  # np.ndarray of 256 pixel counts
-    bands: dict[str, Any]  # band name ("R", "G", "B", "A", "L") -> 256 pixel counts
+    pixels: Any  # the grayscale pixels (uint8), or None
+    gray: Any  # np.ndarray of 256 pixel counts, or None (``pixels`` given)
+    bands: dict[str, Any] | None  # band name ("R", "G", "B", "A", "L") -> 256 pixel counts
 
 
 #: Pillow modes whose pixels are values a loader passes on unscaled: 32-bit float, 32-bit and
@@ -158,8 +159,9 @@ class ImageLevels(NamedTuple):
 NUMERIC_MODES = frozenset({"F", "I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
-def inspect_image(data: bytes, max_pixels: int | None) -> ImageFacts:
-    """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``.
+def inspect_image(data: bytes, max_pixels: int | None, levels: bool = False) -> ImageFacts:
+    """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``;
+    with `levels`, keep the decode's pixel levels (`ImageLevels`) for the dataset's profile.
 
     Never raises for bad input (empty, garbage, truncated, hostile headers): every failure is
     reported in `ImageFacts.error`.
@@ -171,8 +173,8 @@ def inspect_image(data: bytes, max_pixels: int | None) -> ImageFacts:
     if not data:
         return ImageFacts(None, None, None, None, "empty file")
     if data[:2] == _SOI:
-        return _inspect_jpeg(data, limit)
-    return _inspect_other(data, limit)
+        return _inspect_jpeg(data, limit, levels)
+    return _inspect_other(data, limit, levels)
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,7 +294,7 @@ def _next_marker(data: bytes, pos: int) -> tuple[int | None, int]:
 _PLAIN_MODES = {1: "L", 3: "RGB", 4: "CMYK"}  # Pillow's mode for 8-bit JPEGs by component count
 
 
-def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
+def _inspect_jpeg(data: bytes, limit: int | None, levels: bool = False) -> ImageFacts:
     """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg.
 
     A plain JPEG (8-bit, 1/3/4 components, no MPF index) skips Pillow: its header parse is a
@@ -312,7 +314,8 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
         if _exceeds(sof.width, sof.height, limit):
             return ImageFacts("JPEG", mode, sof.width, sof.height, None, bomb=True)
         error, gray = _decode_jpeg(data, sof)
-        return ImageFacts("JPEG", mode, sof.width, sof.height, error, levels=_gray_levels(gray))
+        kept = ImageLevels(gray, None, None) if levels and gray is not None and gray.size else None
+        return ImageFacts("JPEG", mode, sof.width, sof.height, error, levels=kept)
     image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
@@ -369,14 +372,6 @@ def _decode_jpeg(data: bytes, sof: _Sof | None) -> tuple[str | None, Any]:
     return message, None
 
 
-def _gray_levels(gray: Any) -> ImageLevels | None:
-    """The levels of a grayscale decode (one `np.bincount`: the rest is done per partition)."""
-    if gray is None or not gray.size:
-        return None
-    histogram = np.bincount(gray.reshape(-1), minlength=256)
-    return ImageLevels(histogram, {"L": histogram})
-
-
 def _verify_jpeg_with_pillow(data: bytes) -> str | None:
     """Fallback for what TurboJPEG refuses: Pillow's libjpeg at 1/8 scale (warnings are lost)."""
     image, open_error = _open(data, _JPEG_FORMATS)
@@ -424,24 +419,26 @@ def _mpo_streams(data: bytes, image: Any) -> list[bytes]:
 # Everything else Pillow can open
 
 
-def _inspect_other(data: bytes, limit: int | None) -> ImageFacts:
+def _inspect_other(data: bytes, limit: int | None, levels: bool = False) -> ImageFacts:
     image, open_error = _open(data)
     if image is None:
         return ImageFacts(None, None, None, None, open_error)
     fmt, mode, (width, height) = image.format, image.mode, image.size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error, bomb, pixels, levels = _decode_frames(data, image, limit)
+    error, bomb, pixels, kept = _decode_frames(data, image, limit, levels)
     clean = not (error or bomb)
     return ImageFacts(
-        fmt, mode, width, height, error, bomb, pixels if clean else None, levels if clean else None
+        fmt, mode, width, height, error, bomb, pixels if clean else None, kept if clean else None
     )
 
 
-def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool, Any, Any]:
-    """(error, bomb, the first frame's numeric pixels or None, its `ImageLevels` or None) after
-    the plugin's own verify() (PNG: CRCs) and load() of every frame."""
-    pixels = levels = None
+def _decode_frames(
+    data: bytes, image: Any, limit: int | None, levels: bool = False
+) -> tuple[str | None, bool, Any, Any]:
+    """(error, bomb, the first frame's numeric pixels or None, with `levels` its `ImageLevels`
+    or None) after the plugin's own verify() (PNG: CRCs) and load() of every frame."""
+    pixels = kept = None
     try:
         if type(image).verify is not ImageFile.ImageFile.verify:
             _plugin_verify(data)
@@ -454,13 +451,13 @@ def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | No
             image.load()
             if frame == 0 and image.mode in NUMERIC_MODES:
                 pixels = np.array(image)  # a copy: the image object moves on to the next frame
-            elif frame == 0:
-                levels = _frame_levels(image)
+            elif frame == 0 and levels:
+                kept = _frame_levels(image)
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
         return None, True, None, None
     except Exception as exc:
         return _message(exc), False, None, None
-    return None, False, pixels, levels
+    return None, False, pixels, kept
 
 
 #: 8-bit modes whose bands are levels as they are (a palette image's are indices: converted)
@@ -483,7 +480,7 @@ def _frame_levels(image: Any) -> ImageLevels | None:
         )
     except Exception:  # a mode Pillow cannot convert: no levels (the verdict stands)
         return None
-    return ImageLevels(gray, bands)
+    return ImageLevels(None, gray, bands)
 
 
 def _plugin_verify(data: bytes) -> None:

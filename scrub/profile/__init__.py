@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scrub.profile.sketches import Numeric, TopCounts
+from scrub.profile.sketches import PENDING, Numeric, TopCounts
 
 __all__ = ["PROFILE_VERSION", "PartitionProfile", "finish_profile", "load_profile"]
 
@@ -35,19 +35,44 @@ LEVEL_BINS = 32
 TOP_IDS = 64
 #: boxes per image above this are counted together, under "CAP+"
 BOXES_CAP = 100
+_LEVELS = np.arange(256, dtype=np.float64)
+_SQUARES = _LEVELS * _LEVELS
 
 
 class ArrayGroup:
-    """The rows of one shape: how many, their dtypes, their values pooled and per position."""
+    """The rows of one shape: how many, their dtypes, their values pooled and per position.
 
-    __slots__ = ("records", "dtypes", "row", "features", "positions")
+    The sampled rows' first positions are held as blocks until `PENDING` rows are (a merge
+    adopts the other's), then sketched a column at a time: per partition, one block set aside,
+    where 32 features each sketched would cost more than the sampling saves."""
 
-    def __init__(self, positions: int) -> None:
+    __slots__ = ("records", "dtypes", "row", "features", "positions", "_held", "_size")
+
+    def __init__(self, positions: int, thin: int = 1) -> None:
         self.records = 0
         self.dtypes: Counter[str] = Counter()
-        self.row = Numeric()
+        self.row = Numeric(thin)
         self.positions = positions
-        self.features = [Numeric() for _ in range(min(positions, FEATURES))]
+        self.features = [Numeric(thin) for _ in range(min(positions, FEATURES))]
+        self._held: list[np.ndarray] = []  # (rows, features) blocks
+        self._size = 0
+
+    def add_rows(self, features: np.ndarray, pooled: np.ndarray) -> None:
+        """Sampled rows: their first positions (one column a feature; the group's own copy),
+        and the elements they give to ``row``."""
+        self._held.append(features)
+        self._size += len(features)
+        self.row.add(pooled)
+        if self._size >= PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._held:
+            return
+        held, self._held, self._size = self._held, [], 0
+        block = held[0] if len(held) == 1 else np.concatenate(held)
+        for position, feature in enumerate(self.features):
+            feature.sketch(block[:, position])
 
     def merge(self, other: "ArrayGroup") -> None:
         self.records += other.records
@@ -55,8 +80,14 @@ class ArrayGroup:
         self.row.merge(other.row)
         for mine, theirs in zip(self.features, other.features):
             mine.merge(theirs)
+        if other._held:
+            self._held += other._held
+            self._size += other._size
+            if self._size >= PENDING:
+                self.flush()
 
     def to_dict(self) -> dict[str, Any]:
+        self.flush()
         return {
             "records": self.records,
             "dtypes": dict(sorted(self.dtypes.items())),
@@ -66,10 +97,15 @@ class ArrayGroup:
         }
 
     def __getstate__(self) -> tuple:
-        return (self.records, self.dtypes, self.row, self.features, self.positions)
+        held = None
+        if self._held:
+            held = self._held[0] if len(self._held) == 1 else np.concatenate(self._held)
+        return (self.records, self.dtypes, self.row, self.features, self.positions, held)
 
     def __setstate__(self, state: tuple) -> None:
-        self.records, self.dtypes, self.row, self.features, self.positions = state
+        self.records, self.dtypes, self.row, self.features, self.positions, held = state
+        self._held = [] if held is None else [held]
+        self._size = 0 if held is None else len(held)
 
 
 class PartitionProfile:
@@ -94,8 +130,9 @@ class PartitionProfile:
         self.contrast = Numeric()
         #: band -> pixels per level (256; `LEVEL_BINS` bins in the JSON form), over every image profiled
         self.channels: dict[str, np.ndarray] = {}
-        #: 256-level grayscale histograms of images not yet turned into brightness and contrast
-        self._grays: list[np.ndarray] = []
+        #: (width, height, `ImageLevels` or None) of images not yet added to the sketches: added
+        #: a block at a time (`flush`), which costs a fraction of adding each
+        self._images: list[tuple[int, int, Any]] = []
         self.token_records = 0
         self.length = Numeric()
         self.supervised = Numeric()
@@ -105,34 +142,55 @@ class PartitionProfile:
 
     # -- filled by `scrub.profile.collect`
 
-    def group(self, shape: tuple[int, ...]) -> ArrayGroup | None:
-        """The group of rows of ``shape`` (None past `GROUPS` groups)."""
+    def group(self, shape: tuple[int, ...], thin: int = 1) -> ArrayGroup | None:
+        """The group of rows of ``shape`` (None past `GROUPS` groups); ``thin``: how its values
+        go into their sketches (`scrub.profile.sketches.Quantiles.update`)."""
         name = "x".join(map(str, shape))
         found = self.arrays.get(name)
         if found is None and len(self.arrays) < GROUPS:
-            found = self.arrays[name] = ArrayGroup(int(np.prod(shape, dtype=np.int64)))
+            found = self.arrays[name] = ArrayGroup(int(np.prod(shape, dtype=np.int64)), thin)
         return found
 
-    def add_gray(self, histogram: np.ndarray) -> None:
-        """An image's grayscale histogram (256 levels): its brightness and contrast are worked
-        out for many images at once (`flush`)."""
-        self._grays.append(histogram)
-        if len(self._grays) >= 4096:
+    def add_image(self, width: int, height: int, levels: Any) -> None:
+        """An image that decodes: its size, and its levels (`ImageLevels`) when the decode kept them."""
+        self.images += 1
+        self._images.append((width, height, levels))
+        if len(self._images) >= PENDING:
             self.flush()
 
     def flush(self) -> None:
-        """Per-image grayscale histograms into brightness (mean level) and contrast (standard
-        deviation), one matrix product for all of them."""
-        if not self._grays:
+        """The pending images into the sketches: sizes; per image, brightness (the mean gray
+        level) and contrast (its standard deviation) from its 256-level grayscale histogram,
+        one matrix product for the block; each band's levels summed."""
+        if not self._images:
             return
-        histograms = np.stack(self._grays).astype(np.float64)
-        self._grays = []
-        pixels = histograms.sum(axis=1)
+        pending, self._images = self._images, []
+        sizes = np.asarray([(width, height) for width, height, _ in pending], np.float64)
+        self.width.add(sizes[:, 0])
+        self.height.add(sizes[:, 1])
+        kept = [levels for _, _, levels in pending if levels is not None]
+        # a JPEG's grayscale decode: one histogram each (its one band is L); others come with theirs
+        decoded = [
+            np.bincount(levels.pixels.reshape(-1), minlength=256) for levels in kept if levels.gray is None
+        ]
+        grays = decoded + [levels.gray for levels in kept if levels.gray is not None]
+        bands: dict[str, list[np.ndarray]] = {"L": decoded} if decoded else {}
+        for levels in kept:
+            if levels.bands is not None:
+                for band, counts in levels.bands.items():
+                    bands.setdefault(band, []).append(counts)
+        for band, counts in bands.items():
+            total = np.asarray(np.sum(counts, axis=0, dtype=np.int64))
+            held = self.channels.get(band)
+            self.channels[band] = total if held is None else held + total
+        if not grays:
+            return
+        stacked = np.stack(grays).astype(np.float64)
+        pixels = stacked.sum(axis=1)
         seen = pixels > 0
-        histograms, pixels = histograms[seen], pixels[seen]
-        levels = np.arange(256, dtype=np.float64)
-        mean = histograms @ levels / pixels
-        variance = np.maximum(histograms @ (levels * levels) / pixels - mean * mean, 0.0)
+        stacked, pixels = stacked[seen], pixels[seen]
+        mean = stacked @ _LEVELS / pixels
+        variance = np.maximum(stacked @ _SQUARES / pixels - mean * mean, 0.0)
         self.brightness.add(mean)
         self.contrast.add(np.sqrt(variance))
 
@@ -216,8 +274,9 @@ def finish_profile(
         }
     if merged.token_records:
         tokens: dict[str, Any] = {"records": merged.token_records, "length": merged.length.to_dict()}
-        if merged.supervised.count or merged.supervised.nan:
-            tokens["supervised"] = merged.supervised.to_dict()
+        supervised = merged.supervised.to_dict()
+        if supervised["count"] or supervised["nan"]:
+            tokens["supervised"] = supervised
         tokens["top_ids"] = merged.top_ids.top(TOP_IDS)
         tokens["max_id"] = merged.top_ids.max_id
         profile["tokens"] = tokens

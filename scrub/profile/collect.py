@@ -26,9 +26,18 @@ from scrub.records import Batch, Pieces, Record, TokenRows
 ROWS_SAMPLED = 16_384
 #: the values of the sampled rows pooled into an array group's ``row`` quantiles, at most (a
 #: wide row gives some of its elements, a different set each row)
-VALUES_SAMPLED = 1 << 20
+VALUES_SAMPLED = 1 << 18
+#: token ids of the sampled sequences counted for ``top_ids``, at most (each sampled sequence
+#: gives ids spread evenly over it)
+TOKENS_SAMPLED = 1 << 18
 #: the fewest elements of each sampled row that go into ``row``
 ROW_ELEMENTS_MIN = 16
+#: a dataset of at least this many records has its sampled rows' values thinned by `THIN` on their way
+#: into the sketches (`Quantiles.update`): 4,096 values a feature still, for a k=200 sketch
+THIN_FROM = ROWS_SAMPLED
+THIN = 4
+#: rows this wide or narrower are set aside whole when sampled; of wider ones, only what is sketched
+WIDE_ROW = 256
 #: sampled rows of a group gathered before they are sketched (one update per feature per block)
 PENDING_ROWS = 4096
 #: token ids gathered before they are counted
@@ -47,12 +56,18 @@ class ProfileSettings:
     labels: str | None = None
     #: the reader gives detection boxes: an image without any counts as 0 boxes
     boxes: bool = False
+    #: each sampled sequence of a flat token store gives this many of its ids (at most)
+    sequence_ids: int = TOKENS_SAMPLED
+    #: the sampled rows' values go into their quantile sketches thinned by this (`Quantiles.update`)
+    thin: int = 1
 
     @classmethod
     def of(cls, records: int, labels: str | None, boxes: bool) -> "ProfileSettings":
         stride = max(1, math.ceil(records / ROWS_SAMPLED))
         sampled = max(1, math.ceil(records / stride))
-        return cls(stride, max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled), labels, boxes)
+        elements = max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled)
+        ids = max(ROW_ELEMENTS_MIN, TOKENS_SAMPLED // sampled)
+        return cls(stride, elements, labels, boxes, ids, THIN if records >= THIN_FROM else 1)
 
 
 class Collector:
@@ -61,8 +76,12 @@ class Collector:
     def __init__(self, settings: ProfileSettings) -> None:
         self.settings = settings
         self.profile = PartitionProfile()
-        #: group name -> sampled rows not yet sketched (2-D, one row each), with their indices
-        self._rows: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        #: group name -> sampled rows not yet sketched: (narrow rows whole, or a wide row's first
+        #: positions; a wide row's elements for ``row``, else None; the first one's index)
+        self._rows: dict[str, list[tuple[np.ndarray, np.ndarray | None, int]]] = {}
+        #: row shape -> (its group's name, the group), and dtype -> its name: looked up per block
+        self._shapes: dict[tuple, tuple[str, ArrayGroup | None]] = {}
+        self._dtype_names: dict[Any, str] = {}
         self._row_count: dict[str, int] = {}
         self._ids: list[np.ndarray] = []
         self._id_count = 0
@@ -74,7 +93,7 @@ class Collector:
         meta = record.meta
         facts = meta.get("image")
         if facts is not None and facts.error is None and not facts.bomb and facts.width is not None:
-            self._image(facts)
+            self.profile.add_image(facts.width, facts.height or 0, facts.levels)
         if facts is not None and facts.pixels is not None:
             self._value(facts.pixels, record.index)
         elif meta.get("kind") == "array" and record.payload is not None:
@@ -92,25 +111,9 @@ class Collector:
                 cls = box.cls
                 self.profile.box_classes[str(int(cls)) if float(cls).is_integer() else str(cls)] += 1
 
-    def _image(self, facts: Any) -> None:
-        profile = self.profile
-        profile.images += 1
-        profile.width.add_one(float(facts.width))
-        profile.height.add_one(float(facts.height))
-        levels = facts.levels
-        if levels is None:
-            return
-        profile.add_gray(levels.gray)
-        for band, counts in levels.bands.items():
-            held = profile.channels.get(band)
-            if held is None:
-                profile.channels[band] = np.array(counts, np.int64)
-            else:
-                held += counts
-
     def _value(self, values: np.ndarray, index: int | None) -> None:
         """An array value (or a float image's pixels): one row of the group of its shape."""
-        group = self.profile.group(values.shape)
+        group = self.profile.group(values.shape, self.settings.thin)
         if group is None:
             self.profile.arrays_left_out += 1
             return
@@ -118,8 +121,7 @@ class Collector:
         group.dtypes[values.dtype.name] += 1
         stride = self.settings.stride
         if stride == 1 or index is None or index % stride == 0:
-            where = np.asarray([index or 0], np.int64)
-            self._pend("x".join(map(str, values.shape)), values.reshape(1, -1), where, group)
+            self._pend("x".join(map(str, values.shape)), values.reshape(1, -1), index or 0, group)
 
     def _sequence(self, facts: Any) -> None:
         """A language-model record (`TokenFacts`): its length, its supervised share, its ids."""
@@ -149,76 +151,112 @@ class Collector:
     # -- per batch
 
     def rows(self, batch: Batch) -> None:
-        """A block of array rows (HDF5, NumPy, Parquet, LMDB arrays): counted, then sampled."""
+        """A block of array rows (HDF5, NumPy, Parquet, LMDB arrays): counted, then sampled.
+        Called once per block of rows read: the little it does per block is kept little (the
+        sampled rows are copied and set aside; `_sketch_rows` works on many blocks at once)."""
         data = batch.data
-        shape = tuple(int(n) for n in data.shape[1:])
-        group = self.profile.group(shape)
+        shape = data.shape[1:]
+        known = self._shapes.get(shape)
+        if known is None:
+            name = "x".join(str(int(n)) for n in shape)
+            known = self._shapes[shape] = (
+                name,
+                self.profile.group(tuple(map(int, shape)), self.settings.thin),
+            )
+        name, group = known
         count = len(batch)
         if group is None:
             self.profile.arrays_left_out += count
             return
         group.records += count
-        group.dtypes[np.dtype(data.dtype).name] += count
+        dtype = data.dtype
+        dtype_name = self._dtype_names.get(dtype)
+        if dtype_name is None:
+            dtype_name = self._dtype_names[dtype] = np.dtype(dtype).name
+        group.dtypes[dtype_name] += count
         labels = batch.labels
         if labels is not None and self.settings.labels is not None:
             self.profile.labelled += count
         if isinstance(data, Pieces):  # a row too large to hold: counted, not sketched
             return
-        first = (-batch.start) % self.settings.stride
-        sampled = np.asarray(data[first :: self.settings.stride])
-        if sampled.size:
-            where = batch.start + first + np.arange(len(sampled), dtype=np.int64) * self.settings.stride
-            self._pend("x".join(map(str, shape)), sampled.reshape(len(sampled), -1), where, group)
+        stride = self.settings.stride
+        first = (-batch.start) % stride
+        if first >= count:
+            return
+        sampled = data[first::stride]
+        self._pend(name, sampled.reshape(len(sampled), -1), batch.start + first, group)
         if labels is not None and self.settings.labels == "value":
-            self.profile.label_values.add(np.asarray(labels)[first :: self.settings.stride])
+            self.profile.label_values.add(np.asarray(labels)[first::stride])
 
     def tokens(self, batch: Batch) -> None:
-        """Token sequences of a flat store (`TokenRows`): lengths and ids of the sampled ones."""
+        """Token sequences of a flat store (`TokenRows`): every length of the sampled ones, and
+        up to `ProfileSettings.sequence_ids` of their ids, spread evenly over each."""
         rows = cast(TokenRows, batch.data)
         profile = self.profile
         profile.token_records += len(batch)
         stride = self.settings.stride
         first = (-batch.start) % stride
-        lengths = np.asarray(rows.lengths)
-        profile.length.add(lengths[first::stride])
-        if stride == 1:
-            self._count_ids(np.asarray(rows.tokens))
+        bounds = np.asarray(rows.bounds, np.int64)
+        starts = bounds[first:-1:stride]
+        lengths = bounds[first + 1 :: stride] - starts
+        profile.length.add(lengths)
+        if not lengths.size:
             return
-        bounds = rows.bounds
-        for row in range(first, len(batch), stride):
-            piece = rows.tokens[int(bounds[row]) : int(bounds[row + 1])]
-            if len(piece):
-                self._count_ids(np.asarray(piece))
+        taken = self.settings.sequence_ids
+        if int(lengths.max()) <= taken and stride == 1:  # every id of every sequence
+            self._count_ids(np.asarray(rows.tokens[int(bounds[0]) : int(bounds[-1])]))
+            return
+        # position j of k in a sequence of n: j * n // k (each id once where n <= k)
+        steps = np.arange(taken, dtype=np.int64)
+        spread = steps[None, :] * lengths[:, None] // np.maximum(np.minimum(lengths, taken), 1)[:, None]
+        keep = steps[None, :] < np.minimum(lengths, taken)[:, None]
+        where = (starts[:, None] + spread)[keep]
+        self._count_ids(np.asarray(rows.tokens)[where])
 
     # -- sketching in blocks
 
-    def _pend(self, name: str, rows: np.ndarray, indices: np.ndarray, group: ArrayGroup) -> None:
-        pending = self._rows.setdefault(name, [])
-        pending.append((np.array(rows), indices))  # a copy: a reader may reuse its buffer
+    def _pend(self, name: str, rows: np.ndarray, first: int, group: ArrayGroup) -> None:
+        """Set sampled rows aside (copies: a reader may reuse its buffer), the first of them
+        at index ``first`` of its source. Narrow rows are kept whole; of a wide row, only what
+        the sketches take: its first positions and its elements for ``row``."""
+        width = rows.shape[1]
+        if width <= WIDE_ROW:
+            kept: tuple[np.ndarray, np.ndarray | None] = (np.array(rows), None)
+        else:
+            indices = first + np.arange(len(rows), dtype=np.int64) * self.settings.stride
+            kept = (np.array(rows[:, : len(group.features)]), self._pooled(rows, indices))
+        self._rows.setdefault(name, []).append((*kept, first))
         self._row_count[name] = self._row_count.get(name, 0) + len(rows)
         if self._row_count[name] >= PENDING_ROWS:
             self._sketch_rows(name, group)
+
+    def _pooled(self, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """The elements of each row that go into ``row``: all of them, or `row_elements` spread
+        evenly and shifted by the row's index (a different set from each row; the same set of
+        the same row however the dataset is partitioned)."""
+        width = rows.shape[1]
+        elements = self.settings.row_elements
+        if elements >= width:
+            return rows
+        picked = (np.arange(elements) * (width / elements)).astype(np.int64)
+        shift = (indices * 7919) % width
+        return rows[np.arange(len(rows))[:, None], (picked[None, :] + shift[:, None]) % width]
 
     def _sketch_rows(self, name: str, group: ArrayGroup) -> None:
         pending = self._rows.pop(name, [])
         self._row_count.pop(name, None)
         if not pending:
             return
-        rows = pending[0][0] if len(pending) == 1 else np.concatenate([rows for rows, _ in pending])
-        indices = pending[0][1] if len(pending) == 1 else np.concatenate([where for _, where in pending])
-        for position, feature in enumerate(group.features):
-            feature.add(rows[:, position])
-        width = rows.shape[1]
-        elements = min(width, self.settings.row_elements)
-        if elements >= width:
-            group.row.add(rows)
+        blocks = np.concatenate([block for block, _, _ in pending])
+        features = np.ascontiguousarray(blocks[:, : len(group.features)])
+        if pending[0][1] is not None:  # wide rows: their elements were picked as they came
+            group.add_rows(features, np.concatenate([pooled for _, pooled, _ in pending]))
             return
-        # a different set of elements from each row (evenly spread, shifted by the row's index:
-        # the same elements of the same row however the dataset is partitioned)
-        step = width / elements
-        picked = (np.arange(elements) * step).astype(np.int64)
-        shift = (indices * 7919) % width
-        group.row.add(rows[np.arange(len(rows))[:, None], (picked[None, :] + shift[:, None]) % width])
+        stride = self.settings.stride
+        indices = np.concatenate(
+            [first + np.arange(len(block), dtype=np.int64) * stride for block, _, first in pending]
+        )
+        group.add_rows(features, self._pooled(blocks, indices))
 
     def _count_ids(self, ids: np.ndarray) -> None:
         self._ids.append(ids)

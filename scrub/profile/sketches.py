@@ -21,9 +21,13 @@ import numpy as np
 QUANTILE_K = 200
 #: the ranks a profile states its quantiles at: 0, 0.01, ..., 1
 RANKS = np.linspace(0.0, 1.0, 101)
-#: per-record values (an image's width, a sequence's length) are gathered in a plain list and
-#: sketched this many at once: one vectorized update costs what ~10 scalar ones do
-PENDING = 4096
+#: values a `Numeric` holds before it counts and sketches them at once: one vectorized update
+#: costs what ~10 scalar ones do, and a sketch made for a few values costs more than they do
+PENDING = 8192
+
+
+#: where thinning starts (`Quantiles.update`): a uniform offset keeps every value's weight
+_OFFSETS = np.random.default_rng()
 
 
 class Quantiles:
@@ -35,10 +39,20 @@ class Quantiles:
     def __init__(self) -> None:
         self._sketch = datasketches.kll_doubles_sketch(QUANTILE_K)
 
-    def update(self, values: np.ndarray) -> None:
-        """Add finite values (the caller takes NaN and Inf out: a sketch cannot rank them)."""
+    def update(self, values: np.ndarray, thin: int = 1) -> None:
+        """Add finite values (the caller takes NaN and Inf out: a sketch cannot rank them).
+
+        ``thin`` > 1 adds every ``thin``-th of the values in sorted order, from a random first
+        one: what the sketch's own first compaction does, at a fraction of its cost (the sketch
+        takes ~50 ns a value, ~20 sorted). Each value added stands for ``thin``, so one sketch
+        must always be thinned alike; its rank error grows by at most ``thin`` values per
+        update (docs/profile.md, "Error bounds")."""
         if values.size:
             array = np.asarray(values, dtype=np.float64).reshape(-1)
+            if thin > 1:
+                array = np.sort(array)[int(_OFFSETS.integers(thin)) :: thin]
+                if not array.size:
+                    return
             if not (array.flags.writeable and array.flags.c_contiguous):  # the binding takes neither
                 array = array.copy()
             self._sketch.update(array)
@@ -71,25 +85,65 @@ class Quantiles:
 
 class Numeric:
     """One feature's numbers: exact counts of what was seen (finite, NaN, Inf, zero), the
-    extremes and the sum, and the quantiles of the finite values."""
+    extremes and the sum, and the quantiles of the finite values.
 
-    __slots__ = ("count", "nan", "inf", "zero", "low", "high", "total", "quantiles", "_pending")
+    Values are held as they come (a private float64 copy) until `PENDING` of them are, then
+    counted and sketched at once; a merge adopts the other's held values. So a partition that
+    saw few values (most do: rows are sampled, an image gives one width) ships them as they
+    are, and the sketch is made once per `PENDING` values, wherever they meet: a sketch costs
+    a few microseconds to make and to merge, which per feature per partition added up to more
+    than the sketching itself (docs/profile.md, "Cost")."""
 
-    def __init__(self) -> None:
+    __slots__ = ("count", "nan", "inf", "zero", "low", "high", "total", "quantiles", "thin", "_held", "_size")
+
+    def __init__(self, thin: int = 1) -> None:
         self.count = self.nan = self.inf = self.zero = 0
         self.low: float | None = None
         self.high: float | None = None
         self.total = 0.0
         self.quantiles = Quantiles()
-        self._pending: list[float] = []
+        #: the values go into the sketch thinned by this (`Quantiles.update`); alike in every
+        #: partition of a dataset
+        self.thin = thin
+        self._held: list[Any] = []  # float64 arrays, or per-record floats (a list)
+        self._size = 0
 
     def add(self, values: Any) -> None:
         """Add an array of values (any shape, any real or complex dtype; booleans as 0/1)."""
         values = np.asarray(values).reshape(-1)
+        if not values.size:
+            return
+        if values.dtype.kind == "c":
+            values = np.abs(values)  # a complex value by its magnitude
+        if self._size + values.size < PENDING:
+            self._held.append(np.array(values, dtype=np.float64))  # a copy: a reader may reuse its buffer
+            self._size += values.size
+            return
+        self.flush()
+        self.sketch(values)
+
+    def add_one(self, value: float) -> None:
+        """Add one value (per record)."""
+        held = self._held
+        if held and isinstance(held[-1], list):
+            held[-1].append(value)
+        else:
+            held.append([value])
+        self._size += 1
+        if self._size >= PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count and sketch the values held."""
+        if not self._held:
+            return
+        held, self._held, self._size = self._held, [], 0
+        self.sketch(np.concatenate([np.asarray(part, dtype=np.float64) for part in held]))
+
+    def sketch(self, values: np.ndarray) -> None:
+        """Count and sketch ``values`` now (1-D; the caller holds them no longer than this)."""
         if values.dtype.kind == "b":
             values = values.view(np.uint8)
-        elif values.dtype.kind == "c":
-            values = np.abs(values)  # a complex value by its magnitude
         elif values.dtype.kind not in "fiu":
             values = values.astype(np.float64)
         if values.dtype.kind == "f":
@@ -108,32 +162,26 @@ class Numeric:
         self.high = high if self.high is None else max(self.high, high)
         with np.errstate(over="ignore"):
             self.total += float(values.sum(dtype=np.float64))
-        self.quantiles.update(values)
-
-    def add_one(self, value: float) -> None:
-        """Add one value (per record): kept until `PENDING` of them are sketched at once."""
-        self._pending.append(value)
-        if len(self._pending) >= PENDING:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self.add(np.asarray(pending, dtype=np.float64))
+        self.quantiles.update(values, self.thin)
 
     def merge(self, other: "Numeric") -> None:
-        self.flush()
-        other.flush()
+        if not (other.count or other.nan or other.inf or other._held):
+            return  # nothing seen (most of a partition's Numerics: an HDF5 file has no images)
         self.count += other.count
         self.nan += other.nan
         self.inf += other.inf
         self.zero += other.zero
         self.total += other.total
         if other.low is not None:
-            self.low = other.low if self.low is None else min(self.low, other.low)
             assert other.high is not None  # the extremes come together
+            self.low = other.low if self.low is None else min(self.low, other.low)
             self.high = other.high if self.high is None else max(self.high, other.high)
         self.quantiles.merge(other.quantiles)
+        if other._held:
+            self._held += other._held
+            self._size += other._size
+            if self._size >= PENDING:
+                self.flush()
 
     def to_dict(self) -> dict[str, Any]:
         """The profile's ``Numeric`` (docs/profile.md)."""
@@ -151,12 +199,19 @@ class Numeric:
         }
 
     def __getstate__(self) -> tuple:
-        self.flush()
-        return (self.count, self.nan, self.inf, self.zero, self.low, self.high, self.total, self.quantiles)
+        held = (
+            np.concatenate([np.asarray(part, dtype=np.float64) for part in self._held])
+            if self._held
+            else None
+        )
+        counts = (self.count, self.nan, self.inf, self.zero, self.low, self.high, self.total)
+        return (*counts, self.quantiles, self.thin, held)
 
     def __setstate__(self, state: tuple) -> None:
-        self.count, self.nan, self.inf, self.zero, self.low, self.high, self.total, self.quantiles = state
-        self._pending = []
+        (self.count, self.nan, self.inf, self.zero, self.low, self.high, self.total) = state[:7]
+        self.quantiles, self.thin, held = state[7:]
+        self._held = [held] if held is not None else []
+        self._size = 0 if held is None else int(held.size)
 
 
 class TopCounts:
