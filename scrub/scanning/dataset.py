@@ -14,6 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.checks.drift import NOT_RECORDS
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
@@ -85,6 +86,7 @@ class DatasetScan:
         provides = (
             reader.provides
             | ({Carries.REPLAY} if self.replay else set())
+            | ({Carries.BASELINE} if options.baseline is not None else set())
             | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
             | ({labels} if info.labelled else set())
         )
@@ -240,6 +242,31 @@ class DatasetScan:
                 "dataset "
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
+        self._drift()
+
+    def _drift(self) -> None:
+        """With ``--baseline``: each way tonight's profile moved from the baseline's is a
+        dataset-level issue (`scrub.scanning.drift`); what cannot be compared, a note."""
+        if self.options.baseline is None:
+            return
+        from scrub.paths import absolute_place
+        from scrub.scanning.drift import baseline_record, drift_issues
+
+        record, note = baseline_record(self.options.baseline)
+        if note is not None:
+            self.aggregate.notes.append(note)
+        path = str(self.dataset.path)
+        issues, notes = drift_issues(
+            record,
+            getattr(self.aggregate, "profile", None),
+            path,
+            absolute_place(path),
+            self.options.drift_thresholds,
+            {check.id for check in self.checks},
+        )
+        for issue in issues:
+            self.aggregate.add_issue(issue)
+        self.aggregate.notes += notes
 
     def _note_idle_selections(self) -> None:
         """A check the user selected that found nothing to look at in any record is said: a pass
@@ -356,7 +383,7 @@ def _open_cache(
             options.verdict_options(),
             checking.labelled,
             dataset.info.label_width,
-            [c.id for c in checks],
+            [c.id for c in checks if c.id not in NOT_RECORDS],  # drift judges no record
         )
     )
     assert options.cache is not None  # opened only when --cache is given
