@@ -128,6 +128,8 @@ class DatasetScan:
             encoding=encoding,
         )
         self.replayed: dict[str, Any] | None = None
+        #: with --baseline: the drift findings, for the summary (None: no baseline)
+        self.drift: list[dict[str, Any]] | None = None
         #: partition -> (size, mtime_ns) of each of its records as read, -1 where not read
         self._versions: dict[int, np.ndarray] = {}
 
@@ -264,9 +266,22 @@ class DatasetScan:
             self.options.drift_thresholds,
             {check.id for check in self.checks},
         )
-        for issue in issues:
-            self.aggregate.add_issue(issue)
         self.aggregate.notes += notes
+        if issues is None:  # not measured (the notes say why)
+            return
+        for issue in issues:
+            self.aggregate.add_issue(issue)  # its severity as --check-severity sets it
+        self.drift = [
+            {
+                "check": issue.check,
+                "severity": issue.severity.value,
+                "feature": issue.details["feature"],
+                "distance": issue.details["distance"],
+                "threshold": issue.details["threshold"],
+                "message": issue.message,
+            }
+            for issue in issues
+        ]
 
     def _note_idle_selections(self) -> None:
         """A check the user selected that found nothing to look at in any record is said: a pass
@@ -351,6 +366,7 @@ class DatasetScan:
             notes=info.notes + aggregate.notes,
             baseline=compared,
             cache=self.cache.describe() if self.cache is not None else None,
+            drift=self.drift,
         )
 
 

@@ -58,14 +58,15 @@ def drift_issues(
     absolute: str,
     thresholds: DriftThresholds,
     selected: Collection[str],
-) -> tuple[list[Issue], list[str]]:
+) -> tuple[list[Issue] | None, list[str]]:
     """The drift of tonight's profile ``current`` of ``dataset`` from the baseline's scan
-    ``record``: one issue per finding whose check is ``selected``, and the notes that say what
-    could not be compared (never nothing: a baseline without a profile is said)."""
+    ``record``: one issue per finding whose check is ``selected`` (None: drift could not be
+    measured), and the notes that say what could not be compared (never nothing: a baseline
+    without a profile is said)."""
     if record is None:
-        return [], []
+        return None, []
     if current is None:
-        return [], [
+        return None, [
             "drift: this scan built no profile (--no-profile): drift from the baseline is not measured"
         ]
     previous = profile_of(record, dataset, absolute)
@@ -78,7 +79,7 @@ def drift_issues(
             why = f"the baseline's run did not scan {dataset}"
         else:
             why = "the baseline's scan record holds no profile (an older scrub, or --no-profile)"
-        return [], [f"drift: {why}: drift from it is not measured"]
+        return None, [f"drift: {why}: drift from it is not measured"]
     notes: list[str] = []
     issues = []
     for finding in compare(previous, current, thresholds, notes):
