@@ -313,3 +313,45 @@ def test_drift_thresholds_from_a_config_table(tmp_path):
     # in a file without a baseline it waits for a scan that has one
     (tmp_path / "scrub.toml").write_text("[drift-threshold]\nlabel = 0.2\n")
     assert resolve("scan", tmp_path / "data.h5", {}).options.drift_thresholds.label == 0.2
+
+
+def test_the_baselines_profile_is_found_by_dataset():
+    from scrub.scanning.drift import drift_issues
+
+    every = set(DRIFT_CHECKS)
+    tonight = profile()
+    tonight["records"] = 5_000
+    one = {
+        "path": "nights/monday/train.h5",
+        "absolute_path": "/d/nights/monday/train.h5",
+        "profile": profile(),
+    }
+    # a run of one dataset against a run of one: the same dataset, whatever its dated path
+    issues, notes = drift_issues(one, tonight, "nights/tuesday/train.h5", "/d/x", DriftThresholds(), every)
+    assert [(i.check, i.key, i.index, i.source) for i in issues] == [
+        ("record-count-change", "*", None, "nights/tuesday/train.h5")
+    ]
+    assert issues[0].details["feature"] == "records" and issues[0].details["threshold"] == 0.1
+    # tonight's run of several: only the dataset of the baseline's path is compared
+    issues, notes = drift_issues(
+        one, tonight, "other.h5", "/d/other.h5", DriftThresholds(), every, several=True
+    )
+    assert issues is None and notes == [
+        "drift: the baseline's run did not scan other.h5: drift from it is not measured"
+    ]
+    several = {
+        "parts": [{"path": "a.h5", "profile": profile()}, {"path": "b.h5", "absolute_path": "/d/b.h5"}]
+    }
+    issues, _ = drift_issues(several, tonight, "a.h5", "/d/a.h5", DriftThresholds(), every, several=True)
+    assert issues and issues[0].check == "record-count-change"
+    issues, notes = drift_issues(
+        several, tonight, "x/b.h5", "/d/b.h5", DriftThresholds(), every, several=True
+    )
+    assert issues is None and "holds no profile" in notes[0]
+    # a check not selected (--ignore) raises nothing; no profile tonight is a note
+    issues, _ = drift_issues(
+        one, tonight, "t.h5", "/t.h5", DriftThresholds(), every - {"record-count-change"}
+    )
+    assert issues == []
+    issues, notes = drift_issues(one, None, "t.h5", "/t.h5", DriftThresholds(), every)
+    assert issues is None and "built no profile" in notes[0]

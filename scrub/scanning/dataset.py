@@ -265,6 +265,7 @@ class DatasetScan:
             absolute_place(path),
             self.options.drift_thresholds,
             {check.id for check in self.checks},
+            several=self.aggregate.dataset is not None,
         )
         self.aggregate.notes += notes
         if issues is None:  # not measured (the notes say why)

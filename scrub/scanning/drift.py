@@ -32,23 +32,37 @@ def baseline_record(manifest: Path) -> tuple[dict[str, Any] | None, str | None]:
     return record, None
 
 
-def profile_of(record: Mapping[str, Any], dataset: str, absolute: str) -> dict[str, Any] | None:
-    """The baseline's profile of ``dataset``: a run of one dataset's own (whatever its path: a
-    nightly job's folder may be named by date), or the part of a run of several whose path or
-    absolute path is this dataset's."""
-    parts = record.get("parts")
+def profile_of(
+    record: Mapping[str, Any], dataset: str, absolute: str, several: bool
+) -> dict[str, Any] | None:
+    """The baseline's profile of ``dataset``: where both runs scanned one dataset, the baseline's
+    (whatever its path: a nightly job's folder may be named by its date); else the baseline's
+    dataset, or part of a run of several, whose path or absolute path is this dataset's."""
+    parts = [part for part in record.get("parts") or [] if isinstance(part, dict)]
     if not parts:
-        profile = record.get("profile")
+        same = dataset in (record.get("path"), record.get("absolute_path")) or absolute == record.get(
+            "absolute_path"
+        )
+        profile = record.get("profile") if same or not several else None
         return profile if isinstance(profile, dict) else None
     for part in parts:
-        if isinstance(part, dict) and dataset in (part.get("path"), part.get("absolute_path")):
-            profile = part.get("profile")
-            return profile if isinstance(profile, dict) else None
-    for part in parts:
-        if isinstance(part, dict) and absolute and absolute == part.get("absolute_path"):
+        if dataset in (part.get("path"), part.get("absolute_path")) or absolute == part.get("absolute_path"):
             profile = part.get("profile")
             return profile if isinstance(profile, dict) else None
     return None
+
+
+def _scanned(record: Mapping[str, Any], dataset: str, absolute: str, several: bool) -> bool:
+    """Whether the baseline's run scanned ``dataset`` (see `profile_of`)."""
+    parts: list[Mapping[str, Any]] = [part for part in record.get("parts") or [] if isinstance(part, dict)]
+    if not parts:
+        if not several:
+            return True
+        parts = [record]
+    return any(
+        dataset in (part.get("path"), part.get("absolute_path")) or absolute == part.get("absolute_path")
+        for part in parts
+    )
 
 
 def drift_issues(
@@ -58,24 +72,21 @@ def drift_issues(
     absolute: str,
     thresholds: DriftThresholds,
     selected: Collection[str],
+    several: bool = False,
 ) -> tuple[list[Issue] | None, list[str]]:
     """The drift of tonight's profile ``current`` of ``dataset`` from the baseline's scan
-    ``record``: one issue per finding whose check is ``selected`` (None: drift could not be
-    measured), and the notes that say what could not be compared (never nothing: a baseline
-    without a profile is said)."""
+    ``record`` (``several``: tonight's run scans several datasets): one issue per finding whose
+    check is ``selected`` (None: drift could not be measured), and the notes that say what
+    could not be compared (never nothing: a baseline without a profile is said)."""
     if record is None:
         return None, []
     if current is None:
         return None, [
             "drift: this scan built no profile (--no-profile): drift from the baseline is not measured"
         ]
-    previous = profile_of(record, dataset, absolute)
+    previous = profile_of(record, dataset, absolute, several)
     if previous is None:
-        if record.get("parts") and not any(
-            dataset in (part.get("path"), part.get("absolute_path")) or absolute == part.get("absolute_path")
-            for part in record["parts"]
-            if isinstance(part, dict)
-        ):
+        if not _scanned(record, dataset, absolute, several):
             why = f"the baseline's run did not scan {dataset}"
         else:
             why = "the baseline's scan record holds no profile (an older scrub, or --no-profile)"
