@@ -8,6 +8,8 @@ import copy
 from statistics import NormalDist
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scrub.checks.drift import NOT_RECORDS
 from scrub.errors import UsageError
@@ -355,3 +357,34 @@ def test_the_baselines_profile_is_found_by_dataset():
     assert issues == []
     issues, notes = drift_issues(one, None, "t.h5", "/t.h5", DriftThresholds(), every)
     assert issues is None and "built no profile" in notes[0]
+
+
+quantile_lists = st.lists(
+    st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False), min_size=101, max_size=101
+).map(sorted)
+
+
+@settings(max_examples=60, deadline=None)
+@given(quantile_lists, quantile_lists)
+def test_bins_hold_all_the_mass_and_the_distance_is_bounded(previous, current):
+    """Whatever the quantiles (ties, one value, far apart): each side's bins sum to 1, the
+    distance lies in [0, 1], and a profile against itself is 0."""
+    before, now = bin_masses(previous, current)
+    assert sum(before) == pytest.approx(1) and sum(now) == pytest.approx(1)
+    assert min(before) >= 0 and min(now) >= 0
+    assert 0 <= js_distance(before, now) <= 1 + 1e-12
+    assert js_distance(*bin_masses(previous, previous)) == pytest.approx(0, abs=1e-7)
+
+
+@settings(max_examples=30, deadline=None)
+@given(quantile_lists, st.dictionaries(st.sampled_from("0123456789"), st.integers(1, 10_000), min_size=1))
+def test_a_profile_never_drifts_from_itself(quantiles, classes):
+    one = {
+        "records": sum(classes.values()),
+        "labels": {"kind": "class", "labelled": sum(classes.values()), "missing": 0, "classes": classes},
+        "arrays": {
+            "4": {"dtypes": {"float32": 1}, "row": numeric(quantiles), "features": {"0": numeric(quantiles)}}
+        },
+    }
+    notes: list[str] = []
+    assert compare(one, copy.deepcopy(one), DriftThresholds(), notes) == [] and notes == []
