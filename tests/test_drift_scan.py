@@ -275,3 +275,19 @@ def test_twenty_bootstrap_resamples_of_an_image_folder_raise_nothing(tmp_path):
             (folder / f"{slot}.png").hardlink_to(files[picked])
         result, _ = night(tmp_path, f"resample{number}", folder, manifest)
         assert result.summary.drift == [], (number, result.summary.drift)
+
+
+def test_a_drift_is_always_new_and_never_carried_as_resolved(tmp_path, first_night):
+    """A drift is measured against the baseline: tonight's is new whatever the baseline's manifest
+    held, and the baseline's own drift (from the night before it) is not resolved tonight."""
+    data, labels, manifest = first_night
+    path = hdf5(tmp_path / "tuesday.h5", data.astype(np.float64), labels)
+    tuesday, tuesday_manifest = night(tmp_path, "tuesday", path, manifest)
+    assert tuesday.summary.baseline["new"] == 1 and tuesday.exit_code("new") == 1  # dtype-change: an error
+    wednesday, wednesday_manifest = night(tmp_path, "wednesday", path, tuesday_manifest)
+    assert wednesday.summary.drift == [] and wednesday.summary.baseline["resolved"] == 0
+    assert manifest_lines(wednesday_manifest) == []
+    thursday, thursday_manifest = night(tmp_path, "thursday", path, manifest)  # Monday's again
+    assert [(line["check"], line["status"]) for line in manifest_lines(thursday_manifest)] == [
+        ("dtype-change", "new")
+    ]
