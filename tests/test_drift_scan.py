@@ -291,3 +291,46 @@ def test_a_drift_is_always_new_and_never_carried_as_resolved(tmp_path, first_nig
     assert [(line["check"], line["status"]) for line in manifest_lines(thursday_manifest)] == [
         ("dtype-change", "new")
     ]
+
+
+def test_parquet_vectors_and_labels(tmp_path):
+    """A Parquet table of embeddings and class labels: a class share moved 30% and an element
+    position's mean moved by 2 sd are each found, with the feature named."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def table(path: Path, data: np.ndarray, labels: np.ndarray) -> Path:
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(data.ravel()), data.shape[1])
+        pq.write_table(pa.table({"emb": vectors, "label": pa.array(labels)}), path)
+        return path
+
+    data, labels = rows()
+    _, manifest = night(tmp_path, "monday", table(tmp_path / "monday.parquet", data, labels))
+    moved = data.copy()
+    moved[:, 5] += 2 * moved[:, 5].std()
+    moved_labels = labels.copy()
+    zeros = np.flatnonzero(labels == 0)
+    moved_labels[zeros[: int(len(zeros) * 0.3)]] = 1  # class 0's share 40% -> 28%
+    result, _ = night(tmp_path, "tuesday", table(tmp_path / "tuesday.parquet", moved, moved_labels), manifest)
+    assert {("value-drift", "arrays.8.features.5"), ("label-drift", "labels.classes")} <= drifted(result)
+
+
+def test_lmdb_arrays_of_another_dtype(tmp_path):
+    import io
+
+    import lmdb
+
+    def environment(path: Path, arrays: np.ndarray) -> Path:
+        with lmdb.open(str(path), map_size=64 << 20) as opened, opened.begin(write=True) as transaction:
+            for number, array in enumerate(arrays):
+                buffer = io.BytesIO()
+                np.save(buffer, array)
+                transaction.put(f"{number:06d}".encode(), buffer.getvalue())
+        return path
+
+    data, _ = rows(500)
+    _, manifest = night(tmp_path, "monday", environment(tmp_path / "monday.lmdb", data))
+    result, _ = night(
+        tmp_path, "tuesday", environment(tmp_path / "tuesday.lmdb", data.astype(np.float64)), manifest
+    )
+    assert drifted(result) == {("dtype-change", "arrays.8.dtypes")}

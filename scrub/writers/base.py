@@ -42,17 +42,19 @@ class Verdicts:
 
     records: set[tuple[str, int]] = field(default_factory=set)
     files: set[str] = field(default_factory=set)
-    #: check id -> findings at the threshold that name no record (a cleaned copy cannot remove them)
+    #: check id -> findings that name no record, of any severity (a cleaned copy cannot remove them)
     not_records: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_issues(cls, issues: Iterable[Issue], threshold: Severity) -> "Verdicts":
         verdicts = cls()
         for issue in issues:
-            if not issue.severity.at_least(threshold) or issue.status == "resolved":
+            if issue.status == "resolved":
                 continue  # a resolved line (a baseline's) describes an issue no longer found
-            if issue.check in NOT_RECORDS:
+            if issue.check in NOT_RECORDS:  # whatever its severity: fix cannot act on it either way
                 verdicts.not_records[issue.check] = verdicts.not_records.get(issue.check, 0) + 1
+                continue
+            if not issue.severity.at_least(threshold):
                 continue
             if issue.key == "*" or issue.index is None:
                 verdicts.files.add(issue.source)
