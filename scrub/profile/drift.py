@@ -236,8 +236,11 @@ class _Comparison:
                         {"previous": sorted(dtypes_before), "current": sorted(dtypes_now)},
                     )
                 )
-            self.numbers(f"arrays.{group}.row", before.get("row"), now.get("row"), "value")
             features_before, features_now = before.get("features") or {}, now.get("features") or {}
+            # a row's elements come in records: resampling the records moves them together, so
+            # the rows sketched (each gives its first positions to `features`) are its sample size
+            rows = (_rows_sketched(before, features_before), _rows_sketched(now, features_now))
+            self.numbers(f"arrays.{group}.row", before.get("row"), now.get("row"), "value", rows)
             for position in sorted(set(features_before) | set(features_now), key=_natural):
                 feature = f"arrays.{group}.features.{position}"
                 one, other = features_before.get(position), features_now.get(position)
@@ -421,9 +424,15 @@ class _Comparison:
         )
 
     def numbers(
-        self, feature: str, previous: Mapping[str, Any] | None, current: Mapping[str, Any] | None, family: str
+        self,
+        feature: str,
+        previous: Mapping[str, Any] | None,
+        current: Mapping[str, Any] | None,
+        family: str,
+        records: tuple[int, int] | None = None,
     ) -> None:
-        """The Jensen-Shannon distance of two Numerics over the baseline's deciles."""
+        """The Jensen-Shannon distance of two Numerics over the baseline's deciles; ``records``:
+        the sample sizes when fewer than the values counted (values that come several a record)."""
         if previous is None or current is None:
             self.one_sided(feature, previous, current)
             return
@@ -437,7 +446,10 @@ class _Comparison:
         distance = js_distance(before_mass, now_mass)
         threshold = self.thresholds.of(family)
         bins = sum(1 for a, b in zip(before_mass, now_mass) if a > 0 or b > 0)
-        floor = js_floor(bins, int(previous.get("count", 0)), int(current.get("count", 0)))
+        counts = (int(previous.get("count", 0)), int(current.get("count", 0)))
+        if records is not None:
+            counts = (min(counts[0], records[0]), min(counts[1], records[1]))
+        floor = js_floor(bins, *counts)
         limit = max(threshold, floor)
         if distance <= limit:
             return
@@ -463,6 +475,19 @@ class _Comparison:
                 },
             )
         )
+
+
+def _rows_sketched(group: Mapping[str, Any], features: Mapping[str, Any]) -> int:
+    """How many rows of an array group gave values to the profile: its first position's count
+    (every row sketched gives it one, but for a NaN), else the group's records."""
+    sketched = max(
+        (
+            int(one.get("count", 0)) + int(one.get("nan", 0)) + int(one.get("inf", 0))
+            for one in features.values()
+        ),
+        default=0,
+    )
+    return sketched or int(group.get("records", 0))
 
 
 def _top_shares(tokens: Mapping[str, Any]) -> tuple[dict[str, float], float, int] | None:
