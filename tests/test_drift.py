@@ -388,3 +388,13 @@ def test_a_profile_never_drifts_from_itself(quantiles, classes):
     }
     notes: list[str] = []
     assert compare(one, copy.deepcopy(one), DriftThresholds(), notes) == [] and notes == []
+
+
+def test_profiles_of_another_version_are_said():
+    notes: list[str] = []
+    older = profile()
+    older["version"] = 0
+    assert compare(older, profile(), DriftThresholds(), notes) == []
+    assert notes == [
+        "drift: the baseline's profile is of version 0, tonight's of 1: compared where their fields agree"
+    ]

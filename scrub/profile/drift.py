@@ -116,6 +116,11 @@ def compare(
     thresholds = thresholds or DriftThresholds()
     said: list[str] = notes if notes is not None else []
     comparison = _Comparison(thresholds, said)
+    if previous.get("version") != current.get("version"):
+        said.append(
+            f"drift: the baseline's profile is of version {previous.get('version')}, tonight's of "
+            f"{current.get('version')}: compared where their fields agree"
+        )
     comparison.record_count(previous, current)
     comparison.labels(previous.get("labels"), current.get("labels"), previous, current)
     comparison.arrays(previous.get("arrays"), current.get("arrays"))
