@@ -142,6 +142,12 @@ class Numeric:
 
     def sketch(self, values: np.ndarray) -> None:
         """Count and sketch ``values`` now (1-D; the caller holds them no longer than this)."""
+        finite = self._count(values)
+        if finite.size:
+            self.quantiles.update(finite, self.thin)
+
+    def _count(self, values: np.ndarray) -> np.ndarray:
+        """Count ``values`` in; return the finite ones."""
         if values.dtype.kind == "b":
             values = values.view(np.uint8)
         elif values.dtype.kind not in "fiu":
@@ -154,7 +160,7 @@ class Numeric:
                 self.inf += int(values.size - np.count_nonzero(finite)) - nan
                 values = values[finite]
         if not values.size:
-            return
+            return values
         self.count += int(values.size)
         self.zero += int(values.size - np.count_nonzero(values))
         low, high = float(values.min()), float(values.max())
@@ -162,7 +168,7 @@ class Numeric:
         self.high = high if self.high is None else max(self.high, high)
         with np.errstate(over="ignore"):
             self.total += float(values.sum(dtype=np.float64))
-        self.quantiles.update(values, self.thin)
+        return values
 
     def merge(self, other: "Numeric") -> None:
         if not (other.count or other.nan or other.inf or other._held):
@@ -184,8 +190,19 @@ class Numeric:
                 self.flush()
 
     def to_dict(self) -> dict[str, Any]:
-        """The profile's ``Numeric`` (docs/profile.md)."""
+        """The profile's ``Numeric`` (docs/profile.md). While every value is still held (at most
+        `PENDING`: a small dataset's), its quantiles are exact, from the values themselves: no
+        sketch error (and none of the sketch's randomness) where there is no need for one."""
+        if self.count == 0 and self._held:
+            whole = Numeric()
+            finite = whole._count(np.concatenate([np.asarray(part, dtype=np.float64) for part in self._held]))
+            whole.nan += self.nan
+            whole.inf += self.inf
+            return whole._as_dict(exact_quantiles(finite))
         self.flush()
+        return self._as_dict(self.quantiles.quantiles() if self.count else [])
+
+    def _as_dict(self, quantiles: list[float]) -> dict[str, Any]:
         mean = self.total / self.count if self.count else None
         return {
             "count": self.count,
@@ -195,7 +212,7 @@ class Numeric:
             "min": self.low,
             "max": self.high,
             "mean": mean if mean is None or math.isfinite(mean) else None,
-            "quantiles": self.quantiles.quantiles() if self.count else [],
+            "quantiles": quantiles,
         }
 
     def __getstate__(self) -> tuple:
@@ -212,6 +229,14 @@ class Numeric:
         self.quantiles, self.thin, held = state[7:]
         self._held = [held] if held is not None else []
         self._size = 0 if held is None else int(held.size)
+
+
+def exact_quantiles(values: np.ndarray) -> list[float]:
+    """The values at `RANKS`, as the sketch states them (the smallest value whose share of the
+    values at or below it reaches the rank), computed from all of them; empty for none."""
+    if not values.size:
+        return []
+    return [float(v) for v in np.quantile(values, RANKS, method="inverted_cdf")]
 
 
 class TopCounts:
