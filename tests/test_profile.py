@@ -388,3 +388,25 @@ def test_scrub_profile_refuses_what_is_not_a_scan_record_in_one_line(tmp_path):
     ):
         with pytest.raises(ScrubError, match=message):
             profiles_in(given)
+
+
+def test_no_profile_flag_and_config_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+
+    path = write_h5(tmp_path / "a.h5", np.ones((10, 4), np.float32))
+    config = tmp_path / "scrub.toml"
+    config.write_text("profile = false\n")
+    runs = {
+        "flag": ["--no-profile"],
+        "config": ["--config", str(config)],
+        "flag over config": ["--config", str(config), "--profile"],
+    }
+    held = {}
+    for name, options in runs.items():
+        manifest = tmp_path / f"{name.replace(' ', '-')}.scrub.jsonl"
+        done = CliRunner().invoke(app, ["scan", str(path), "--manifest", str(manifest), "-q", *options])
+        assert done.exit_code == 0, done.output
+        held[name] = "profile" in json.loads(scan_record_path(manifest).read_text())
+    assert held == {"flag": False, "config": False, "flag over config": True}

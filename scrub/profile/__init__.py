@@ -173,24 +173,26 @@ class PartitionProfile:
         decoded = [
             np.bincount(levels.pixels.reshape(-1), minlength=256) for levels in kept if levels.gray is None
         ]
-        grays = decoded + [levels.gray for levels in kept if levels.gray is not None]
-        bands: dict[str, list[np.ndarray]] = {"L": decoded} if decoded else {}
+        given = [levels.gray for levels in kept if levels.gray is not None]
+        if not decoded and not given:
+            return
+        grays = np.stack(decoded + given)
+        bands: dict[str, list[np.ndarray]] = {}
         for levels in kept:
             if levels.bands is not None:
                 for band, counts in levels.bands.items():
                     bands.setdefault(band, []).append(counts)
-        for band, counts in bands.items():
-            total = np.asarray(np.sum(counts, axis=0, dtype=np.int64))
+        totals = {band: np.sum(counts, axis=0, dtype=np.int64) for band, counts in bands.items()}
+        if decoded:
+            totals["L"] = totals.get("L", 0) + grays[: len(decoded)].sum(axis=0, dtype=np.int64)
+        for band, total in totals.items():
             held = self.channels.get(band)
-            self.channels[band] = total if held is None else held + total
-        if not grays:
-            return
-        stacked = np.stack(grays).astype(np.float64)
-        pixels = stacked.sum(axis=1)
+            self.channels[band] = np.asarray(total if held is None else held + total, np.int64)
+        pixels = grays.sum(axis=1, dtype=np.int64)
         seen = pixels > 0
-        stacked, pixels = stacked[seen], pixels[seen]
-        mean = stacked @ _LEVELS / pixels
-        variance = np.maximum(stacked @ _SQUARES / pixels - mean * mean, 0.0)
+        weights, pixels = grays[seen].astype(np.float64), pixels[seen]
+        mean = weights @ _LEVELS / pixels
+        variance = np.maximum(weights @ _SQUARES / pixels - mean * mean, 0.0)
         self.brightness.add(mean)
         self.contrast.add(np.sqrt(variance))
 

@@ -189,8 +189,8 @@ class Collector:
             self.profile.label_values.add(np.asarray(labels)[first::stride])
 
     def tokens(self, batch: Batch) -> None:
-        """Token sequences of a flat store (`TokenRows`): every length of the sampled ones, and
-        up to `ProfileSettings.sequence_ids` of their ids, spread evenly over each."""
+        """Token sequences of a flat store (`TokenRows`): the lengths of the sampled ones, and
+        a run of up to `ProfileSettings.sequence_ids` of the ids of each, from its middle."""
         rows = cast(TokenRows, batch.data)
         profile = self.profile
         profile.token_records += len(batch)
@@ -206,11 +206,12 @@ class Collector:
         if int(lengths.max()) <= taken and stride == 1:  # every id of every sequence
             self._count_ids(np.asarray(rows.tokens[int(bounds[0]) : int(bounds[-1])]))
             return
-        # position j of k in a sequence of n: j * n // k (each id once where n <= k)
+        # a run of up to k ids from the middle of each: one or two pages of a memory-mapped file
+        # each (ids spread over a sequence would fault in every page of the file)
         steps = np.arange(taken, dtype=np.int64)
-        spread = steps[None, :] * lengths[:, None] // np.maximum(np.minimum(lengths, taken), 1)[:, None]
+        first_ids = starts + np.maximum(lengths - taken, 0) // 2
         keep = steps[None, :] < np.minimum(lengths, taken)[:, None]
-        where = (starts[:, None] + spread)[keep]
+        where = (first_ids[:, None] + steps[None, :])[keep]
         self._count_ids(np.asarray(rows.tokens)[where])
 
     # -- sketching in blocks
