@@ -1,0 +1,367 @@
+"""The reports' view of the dataset as a whole (issue 39, point 5): the HTML report draws the
+profile as inline SVG (the baseline's beside tonight's, each drift and contract finding marked
+on its feature's plot), checked in a real headless Chromium driven over the DevTools protocol
+(no console error, no request leaving the file, the plots laid out); Markdown and JUnit name
+each drift and contract finding."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import image_bytes, write
+from typer.testing import CliRunner
+
+from scrub.api import scan
+from scrub.cli import app
+from scrub.records import Issue, Severity
+from scrub.reports import html, junit, markdown
+from scrub.reports.findings import Collector, describe_finding, is_dataset_finding
+from scrub.reports.profileplots import MAX_CATEGORIES, MAX_GROUPS, profile_section
+
+runner = CliRunner()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+# -- a headless Chromium, driven over the DevTools protocol on a pipe (no library needed)
+
+
+@dataclass
+class Rendered:
+    """What Chromium saw of a page: its console errors (a bad SVG attribute is one: "Error:
+    <rect> attribute height: A negative value is not valid"), every request it made, and the
+    values of the expressions asked for."""
+
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def render(page: Path, expressions: Mapping[str, str]) -> Rendered:
+    """Open ``page`` in headless Chromium, wait for its load, evaluate ``expressions``
+    (JavaScript, returning JSON-able values) and close it."""
+    assert CHROMIUM is not None
+    to_chrome, from_chrome = os.pipe(), os.pipe()
+
+    def at_fds_3_and_4() -> None:  # --remote-debugging-pipe reads fd 3 and writes fd 4
+        reading, writing = os.dup(to_chrome[0]), os.dup(from_chrome[1])
+        os.dup2(reading, 3)
+        os.dup2(writing, 4)
+
+    profile = tempfile.mkdtemp(prefix="scrub-chromium-")
+    browser = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+         f"--user-data-dir={profile}", "--window-size=1000,1600", "about:blank"],
+        preexec_fn=at_fds_3_and_4,
+        pass_fds=(3, 4),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(to_chrome[0])
+    os.close(from_chrome[1])
+    sending, receiving = os.fdopen(to_chrome[1], "wb", buffering=0), os.fdopen(from_chrome[0], "rb")
+    seen = Rendered()
+    pending = b""
+    counter = 0
+
+    def next_message() -> dict:
+        nonlocal pending
+        while b"\0" not in pending:
+            chunk = receiving.read1(1 << 16)
+            if not chunk:
+                raise RuntimeError("chromium closed its pipe")
+            pending += chunk
+        line, pending = pending.split(b"\0", 1)
+        message = json.loads(line)
+        method, params = message.get("method"), message.get("params", {})
+        if method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            seen.errors.append(params["entry"]["text"])
+        elif method == "Runtime.exceptionThrown":
+            seen.errors.append(params["exceptionDetails"]["text"])
+        elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            seen.errors.append(str(params["args"]))
+        elif method == "Network.requestWillBeSent":
+            seen.requests.append(params["request"]["url"])
+        return message
+
+    def call(method: str, session: str | None = None, **params: Any) -> dict:
+        nonlocal counter
+        counter += 1
+        sending.write(
+            json.dumps(
+                {
+                    "id": counter,
+                    "method": method,
+                    "params": params,
+                    **({"sessionId": session} if session else {}),
+                }
+            ).encode()
+            + b"\0"
+        )
+        while (message := next_message()).get("id") != counter:
+            pass
+        assert "error" not in message, message
+        return message.get("result", {})
+
+    try:
+        target = call("Target.createTarget", url="about:blank")["targetId"]
+        session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            call(f"{domain}.enable", session)
+        call("Page.navigate", session, url=page.as_uri())
+        while next_message().get("method") != "Page.loadEventFired":
+            pass
+        for name, expression in expressions.items():
+            result = call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+            assert "exceptionDetails" not in result, result
+            seen.values[name] = result["result"].get("value")
+        call("Browser.close")
+        browser.wait(timeout=30)
+    finally:
+        if browser.poll() is None:
+            browser.kill()
+            browser.wait()
+        sending.close()
+        receiving.close()
+        shutil.rmtree(profile, ignore_errors=True)
+    return seen
+
+
+#: what the tests ask Chromium of a report: its plots, each with its laid-out size, and the
+#: marked ones
+LAYOUT = {
+    "plots": "Array.from(document.querySelectorAll('.profile .plot')).map(p => p.dataset.feature)",
+    "sized": "Array.from(document.querySelectorAll('.profile svg')).map(s => "
+    "{const r = s.getBoundingClientRect(); return [r.width, r.height]})",
+    "marked": "Array.from(document.querySelectorAll('.plot.marked')).map(p => p.dataset.feature)",
+    "rows": "Array.from(document.querySelectorAll('g.marked[data-feature]')).map(g => g.dataset.feature)",
+    "drawn": "document.querySelectorAll('.profile svg :is(rect, line, polyline)').length",
+    "links": "Array.from(document.querySelectorAll('#dataset-findings a')).map(a => "
+    "[a.textContent, document.getElementById(a.hash.slice(1)).dataset.feature])",
+}
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_chromium_reports_a_bad_svg_attribute_and_an_outside_request(tmp_path):
+    """The checks below can fail: the helper sees what they look for."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        "<!doctype html><html><body><svg width=10 height=10><rect width='NaN' height=5/></svg>"
+        "<img src='http://203.0.113.1/x.png'></body></html>"
+    )
+    seen = render(page, {"svgs": "document.querySelectorAll('svg').length"})
+    assert any("attribute width" in error for error in seen.errors), seen.errors
+    assert "http://203.0.113.1/x.png" in seen.requests and seen.values["svgs"] == 1
+
+
+# -- hand-made profiles of the shared form (docs/profile.md), for what needs no scan
+
+
+def numeric(values) -> dict:
+    """A profile's Numeric of ``values`` (exact quantiles: what the sketch approximates)."""
+    values = np.asarray(values, dtype=np.float64).ravel()
+    finite = values[np.isfinite(values)]
+    return {
+        "count": int(finite.size),
+        "nan": int(np.isnan(values).sum()),
+        "inf": int(np.isinf(values).sum()),
+        "zero": int((finite == 0).sum()),
+        "min": float(finite.min()) if finite.size else None,
+        "max": float(finite.max()) if finite.size else None,
+        "mean": float(finite.mean()) if finite.size else None,
+        "quantiles": [float(q) for q in np.quantile(finite, np.linspace(0, 1, 101))] if finite.size else [],
+    }
+
+
+def rows_profile(rows: np.ndarray, classes: dict[str, int]) -> dict:
+    width = rows.shape[1]
+    return {
+        "version": 1,
+        "records": len(rows),
+        "reused": 0,
+        "labels": {"kind": "class", "labelled": sum(classes.values()), "missing": 0, "classes": classes},
+        "arrays": {
+            str(width): {
+                "records": len(rows),
+                "dtypes": {"float32": len(rows)},
+                "row": numeric(rows),
+                "features": {str(i): numeric(rows[:, i]) for i in range(min(width, 32))},
+                "positions": width,
+            }
+        },
+    }
+
+
+def dataset_issue(check: str, severity: Severity = Severity.WARNING, **details: Any) -> Issue:
+    """A dataset-level finding as drift and contract make them: key ``*``, no index."""
+    return Issue("data.h5", "*", None, check, severity, f"{details.get('feature', check)}: moved", details)
+
+
+def test_each_finding_is_marked_on_the_plot_of_its_feature():
+    rng = np.random.default_rng(0)
+    before = rng.normal(size=(500, 40))
+    after = before.copy()
+    after[:, 3] += 2.0
+    baseline = rows_profile(before, {"0": 250, "1": 250})
+    tonight = rows_profile(after, {"0": 150, "1": 350})
+    moved = dataset_issue("value-drift", feature="arrays.40.features.3", distance=0.71, threshold=0.1)
+    shares = dataset_issue("label-drift", feature="labels.classes", category="1", distance=0.2, threshold=0.1)
+    contract = dataset_issue(
+        "contract-record-count", Severity.ERROR, rule="records", expected=">= 1000", found=500
+    )
+    elsewhere = dataset_issue("token-drift", feature="tokens.top_ids", distance=0.3, threshold=0.05)
+    drawn, plots = profile_section(tonight, baseline, [moved, shares, contract, elsewhere])
+    # the row of position 3 is outlined, and no other row
+    marked_rows = re.findall(r"<g data-feature='([^']+)' class=marked>", drawn)
+    assert marked_rows == ["arrays.40.features.3"]
+    # class 1's bars are outlined; the plot framed with the finding's caption
+    assert re.search(r"<g data-category='1' class=marked>", drawn)
+    assert not re.search(r"<g data-category='0' class=marked>", drawn)
+    framed = set(
+        re.findall(
+            r"<div class='plot marked' style='border-color:([^']+)' id='[^']+' data-feature='([^']+)'", drawn
+        )
+    )
+    assert framed == {(html.WARNING, "labels.classes"), (html.WARNING, "arrays.40"), (html.ERROR, "records")}
+    # a contract finding without a profile path is drawn where its check says (the record count)
+    assert plots.marks.is_drawn(contract) and plots.marks.is_drawn(moved) and plots.marks.is_drawn(shares)
+    assert not plots.marks.is_drawn(elsewhere)  # this dataset has no tokens: no plot shows it
+    assert id(elsewhere) not in plots.anchors
+    # the baseline is drawn beside tonight: a grey box per strip, a grey bar per class
+    assert drawn.count("fill='#a6acaf'/>") == 33 and "positions 32 to 39 are in the whole row only" in drawn
+
+
+def test_without_a_baseline_only_tonight_is_drawn():
+    rows = np.random.default_rng(1).normal(size=(200, 4))
+    drawn, _ = profile_section(rows_profile(rows, {"0": 200}), None, [])
+    assert "#a6acaf" not in drawn and "marked" not in drawn
+    assert drawn.count("data-feature='arrays.4.features.") == 4
+
+
+def test_the_section_stays_small_whatever_the_dataset_holds():
+    """No per-record data: 20,000 classes and 100 row shapes draw capped plots."""
+    rng = np.random.default_rng(2)
+    classes = {str(i): int(n) for i, n in enumerate(rng.integers(1, 50, 20_000))}
+    profile = rows_profile(rng.normal(size=(100, 64)), classes)
+    group = profile["arrays"]["64"]
+    profile["arrays"] = {f"{n}x64": group for n in range(1, 101)}
+    drawn, _ = profile_section(profile, profile, [])
+    assert drawn.count("<g data-category=") == 2 * MAX_CATEGORIES  # the classes, the row shapes
+    assert f"{20_000 - MAX_CATEGORIES:,} more classes with smaller shares not drawn" in drawn
+    assert drawn.count("Rows of shape") == MAX_GROUPS and "92 more row shapes not drawn" in drawn
+    assert len(drawn.encode()) < 400_000
+
+
+def test_describe_finding_reads_drift_and_contract_details():
+    drift = dataset_issue("value-drift", feature="arrays.16.features.3", distance=0.712345, threshold=0.1)
+    assert describe_finding(drift) == ("arrays.16.features.3", "distance 0.7123", "threshold 0.1")
+    contract = dataset_issue(
+        "contract-classes", Severity.ERROR, feature="labels.classes", line=7, expected=[0, 1, 2], found=[0, 1]
+    )
+    assert describe_finding(contract) == (
+        "labels.classes (contract line 7)",
+        "found [0, 1]",
+        "expected [0, 1, 2]",
+    )
+    assert is_dataset_finding(drift) and is_dataset_finding(contract)
+    per_record = Issue("a.jpg", "a.jpg", 0, "contract-image-size", Severity.ERROR, "too small", {})
+    assert not is_dataset_finding(per_record)  # names a record: counted among records
+    assert not is_dataset_finding(Issue("x", "*", None, "token-dtype-overflow", Severity.ERROR, "m", {}))
+
+
+@pytest.fixture
+def scanned(tmp_path):
+    """A real scan of a class folder of real JPEGs (one truncated), and its manifest."""
+    root = tmp_path / "data"
+    for i in range(12):
+        write(root / ("cat" if i % 3 else "dog") / f"{i:02d}.jpg", image_bytes(i))
+    write(root / "dog" / "bad.jpg", image_bytes(99)[:300])
+    manifest = tmp_path / "m.jsonl"
+    return scan(root, manifest=manifest), manifest
+
+
+def findings_with(manifest: Path, extra: list[Issue], show: int = 10):
+    """What the reports receive: the manifest's issues and ``extra`` through one `Collector`."""
+    from scrub.manifest import read_manifest
+
+    collector = Collector(show)
+    for issue in [*read_manifest(manifest), *extra]:
+        collector.add(issue)
+    return collector.finish()
+
+
+DRIFTED = [
+    dataset_issue("label-drift", feature="labels.classes", category="0", distance=0.15, threshold=0.1),
+    dataset_issue("value-drift", feature="images.brightness", distance=0.4321, threshold=0.1),
+    dataset_issue(
+        "contract-record-count", Severity.ERROR, feature="records", line=3, expected=">= 100", found=13
+    ),
+]
+
+
+def test_markdown_names_each_drift_and_contract_finding(scanned):
+    result, manifest = scanned
+    found = findings_with(manifest, DRIFTED)
+    text = markdown.render(result.summary, found, "error", 1)
+    section = text.split("Dataset findings")[1].split("\n\n")[1]
+    assert section.splitlines()[2:] == [  # errors first, then as found
+        "| `contract-record-count` | error | `records (contract line 3)` | found 13 | expected >= 100 "
+        "| records: moved |",
+        "| `label-drift` | warning | `labels.classes` | distance 0.15 | threshold 0.1 "
+        "| labels.classes: moved |",
+        "| `value-drift` | warning | `images.brightness` | distance 0.4321 | threshold 0.1 "
+        "| images.brightness: moved |",
+    ]
+    errors = text.split("| record | check | message |")[1]
+    assert "`dog/bad.jpg`" in errors and "contract-record-count" not in errors  # not a record
+
+
+def test_junit_gives_each_drift_and_contract_finding_its_own_testcase(scanned):
+    result, manifest = scanned
+    found = findings_with(manifest, DRIFTED)
+    suites = ElementTree.fromstring(junit.render(result.summary, found, "error"))
+    cases = {case.get("name"): case for case in suites.iter("testcase")}
+    mine = {name: case for name, case in cases.items() if case.get("classname") == "scrub.data.dataset"}
+    assert set(mine) == {
+        "label-drift labels.classes",
+        "value-drift images.brightness",
+        "contract-record-count records (contract line 3)",
+    }
+    failed = mine["contract-record-count records (contract line 3)"].find("failure")
+    assert failed is not None and failed.get("type") == "error"
+    assert (
+        failed.get("message") == "contract-record-count: records (contract line 3): found 13; expected >= 100"
+    )
+    warned = mine["value-drift images.brightness"]
+    assert warned.find("failure") is None  # a warning does not fail --fail-on error
+    assert "distance 0.4321; threshold 0.1" in warned.find("system-out").text
+    suite = suites.find("testsuite")
+    assert suite.get("tests") == str(len(result.summary.checks) + 3) == suites.get("tests")
+    assert suite.get("failures") == "2"  # corrupt-image, and the contract's record count
+    # --fail-on warning fails each of them
+    strict = ElementTree.fromstring(junit.render(result.summary, found, "warning"))
+    assert (
+        sum(
+            case.find("failure") is not None
+            for case in strict.iter("testcase")
+            if "dataset" in case.get("classname")
+        )
+        == 3
+    )
