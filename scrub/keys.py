@@ -357,6 +357,16 @@ SHARED: dict[str, Key] = {
             ),
         ),
         Key(
+            "profile",
+            "scan",
+            "bool",
+            switch="--profile/--no-profile",
+            help=(
+                "Profile the dataset in the same pass (counts, classes, quantiles of values, image "
+                "sizes, token lengths) into the scan record; `scrub profile` prints it."
+            ),
+        ),
+        Key(
             "quiet",
             "scan",
             "bool",

@@ -111,6 +111,8 @@ class ScanOptions:
     junit: Path | None = None
     html: Path | None = None
     summary_md: Path | None = None
+    #: profile the dataset in the same pass (`scrub.profile`): the scan record's ``profile``
+    profile: bool = True
     #: key name -> where its value came from ("--num-classes", "scrub.toml:3: num-classes")
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

@@ -94,7 +94,7 @@ def test_every_key_lands_in_the_model(tmp_path):
         value = (
             key.choices[-1]
             if key.choices
-            else (name != "normalize")
+            else (name not in ("normalize", "profile"))  # the switches that default to on
             if key.kind == "bool"
             else samples[key.kind]
         )

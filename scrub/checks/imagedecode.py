@@ -138,6 +138,19 @@ class ImageFacts:
     #: the first frame's pixels, for images whose values are numbers rather than 8-bit levels
     #: (modes F, I, I;16: depth maps, remote sensing, microscopy), which the numeric checks judge
     pixels: Any = field(default=None, compare=False, repr=False)
+    #: the levels of the decode that judged it (8-bit images that decode cleanly), for the
+    #: dataset's profile (`scrub.profile`): no second decode
+    levels: "ImageLevels | None" = field(default=None, compare=False, repr=False)
+
+
+class ImageLevels(NamedTuple):
+    """An 8-bit image's pixel levels as its decode gave them: 256-level histograms. For a JPEG,
+    the grayscale 1/8-scale decode the verdict comes from (so its one band is ``L``, and
+    ``gray`` is that same histogram); for other formats, every band of the first frame, and
+    the grayscale (Pillow's ``L``) of it."""
+
+    gray: Any  # np.ndarray of 256 pixel counts
+    bands: dict[str, Any]  # band name ("R", "G", "B", "A", "L") -> 256 pixel counts
 
 
 #: Pillow modes whose pixels are values a loader passes on unscaled: 32-bit float, 32-bit and
@@ -298,7 +311,8 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
         mode: str | None = _PLAIN_MODES[sof.components]  # below: None when Pillow cannot open it
         if _exceeds(sof.width, sof.height, limit):
             return ImageFacts("JPEG", mode, sof.width, sof.height, None, bomb=True)
-        return ImageFacts("JPEG", mode, sof.width, sof.height, _verify_jpeg(data, sof))
+        error, gray = _decode_jpeg(data, sof)
+        return ImageFacts("JPEG", mode, sof.width, sof.height, error, levels=_gray_levels(gray))
     image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
@@ -333,20 +347,34 @@ def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
 
 def _verify_jpeg(data: bytes, sof: _Sof | None) -> str | None:
     """libjpeg's first warning or error for one JPEG stream, None if it decodes cleanly."""
+    return _decode_jpeg(data, sof)[0]
+
+
+def _decode_jpeg(data: bytes, sof: _Sof | None) -> tuple[str | None, Any]:
+    """`_verify_jpeg`'s verdict, and the grayscale pixels it decoded (None unless the fast
+    grayscale path decoded it cleanly): the profile's levels come from this one decode."""
     # Lossless (or unknown) streams must be decoded unscaled: see the module docstring.
     scaled = _SCALED if sof is not None and sof.marker not in _LOSSLESS_SOF else {}
     message = _NO_CONVERSION
     for colorspace in _COLORSPACES:
         try:
-            simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaled)
-            return None
+            pixels = simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaled)
+            return None, pixels if colorspace == "GRAY" else None
         except Exception as exc:
             message = _message(exc)
         if message != _NO_CONVERSION:
             break
     if message == _NO_CONVERSION or message.startswith(_TURBOJPEG_LIMITS):
-        return _verify_jpeg_with_pillow(data)
-    return message
+        return _verify_jpeg_with_pillow(data), None
+    return message, None
+
+
+def _gray_levels(gray: Any) -> ImageLevels | None:
+    """The levels of a grayscale decode (one `np.bincount`: the rest is done per partition)."""
+    if gray is None or not gray.size:
+        return None
+    histogram = np.bincount(gray.reshape(-1), minlength=256)
+    return ImageLevels(histogram, {"L": histogram})
 
 
 def _verify_jpeg_with_pillow(data: bytes) -> str | None:
@@ -403,14 +431,17 @@ def _inspect_other(data: bytes, limit: int | None) -> ImageFacts:
     fmt, mode, (width, height) = image.format, image.mode, image.size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error, bomb, pixels = _decode_frames(data, image, limit)
-    return ImageFacts(fmt, mode, width, height, error, bomb, None if error or bomb else pixels)
+    error, bomb, pixels, levels = _decode_frames(data, image, limit)
+    clean = not (error or bomb)
+    return ImageFacts(
+        fmt, mode, width, height, error, bomb, pixels if clean else None, levels if clean else None
+    )
 
 
-def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool, Any]:
-    """(error, bomb, the first frame's numeric pixels or None) after the plugin's own verify()
-    (PNG: CRCs) and load() of every frame."""
-    pixels = None
+def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | None, bool, Any, Any]:
+    """(error, bomb, the first frame's numeric pixels or None, its `ImageLevels` or None) after
+    the plugin's own verify() (PNG: CRCs) and load() of every frame."""
+    pixels = levels = None
     try:
         if type(image).verify is not ImageFile.ImageFile.verify:
             _plugin_verify(data)
@@ -419,15 +450,40 @@ def _decode_frames(data: bytes, image: Any, limit: int | None) -> tuple[str | No
                 image.seek(frame)
                 frame_width, frame_height = image.size
                 if _exceeds(frame_width, frame_height, limit):
-                    return None, True, None
+                    return None, True, None, None
             image.load()
             if frame == 0 and image.mode in NUMERIC_MODES:
                 pixels = np.array(image)  # a copy: the image object moves on to the next frame
+            elif frame == 0:
+                levels = _frame_levels(image)
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
-        return None, True, None
+        return None, True, None, None
     except Exception as exc:
-        return _message(exc), False, None
-    return None, False, pixels
+        return _message(exc), False, None, None
+    return None, False, pixels, levels
+
+
+#: 8-bit modes whose bands are levels as they are (a palette image's are indices: converted)
+_LEVEL_MODES = frozenset({"L", "LA", "RGB", "RGBA", "RGBX", "CMYK"})
+
+
+def _frame_levels(image: Any) -> ImageLevels | None:
+    """The levels of a decoded 8-bit frame: Pillow's histogram of each band (one pass in C),
+    and of its grayscale."""
+    try:
+        if image.mode not in _LEVEL_MODES:
+            image = image.convert("RGBA" if "transparency" in image.info or image.mode == "PA" else "RGB")
+        counts = image.histogram()
+        bands = {
+            band: np.asarray(counts[i * 256 : (i + 1) * 256], np.int64)
+            for i, band in enumerate(image.getbands())
+        }
+        gray = (
+            bands["L"] if image.mode in ("L", "LA") else np.asarray(image.convert("L").histogram(), np.int64)
+        )
+    except Exception:  # a mode Pillow cannot convert: no levels (the verdict stands)
+        return None
+    return ImageLevels(gray, bands)
 
 
 def _plugin_verify(data: bytes) -> None:

@@ -25,6 +25,8 @@ from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter
 from scrub.opening import OpenedDataset
 from scrub.options import ReplayOptions, ScanOptions
+from scrub.profile import PartitionProfile
+from scrub.profile.collect import ProfileSettings
 from scrub.readers.base import Reader
 from scrub.records import Batch, Carries, Issue, Severity
 from scrub.reports import THUMBNAILS
@@ -112,11 +114,19 @@ class DatasetScan:
             baseline=baseline,
             dataset=label,
             collector=Collector(**limits),
+            profiling=options.profile,
         )
         self.aggregate.notes += cache_notes
         # issues leave the workers as manifest lines, unless the driver needs each one
         compact = baseline is None and self.replay is None and self.cache is None
         encoding = Encoding(self.aggregate.severities, label, **limits) if compact else None
+        #: the label kind the profile counts labels as (None: the dataset has none)
+        self.label_kind = kind if info.labelled else None
+        profiling = (
+            ProfileSettings.of(info.records, self.label_kind, Carries.BOXES in reader.provides)
+            if options.profile
+            else None
+        )
         self.work = PartitionWork(
             reader,
             self.checking,
@@ -124,6 +134,7 @@ class DatasetScan:
             moments=self.replay is not None,
             capture=self.cache is not None,
             encoding=encoding,
+            profiling=profiling,
         )
         self.replayed: dict[str, Any] | None = None
         #: partition -> (size, mtime_ns) of each of its records as read, -1 where not read
@@ -180,7 +191,10 @@ class DatasetScan:
             if found.hits:
                 assert cache.snapshot is not None  # hits come from one
                 rows = cache.reused(found)
-                aggregate.add(reuse.result(number, partition, found.hits, rows, cache.snapshot))
+                reused = reuse.result(number, partition, found.hits, rows, cache.snapshot)
+                if self.options.profile:  # counted, but nothing of them is sketched: not read
+                    reused.profile = PartitionProfile(records=reused.records, reused=reused.records)
+                aggregate.add(reused)
             if found.misses:
                 subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
         size = self.options.run.partition_size or reader.records_per_task
@@ -203,9 +217,11 @@ class DatasetScan:
         return Tasks(subset_work, subsets, add, subset_work.failure)
 
     def finish(self, plan: pipeline.Plan) -> None:
-        """After every result is in: the fingerprint where the reads took it, the dataset checks,
+        """After every result is in: the profile (`aggregate.profile`, which what judges the
+        dataset as a whole reads), the fingerprint where the reads took it, the dataset checks,
         then the replay."""
         dataset, aggregate = self.dataset, self.aggregate
+        aggregate.finish_profile(self.label_kind)
         if dataset.fingerprint is None:  # the records carried their files' versions
             dataset.fingerprint = fingerprint(
                 dataset.reader, dataset.partitions, dataset.info.root, read=self._read_versions()
@@ -324,6 +340,7 @@ class DatasetScan:
             notes=info.notes + aggregate.notes,
             baseline=compared,
             cache=self.cache.describe() if self.cache is not None else None,
+            profile=aggregate.profile,
         )
 
 
