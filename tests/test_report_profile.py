@@ -365,3 +365,94 @@ def test_junit_gives_each_drift_and_contract_finding_its_own_testcase(scanned):
         )
         == 3
     )
+
+
+# -- end to end: real scans of real files, the report opened in Chromium
+
+
+def write_images(root: Path, classes: tuple[str, ...], per_class: int, size: int = 48) -> None:
+    for c, name in enumerate(classes):
+        for i in range(per_class):
+            write(root / name / f"{i:03d}.jpg", image_bytes(100 * c + i, size=size))
+
+
+def checked_in_chromium(report: Path) -> Rendered:
+    """The report opened in Chromium: it must log no error (an SVG attribute it cannot draw is
+    one), request nothing but the file itself, and lay out every plot with a size."""
+    seen = render(report, LAYOUT)
+    assert seen.errors == [], seen.errors
+    assert seen.requests == [report.as_uri()], seen.requests
+    assert seen.values["sized"] and all(width > 0 and height > 0 for width, height in seen.values["sized"])
+    return seen
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_html_draws_an_image_folders_profile_beside_the_baselines(tmp_path):
+    data = tmp_path / "data"
+    write_images(data, ("bird", "cat", "dog"), 10)
+    baseline = tmp_path / "old.jsonl"
+    alone = tmp_path / "alone.html"
+    assert run("scan", data, "--manifest", baseline, "--html", alone).exit_code == 0
+    seen = checked_in_chromium(alone)
+    assert seen.values["plots"] == [
+        "records",
+        "labels.classes",
+        "labels.labelled",
+        "images.size",
+        "images.modes",
+        "images.levels",
+        "images.channels",
+    ]
+    text = alone.read_text()
+    assert "#a6acaf" not in text.split("<h2>Profile</h2>")[1]  # no baseline: tonight's only
+    # tonight: a class gone (the last folder: class ids follow the folders' order), the other
+    # images at half the size
+    shutil.rmtree(data / "dog")
+    write_images(data, ("bird", "cat"), 10, size=24)
+    report = tmp_path / "report.html"
+    result = run("scan", data, "--manifest", tmp_path / "new.jsonl", "--baseline", baseline, "--html", report)
+    assert result.exit_code == 0, result.output
+    seen = checked_in_chromium(report)
+    section = report.read_text().split("<h2>Profile</h2>")[1]
+    assert "the baseline's profile" in section and "id=profile-baseline" not in report.read_text()
+    # the class that is gone is a grey bar beside an empty blue one
+    gone = re.search(r"<g data-category='2'>(.*?)</g>", section).group(1)
+    assert "fill='#a6acaf'" in gone and "class 2: 0.0% tonight (0), 33.3% in the baseline (10)" in gone
+    # the widths: tonight's median 24, the baseline's 48
+    assert "median 24;" in section and "median 48;" in section
+    assert len(report.read_bytes()) < html.MAX_BYTES
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_html_draws_an_hdf5_files_rows_and_one_section_per_dataset(tmp_path):
+    import h5py
+
+    rng = np.random.default_rng(3)
+    paths = []
+    for name, shift in (("train", 0.0), ("val", 3.0)):
+        rows = rng.normal(size=(300, 40)).astype(np.float32)
+        rows[:, 5] += shift
+        rows[7, 2] = np.nan  # one bad record: a finding, and a NaN share in the profile
+        path = tmp_path / f"{name}.h5"
+        with h5py.File(path, "w") as file:
+            file.create_dataset("data", data=rows)
+            file.create_dataset("label", data=rng.integers(0, 4, 300))
+        paths.append(path)
+    one = tmp_path / "one.html"
+    assert run("scan", paths[0], "--manifest", tmp_path / "one.jsonl", "--html", one).exit_code == 1
+    seen = checked_in_chromium(one)
+    assert seen.values["plots"] == ["records", "labels.classes", "labels.labelled", "arrays", "arrays.40"]
+    text = one.read_text()
+    assert text.count("data-feature='arrays.40.features.") == 32 and "data-feature='arrays.40.row'" in text
+    assert "positions 32 to 39 are in the whole row only" in text
+    assert re.search(r"position 2</text>.*?· 0\.3% · 0 · 0</text>", text)  # 1 NaN in 300
+    several = tmp_path / "several.html"
+    assert run("scan", *paths, "--manifest", tmp_path / "two.jsonl", "--html", several).exit_code == 1
+    seen = checked_in_chromium(several)
+    text = several.read_text()
+    assert re.findall(r"<h2>Profile of <code>(.*?)</code></h2>", text) == [str(path) for path in paths]
+    assert seen.values["plots"].count("arrays.40") == 2
+    ids = re.findall(r"<div class='plot[^>]* id='([^']+)'", text)
+    assert len(ids) == len(set(ids))  # anchors unique across the datasets

@@ -90,8 +90,8 @@ def render(
     if findings.dataset_findings:
         parts.append(_dataset_findings(summary, findings, anchors))
     labels = summary.stats.get("labels") or {}
-    if labels:
-        parts.append(_histogram(labels))
+    if labels and not any(part.profile and "labels" in part.profile for part in summary.parts or [summary]):
+        parts.append(_histogram(labels))  # without a profile (--no-profile): its class shares are drawn
     if summary.datasets:
         parts.append(_ranges(summary.datasets))
     parts.append(profiles)
@@ -129,7 +129,7 @@ def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]
     where each finding is drawn (finding's id -> the plot's anchor). Within `MAX_PROFILE_BYTES`:
     the datasets past it are named, not drawn."""
     parts = summary.parts or [summary]
-    profiled = [(part, profile) for part in parts if (profile := getattr(part, "profile", None))]
+    profiled = [(part, part.profile) for part in parts if part.profile]
     if not profiled:
         return "", {}
     record, why = baseline_record(summary)
@@ -168,15 +168,11 @@ def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]
 
 
 def _baseline_profile(record: dict, part: Summary) -> dict | None:
-    """The baseline's profile of the dataset ``part`` scanned, out of the baseline's scan record."""
-    found = record.get("profile")
-    if isinstance(found, dict) and not record.get("parts"):
-        return found
-    for candidate in record.get("parts") or []:
-        if isinstance(candidate, dict) and candidate.get("absolute_path") == part.absolute_path:
-            found = candidate.get("profile")
-            return found if isinstance(found, dict) else None
-    return None
+    """The baseline's profile of the dataset ``part`` scanned, out of the baseline's scan record
+    (a run of one dataset's own, whatever its path: a nightly job's folder may be named by date)."""
+    from scrub.profile import load_profile
+
+    return load_profile(record, part.absolute_path) or load_profile(record, part.path)
 
 
 def _dataset_findings(summary: Summary, findings: Findings, anchors: dict[int, str]) -> str:

@@ -405,7 +405,9 @@ def _facts(numeric: Mapping[str, Any] | None) -> str:
     if not seen:
         return median
     shares = [_share(numeric.get(name) or 0, seen) for name in ("nan", "inf", "zero")]
-    return f"{median} · " + " · ".join("0" if s == 0 else f"{s:.1%}" for s in shares)
+    return f"{median} · " + " · ".join(
+        "0" if s == 0 else f"{s:.1%}" if s >= 0.001 else "<0.1%" for s in shares
+    )
 
 
 DASHED = " stroke-dasharray='4 3'"
