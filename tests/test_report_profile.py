@@ -378,10 +378,12 @@ def write_images(root: Path, classes: tuple[str, ...], per_class: int, size: int
 
 def checked_in_chromium(report: Path) -> Rendered:
     """The report opened in Chromium: it must log no error (an SVG attribute it cannot draw is
-    one), request nothing but the file itself, and lay out every plot with a size."""
+    one), request nothing but the file itself and its inline data, and lay out every plot with
+    a size."""
     seen = render(report, LAYOUT)
     assert seen.errors == [], seen.errors
-    assert seen.requests == [report.as_uri()], seen.requests
+    outside = [url for url in seen.requests if url != report.as_uri() and not url.startswith("data:")]
+    assert outside == [] and seen.requests[0] == report.as_uri(), seen.requests  # thumbnails are data: URLs
     assert seen.values["sized"] and all(width > 0 and height > 0 for width, height in seen.values["sized"])
     return seen
 
@@ -456,3 +458,41 @@ def test_html_draws_an_hdf5_files_rows_and_one_section_per_dataset(tmp_path):
     assert seen.values["plots"].count("arrays.40") == 2
     ids = re.findall(r"<div class='plot[^>]* id='([^']+)'", text)
     assert len(ids) == len(set(ids))  # anchors unique across the datasets
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sample", "plots"),
+    [
+        ("megatron", ["records", "tokens.lengths", "tokens.top_ids"]),
+        ("yolo", ["labels.classes", "images.size", "boxes.classes", "boxes.per_image"]),
+        ("segmentation", ["labels.classes", "images.channels", "masks.pixels"]),
+    ],
+)
+def test_html_draws_tokens_boxes_and_masks(tmp_path, sample, plots):
+    from conftest import SAMPLES
+
+    report = tmp_path / "report.html"
+    result = run("scan", SAMPLES / sample, "--manifest", tmp_path / "m.jsonl", "--html", report)
+    assert result.exit_code in (0, 1), result.output
+    seen = checked_in_chromium(report)
+    assert set(plots) <= set(seen.values["plots"]), seen.values["plots"]
+
+
+@pytest.mark.slow
+def test_a_baseline_without_its_scan_record_is_said(tmp_path):
+    data = tmp_path / "data"
+    write_images(data, ("cat", "dog"), 3)
+    baseline = tmp_path / "old.jsonl"
+    assert run("scan", data, "--manifest", baseline).exit_code == 0
+    (tmp_path / "old.scan.json").unlink()
+    report = tmp_path / "report.html"
+    result = run("scan", data, "--manifest", tmp_path / "new.jsonl", "--baseline", baseline, "--html", report)
+    assert result.exit_code == 0, result.output
+    text = report.read_text()
+    assert re.search(
+        r"<p class=muted id=profile-baseline>the baseline&#x27;s scan record .*old\.scan\.json is missing",
+        text,
+    )
+    assert "<h2>Profile</h2>" in text and "#a6acaf" not in text.split("<h2>Profile</h2>")[1]

@@ -166,10 +166,12 @@ def shares_plot(
     name: str = "class",
     whole: tuple[float, float] | None = None,
     exact: bool = False,
+    by_share: bool = False,
 ) -> tuple[str, str]:
     """Bars of each category's share, the baseline's (grey) left of tonight's (blue); a bar a
-    finding names (``details.category``) outlined. ``whole``: what the shares are of (tonight,
-    baseline), when not the sum of the counts. Returns the SVG and a note of what is left out."""
+    finding names (``details.category``) outlined, in category order (``by_share``: the largest
+    first). ``whole``: what the shares are of (tonight, baseline), when not the sum of the
+    counts. Returns the SVG and a note of what is left out."""
     total = whole[0] if whole else float(sum(tonight.values()))
     before = whole[1] if whole else float(sum((baseline or {}).values()))
     categories = sorted(set(tonight) | set(baseline or {}), key=_category_order)
@@ -179,7 +181,7 @@ def shares_plot(
         categories,
         key=lambda c: -max(_share(tonight.get(c, 0), total), _share((baseline or {}).get(c, 0), before)),
     )
-    shown = sorted(largest[:MAX_CATEGORIES], key=_category_order)
+    shown = largest[:MAX_CATEGORIES] if by_share else sorted(largest[:MAX_CATEGORIES], key=_category_order)
     named = {
         str((i.details or {}).get("category", (i.details or {}).get("class"))): i
         for i in marks.on(key, exact)
@@ -641,7 +643,7 @@ def _tokens(plots: Plots, tokens: Mapping[str, Any] | None, before: Mapping[str,
     strips = [
         Strip(
             "tokens.length",
-            "tokens per sequence",
+            "length",
             tokens.get("length"),
             _get(before, "length"),
         )
@@ -674,6 +676,7 @@ def _tokens(plots: Plots, tokens: Mapping[str, Any] | None, before: Mapping[str,
         plots.marks,
         "token id",
         whole=(_tokens_seen(tokens), _tokens_seen(previous)),
+        by_share=True,
     )
     maximum = (
         f"<p class=muted>largest id: {_num(tokens.get('max_id'))}"
