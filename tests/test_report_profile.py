@@ -496,3 +496,61 @@ def test_a_baseline_without_its_scan_record_is_said(tmp_path):
         text,
     )
     assert "<h2>Profile</h2>" in text and "#a6acaf" not in text.split("<h2>Profile</h2>")[1]
+
+
+def write_rows(path: Path, rows: np.ndarray, labels: np.ndarray) -> Path:
+    import h5py
+
+    with h5py.File(path, "w") as file:
+        file.create_dataset("data", data=rows)
+        file.create_dataset("label", data=labels)
+    return path
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_drift_is_marked_on_its_plots_and_named_in_every_report(tmp_path):
+    """Two nights of HDF5 rows through the real scan: tonight feature 3 moved by two standard
+    deviations and class 2 is gone. Each report names both findings with their features."""
+    pytest.importorskip("scrub.checks.drift", reason="drift from a baseline is another branch's")
+    rng = np.random.default_rng(7)
+    monday = write_rows(
+        tmp_path / "monday.h5", rng.normal(size=(2000, 8)).astype(np.float32), rng.integers(0, 4, 2000)
+    )
+    rows, labels = rng.normal(size=(2000, 8)).astype(np.float32), rng.integers(0, 4, 2000)
+    rows[:, 3] += 2.0
+    kept = labels != 2
+    tuesday = write_rows(tmp_path / "tuesday.h5", rows[kept], labels[kept])
+    assert run("scan", monday, "--manifest", tmp_path / "monday.jsonl").exit_code == 0
+    reports = {name: tmp_path / f"report.{name}" for name in ("html", "md", "xml")}
+    result = run(
+        "scan", tuesday, "--manifest", tmp_path / "tuesday.jsonl", "--baseline", tmp_path / "monday.jsonl",
+        "--html", reports["html"], "--summary-md", reports["md"], "--junit", reports["xml"],
+        "--fail-on", "warning",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    expected = {("label-drift", "labels.classes"), ("value-drift", "arrays.8.features.3")}
+    # HTML: each finding's plot framed, its row or class outlined, its table link leading there
+    seen = checked_in_chromium(reports["html"])
+    assert {"labels.classes", "arrays.8"} <= set(seen.values["marked"]), seen.values["marked"]
+    assert "arrays.8.features.3" in seen.values["rows"]
+    assert not {f"arrays.8.features.{i}" for i in (0, 1, 2, 4, 5, 6, 7)} & set(seen.values["rows"])
+    links = dict(seen.values["links"])
+    assert links["labels.classes"] == "labels.classes" and links["arrays.8.features.3"] == "arrays.8"
+    assert re.search(r"<g data-category='2' class=marked>", reports["html"].read_text())
+    # Markdown: a row per finding, with its feature, distance and threshold
+    rows_md = [line for line in reports["md"].read_text().splitlines() if "| **new** |" in line]
+    named = {
+        (re.search(r"`([a-z-]+)`", line).group(1), re.findall(r"`([^`]+)`", line)[1]) for line in rows_md
+    }
+    assert expected <= named
+    assert all(re.search(r"\| distance [\d.]+ \| threshold [\d.]+ \|", line) for line in rows_md)
+    # JUnit: a failing testcase per finding (--fail-on warning), named by check and feature
+    suites = ElementTree.parse(reports["xml"]).getroot()
+    cases = {
+        c.get("name"): c for c in suites.iter("testcase") if c.get("classname") == "scrub.tuesday.h5.dataset"
+    }
+    for check, feature in expected:
+        failure = cases[f"{check} {feature}"].find("failure")
+        assert failure is not None and failure.get("message").startswith(f"{check}: {feature}: distance ")
+        assert failure.get("message").endswith("(new)")

@@ -44,7 +44,7 @@ figcaption { font-size: 11px; word-break: break-all; }
 .badge { display: inline-block; padding: 0 6px; margin-right: 4px; border-radius: 8px; color: #fff; \
 background: #c0392b; font: 600 11px/16px system-ui, sans-serif; } .badge.reappeared { background: #8e44ad; }
 .badge.partial { background: #d68910; margin-top: 2px; }
-#errors td:first-child { white-space: nowrap; }
+#errors td:first-child, #dataset-findings td:first-child { white-space: nowrap; }
 """
 
 

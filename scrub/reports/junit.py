@@ -158,13 +158,12 @@ def _dataset_cases(
             suite, "testcase", classname=f"scrub.{name}.dataset", name=case_name, time="0"
         )
         measured = "; ".join(part for part in (found, limit) if part)
-        status = f" ({issue.status})" if issue.status in MARKED else ""
+        status = f", {issue.status}" if issue.status in MARKED else ""
         text = f"{issue.message}\n{measured}" if measured else issue.message
         if failing(Counter({(issue.status or "found", issue.severity.value): 1}), fail_on):
             failures += 1
-            message = f"{issue.check}{status}: {feature or issue.source}" + (
-                f": {measured}" if measured else ""
-            )
+            message = f"{issue.check}: {feature or issue.source}" + (f": {measured}" if measured else "")
+            message += f" ({issue.status})" if issue.status in MARKED else ""
             ElementTree.SubElement(case, "failure", message=message, type=issue.severity.value).text = text
         else:
             ElementTree.SubElement(
