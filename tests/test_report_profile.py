@@ -554,3 +554,26 @@ def test_drift_is_marked_on_its_plots_and_named_in_every_report(tmp_path):
         failure = cases[f"{check} {feature}"].find("failure")
         assert failure is not None and failure.get("message").startswith(f"{check}: {feature}: distance ")
         assert failure.get("message").endswith("(new)")
+
+
+@pytest.mark.slow
+def test_a_run_of_many_datasets_draws_profiles_up_to_the_cap(tmp_path, monkeypatch):
+    """Past `MAX_PROFILE_BYTES` the further datasets are named, not drawn (the cap set low here
+    so that three small files pass it)."""
+    rng = np.random.default_rng(4)
+    paths = [
+        write_rows(
+            tmp_path / f"part{i}.h5", rng.normal(size=(50, 6)).astype(np.float32), rng.integers(0, 3, 50)
+        )
+        for i in range(3)
+    ]
+    whole = tmp_path / "whole.html"
+    assert run("scan", *paths, "--manifest", tmp_path / "m.jsonl", "--html", whole).exit_code == 0
+    sections = re.findall(r"<section class=profile>.*?</section>", whole.read_text())
+    assert len(sections) == 3
+    monkeypatch.setattr(html, "MAX_PROFILE_BYTES", len(sections[0].encode()) * 2 + 10)
+    capped = tmp_path / "capped.html"
+    assert run("scan", *paths, "--manifest", tmp_path / "m.jsonl", "--html", capped).exit_code == 0
+    text = capped.read_text()
+    assert len(re.findall(r"<section class=profile>", text)) == 2
+    assert f"1 more profile not drawn (the report stays under 5 MB): {paths[2]}" in text

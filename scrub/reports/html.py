@@ -317,9 +317,11 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int, timeout: floa
     shown: list[Issue] = []  # each record once
     seen: set[tuple[str, str]] = set()
     for issue in findings.quarantined:
-        if (issue.source, issue.key) not in seen:
+        if (issue.source, issue.key) not in seen and not is_dataset_finding(issue):  # no record to show
             seen.add((issue.source, issue.key))
             shown.append(issue)
+    if not shown:
+        return ""
     paths = {  # issue number -> its image file, for those a thumbnail may be made of
         number: path
         for number, issue in enumerate(shown)
