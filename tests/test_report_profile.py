@@ -577,3 +577,29 @@ def test_a_run_of_many_datasets_draws_profiles_up_to_the_cap(tmp_path, monkeypat
     text = capped.read_text()
     assert len(re.findall(r"<section class=profile>", text)) == 2
     assert f"1 more profile not drawn (the report stays under 5 MB): {paths[2]}" in text
+
+
+def test_a_contract_rule_broken_by_records_is_counted_on_its_plot():
+    rng = np.random.default_rng(5)
+    widths = rng.integers(20, 200, 300)
+    profile = {
+        "version": 1,
+        "records": 300,
+        "reused": 0,
+        "images": {
+            "records": 300,
+            "width": numeric(widths),
+            "height": numeric(widths),
+            "modes": {"RGB": 300},
+            "formats": {"PNG": 300},
+            "brightness": numeric(rng.normal(120, 20, 300)),
+            "contrast": numeric(rng.normal(40, 5, 300)),
+            "channels": {},
+        },
+    }
+    drawn, _ = profile_section(profile, None, [], records={"contract-image-size": (12, Severity.ERROR)})
+    framed = re.findall(
+        r"<div class='plot marked' style='border-color:([^']+)' id='[^']+' data-feature='([^']+)'", drawn
+    )
+    assert framed == [(html.ERROR, "images.size")]
+    assert "<code>contract-image-size</code> 12 records (named in the manifest)" in drawn

@@ -11,13 +11,21 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
 from scrub.paths import is_within
 from scrub.pipeline import DEFAULT_TIMEOUT
-from scrub.records import Issue
-from scrub.reports.findings import Findings, describe_finding, is_dataset_finding, mark, record_name
+from scrub.records import Issue, Severity
+from scrub.reports.findings import (
+    CONTRACT_PREFIX,
+    Findings,
+    describe_finding,
+    is_dataset_finding,
+    mark,
+    record_name,
+)
 from scrub.reports.profileplots import MAX_PROFILE_BYTES, baseline_record, profile_section
 from scrub.reports.profileplots import STYLE as PROFILE_STYLE
 from scrub.summary import Summary
@@ -134,6 +142,9 @@ def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]
         return "", {}
     record, why = baseline_record(summary)
     several = bool(summary.parts)
+    # a contract's rules broken by records, counted on their plots: the counts are the run's,
+    # so only a run of one dataset draws them (the issues per check say them for several)
+    records = {} if several else _contract_records(findings)
     sections, anchors, used, left_out = [], {}, 0, []
     for number, (part, profile) in enumerate(profiled):
         previous = None if record is None else _baseline_profile(record, part)
@@ -142,7 +153,9 @@ def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]
             for issue in findings.dataset_findings
             if not several or issue.dataset in (part.path, part.absolute_path)
         ]
-        drawn, plots = profile_section(profile, previous, mine, prefix=f"d{number}-" if several else "")
+        drawn, plots = profile_section(
+            profile, previous, mine, prefix=f"d{number}-" if several else "", records=records
+        )
         heading = f"<h2>Profile of <code>{_e(part.path)}</code></h2>" if several else "<h2>Profile</h2>"
         missing = (
             "<p class=muted>the baseline's scan record holds no profile of this dataset: drawn alone</p>"
@@ -165,6 +178,21 @@ def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]
             f"{' …' if len(left_out) > 20 else ''}</p>"
         )
     return "\n".join(sections), anchors
+
+
+def _contract_records(findings: Findings) -> dict[str, tuple[int, Severity]]:
+    """A contract's checks that flagged records: check -> how many (its findings on the dataset
+    as a whole left out: they are drawn one by one), and whether any is an error."""
+    on_dataset = Counter(issue.check for issue in findings.dataset_findings)
+    found = {}
+    for check, counts in findings.severities.items():
+        if not check.startswith(CONTRACT_PREFIX):
+            continue
+        flagged = sum(counts.values()) - on_dataset[check]
+        if flagged > 0:
+            error = any(severity == "error" for _, severity in counts)
+            found[check] = (flagged, Severity.ERROR if error else Severity.WARNING)
+    return found
 
 
 def _baseline_profile(record: dict, part: Summary) -> dict | None:

@@ -84,7 +84,19 @@ class Marks:
     """The drift and contract findings of one dataset, and which of them a plot has drawn."""
 
     findings: list[Issue]
+    #: a contract's rules broken by records (a class outside the set, an image outside the size
+    #: bounds): check -> how many records, and the severest severity; drawn on the plot of
+    #: their rule (`CONTRACT_PLOTS`) as a count, the records themselves being in the manifest
+    records: Mapping[str, tuple[int, Severity]] = field(default_factory=dict)
     drawn: set[int] = field(default_factory=set)  # ids of the findings some plot marks
+
+    def records_on(self, keys: Sequence[str]) -> list[tuple[str, int, Severity]]:
+        """The contract rules broken by records whose plot is one of ``keys``."""
+        return [
+            (check, n, level)
+            for check, (n, level) in self.records.items()
+            if CONTRACT_PLOTS.get(check) in keys
+        ]
 
     def on(self, key: str, exact: bool = False) -> list[Issue]:
         """The findings drawn on the plot (or row, or bar) of profile path ``key``: those whose
@@ -140,15 +152,21 @@ class Plots:
             found += [issue for issue in self.marks.on(covered) if issue not in found]
         for issue in found:
             self.anchors.setdefault(id(issue), anchor)
+        broken = self.marks.records_on([key, *covers])
         marked = ""
-        captions = ""
-        if found:
-            marked = f" marked' style='border-color:{_colour(found)}"
-            captions = "".join(
-                f"<p class=marks style='color:{_colour([issue])}'>&#9873; <code>{_e(issue.check)}</code> "
-                f"{_e(issue.message)}</p>"
-                for issue in found
-            )
+        captions = "".join(
+            f"<p class=marks style='color:{_colour([issue])}'>&#9873; <code>{_e(issue.check)}</code> "
+            f"{_e(issue.message)}</p>"
+            for issue in found
+        ) + "".join(
+            f"<p class=marks style='color:{MARK_COLOURS[level]}'>&#9873; <code>{_e(check)}</code> "
+            f"{counted(n, 'record')} (named in the manifest)</p>"
+            for check, n, level in broken
+        )
+        if found or broken:
+            levels = [issue.severity for issue in found] + [level for _, _, level in broken]
+            colour = MARK_COLOURS[Severity.ERROR if Severity.ERROR in levels else Severity.WARNING]
+            marked = f" marked' style='border-color:{colour}"
         self.parts.append(
             f"<div class='plot{marked}' id='{anchor}' data-feature='{_e(key)}'>"
             f"<h3>{_e(title)}</h3>{captions}{svg}{note}</div>"
@@ -473,11 +491,14 @@ def profile_section(
     baseline: Mapping[str, Any] | None,
     findings: Sequence[Issue],
     prefix: str = "",
+    records: Mapping[str, tuple[int, Severity]] | None = None,
 ) -> tuple[str, Plots]:
     """A dataset's profile drawn plot by plot, with ``baseline`` (the baseline scan's profile
     of the same dataset, when there is one) beside it and ``findings`` (its drift and contract
-    findings) marked. Returns the HTML and the plots (which say where each finding is drawn)."""
-    marks = Marks(list(findings))
+    findings on the dataset as a whole) marked, and ``records`` (a contract's rules broken by
+    records: check -> records, severity) counted on their rule's plot. Returns the HTML and the
+    plots (which say where each finding is drawn)."""
+    marks = Marks(list(findings), dict(records or {}))
     plots = Plots(prefix, marks, baseline is not None)
     before = baseline or {}
     plots.add(
