@@ -603,3 +603,50 @@ def test_a_contract_rule_broken_by_records_is_counted_on_its_plot():
     )
     assert framed == [(html.ERROR, "images.size")]
     assert "<code>contract-image-size</code> 12 records (named in the manifest)" in drawn
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_degenerate_profiles_draw_without_errors(tmp_path):
+    """No finite value, one value only, nothing counted, a baseline that holds nothing: every
+    plot still draws without a coordinate Chromium refuses (NaN, a negative size)."""
+    nothing = numeric([np.nan] * 5)
+    constant = numeric([0.0] * 10)
+    profile = {
+        "version": 1,
+        "records": 0,
+        "reused": 0,
+        "labels": {"kind": "value", "labelled": 0, "missing": 0, "values": nothing},
+        "arrays": {
+            "3": {
+                "records": 0,
+                "dtypes": {},
+                "row": nothing,
+                "features": {"0": constant, "1": nothing},
+                "positions": 3,
+            }
+        },
+        "images": {
+            "records": 0,
+            "width": nothing,
+            "height": constant,
+            "modes": {},
+            "formats": {},
+            "brightness": nothing,
+            "contrast": nothing,
+            "channels": {"L": [0] * 32},
+        },
+        "tokens": {"records": 0, "length": nothing, "top_ids": [], "max_id": None},
+        "masks": {"pixels": {"0": 0}},
+    }
+    from scrub.reports.profileplots import STYLE
+
+    sections = [profile_section(profile, baseline, [])[0] for baseline in (None, profile, {"records": 5})]
+    page = tmp_path / "page.html"
+    page.write_text(
+        f"<!doctype html><html><head><meta charset=utf-8><style>{STYLE}</style></head><body>"
+        + "".join(f"<section class=profile>{section}</section>" for section in sections)
+        + "</body></html>"
+    )
+    seen = checked_in_chromium(page)
+    assert seen.values["drawn"] >= 40 and "no finite values" in sections[0]
