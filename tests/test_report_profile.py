@@ -262,8 +262,13 @@ def test_the_section_stays_small_whatever_the_dataset_holds():
     profile = rows_profile(rng.normal(size=(100, 64)), classes)
     group = profile["arrays"]["64"]
     profile["arrays"] = {f"{n}x64": group for n in range(1, 101)}
-    drawn, _ = profile_section(profile, profile, [])
+    rare = min(classes, key=classes.get)  # a class a finding names is drawn, however small
+    finding = dataset_issue(
+        "label-drift", feature="labels.classes", category=rare, distance=0.2, threshold=0.1
+    )
+    drawn, _ = profile_section(profile, profile, [finding])
     assert drawn.count("<g data-category=") == 2 * MAX_CATEGORIES  # the classes, the row shapes
+    assert re.search(rf"<g data-category='{rare}' class=marked>", drawn)
     assert f"{20_000 - MAX_CATEGORIES:,} more classes with smaller shares not drawn" in drawn
     assert drawn.count("Rows of shape") == MAX_GROUPS and "92 more row shapes not drawn" in drawn
     assert len(drawn.encode()) < 400_000

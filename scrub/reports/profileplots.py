@@ -195,15 +195,16 @@ def shares_plot(
     categories = sorted(set(tonight) | set(baseline or {}), key=_category_order)
     if not categories:
         return "<p class=muted>nothing counted</p>", ""
+    named = {_category(issue): issue for issue in marks.on(key, exact)}
+    # the categories a finding names are drawn whatever their share, then the largest
     largest = sorted(
         categories,
-        key=lambda c: -max(_share(tonight.get(c, 0), total), _share((baseline or {}).get(c, 0), before)),
+        key=lambda c: (
+            c not in named,
+            -max(_share(tonight.get(c, 0), total), _share((baseline or {}).get(c, 0), before)),
+        ),
     )
     shown = largest[:MAX_CATEGORIES] if by_share else sorted(largest[:MAX_CATEGORIES], key=_category_order)
-    named = {
-        str((i.details or {}).get("category", (i.details or {}).get("class"))): i
-        for i in marks.on(key, exact)
-    }
     top = max(
         [_share(tonight.get(c, 0), total) for c in shown]
         + [_share((baseline or {}).get(c, 0), before) for c in shown]
