@@ -347,6 +347,17 @@ SHARED: dict[str, Key] = {
             ),
         ),
         Key(
+            "drift-threshold",
+            "scan",
+            "thresholds",
+            scan_only=True,
+            help=(
+                "With --baseline: how far a family of the profile may move before it is a drift "
+                "finding, FAMILY=VALUE: records (relative change), label, value, size, length, token "
+                "(distances; docs/drift.md); repeatable."
+            ),
+        ),
+        Key(
             "cache",
             "scan",
             "path",

@@ -17,6 +17,7 @@ import numpy as np
 
 from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, make_issue
+from scrub.checks.drift import NOT_RECORDS
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
 from scrub.paths import absolute_place, common_folder
@@ -179,7 +180,7 @@ class ScanAggregate:
         self.by_severity[issue.severity.value] += 1
         if position is not None:
             self._mark(issue.severity.value, position[0], np.asarray([position[1]]))
-        elif not placed:
+        elif not placed and issue.check not in NOT_RECORDS:  # a drift names no record to set aside
             self.unplaced[issue.severity.value].add((issue.source, issue.key, issue.index))
 
     def _mark(self, severity: str, partition: int, offsets: np.ndarray) -> None:
@@ -312,6 +313,9 @@ class Summary:
     baseline: dict[str, Any] | None = None
     #: with ``--cache``: the cache file, and how many records were reused and scanned
     cache: dict[str, Any] | None = None
+    #: with ``--baseline``: how the dataset drifted from it (`scrub.scanning.drift`): one
+    #: ``{"check", "severity", "feature", "distance", "threshold", "message"}`` a finding
+    drift: list[dict[str, Any]] | None = None
     #: a scan of several datasets: each one's own summary (this one holds the totals)
     parts: list["Summary"] = field(default_factory=list)
     #: records with a warning (an issue of warning severity, errors or not): the multi-dataset
@@ -381,6 +385,11 @@ class Summary:
             notes=list(notes) + [f"{part.path}: {note}" for part in parts for note in part.notes],
             baseline=baseline,
             parts=list(parts),
+            drift=(
+                None
+                if all(part.drift is None for part in parts)
+                else [{"dataset": part.path, **found} for part in parts for found in part.drift or []]
+            ),
         )
 
     def sole_causes(self) -> list[str]:
@@ -430,6 +439,7 @@ class Summary:
             **({"replay": self.replay} if self.replay is not None else {}),
             **({"baseline": self.baseline} if self.baseline is not None else {}),
             **({"cache": self.cache} if self.cache is not None else {}),
+            **({"drift": self.drift} if self.drift is not None else {}),
             "notes": list(self.notes),
             "checks": self.checks,
             "options": self.options,

@@ -14,6 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.checks.drift import NOT_RECORDS
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
@@ -87,6 +88,7 @@ class DatasetScan:
         provides = (
             reader.provides
             | ({Carries.REPLAY} if self.replay else set())
+            | ({Carries.BASELINE} if options.baseline is not None else set())
             | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
             | ({labels} if info.labelled else set())
         )
@@ -137,6 +139,8 @@ class DatasetScan:
             profiling=profiling,
         )
         self.replayed: dict[str, Any] | None = None
+        #: with --baseline: the drift findings, for the summary (None: no baseline)
+        self.drift: list[dict[str, Any]] | None = None
         #: partition -> (size, mtime_ns) of each of its records as read, -1 where not read
         self._versions: dict[int, np.ndarray] = {}
 
@@ -256,6 +260,45 @@ class DatasetScan:
                 "dataset "
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
+        self._drift()
+
+    def _drift(self) -> None:
+        """With ``--baseline``: each way tonight's profile moved from the baseline's is a
+        dataset-level issue (`scrub.scanning.drift`); what cannot be compared, a note."""
+        if self.options.baseline is None:
+            return
+        from scrub.paths import absolute_place
+        from scrub.scanning.drift import baseline_record, drift_issues
+
+        record, note = baseline_record(self.options.baseline)
+        if note is not None:
+            self.aggregate.notes.append(note)
+        path = str(self.dataset.path)
+        issues, notes = drift_issues(
+            record,
+            self.aggregate.profile,
+            path,
+            absolute_place(path),
+            self.options.drift_thresholds,
+            {check.id for check in self.checks},
+            several=self.aggregate.dataset is not None,
+        )
+        self.aggregate.notes += notes
+        if issues is None:  # not measured (the notes say why)
+            return
+        for issue in issues:
+            self.aggregate.add_issue(issue)  # its severity as --check-severity sets it
+        self.drift = [
+            {
+                "check": issue.check,
+                "severity": issue.severity.value,
+                "feature": issue.details["feature"],
+                "distance": issue.details["distance"],
+                "threshold": issue.details["threshold"],
+                "message": issue.message,
+            }
+            for issue in issues
+        ]
 
     def _note_idle_selections(self) -> None:
         """A check the user selected that found nothing to look at in any record is said: a pass
@@ -341,6 +384,7 @@ class DatasetScan:
             baseline=compared,
             cache=self.cache.describe() if self.cache is not None else None,
             profile=aggregate.profile,
+            drift=self.drift,
         )
 
 
@@ -373,7 +417,7 @@ def _open_cache(
             options.verdict_options(),
             checking.labelled,
             dataset.info.label_width,
-            [c.id for c in checks],
+            [c.id for c in checks if c.id not in NOT_RECORDS],  # drift judges no record
         )
     )
     assert options.cache is not None  # opened only when --cache is given
