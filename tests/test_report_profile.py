@@ -517,7 +517,6 @@ def write_rows(path: Path, rows: np.ndarray, labels: np.ndarray) -> Path:
 def test_drift_is_marked_on_its_plots_and_named_in_every_report(tmp_path):
     """Two nights of HDF5 rows through the real scan: tonight feature 3 moved by two standard
     deviations and class 2 is gone. Each report names both findings with their features."""
-    pytest.importorskip("scrub.checks.drift", reason="drift from a baseline is another branch's")
     rng = np.random.default_rng(7)
     monday = write_rows(
         tmp_path / "monday.h5", rng.normal(size=(2000, 8)).astype(np.float32), rng.integers(0, 4, 2000)

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scrub.checks.drift import NOT_RECORDS
 from scrub.manifest import read_manifest
 from scrub.records import SEVERITY_NAMES, Issue, Severity
 
@@ -25,17 +26,7 @@ KEYS_PER_CHECK = 10
 #: baseline statuses a report names first, and marks: what ``--fail-on new`` fails on
 MARKED = ("new", "reappeared")
 #: drift from the baseline (`scrub.checks.drift`): findings on the dataset as a whole (key ``*``)
-DRIFT_CHECKS = frozenset(
-    {
-        "record-count-change",
-        "label-drift",
-        "value-drift",
-        "size-drift",
-        "length-drift",
-        "token-drift",
-        "dtype-change",
-    }
-)
+DRIFT_CHECKS = NOT_RECORDS
 #: a contract's checks (`scrub.checks.contract`) all start with this; those with key ``*``
 #: concern the dataset as a whole, the others name a record
 CONTRACT_PREFIX = "contract-"
