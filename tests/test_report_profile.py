@@ -426,8 +426,15 @@ def test_html_draws_an_image_folders_profile_beside_the_baselines(tmp_path):
     # the class that is gone is a grey bar beside an empty blue one
     gone = re.search(r"<g data-category='2'>(.*?)</g>", section).group(1)
     assert "fill='#a6acaf'" in gone and "class 2: 0.0% tonight (0), 33.3% in the baseline (10)" in gone
-    # the widths: tonight's median 24, the baseline's 48
+    # the widths: tonight's median 24, the baseline's 48; drift marks both sizes and the count
     assert "median 24;" in section and "median 48;" in section
+    assert set(seen.values["marked"]) == {"records", "images.size"}, seen.values["marked"]
+    assert sorted(seen.values["rows"]) == ["images.height", "images.width"]
+    assert sorted(seen.values["links"]) == [
+        ["images.height", "images.size"],
+        ["images.width", "images.size"],
+        ["records", "records"],
+    ]
     assert len(report.read_bytes()) < html.MAX_BYTES
 
 
