@@ -661,3 +661,41 @@ def test_degenerate_profiles_draw_without_errors(tmp_path):
     )
     seen = checked_in_chromium(page)
     assert seen.values["drawn"] >= 40 and "no finite values" in sections[0]
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_a_run_of_several_datasets_marks_each_drift_in_its_own_section(tmp_path):
+    rng = np.random.default_rng(8)
+    paths = [tmp_path / "a.h5", tmp_path / "b.h5"]
+    for path in paths:
+        write_rows(path, rng.normal(size=(1500, 6)).astype(np.float32), rng.integers(0, 3, 1500))
+    assert run("scan", *paths, "--manifest", tmp_path / "monday.jsonl").exit_code == 0
+    rows = rng.normal(size=(1500, 6)).astype(np.float32)
+    rows[:, 1] += 2.0
+    write_rows(paths[1], rows, rng.integers(0, 3, 1500))  # b moved, a as it was
+    report, summary, xml = tmp_path / "r.html", tmp_path / "r.md", tmp_path / "r.xml"
+    result = run(
+        "scan", *paths, "--manifest", tmp_path / "tuesday.jsonl", "--baseline", tmp_path / "monday.jsonl",
+        "--html", report, "--summary-md", summary, "--junit", xml,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    seen = checked_in_chromium(report)
+    sections = re.findall(r"<section class=profile>(.*?)</section>", report.read_text())
+    assert len(sections) == 2 and "marked" not in sections[0]  # a did not move
+    marked = re.findall(r"<g data-feature='([^']+)' class=marked>", sections[1])
+    assert "arrays.6.features.1" in marked and set(marked) <= {"arrays.6.features.1", "arrays.6.row"}
+    assert ["arrays.6.features.1", "arrays.6"] in seen.values["links"]
+    lines = [line for line in summary.read_text().splitlines() if "`value-drift`" in line]
+    assert any(
+        line.startswith(
+            f"| `{paths[1]}` | `value-drift` | warning | **new** | `arrays.6.features.1` | distance "
+        )
+        for line in lines
+    ), lines
+    names = [
+        c.get("name")
+        for c in ElementTree.parse(xml).getroot().iter("testcase")
+        if "dataset" in c.get("classname")
+    ]
+    assert f"value-drift {paths[1]}: arrays.6.features.1" in names
