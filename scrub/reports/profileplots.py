@@ -11,7 +11,7 @@ Where a finding is drawn: every plot and every row of a plot carries the profile
 (``data-feature="arrays.16.features.3"``); a finding whose ``details.feature`` is that path, or
 lies under it, is marked there (the plot framed in its severity's colour, its row or bar
 outlined). A contract finding whose feature is not a profile path is drawn on the plot its
-check stands for (`CONTRACT_PLOTS`). A finding no plot shows is listed as such in the table.
+check stands for (`CONTRACT_PLOTS`). A finding no plot shows is in the table, unlinked.
 """
 
 from __future__ import annotations
