@@ -27,9 +27,11 @@ ROWS_SAMPLED = 16_384
 #: the values of the sampled rows pooled into an array group's ``row`` quantiles, at most (a
 #: wide row gives some of its elements, a different set each row)
 VALUES_SAMPLED = 1 << 18
-#: token ids of the sampled sequences counted for ``top_ids``, at most (each sampled sequence
-#: gives ids spread evenly over it)
-TOKENS_SAMPLED = 1 << 18
+#: token ids of the sampled sequences counted for ``top_ids``, about (each sampled sequence
+#: gives a run of them, at least `SEQUENCE_IDS_MIN`): enough to rank the most frequent ids of a
+#: Zipf-like vocabulary (the 64th of a 50,000-id one holds ~0.2% of the tokens: ~130 of them)
+TOKENS_SAMPLED = 1 << 16
+SEQUENCE_IDS_MIN = 4
 #: the fewest elements of each sampled row that go into ``row``
 ROW_ELEMENTS_MIN = 16
 #: a dataset of at least this many records has its sampled rows' values thinned by `THIN` on their way
@@ -66,7 +68,7 @@ class ProfileSettings:
         stride = max(1, math.ceil(records / ROWS_SAMPLED))
         sampled = max(1, math.ceil(records / stride))
         elements = max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled)
-        ids = max(ROW_ELEMENTS_MIN, TOKENS_SAMPLED // sampled)
+        ids = max(SEQUENCE_IDS_MIN, TOKENS_SAMPLED // sampled)
         return cls(stride, elements, labels, boxes, ids, THIN if records >= THIN_FROM else 1)
 
 
