@@ -183,3 +183,38 @@ def test_wide_rows_give_a_spread_of_their_elements(tmp_path):
         },
         data.reshape(-1).astype(np.float64),
     )
+
+
+def test_float_images_are_array_rows_grouped_by_size(tmp_path):
+    rng = np.random.default_rng(10)
+    depths = {}
+    for i in range(6):
+        shape = (12, 16) if i % 2 else (20, 10)
+        depths[i] = rng.normal(5, 2, shape).astype(np.float32)
+        Image.fromarray(depths[i], mode="F").save(tmp_path / f"{i}.tif")
+    profile = scrub.scan(tmp_path, scheduler="sync").summary.profile
+    valid_profile(profile)
+    assert {name: group["records"] for name, group in profile["arrays"].items()} == {"12x16": 3, "20x10": 3}
+    pooled = np.concatenate([depths[i].reshape(-1) for i in (1, 3, 5)]).astype(np.float64)
+    assert_quantiles_match(profile["arrays"]["12x16"]["row"], pooled)
+    assert (
+        profile["images"]["modes"] == {"F": 6}
+        and "channels" not in profile["images"]
+        or not profile["images"]["channels"]
+    )
+
+
+def test_scrub_profile_prints_each_dataset_of_a_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from scrub.cli import app
+    from scrub.manifest import scan_record_path
+
+    for name, size in (("a", 3), ("b", 5)):
+        np.save(tmp_path / f"{name}.npy", np.arange(size * 4, dtype=np.float32).reshape(size, 4))
+    result = scrub.scan([tmp_path / "a.npy", tmp_path / "b.npy"], manifest=tmp_path / "two.scrub.jsonl")
+    done = CliRunner().invoke(app, ["profile", str(scan_record_path(result.manifest))])
+    assert done.exit_code == 0, done.output
+    headings = [line for line in done.output.splitlines() if line.endswith(" records")]
+    assert [heading.split(" (")[0].rsplit("/", 1)[-1] for heading in headings] == ["a.npy", "b.npy"]
+    assert headings[0].endswith(": 3 records") and headings[1].endswith(": 5 records")
