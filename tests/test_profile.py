@@ -410,3 +410,17 @@ def test_no_profile_flag_and_config_key(tmp_path):
         assert done.exit_code == 0, done.output
         held[name] = "profile" in json.loads(scan_record_path(manifest).read_text())
     assert held == {"flag": False, "config": False, "flag over config": True}
+
+
+def test_brightness_and_contrast_of_each_png_are_its_grayscale_mean_and_spread(tmp_path):
+    root = tmp_path / "pngs"
+    images = [
+        _save(root / f"{i}.png", (8 + i, 10), "RGB" if i % 2 else "L", "PNG", 300 + i) for i in range(15)
+    ]
+    profile = scanned_profile(root)["images"]
+    grays = [np.asarray(image.convert("L"), np.float64) for image in images]
+    for name, expected in (("brightness", [g.mean() for g in grays]), ("contrast", [g.std() for g in grays])):
+        # the same numbers by another sum (a histogram's): equal to 9 decimals, and exact in rank
+        # (every value is held: no sketch)
+        stated = {**profile[name], "quantiles": np.round(profile[name]["quantiles"], 9)}
+        assert_quantiles_match(stated, np.round(np.array(expected), 9), tolerance=0.0)
