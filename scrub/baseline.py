@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from scrub.checks.drift import NOT_RECORDS
 from scrub.errors import ScrubError
 from scrub.manifest import dumps, read_manifest
 from scrub.outputs import new_file_mode, temporary_file
@@ -50,6 +51,8 @@ class Baseline:
         self._open: dict[tuple, list[Issue]] = defaultdict(list)  # found then, not yet found now
         self._gone: dict[tuple, list[Issue]] = defaultdict(list)  # resolved then, not yet back
         for issue in issues:
+            if issue.check in NOT_RECORDS:  # a drift was measured against that scan's own baseline
+                continue
             (self._gone if issue.status == "resolved" else self._open)[identity(issue)].append(issue)
         self.counts_by_status: Counter[str] = Counter({status: 0 for status in STATUSES})
         self.new_errors = 0
@@ -62,9 +65,13 @@ class Baseline:
         return cls(list(read_manifest(path)), path)
 
     def classify(self, issue: Issue) -> None:
-        """Set ``issue.status`` (new, persisting or reappeared) and count it."""
+        """Set ``issue.status`` (new, persisting or reappeared) and count it. A drift from the
+        baseline (`scrub.checks.drift`) is measured against it, so it is always new: matching it
+        with the baseline's own drift (from the scan before) would compare two comparisons."""
         key = identity(issue)
-        if self._open.get(key):
+        if issue.check in NOT_RECORDS:
+            issue.status = "new"
+        elif self._open.get(key):
             self._open[key].pop()
             issue.status = "persisting"
         elif self._gone.get(key):

@@ -24,6 +24,7 @@ import numpy as np
 
 from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
+from scrub.checks.drift import NOT_RECORDS
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.fixoutputs import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
@@ -175,6 +176,7 @@ def fix(
                 manifest = reused.scans[0]
                 outputs.keep_manifest(manifest)
             verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
+            notes += dataset_level_note(verdicts.not_records)
             _check_space(dataset, outputs, options.link and writer.links)
             tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
             _refuse_one_cause(
@@ -350,8 +352,8 @@ def _refuse_one_cause(
     first: dict[str, str] = {}
     whole_file: set[str] = set()  # the checks of dataset-level findings (key *) at the threshold
     for issue in read_manifest(manifest):
-        if issue.status == "resolved" or not issue.severity.at_least(severity):
-            continue
+        if issue.status == "resolved" or not issue.severity.at_least(severity) or issue.check in NOT_RECORDS:
+            continue  # a drift from the baseline names no record: it sets none aside (`Verdicts`)
         first.setdefault(issue.check, issue.message)
         if issue.key == "*" or issue.index is None:
             whole_file.add(issue.check)
@@ -382,6 +384,18 @@ def _refuse_one_cause(
             f"by record{MAJORITY_HINTS.get(cause, ' (is an option wrong?)')}; nothing was written "
             "(--allow-majority writes it)"
         )
+
+
+def dataset_level_note(found: dict[str, int]) -> list[str]:
+    """Say the findings about the dataset as a whole that the cleaned copy still carries: a drift
+    from the baseline names no record, so no copy without some records removes it."""
+    if not found:
+        return []
+    named = ", ".join(f"{check} ({count:,})" for check, count in sorted(found.items()))
+    return [
+        f"not records: {named} concern the dataset as a whole, not a record: the cleaned copy "
+        "cannot remove them and sets nothing aside for them (look at what changed upstream)"
+    ]
 
 
 def _check_space(dataset: OpenedDataset, outputs: "FixOutputs", linked: bool) -> None:

@@ -353,6 +353,31 @@ def baseline_prune(
 
 
 @app.command()
+def profile(
+    scan_record: Annotated[
+        Path,
+        typer.Argument(
+            help="A scan record (NAME.scan.json, beside a scan's manifest; or the manifest NAME.jsonl).",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Print the dataset's profile a scan made (counts, classes, quantiles of values, image sizes,
+    token lengths): docs/profile.md."""
+
+    def body() -> int:
+        from scrub.profile.render import profiles_in, render_profile
+
+        held = profiles_in(scan_record)
+        out.print(
+            "\n\n".join(render_profile(found, name) for name, found in held), markup=False, soft_wrap=True
+        )
+        return 0
+
+    guarded(body)
+
+
+@app.command()
 def checks(
     check_id: Annotated[Optional[str], typer.Argument(help="Explain this check in full.")] = None,
     plugin: Annotated[

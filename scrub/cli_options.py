@@ -78,7 +78,7 @@ def key_option(name: str, command: str, panel: bool = True) -> object:
     annotation: object
     if kind == "bool":
         annotation = bool
-    elif kind in ("paths", "severities"):
+    elif kind in ("paths", "severities", "thresholds"):
         annotation = Optional[list[base]]  # repeatable
     else:
         annotation = base if default_of(key) is not None else Optional[base]

@@ -178,6 +178,15 @@ def print_summary(summary, findings=None) -> None:
         "(errors), "
         f"{summary.records_with_warnings:,} with any issue"
     )
+    drifted = summary.drift or []
+    if summary.drift is not None and not drifted:
+        out.print("drift from the baseline: none past the thresholds", markup=False)
+    if drifted:
+        out.print(f"drift from the baseline ({counted(len(drifted), 'finding')}):", markup=False)
+        checks = max(len(found["check"]) for found in drifted)
+        for found in drifted:  # one line each: logs and greps read them
+            place = f"{_under(found['dataset'], summary.path)}: " if "dataset" in found else ""
+            out.print(f" {found['check']:<{checks}}  {place}{found['message']}", markup=False, soft_wrap=True)
     for part in summary.parts or [summary]:
         causes = part.sole_causes()
         if causes:

@@ -378,6 +378,17 @@ SHARED: dict[str, Key] = {
             ),
         ),
         Key(
+            "drift-threshold",
+            "scan",
+            "thresholds",
+            scan_only=True,
+            help=(
+                "With --baseline: how far a family of the profile may move before it is a drift "
+                "finding, FAMILY=VALUE: records (relative change), label, value, size, length, token "
+                "(distances; docs/drift.md); repeatable."
+            ),
+        ),
+        Key(
             "cache",
             "scan",
             "path",
@@ -385,6 +396,16 @@ SHARED: dict[str, Key] = {
             help=(
                 "Keep per-record results in this folder and reuse them for records that did not change "
                 "(incremental rescans)."
+            ),
+        ),
+        Key(
+            "profile",
+            "scan",
+            "bool",
+            switch="--profile/--no-profile",
+            help=(
+                "Profile the dataset in the same pass (counts, classes, quantiles of values, image "
+                "sizes, token lengths) into the scan record; `scrub profile` prints it."
             ),
         ),
         Key(

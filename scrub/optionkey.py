@@ -13,7 +13,9 @@ class Key:
 
     name: str  # kebab-case: the flag without "--", the config key
     group: str  # read, format (a format's own), checks, selection, run, replay, scan, fix
-    kind: str  # int, float, str, bool, path, ids, severities, range, index (an int or "none")
+    #: int, float, str, bool, path, ids, severities, thresholds (FAMILY=VALUE), range, index (an
+    #: int or "none")
+    kind: str
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
     #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)

@@ -105,14 +105,25 @@ class ScanOptions:
     json: Path | None = None
     fail_on: str = "error"
     baseline: Path | None = None
+    #: (family, threshold) pairs laid over the drift defaults (`drift_thresholds`)
+    drift_threshold: tuple[tuple[str, float], ...] = ()
     cache: Path | None = None
     quiet: bool = False
     show: int = 10  # records with errors the console names
     junit: Path | None = None
     html: Path | None = None
     summary_md: Path | None = None
+    #: profile the dataset in the same pass (`scrub.profile`): the scan record's ``profile``
+    profile: bool = True
     #: key name -> where its value came from ("--num-classes", "scrub.toml:3: num-classes")
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def drift_thresholds(self):
+        """The thresholds of drift from ``--baseline`` (`scrub.profile.drift.DriftThresholds`)."""
+        from scrub.profile.drift import DriftThresholds
+
+        return DriftThresholds.from_pairs(self.drift_threshold)
 
     def origin(self, name: str) -> str:
         """Where option ``name`` was set, for messages: its flag unless a config file set it."""
@@ -171,7 +182,7 @@ class FixOptions:
 def default_of(key: Key) -> Any:
     """Option ``key``'s value when not given: its field's default (None for the kinds given as
     text or lists on the command line, whose fields hold the parsed form)."""
-    if key.kind in ("ids", "paths", "severities", "range", "palette", "index", "mapping"):
+    if key.kind in ("ids", "paths", "severities", "thresholds", "range", "palette", "index", "mapping"):
         return None
     if key.group == "replay" and key.name == "dummy-loss":
         return False  # the replay's own switch: ReplayOptions is there or not
@@ -263,6 +274,11 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
     if scan.fail_on == "new" and scan.baseline is None:
         raise UsageError(
             f"{where.get('fail-on', '--fail-on')} new: needs a baseline (--baseline OLD_MANIFEST)"
+        )
+    if scan.drift_threshold and scan.baseline is None and "drift-threshold" not in origins_from_files(where):
+        raise UsageError(
+            f"{where.get('drift-threshold', '--drift-threshold')}: drift is measured from a baseline: give "
+            "--baseline OLD_MANIFEST too"
         )
     if cls is ScanOptions:
         return scan

@@ -76,6 +76,8 @@ def coerce(key: Key, value: Any, where: str) -> Any:
         return tuple(value)
     elif key.kind == "severities":
         return _severities(value, where)
+    elif key.kind == "thresholds":
+        return _thresholds(value, where)
     elif key.kind == "palette":
         return _palette(value, where)
     elif key.kind == "index":
@@ -121,6 +123,47 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
         if level not in SEVERITY_LEVELS:
             raise UsageError(f"{where}: {check} = {level!r}: choose one of {', '.join(SEVERITY_LEVELS)}")
     return tuple(sorted(value.items()))
+
+
+def _thresholds(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """``{"label": 0.1}`` (a config table) or ``["label=0.1"]`` (flags): drift thresholds by
+    family (`scrub.profile.drift.FAMILIES`), each a number from 0 to 1."""
+    from scrub.profile.drift import FAMILIES
+
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        pairs: dict[str, Any] = {}
+        for item in value:
+            if isinstance(item, tuple) and len(item) == 2:  # the model's own form
+                item = f"{item[0]}={item[1]}"
+            family, sep, number = str(item).partition("=")
+            if not sep:
+                raise UsageError(f"{where}: expected FAMILY=VALUE, got {item!r}")
+            try:
+                pairs[family.strip()] = float(number)
+            except ValueError:
+                raise UsageError(
+                    f"{where}: {family.strip()}: expected a number, got {number.strip()!r}"
+                ) from None
+        value = pairs
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where}: expected a table of family = threshold")
+    found = {}
+    for family, number in value.items():
+        if family not in FAMILIES:
+            raise UsageError(f"{where}: {family!r} is not a drift family: choose from {', '.join(FAMILIES)}")
+        most = None if family == "records" else 1  # a relative change may exceed 1; a distance not
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, (int, float))
+            or number < 0
+            or (most and number > most)
+        ):
+            expected = "a number of at least 0" if most is None else "a number from 0 to 1"
+            raise UsageError(f"{where}: {family} = {number!r}: expected {expected}")
+        found[family] = float(number)
+    return tuple(sorted(found.items()))
 
 
 def voc_palette() -> tuple[tuple[int, tuple[int, int, int]], ...]:

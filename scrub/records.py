@@ -64,6 +64,7 @@ class Carries(str, Enum):
     #: labels that are continuous values, regression targets (`--label-kind`)
     VALUE_LABELS = "value-labels"
     REPLAY = "replay"  # the dummy-loss replay ran
+    BASELINE = "baseline"  # a --baseline to measure drift from (`scrub.checks.drift`)
     TRAINING_RUN = "training run"  # the NaN guard's findings
     SEVERAL_DATASETS = "several datasets"
     #: a dataset of several files (a folder or list of HDF5 or Parquet files), each of which can
@@ -90,6 +91,7 @@ _DESCRIBED = {
     Carries.ROWS: "array rows",
     Carries.VALUES: "key-value records",
     Carries.REPLAY: "--dummy-loss replay",
+    Carries.BASELINE: "--baseline to measure drift from",
     Carries.LABEL_VECTORS: "label vectors",
     Carries.CLASS_LABELS: "class ids as labels (--label-kind)",
     Carries.VALUE_LABELS: "continuous labels (--label-kind)",

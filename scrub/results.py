@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
@@ -16,6 +16,9 @@ from scrub.manifest import dumps
 from scrub.records import Batch, Issue, Pieces
 from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
+
+if TYPE_CHECKING:
+    from scrub.profile import PartitionProfile
 
 #: dataset check id -> (offsets within the partition, collected values) as a partition collects
 #: them: scalars from records, arrays from batches (`finish_columns` packs them)
@@ -51,6 +54,9 @@ class PartitionResult:
     #: (offset, size, mtime_ns) of each record read from a file of its own, where the reader
     #: says (`RecordFacts.file_version`)
     file_versions: list[tuple[int, int, int]] = field(default_factory=list)
+    #: what the partition read, as the dataset's profile merges it (None: not profiled,
+    #: ``--no-profile``, or a record that crashed its worker)
+    profile: PartitionProfile | None = None
 
 
 @dataclass

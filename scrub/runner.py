@@ -26,6 +26,7 @@ from scrub.checks.properties import annotate, tally
 from scrub.checks.tokens import tally_token_rows
 from scrub.encoding import FLUSH_ISSUES, Encoder, Encoding
 from scrub.errors import ScrubError
+from scrub.profile.collect import Collector, ProfileSettings
 from scrub.readers.base import Reader
 from scrub.records import LABEL_NEEDS, Batch, Carries, Issue, Record, TokenRows
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
@@ -56,8 +57,11 @@ class PartitionWork:
         moments: bool = False,
         capture: bool = False,
         encoding: Encoding | None = None,
+        profiling: ProfileSettings | None = None,
     ) -> None:
         self.reader = reader
+        #: how to profile the dataset as it is read (`scrub.profile`); None: not at all
+        self.profiling = profiling
         self.options = options
         #: hand issues back compactly (see `Encoding`)
         self.encoding = encoding
@@ -83,6 +87,7 @@ class PartitionWork:
         columns: Columns = {c.id: ([], []) for c in plan.dataset}
         label_counts: list[tuple[np.ndarray, np.ndarray]] = []
         encoder = self.encoding.start(partition_no) if self.encoding is not None else None
+        collector = Collector(self.profiling) if self.profiling is not None else None
         offset = start
         for item in self.reader.read(partition, start, stop):
             if on_record is not None:
@@ -91,11 +96,15 @@ class PartitionWork:
                 result.records += len(item)
                 for rows in item.slices(CHECK_ROWS):
                     self._check_tokens(rows, plan, result, encoder)
+                    if collector is not None:
+                        collector.tokens(rows)
                     if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                         encoder.flush(result)
                 offset += len(item)
             elif isinstance(item, Batch):
                 result.records += len(item)
+                if collector is not None:  # once per block read: it samples a few rows of it
+                    collector.rows(item)
                 for rows in item.slices(CHECK_ROWS):
                     self._check_batch(
                         rows, plan.batch, plan.dataset, columns, label_counts, result, encoder=encoder
@@ -103,16 +112,19 @@ class PartitionWork:
                     if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                         encoder.flush(result)
                 offset += len(item)
-            elif self.capture:
-                result.records += 1
-                self._capture_record(item, offset, plan, columns, result, outcomes)
-                offset += 1
             else:
                 result.records += 1
-                self._check_record(item, offset, plan, columns, label_counts, result)
+                if self.capture:
+                    self._capture_record(item, offset, plan, columns, result, outcomes)
+                else:
+                    self._check_record(item, offset, plan, columns, label_counts, result)
+                if collector is not None:
+                    collector.record(item)
                 offset += 1
             if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                 encoder.flush(result)
+        if collector is not None:
+            result.profile = collector.finish(result.records)
         finish_columns(result, columns, plan.dataset)
         if label_counts:
             result.stats["labels"].update(_merge_counts(label_counts))
@@ -162,7 +174,7 @@ class PartitionWork:
             if found.check in plan.ids:
                 result.issues.append(found)
                 result.offsets.append(offset)
-        annotate(record, self.options)
+        annotate(record, self.options, levels=self.profiling is not None)
         tally(record, result.stats, self.options)
         values, group = numeric_values(record)
         if values is not None:  # an array value or a float image's pixels: the numeric checks, as one row

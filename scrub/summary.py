@@ -17,9 +17,11 @@ import numpy as np
 
 from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, make_issue
+from scrub.checks.drift import NOT_RECORDS
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
 from scrub.paths import absolute_place, common_folder
+from scrub.profile import PartitionProfile, finish_profile
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
@@ -66,6 +68,7 @@ class ScanAggregate:
         baseline: Baseline | None = None,
         dataset: str | None = None,
         collector: Collector | None = None,
+        profiling: bool = False,
     ) -> None:
         self.checks = list(checks)
         #: in a scan of several datasets, the one this aggregate is of (every issue names it)
@@ -96,6 +99,10 @@ class ScanAggregate:
         self.columns = {c.id: column_store(c) for c in self.checks if c.kind == "dataset"}
         #: what the scan wants said about the dataset as a whole (see `Summary.notes`)
         self.notes: list[str] = []
+        #: the partitions' profiles merged as they come (None: ``--no-profile``)
+        self.profiled: PartitionProfile | None = PartitionProfile() if profiling else None
+        #: the finished profile's JSON form (`finish_profile`), once every result is in
+        self.profile: dict[str, Any] | None = None
         self._report_progress()
 
     def add(self, result: PartitionResult) -> None:
@@ -122,8 +129,14 @@ class ScanAggregate:
             self.moments.setdefault(key, Moments()).merge(moments)
         for check_id, column in result.columns.items():
             self.columns[check_id].add(result.partition, *column)
+        if self.profiled is not None:
+            if result.profile is not None:
+                self.profiled.merge(result.profile)
+            else:  # a record that crashed its worker: read, nothing known of it
+                self.profiled.records += result.records
         # The local scheduler keeps each result until the end: drop what was copied out.
         result.issues, result.offsets, result.columns, result.moments = [], [], {}, {}
+        result.profile = None
         self._report_progress()
 
     def _report_progress(self) -> None:
@@ -167,7 +180,7 @@ class ScanAggregate:
         self.by_severity[issue.severity.value] += 1
         if position is not None:
             self._mark(issue.severity.value, position[0], np.asarray([position[1]]))
-        elif not placed:
+        elif not placed and issue.check not in NOT_RECORDS:  # a drift names no record to set aside
             self.unplaced[issue.severity.value].add((issue.source, issue.key, issue.index))
 
     def _mark(self, severity: str, partition: int, offsets: np.ndarray) -> None:
@@ -211,6 +224,20 @@ class ScanAggregate:
             for (severity, partition), offsets in marked.items():
                 self._mark(severity, partition, np.asarray(offsets))
             self.columns[check.id] = column_store(check)  # free the memory
+
+    def finish_profile(self, labels: str | None) -> dict[str, Any] | None:
+        """The dataset's profile (`scrub.profile`), finished from the merged partitions' and the
+        exact counts; kept as ``profile`` for what judges the dataset as a whole (drift, a
+        contract). ``labels``: the label kind, None for a dataset without labels."""
+        if self.profiled is None:
+            return None
+        self.profile = finish_profile(self.profiled, self.stats, labels)
+        if self.profiled.reused:
+            self.notes.append(
+                f"profile: {counted(self.profiled.reused, 'record')} reused from the cache are counted "
+                "(records, classes, modes, shapes) but not in the profile's quantiles"
+            )
+        return self.profile
 
     def finish_baseline(self, path) -> dict[str, Any] | None:
         """Write the baseline's issues no longer found (status ``resolved``) and return the
@@ -286,6 +313,9 @@ class Summary:
     baseline: dict[str, Any] | None = None
     #: with ``--cache``: the cache file, and how many records were reused and scanned
     cache: dict[str, Any] | None = None
+    #: with ``--baseline``: how the dataset drifted from it (`scrub.scanning.drift`): one
+    #: ``{"check", "severity", "feature", "distance", "threshold", "message"}`` a finding
+    drift: list[dict[str, Any]] | None = None
     #: a scan of several datasets: each one's own summary (this one holds the totals)
     parts: list["Summary"] = field(default_factory=list)
     #: records with a warning (an issue of warning severity, errors or not): the multi-dataset
@@ -294,6 +324,9 @@ class Summary:
     #: ``path`` made absolute where the scan ran (a URL as it is): which dataset a default
     #: manifest holds the scan of, whatever folder it is looked at from (`scrub.manifest`)
     absolute_path: str = ""
+    #: the dataset's profile (`scrub.profile`, docs/profile.md); None with ``--no-profile``, and
+    #: for the totals of several datasets (each part holds its own)
+    profile: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.absolute_path:
@@ -352,6 +385,11 @@ class Summary:
             notes=list(notes) + [f"{part.path}: {note}" for part in parts for note in part.notes],
             baseline=baseline,
             parts=list(parts),
+            drift=(
+                None
+                if all(part.drift is None for part in parts)
+                else [{"dataset": part.path, **found} for part in parts for found in part.drift or []]
+            ),
         )
 
     def sole_causes(self) -> list[str]:
@@ -397,9 +435,11 @@ class Summary:
             },
             "stats": self.stats,
             **({"datasets": self.datasets} if self.datasets else {}),
+            **({"profile": self.profile} if self.profile is not None else {}),
             **({"replay": self.replay} if self.replay is not None else {}),
             **({"baseline": self.baseline} if self.baseline is not None else {}),
             **({"cache": self.cache} if self.cache is not None else {}),
+            **({"drift": self.drift} if self.drift is not None else {}),
             "notes": list(self.notes),
             "checks": self.checks,
             "options": self.options,

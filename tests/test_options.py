@@ -85,6 +85,7 @@ def test_every_key_lands_in_the_model(tmp_path):
         "ids": ["nonfinite-data"],
         "paths": ["m"],
         "severities": {"duplicate": "ignore"},
+        "thresholds": {"label": 0.2},
         "range": "0:3",
         "index": 254,
         "palette": "voc",
@@ -94,12 +95,12 @@ def test_every_key_lands_in_the_model(tmp_path):
         value = (
             key.choices[-1]
             if key.choices
-            else (name != "normalize")
+            else (name not in ("normalize", "profile"))  # the switches that default to on
             if key.kind == "bool"
             else samples[key.kind]
         )
         extra = {"dummy_loss": True} if key.group == "replay" else {}
-        extra |= {"baseline": "b"} if name == "fail-on" else {}
+        extra |= {"baseline": "b"} if name in ("fail-on", "drift-threshold") else {}
         extra |= {"scheduler": "tcp://127.0.0.1:8786"} if name == "cluster-wait" else {}
         value = str(model_config) if name == "tokenizer" else value  # read when the options are built
         cls = ScanOptions if name in SCAN_ONLY else FixOptions

@@ -147,6 +147,9 @@ class ImageFacts:
     #: the first frame's pixels, for images whose values are numbers rather than 8-bit levels
     #: (modes F, I, I;16: depth maps, remote sensing, microscopy), which the numeric checks judge
     pixels: Any = field(default=None, compare=False, repr=False)
+    #: the levels of the decode that judged it (8-bit images that decode cleanly), for the
+    #: dataset's profile (`scrub.profile`): no second decode
+    levels: "ImageLevels | None" = field(default=None, compare=False, repr=False)
     #: the colour of every pixel of the first frame when they are all the same (one value per
     #: band, alpha left out; a palette image's colour, not its index), found from the decode
     #: that judged it (`uniform_colour`); None when two pixels differ, for images whose pixels
@@ -154,13 +157,25 @@ class ImageFacts:
     constant: tuple[int, ...] | None = field(default=None, compare=False)
 
 
+class ImageLevels(NamedTuple):
+    """An 8-bit image's pixel levels as its decode gave them. A JPEG's are the pixels of the
+    grayscale 1/8-scale decode its verdict comes from (``pixels``: its one band is ``L``, the
+    histograms are made per block of images, by `scrub.profile`); another format's, 256-level
+    histograms of each band of its first frame and of its grayscale (Pillow's ``L``)."""
+
+    pixels: Any  # the grayscale pixels (uint8), or None
+    gray: Any  # np.ndarray of 256 pixel counts, or None (``pixels`` given)
+    bands: dict[str, Any] | None  # band name ("R", "G", "B", "A", "L") -> 256 pixel counts
+
+
 #: Pillow modes whose pixels are values a loader passes on unscaled: 32-bit float, 32-bit and
 #: 16-bit integers (`ToTensor` divides only 8-bit images by 255).
 NUMERIC_MODES = frozenset({"F", "I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
-def inspect_image(data: bytes, max_pixels: int | None) -> ImageFacts:
-    """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``.
+def inspect_image(data: bytes, max_pixels: int | None, levels: bool = False) -> ImageFacts:
+    """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``;
+    with `levels`, keep the decode's pixel levels (`ImageLevels`) for the dataset's profile.
 
     Never raises for bad input (empty, garbage, truncated, hostile headers): every failure is
     reported in `ImageFacts.error`.
@@ -172,8 +187,8 @@ def inspect_image(data: bytes, max_pixels: int | None) -> ImageFacts:
     if not data:
         return ImageFacts(None, None, None, None, "empty file")
     if data[:2] == _SOI:
-        return _inspect_jpeg(data, limit)
-    return _inspect_other(data, limit)
+        return _inspect_jpeg(data, limit, levels)
+    return _inspect_other(data, limit, levels)
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +308,7 @@ def _next_marker(data: bytes, pos: int) -> tuple[int | None, int]:
 _PLAIN_MODES = {1: "L", 3: "RGB", 4: "CMYK"}  # Pillow's mode for 8-bit JPEGs by component count
 
 
-def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
+def _inspect_jpeg(data: bytes, limit: int | None, levels: bool = False) -> ImageFacts:
     """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg.
 
     A plain JPEG (8-bit, 1/3/4 components, no MPF index) skips Pillow: its header parse is a
@@ -313,8 +328,10 @@ def _inspect_jpeg(data: bytes, limit: int | None) -> ImageFacts:
         if _exceeds(sof.width, sof.height, limit):
             return ImageFacts("JPEG", mode, sof.width, sof.height, None, bomb=True)
         error, decoded = _decode_jpeg(data, sof)
+        gray = decoded if levels and _is_gray(decoded) else None
+        kept = ImageLevels(gray, None, None) if gray is not None else None
         constant = _jpeg_constant(data, decoded) if error is None else None
-        return ImageFacts("JPEG", mode, sof.width, sof.height, error, constant=constant)
+        return ImageFacts("JPEG", mode, sof.width, sof.height, error, levels=kept, constant=constant)
     image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
@@ -355,7 +372,8 @@ def _verify_jpeg(data: bytes, sof: _Sof | None) -> str | None:
 
 def _decode_jpeg(data: bytes, sof: _Sof | None) -> tuple[str | None, Any]:
     """`_verify_jpeg`'s verdict, and what it decoded (a NumPy array from TurboJPEG, reduced and
-    grayscale on the fast path; a reduced Pillow image from the fallback; None on failure)."""
+    grayscale on the fast path; a reduced Pillow image from the fallback; None on failure): the
+    profile's levels (`_is_gray`) and `constant` come from this one decode."""
     # Lossless (or unknown) streams must be decoded unscaled: see the module docstring.
     scaled = _SCALED if sof is not None and sof.marker not in _LOSSLESS_SOF else {}
     message = _NO_CONVERSION
@@ -411,6 +429,13 @@ def _jpeg_constant(data: bytes, decoded: Any) -> tuple[int, ...] | None:
     return uniform_colour(image)
 
 
+def _is_gray(decoded: Any) -> bool:
+    """Whether a JPEG's decode is the grayscale one (one band): the profile's levels."""
+    return (
+        isinstance(decoded, np.ndarray) and decoded.size > 0 and (decoded.ndim == 2 or decoded.shape[2] == 1)
+    )
+
+
 def _same_pixels(pixels: np.ndarray) -> bool:
     """Whether every pixel of a decoded (height, width[, channels]) uint8 array is the same.
 
@@ -464,26 +489,26 @@ def _mpo_streams(data: bytes, image: Any) -> list[bytes]:
 # Everything else Pillow can open
 
 
-def _inspect_other(data: bytes, limit: int | None) -> ImageFacts:
+def _inspect_other(data: bytes, limit: int | None, levels: bool = False) -> ImageFacts:
     image, open_error = _open(data)
     if image is None:
         return ImageFacts(None, None, None, None, open_error)
     fmt, mode, (width, height) = image.format, image.mode, image.size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error, bomb, pixels, constant = _decode_frames(data, image, limit)
+    error, bomb, pixels, kept, constant = _decode_frames(data, image, limit, levels)
     if error or bomb:
         return ImageFacts(fmt, mode, width, height, error, bomb)
-    return ImageFacts(fmt, mode, width, height, error, bomb, pixels, constant)
+    return ImageFacts(fmt, mode, width, height, error, bomb, pixels, kept, constant)
 
 
 def _decode_frames(
-    data: bytes, image: Any, limit: int | None
-) -> tuple[str | None, bool, Any, tuple[int, ...] | None]:
-    """(error, bomb, the first frame's numeric pixels or None, its colour when every pixel has
-    the same (`uniform_colour`) or None) after the plugin's own verify() (PNG: CRCs) and load()
-    of every frame."""
-    pixels = constant = None
+    data: bytes, image: Any, limit: int | None, levels: bool = False
+) -> tuple[str | None, bool, Any, Any, tuple[int, ...] | None]:
+    """(error, bomb, the first frame's numeric pixels or None, with `levels` its `ImageLevels`
+    or None, its colour when every pixel has the same (`uniform_colour`) or None) after the
+    plugin's own verify() (PNG: CRCs) and load() of every frame."""
+    pixels = kept = constant = None
     try:
         if type(image).verify is not ImageFile.ImageFile.verify:
             _plugin_verify(data)
@@ -492,17 +517,42 @@ def _decode_frames(
                 image.seek(frame)
                 frame_width, frame_height = image.size
                 if _exceeds(frame_width, frame_height, limit):
-                    return None, True, None, None
+                    return None, True, None, None, None
             image.load()
             if frame == 0 and image.mode in NUMERIC_MODES:
                 pixels = np.array(image)  # a copy: the image object moves on to the next frame
             elif frame == 0:
                 constant = uniform_colour(image)
+                if levels:
+                    kept = _frame_levels(image)
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
-        return None, True, None, None
+        return None, True, None, None, None
     except Exception as exc:
-        return _message(exc), False, None, None
-    return None, False, pixels, constant
+        return _message(exc), False, None, None, None
+    return None, False, pixels, kept, constant
+
+
+#: 8-bit modes whose bands are levels as they are (a palette image's are indices: converted)
+_LEVEL_MODES = frozenset({"L", "LA", "RGB", "RGBA", "RGBX", "CMYK"})
+
+
+def _frame_levels(image: Any) -> ImageLevels | None:
+    """The levels of a decoded 8-bit frame: Pillow's histogram of each band (one pass in C),
+    and of its grayscale."""
+    try:
+        if image.mode not in _LEVEL_MODES:
+            image = image.convert("RGBA" if "transparency" in image.info or image.mode == "PA" else "RGB")
+        counts = image.histogram()
+        bands = {
+            band: np.asarray(counts[i * 256 : (i + 1) * 256], np.int64)
+            for i, band in enumerate(image.getbands())
+        }
+        gray = (
+            bands["L"] if image.mode in ("L", "LA") else np.asarray(image.convert("L").histogram(), np.int64)
+        )
+    except Exception:  # a mode Pillow cannot convert: no levels (the verdict stands)
+        return None
+    return ImageLevels(None, gray, bands)
 
 
 #: bands that are opacity, not colour: ImageFolder's loader (``convert("RGB")``) drops them

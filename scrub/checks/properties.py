@@ -16,9 +16,10 @@ from scrub.records import Record
 BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
-def annotate(record: Record, options: CheckOptions) -> None:
-    """Attach the record's content digest and, for encoded images, what decoding found; for a
-    language-model record, the sequence as the trainer sees it."""
+def annotate(record: Record, options: CheckOptions, levels: bool = False) -> None:
+    """Attach the record's content digest and, for encoded images, what decoding found (with
+    ``levels``, the decode's pixel levels too, for the dataset's profile); for a language-model
+    record, the sequence as the trainer sees it."""
     payload = record.payload
     if record.meta.get("kind") in ("tokens", "text"):
         token_facts(record, options)
@@ -27,7 +28,7 @@ def annotate(record: Record, options: CheckOptions) -> None:
         return
     record.meta["digest"] = xxhash.xxh3_128_digest(payload)
     if record.meta.get("kind") == "image":
-        record.meta["image"] = inspect_image(bytes(payload), options.max_pixels)
+        record.meta["image"] = inspect_image(bytes(payload), options.max_pixels, levels)
     mask = record.meta.get("mask")
     if mask is not None:
         record.meta["mask_facts"] = inspect_mask(mask, options.mask_palette)

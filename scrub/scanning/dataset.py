@@ -14,6 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
+from scrub.checks.drift import NOT_RECORDS
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
@@ -25,6 +26,8 @@ from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter
 from scrub.opening import OpenedDataset
 from scrub.options import ReplayOptions, ScanOptions
+from scrub.profile import PartitionProfile
+from scrub.profile.collect import ProfileSettings
 from scrub.readers.base import Reader
 from scrub.records import Batch, Carries, Issue, Severity
 from scrub.reports import THUMBNAILS
@@ -85,6 +88,7 @@ class DatasetScan:
         provides = (
             reader.provides
             | ({Carries.REPLAY} if self.replay else set())
+            | ({Carries.BASELINE} if options.baseline is not None else set())
             | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
             | ({labels} if info.labelled else set())
         )
@@ -112,11 +116,19 @@ class DatasetScan:
             baseline=baseline,
             dataset=label,
             collector=Collector(**limits),
+            profiling=options.profile,
         )
         self.aggregate.notes += cache_notes
         # issues leave the workers as manifest lines, unless the driver needs each one
         compact = baseline is None and self.replay is None and self.cache is None
         encoding = Encoding(self.aggregate.severities, label, **limits) if compact else None
+        #: the label kind the profile counts labels as (None: the dataset has none)
+        self.label_kind = kind if info.labelled else None
+        profiling = (
+            ProfileSettings.of(info.records, self.label_kind, Carries.BOXES in reader.provides)
+            if options.profile
+            else None
+        )
         self.work = PartitionWork(
             reader,
             self.checking,
@@ -124,8 +136,11 @@ class DatasetScan:
             moments=self.replay is not None,
             capture=self.cache is not None,
             encoding=encoding,
+            profiling=profiling,
         )
         self.replayed: dict[str, Any] | None = None
+        #: with --baseline: the drift findings, for the summary (None: no baseline)
+        self.drift: list[dict[str, Any]] | None = None
         #: partition -> (size, mtime_ns) of each of its records as read, -1 where not read
         self._versions: dict[int, np.ndarray] = {}
 
@@ -180,7 +195,10 @@ class DatasetScan:
             if found.hits:
                 assert cache.snapshot is not None  # hits come from one
                 rows = cache.reused(found)
-                aggregate.add(reuse.result(number, partition, found.hits, rows, cache.snapshot))
+                reused = reuse.result(number, partition, found.hits, rows, cache.snapshot)
+                if self.options.profile:  # counted, but nothing of them is sketched: not read
+                    reused.profile = PartitionProfile(records=reused.records, reused=reused.records)
+                aggregate.add(reused)
             if found.misses:
                 subsets.append(Subset(number, reader.subset(partition, found.misses), tuple(found.misses)))
         size = self.options.run.partition_size or reader.records_per_task
@@ -203,9 +221,11 @@ class DatasetScan:
         return Tasks(subset_work, subsets, add, subset_work.failure)
 
     def finish(self, plan: pipeline.Plan) -> None:
-        """After every result is in: the fingerprint where the reads took it, the dataset checks,
+        """After every result is in: the profile (`aggregate.profile`, which what judges the
+        dataset as a whole reads), the fingerprint where the reads took it, the dataset checks,
         then the replay."""
         dataset, aggregate = self.dataset, self.aggregate
+        aggregate.finish_profile(self.label_kind)
         if dataset.fingerprint is None:  # the records carried their files' versions
             dataset.fingerprint = fingerprint(
                 dataset.reader, dataset.partitions, dataset.info.root, read=self._read_versions()
@@ -240,6 +260,45 @@ class DatasetScan:
                 "dataset "
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
+        self._drift()
+
+    def _drift(self) -> None:
+        """With ``--baseline``: each way tonight's profile moved from the baseline's is a
+        dataset-level issue (`scrub.scanning.drift`); what cannot be compared, a note."""
+        if self.options.baseline is None:
+            return
+        from scrub.paths import absolute_place
+        from scrub.scanning.drift import baseline_record, drift_issues
+
+        record, note = baseline_record(self.options.baseline)
+        if note is not None:
+            self.aggregate.notes.append(note)
+        path = str(self.dataset.path)
+        issues, notes = drift_issues(
+            record,
+            self.aggregate.profile,
+            path,
+            absolute_place(path),
+            self.options.drift_thresholds,
+            {check.id for check in self.checks},
+            several=self.aggregate.dataset is not None,
+        )
+        self.aggregate.notes += notes
+        if issues is None:  # not measured (the notes say why)
+            return
+        for issue in issues:
+            self.aggregate.add_issue(issue)  # its severity as --check-severity sets it
+        self.drift = [
+            {
+                "check": issue.check,
+                "severity": issue.severity.value,
+                "feature": issue.details["feature"],
+                "distance": issue.details["distance"],
+                "threshold": issue.details["threshold"],
+                "message": issue.message,
+            }
+            for issue in issues
+        ]
 
     def _note_idle_selections(self) -> None:
         """A check the user selected that found nothing to look at in any record is said: a pass
@@ -324,6 +383,8 @@ class DatasetScan:
             notes=info.notes + aggregate.notes,
             baseline=compared,
             cache=self.cache.describe() if self.cache is not None else None,
+            profile=aggregate.profile,
+            drift=self.drift,
         )
 
 
@@ -356,7 +417,7 @@ def _open_cache(
             options.verdict_options(),
             checking.labelled,
             dataset.info.label_width,
-            [c.id for c in checks],
+            [c.id for c in checks if c.id not in NOT_RECORDS],  # drift judges no record
         )
     )
     assert options.cache is not None  # opened only when --cache is given

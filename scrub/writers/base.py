@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from scrub.checks.drift import NOT_RECORDS
 from scrub.formats import WRITERS
 from scrub.ledger import Ledger
 from scrub.readers.base import Reader
@@ -35,18 +36,26 @@ class Verdicts:
     """Which records go to the quarantine: those with an issue at or above the threshold.
 
     A dataset-level issue (key ``*``: an unreadable or inconsistent file) sets its whole
-    source file aside.
+    source file aside; a finding about the dataset as a whole that names no record (a drift from
+    the baseline: `scrub.checks.drift.NOT_RECORDS`) sets nothing aside, and is only counted.
     """
 
     records: set[tuple[str, int]] = field(default_factory=set)
     files: set[str] = field(default_factory=set)
+    #: check id -> findings that name no record, of any severity (a cleaned copy cannot remove them)
+    not_records: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_issues(cls, issues: Iterable[Issue], threshold: Severity) -> "Verdicts":
         verdicts = cls()
         for issue in issues:
-            if not issue.severity.at_least(threshold) or issue.status == "resolved":
+            if issue.status == "resolved":
                 continue  # a resolved line (a baseline's) describes an issue no longer found
+            if issue.check in NOT_RECORDS:  # whatever its severity: fix cannot act on it either way
+                verdicts.not_records[issue.check] = verdicts.not_records.get(issue.check, 0) + 1
+                continue
+            if not issue.severity.at_least(threshold):
+                continue
             if issue.key == "*" or issue.index is None:
                 verdicts.files.add(issue.source)
             else:

@@ -1,0 +1,284 @@
+"""What the runner calls, per record and per batch, to fill a partition's `PartitionProfile`.
+
+It reads what the checks already computed (the image decode's levels, a sequence's
+`TokenFacts`, a batch's rows as read) and never decodes or reads anything again. Array rows and
+token sequences are sampled by their index in their source (every ``stride``-th), so that the
+sample, and every count made from it, is the same however the dataset is partitioned; the
+stride is chosen once, on the driver, from the dataset's record count (`ProfileSettings.of`),
+so that a large dataset costs what one of `ROWS_SAMPLED` records does (docs/profile.md,
+"Sampling").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from scrub.checks.tokens import CAUSAL_SHIFT
+from scrub.profile import BOXES_CAP, ArrayGroup, PartitionProfile
+from scrub.records import Batch, Pieces, Record, TokenRows
+
+#: array rows (or token sequences) a dataset's profile samples, at most: every one of a dataset
+#: of this many or fewer; one in ``stride`` of a larger one
+ROWS_SAMPLED = 16_384
+#: the values of the sampled rows pooled into an array group's ``row`` quantiles, at most (a
+#: wide row gives some of its elements, a different set each row)
+VALUES_SAMPLED = 1 << 18
+#: token ids of the sampled sequences counted for ``top_ids``, about (each sampled sequence
+#: gives a run of them, at least `SEQUENCE_IDS_MIN`): enough to rank the most frequent ids of a
+#: Zipf-like vocabulary (the 64th of a 50,000-id one holds ~0.2% of the tokens: ~130 of them)
+TOKENS_SAMPLED = 1 << 16
+SEQUENCE_IDS_MIN = 4
+#: the fewest elements of each sampled row that go into ``row``
+ROW_ELEMENTS_MIN = 16
+#: a dataset of at least this many records has its sampled rows' values thinned by `THIN` on their way
+#: into the sketches (`Quantiles.update`): 4,096 values a feature still, for a k=200 sketch
+THIN_FROM = ROWS_SAMPLED
+THIN = 4
+#: rows this wide or narrower are set aside whole when sampled; of wider ones, only what is sketched
+WIDE_ROW = 256
+#: sampled rows of a group gathered before they are sketched (one update per feature per block)
+PENDING_ROWS = 4096
+#: token ids gathered before they are counted
+PENDING_TOKENS = 1 << 16
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How a dataset's partitions profile it (decided once, on the driver; pickled with the work)."""
+
+    #: one row (sequence) in ``stride`` is sampled, by its index in its source
+    stride: int = 1
+    #: each sampled row gives this many of its elements to the pooled ``row`` quantiles (at most)
+    row_elements: int = VALUES_SAMPLED
+    #: the dataset's label kind ("class", "value"), None without labels
+    labels: str | None = None
+    #: the reader gives detection boxes: an image without any counts as 0 boxes
+    boxes: bool = False
+    #: each sampled sequence of a flat token store gives this many of its ids (at most)
+    sequence_ids: int = TOKENS_SAMPLED
+    #: the sampled rows' values go into their quantile sketches thinned by this (`Quantiles.update`)
+    thin: int = 1
+
+    @classmethod
+    def of(cls, records: int, labels: str | None, boxes: bool) -> "ProfileSettings":
+        stride = max(1, math.ceil(records / ROWS_SAMPLED))
+        sampled = max(1, math.ceil(records / stride))
+        elements = max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled)
+        ids = max(SEQUENCE_IDS_MIN, TOKENS_SAMPLED // sampled)
+        return cls(stride, elements, labels, boxes, ids, THIN if records >= THIN_FROM else 1)
+
+
+class Collector:
+    """Fills one partition's (or piece's) profile; `finish` hands it over."""
+
+    def __init__(self, settings: ProfileSettings) -> None:
+        self.settings = settings
+        self.profile = PartitionProfile()
+        #: group name -> sampled rows not yet sketched: (narrow rows whole, or a wide row's first
+        #: positions; a wide row's elements for ``row``, else None; the first one's index)
+        self._rows: dict[str, list[tuple[np.ndarray, np.ndarray | None, int]]] = {}
+        #: row shape -> (its group's name, the group), and dtype -> its name: looked up per block
+        self._shapes: dict[tuple, tuple[str, ArrayGroup | None]] = {}
+        self._dtype_names: dict[Any, str] = {}
+        self._row_count: dict[str, int] = {}
+        self._ids: list[np.ndarray] = []
+        self._id_count = 0
+
+    # -- per record
+
+    def record(self, record: Record) -> None:
+        """A record read one at a time: its image, array value, sequence, label and boxes."""
+        meta = record.meta
+        facts = meta.get("image")
+        if facts is not None and facts.error is None and not facts.bomb and facts.width is not None:
+            self.profile.add_image(facts.width, facts.height or 0, facts.levels)
+        if facts is not None and facts.pixels is not None:
+            self._value(facts.pixels, record.index)
+        elif meta.get("kind") == "array" and record.payload is not None:
+            self._value(np.asarray(record.payload), record.index)
+        tokens = meta.get("tokens")
+        if tokens is not None:
+            self._sequence(tokens)
+        if self.settings.labels is not None and meta.get("label_known", True):
+            self._label(record.label)
+        if self.settings.boxes and meta.get("kind") == "image":
+            boxes = meta.get("boxes") or []
+            count = len(boxes)
+            self.profile.boxes_per_image[str(count) if count < BOXES_CAP else f"{BOXES_CAP}+"] += 1
+            for box in boxes:
+                cls = box.cls
+                self.profile.box_classes[str(int(cls)) if float(cls).is_integer() else str(cls)] += 1
+
+    def _value(self, values: np.ndarray, index: int | None) -> None:
+        """An array value (or a float image's pixels): one row of the group of its shape."""
+        group = self.profile.group(values.shape, self.settings.thin)
+        if group is None:
+            self.profile.arrays_left_out += 1
+            return
+        group.records += 1
+        group.dtypes[values.dtype.name] += 1
+        stride = self.settings.stride
+        if stride == 1 or index is None or index % stride == 0:
+            self._pend("x".join(map(str, values.shape)), values.reshape(1, -1), index or 0, group)
+
+    def _sequence(self, facts: Any) -> None:
+        """A language-model record (`TokenFacts`): its length, its supervised share, its ids."""
+        profile = self.profile
+        profile.token_records += 1
+        if facts.length is not None:
+            profile.length.add_one(float(facts.length))
+        if facts.labels is not None and facts.supervised is not None:
+            positions = len(facts.labels) - CAUSAL_SHIFT
+            if positions > 0:
+                profile.supervised.add_one(facts.supervised / positions)
+        if facts.ids is not None and len(facts.ids):
+            self._count_ids(np.asarray(facts.ids))
+
+    def _label(self, label: Any) -> None:
+        profile = self.profile
+        if label is None or isinstance(label, str):
+            profile.unlabelled += 1
+            return
+        profile.labelled += 1
+        if self.settings.labels == "value":
+            try:
+                profile.label_values.add_one(float(label))
+            except (TypeError, ValueError):  # a vector label: its elements
+                profile.label_values.add(np.asarray(label, dtype=np.float64))
+
+    # -- per batch
+
+    def rows(self, batch: Batch) -> None:
+        """A block of array rows (HDF5, NumPy, Parquet, LMDB arrays): counted, then sampled.
+        Called once per block of rows read: the little it does per block is kept little (the
+        sampled rows are copied and set aside; `_sketch_rows` works on many blocks at once)."""
+        data = batch.data
+        shape = data.shape[1:]
+        known = self._shapes.get(shape)
+        if known is None:
+            name = "x".join(str(int(n)) for n in shape)
+            known = self._shapes[shape] = (
+                name,
+                self.profile.group(tuple(map(int, shape)), self.settings.thin),
+            )
+        name, group = known
+        count = len(batch)
+        if group is None:
+            self.profile.arrays_left_out += count
+            return
+        group.records += count
+        dtype = data.dtype
+        dtype_name = self._dtype_names.get(dtype)
+        if dtype_name is None:
+            dtype_name = self._dtype_names[dtype] = np.dtype(dtype).name
+        group.dtypes[dtype_name] += count
+        labels = batch.labels
+        if labels is not None and self.settings.labels is not None:
+            self.profile.labelled += count
+        if isinstance(data, Pieces):  # a row too large to hold: counted, not sketched
+            return
+        stride = self.settings.stride
+        first = (-batch.start) % stride
+        if first >= count:
+            return
+        sampled = data[first::stride]
+        self._pend(name, sampled.reshape(len(sampled), -1), batch.start + first, group)
+        if labels is not None and self.settings.labels == "value":
+            self.profile.label_values.add(np.asarray(labels)[first::stride])
+
+    def tokens(self, batch: Batch) -> None:
+        """Token sequences of a flat store (`TokenRows`): the lengths of the sampled ones, and
+        a run of up to `ProfileSettings.sequence_ids` of the ids of each, from its middle."""
+        rows = cast(TokenRows, batch.data)
+        profile = self.profile
+        profile.token_records += len(batch)
+        stride = self.settings.stride
+        first = (-batch.start) % stride
+        bounds = np.asarray(rows.bounds, np.int64)
+        starts = bounds[first:-1:stride]
+        lengths = bounds[first + 1 :: stride] - starts
+        profile.length.add(lengths)
+        if not lengths.size:
+            return
+        taken = self.settings.sequence_ids
+        if int(lengths.max()) <= taken and stride == 1:  # every id of every sequence
+            self._count_ids(np.asarray(rows.tokens[int(bounds[0]) : int(bounds[-1])]))
+            return
+        # a run of up to k ids from the middle of each: one or two pages of a memory-mapped file
+        # each (ids spread over a sequence would fault in every page of the file)
+        steps = np.arange(taken, dtype=np.int64)
+        first_ids = starts + np.maximum(lengths - taken, 0) // 2
+        keep = steps[None, :] < np.minimum(lengths, taken)[:, None]
+        where = (first_ids[:, None] + steps[None, :])[keep]
+        self._count_ids(np.asarray(rows.tokens)[where])
+
+    # -- sketching in blocks
+
+    def _pend(self, name: str, rows: np.ndarray, first: int, group: ArrayGroup) -> None:
+        """Set sampled rows aside (copies: a reader may reuse its buffer), the first of them
+        at index ``first`` of its source. Narrow rows are kept whole; of a wide row, only what
+        the sketches take: its first positions and its elements for ``row``."""
+        width = rows.shape[1]
+        if width <= WIDE_ROW:
+            kept: tuple[np.ndarray, np.ndarray | None] = (np.array(rows), None)
+        else:
+            indices = first + np.arange(len(rows), dtype=np.int64) * self.settings.stride
+            kept = (np.array(rows[:, : len(group.features)]), self._pooled(rows, indices))
+        self._rows.setdefault(name, []).append((*kept, first))
+        self._row_count[name] = self._row_count.get(name, 0) + len(rows)
+        if self._row_count[name] >= PENDING_ROWS:
+            self._sketch_rows(name, group)
+
+    def _pooled(self, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """The elements of each row that go into ``row``: all of them, or `row_elements` spread
+        evenly and shifted by the row's index (a different set from each row; the same set of
+        the same row however the dataset is partitioned)."""
+        width = rows.shape[1]
+        elements = self.settings.row_elements
+        if elements >= width:
+            return rows
+        picked = (np.arange(elements) * (width / elements)).astype(np.int64)
+        shift = (indices * 7919) % width
+        return rows[np.arange(len(rows))[:, None], (picked[None, :] + shift[:, None]) % width]
+
+    def _sketch_rows(self, name: str, group: ArrayGroup) -> None:
+        pending = self._rows.pop(name, [])
+        self._row_count.pop(name, None)
+        if not pending:
+            return
+        blocks = np.concatenate([block for block, _, _ in pending])
+        features = np.ascontiguousarray(blocks[:, : len(group.features)])
+        if pending[0][1] is not None:  # wide rows: their elements were picked as they came
+            group.add_rows(features, np.concatenate([pooled for _, pooled, _ in pending]))
+            return
+        stride = self.settings.stride
+        indices = np.concatenate(
+            [first + np.arange(len(block), dtype=np.int64) * stride for block, _, first in pending]
+        )
+        group.add_rows(features, self._pooled(blocks, indices))
+
+    def _count_ids(self, ids: np.ndarray) -> None:
+        self._ids.append(ids)
+        self._id_count += len(ids)
+        if self._id_count >= PENDING_TOKENS:
+            self._flush_ids()
+
+    def _flush_ids(self) -> None:
+        if self._ids:
+            ids = self._ids[0] if len(self._ids) == 1 else np.concatenate(self._ids)
+            self._ids, self._id_count = [], 0
+            if ids.dtype.kind in "iu":
+                self.profile.top_ids.add(ids)
+
+    def finish(self, records: int) -> PartitionProfile:
+        """The partition's profile, every pending value sketched; ``records``: all it read."""
+        for name in list(self._rows):
+            self._sketch_rows(name, self.profile.arrays[name])
+        self._flush_ids()
+        self.profile.records = records
+        self.profile.flush()
+        return self.profile
