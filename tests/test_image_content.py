@@ -363,6 +363,9 @@ def test_per_image_standardization_is_finite_on_what_fix_kept(tmp_path):
 
     root = image_folder(tmp_path / "images")
     assert torch.isnan(standardized(root / "cat" / "flat_gray.png")).all()  # the guard's own example
+    Image.fromarray(np.full((16, 16), 2.5, np.float32)).save(tmp_path / "flat.tif")  # constant-row's claim
+    depth = torch.from_numpy(np.array(Image.open(tmp_path / "flat.tif"), dtype=np.float32))
+    assert torch.isnan((depth - depth.mean()) / depth.std()).all()
     assert not torch.isfinite(standardized(root / "dog" / "flat_dark.jpg")).any()
     fixed = scrub.fix(root, normalization="per-record", out=tmp_path / "clean", scheduler="sync")
     assert fixed.verified and fixed.report["quarantined"] == 3
