@@ -6,9 +6,11 @@ cannot be compared is a note, and `fix` sets no record aside for a drift."""
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import h5py
+import jsonschema
 import numpy as np
 import pytest
 from conftest import image_bytes, manifest_lines, write
@@ -200,6 +202,9 @@ def test_several_datasets_are_matched_by_path(tmp_path):
     assert [(f["dataset"], f["check"]) for f in result.summary.drift] == [
         (str(second), "record-count-change")
     ]
+    assert [part.drift for part in result.summary.parts][0] == []
+    schema = json.loads(resources.files("scrub.schemas").joinpath("summary.schema.json").read_text())
+    jsonschema.validate(result.summary.to_dict(), schema)  # the whole's drift and each part's
 
 
 def test_the_console_prints_each_drift(tmp_path, first_night, monkeypatch):
