@@ -214,7 +214,33 @@ def test_a_dtype_or_shape_change_is_dtype_change():
     tonight = profile()
     tonight["arrays"] = {"32": tonight["arrays"]["16"]}
     (finding,) = found(profile(), tonight)["arrays"]
-    assert finding.check == "dtype-change" and finding.details == {"previous": ["16"], "current": ["32"]}
+    assert finding.check == "dtype-change"
+    assert (finding.details["new"], finding.details["gone"]) == (["32"], ["16"])
+    assert finding.message == "arrays: rows of shape 32 tonight, 16 in the baseline; 32 new; 16 gone"
+
+
+def test_a_few_rows_of_another_dtype_or_shape_are_not_the_datasets_change():
+    """Five float64 rows among 10,000 (a resample may hold none of them) are records' findings
+    (shape-mismatch), not a dtype change of the dataset; a group of many rows is."""
+    tonight = profile()
+    tonight["arrays"]["16"]["dtypes"] = {"float32": 9_995, "float64": 5}
+    tonight["arrays"]["32"] = copy.deepcopy(tonight["arrays"]["16"]) | {
+        "records": 5,
+        "dtypes": {"float32": 5},
+    }
+    assert found(profile(), tonight) == {}
+    tonight["arrays"]["16"]["dtypes"] = {"float32": 9_000, "float64": 1_000}
+    (finding,) = found(profile(), tonight)["arrays.16.dtypes"]
+    assert finding.details["new"] == ["float64"] and finding.distance == pytest.approx(0.1)
+
+
+def test_rows_of_many_shapes_are_said_not_compared():
+    many, other = profile(), profile()
+    many["arrays"] = {str(n): many["arrays"]["16"] | {"records": 10} for n in range(1, 65)}
+    other["arrays"] = {str(n): other["arrays"]["16"] | {"records": 10} for n in range(30, 94)}
+    notes: list[str] = []
+    assert not [f for f in compare(many, other, DriftThresholds(), notes) if f.check == "dtype-change"]
+    assert any("64 row shapes or more" in note for note in notes)
 
 
 def test_a_third_of_the_records_gone_is_a_record_count_change():

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field, fields
 from statistics import NormalDist
 from typing import Any
 
+from scrub.profile import GROUPS
+
 #: the families a threshold is set for (``--drift-threshold FAMILY=VALUE``, a config table)
 FAMILIES = ("records", "label", "value", "size", "length", "token")
 
@@ -56,6 +58,9 @@ FALSE_ALARM = 1e-6
 #: a category held on one side only is a finding, whatever its share, when the other side's records
 #: would have held this many of it: sampling misses it then with a chance of e^-14, ~1e-6
 ABSENCE = -math.log(FALSE_ALARM)
+
+#: the array groups (row shapes) a profile lists at most
+ARRAY_GROUPS = GROUPS
 
 #: the baseline's quantiles that bound the bins of a numeric comparison: every tenth of the 101
 #: (deciles), measured against every one (100 bins) in docs/drift.md
@@ -214,34 +219,20 @@ class _Comparison:
         if previous is None or current is None:
             self.one_sided("arrays", previous, current)
             return
-        shapes_before, shapes_now = set(previous), set(current)
-        if shapes_before != shapes_now:
-            self.found.append(
-                DriftFinding(
-                    "dtype-change",
-                    "arrays",
-                    1.0,
-                    0.0,
-                    f"arrays: rows of shape {_listed(shapes_now)} tonight, {_listed(shapes_before)} in the "
-                    "baseline",
-                    {"previous": sorted(shapes_before), "current": sorted(shapes_now)},
-                )
+        records_before = {group: int(previous[group].get("records", 0)) for group in previous}
+        records_now = {group: int(current[group].get("records", 0)) for group in current}
+        if max(len(previous), len(current)) >= ARRAY_GROUPS:
+            # the profile keeps the first shapes a run meets: past its cap, which ones depends on
+            # the partitions' order, and the rest are not listed
+            self.notes.append(
+                f"drift: {ARRAY_GROUPS} row shapes or more in a profile (rows of many sizes): the shapes "
+                "are not compared, only the groups both profiles hold"
             )
-        for group in sorted(shapes_before & shapes_now, key=_natural):
+        else:
+            self.changed("arrays", "rows of shape", records_before, records_now)
+        for group in sorted(set(previous) & set(current), key=_natural):
             before, now = previous[group], current[group]
-            dtypes_before, dtypes_now = set(before.get("dtypes", {})), set(now.get("dtypes", {}))
-            if dtypes_before != dtypes_now:
-                self.found.append(
-                    DriftFinding(
-                        "dtype-change",
-                        f"arrays.{group}.dtypes",
-                        1.0,
-                        0.0,
-                        f"arrays.{group}.dtypes: {_listed(dtypes_now)} tonight, {_listed(dtypes_before)} "
-                        "in the baseline",
-                        {"previous": sorted(dtypes_before), "current": sorted(dtypes_now)},
-                    )
-                )
+            self.changed(f"arrays.{group}.dtypes", "", before.get("dtypes") or {}, now.get("dtypes") or {})
             features_before, features_now = before.get("features") or {}, now.get("features") or {}
             # a row's elements come in records: resampling the records moves them together, so
             # the rows sketched (each gives its first positions to `features`) are its sample size
@@ -252,6 +243,55 @@ class _Comparison:
                 one, other = features_before.get(position), features_now.get(position)
                 if not self.one_sided(feature, one, other):
                     self.numbers(feature, one, other, "value")
+
+    def changed(
+        self, feature: str, what: str, previous: Mapping[str, int], current: Mapping[str, int]
+    ) -> None:
+        """A `dtype-change`: a dtype or row shape that one side holds in so many records that the
+        other lacks it only by chance (`ABSENCE`: the whole dataset from float32 to float64, or
+        from rows of 16 to rows of 32). A few rows of another shape or dtype among many are
+        records' findings (`shape-mismatch`), not the dataset's; and a shape that sampling can
+        miss must not raise a drift on a resample of the same data."""
+        total_before, total_now = sum(previous.values()), sum(current.values())
+        if not total_before or not total_now:
+            return
+        appeared = sorted(
+            name
+            for name in set(current) - set(previous)
+            if current[name] / total_now * total_before >= ABSENCE
+        )
+        gone = sorted(
+            name
+            for name in set(previous) - set(current)
+            if previous[name] / total_before * total_now >= ABSENCE
+        )
+        if not appeared and not gone:
+            return
+        moved = max(
+            [current[name] / total_now for name in appeared]
+            + [previous[name] / total_before for name in gone]
+        )
+        self.found.append(
+            DriftFinding(
+                "dtype-change",
+                feature,
+                moved,
+                0.0,
+                f"{feature}: {what + ' ' if what else ''}{_listed(current)} tonight, {_listed(previous)} in "
+                "the baseline"
+                + "".join(
+                    f"; {_listed(names)} {said}"
+                    for names, said in ((appeared, "new"), (gone, "gone"))
+                    if names
+                ),
+                {
+                    "previous": {name: previous[name] for name in sorted(previous, key=_natural)},
+                    "current": {name: current[name] for name in sorted(current, key=_natural)},
+                    "new": appeared,
+                    "gone": gone,
+                },
+            )
+        )
 
     def images(self, previous: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> None:
         if previous is None or current is None:
