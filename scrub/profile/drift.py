@@ -16,12 +16,13 @@ the formulas and the calibration behind the defaults; in short:
   Jensen-Shannon rather than PSI: it is bounded and defined when a bin is empty on one side (the
   baseline's own tails are empty by construction, so PSI's value there depends on an arbitrary
   epsilon), and measured as quiet and as sensitive (benchmarks/calibrate_drift.py);
-* the record count by its relative change; an array group's dtype or row shape by equality.
+* the record count by its relative change; an array group's dtypes and the row shapes by a dtype
+  or shape that one side lacks and the other holds in too many records to miss by chance.
 
 A threshold is an effect size; sampling alone also moves a distance, more for few records than for
 many. So a comparison drifts only when its distance exceeds both the family's threshold and the
-distance sampling makes likely at these record counts (`sampling_floor`, at a one-in-a-million
-chance for each comparison): quiet on resamples of a small dataset, and at a large one the
+distance sampling makes likely at these record counts (`js_floor`, `share_floor`, at a
+one-in-a-million chance for each comparison): quiet on resamples of a small dataset, and at a large one the
 threshold alone decides.
 """
 
@@ -52,7 +53,7 @@ FAMILY_CHECKS = {
 DRIFT_CHECKS = (*FAMILY_CHECKS.values(), "dtype-change")
 
 #: the chance, for one comparison of two samples of the same data, that sampling alone moves its
-#: distance past the sampling floor (see `sampling_floor`)
+#: distance past the sampling floor (`js_floor`, `share_floor`)
 FALSE_ALARM = 1e-6
 
 #: a category held on one side only is a finding, whatever its share, when the other side's records
@@ -68,8 +69,8 @@ BIN_EDGES = tuple(range(0, 101, 10))
 
 #: records beyond which a quantile sketch's own error, not sampling, bounds how well its deciles
 #: are known: two KLL sketches (k=200) of the same values differ over the deciles as two samples
-#: of ~1,500 to 1,800 values each do (benchmarks/calibrate_drift.py, five runs: 1,561 to 1,820; KLL
-#: draws random bits of its own); the low end, rounded down
+#: of ~1,550 to 1,950 values each do (benchmarks/calibrate_drift.py, five runs: 1,561 to 1,924; KLL
+#: draws random bits of its own); below the lowest
 SKETCH_RECORDS = 1_500
 
 
@@ -104,7 +105,9 @@ class DriftFinding:
 
     check: str  # the check id (`DRIFT_CHECKS`)
     feature: str  # where in the profile: "arrays.16.features.3", "labels.classes", "images.width"
-    distance: float  # the distance measured (a relative change for the record count; 1.0 for a dtype)
+    #: the distance measured (a relative change for the record count; the share of the new or gone
+    #: dtype or shape for a dtype-change)
+    distance: float
     threshold: float  # what it passed: the family's threshold, or the sampling floor where higher
     message: str
     details: dict[str, Any] = field(default_factory=dict)
