@@ -352,3 +352,17 @@ def test_resamples_of_rows_whose_elements_move_together_raise_nothing(tmp_path):
         path = hdf5(tmp_path / f"resample{number}.h5", data[rng.integers(0, len(data), len(data))])
         result, _ = night(tmp_path, f"resample{number}", path, manifest)
         assert result.summary.drift == [], (number, result.summary.drift)
+
+
+def test_an_image_class_removed_and_a_third_of_the_images_gone(tmp_path):
+    def folder(root: Path, classes: tuple[str, ...]) -> Path:
+        for name in classes:
+            for index in range(30):
+                write(root / name / f"{index}.png", image_bytes(index, fmt="PNG", size=16))
+        return root
+
+    _, manifest = night(tmp_path, "monday", folder(tmp_path / "monday", ("cat", "dog", "fox")))
+    result, _ = night(tmp_path, "tuesday", folder(tmp_path / "tuesday", ("cat", "dog")), manifest)
+    assert drifted(result) == {("record-count-change", "records"), ("label-drift", "labels.classes")}
+    (classes,) = [f for f in result.summary.drift if f["feature"] == "labels.classes"]
+    assert "class 2's share is 0.0% tonight, 33.3% in the baseline" in classes["message"]  # fox
