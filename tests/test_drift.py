@@ -178,7 +178,7 @@ def test_images_resized_to_half_are_size_drift_of_width_and_height():
     assert findings["images.width"][0].check == "size-drift"
     # all of tonight's mass lies below the baseline's only width: disjoint
     assert findings["images.width"][0].distance == pytest.approx(1.0)
-    assert "median 320 tonight, 640 in the baseline" in findings["images.width"][0].message
+    assert "mean 320 tonight, 640 in the baseline" in findings["images.width"][0].message
 
 
 def test_a_change_of_image_mode_is_size_drift_of_modes():

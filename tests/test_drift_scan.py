@@ -140,7 +140,7 @@ def test_images_resized_to_half(tmp_path):
     result, _ = night(tmp_path, "tuesday", folder(tmp_path / "tuesday", 24), manifest)
     assert {("size-drift", "images.width"), ("size-drift", "images.height")} <= drifted(result)
     (width,) = [f for f in result.summary.drift if f["feature"] == "images.width"]
-    assert "median 24 tonight, 48 in the baseline" in width["message"]
+    assert "mean 24 tonight, 48 in the baseline (range 24..24, baseline 48..48)" in width["message"]
 
 
 def test_token_lengths_doubled(tmp_path):

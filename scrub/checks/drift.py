@@ -97,7 +97,7 @@ reader_check(
         twice, a sensor that reports zeros) feeds the model inputs it was not fitted to; the
         normalization statistics computed on old data no longer centre it.
     Example:
-        `arrays.16.features.3: median 2.01 tonight, 0.01 in the baseline (...): Jensen-Shannon
+        `arrays.16.features.3: mean 2.01 tonight, 0.01 in the baseline (...): Jensen-Shannon
         distance 0.712 > 0.100`.
     What fix does:
 {_WHAT_FIX_DOES}
@@ -118,7 +118,7 @@ reader_check(
         Images at half the size are upsampled by the loader into blur; a mode that changed (L for
         RGB) either fails a collate or is silently broadcast into three equal channels.
     Example:
-        `images.width: median 320 tonight, 640 in the baseline (...): Jensen-Shannon distance
+        `images.width: mean 320 tonight, 640 in the baseline (...): Jensen-Shannon distance
         1.000 > 0.100`.
     What fix does:
 {_WHAT_FIX_DOES}
@@ -140,7 +140,7 @@ reader_check(
         run out of memory; a fall in the supervised share (a masking bug) trains on few tokens and
         the loss looks better than the model is.
     Example:
-        `tokens.length: median 296 tonight, 148 in the baseline (...): Jensen-Shannon distance
+        `tokens.length: mean 296 tonight, 148 in the baseline (...): Jensen-Shannon distance
         0.870 > 0.100`.
     What fix does:
 {_WHAT_FIX_DOES}

@@ -509,9 +509,9 @@ class _Comparison:
                 feature,
                 distance,
                 limit,
-                f"{feature}: median {_number(median_now)} tonight, {_number(median_before)} in the baseline "
-                f"(range {_number(quantiles_now[0])}..{_number(quantiles_now[100])}, baseline "
-                f"{_number(quantiles_before[0])}..{_number(quantiles_before[100])}): Jensen-Shannon distance "
+                f"{feature}: {_centres(previous, current, median_before, median_now)} "
+                f"(range {_range(current, quantiles_now)}, baseline "
+                f"{_range(previous, quantiles_before)}): Jensen-Shannon distance "
                 f"{distance:.3f} > {limit:.3f}" + _floor_said(limit, threshold),
                 {
                     "metric": "jensen-shannon",
@@ -675,6 +675,22 @@ def _floor_said(limit: float, threshold: float) -> str:
         if limit > threshold
         else ""
     )
+
+
+def _centres(previous: Mapping[str, Any], current: Mapping[str, Any], before: float, now: float) -> str:
+    """Where the two distributions lie: their exact means (a sketch's median is approximate, and
+    differs from run to run), else their medians."""
+    if previous.get("mean") is not None and current.get("mean") is not None:
+        return f"mean {_number(current['mean'])} tonight, {_number(previous['mean'])} in the baseline"
+    return f"median {_number(now)} tonight, {_number(before)} in the baseline"
+
+
+def _range(numeric: Mapping[str, Any], quantiles: list[float]) -> str:
+    """A Numeric's exact min..max (its sketch's end quantiles are approximate), else those."""
+    low, high = numeric.get("min"), numeric.get("max")
+    if low is None or high is None:
+        low, high = quantiles[0], quantiles[-1]
+    return f"{_number(low)}..{_number(high)}"
 
 
 def _number(value: float) -> str:
