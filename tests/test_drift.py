@@ -424,3 +424,21 @@ def test_profiles_of_another_version_are_said():
     assert notes == [
         "drift: the baseline's profile is of version 0, tonight's of 1: compared where their fields agree"
     ]
+
+
+def test_records_reused_from_the_cache_leave_only_exact_counts_compared():
+    """A record reused from --cache is counted but sketched in nothing: tonight's numbers then
+    describe the records read again only, and are not compared; classes and counts are."""
+    tonight = profile()
+    tonight["reused"] = 9_990
+    tonight["arrays"]["16"]["features"]["3"] = normal(30, 1, 10)  # the ten records read again
+    tonight["arrays"]["16"]["dtypes"] = {"float64": 10}
+    tonight["tokens"]["length"] = numeric([float(400 + i) for i in range(101)], 10)
+    notes: list[str] = []
+    assert compare(profile(), tonight, DriftThresholds(), notes) == []
+    assert notes == [
+        "drift: 9,990 of tonight's records were reused from --cache, and a profile sketches nothing of "
+        "them: only the record count, classes, image modes and mask pixels were compared"
+    ]
+    del tonight["labels"]["classes"]["2"]
+    assert set(found(profile(), tonight)) == {"labels.classes"}

@@ -366,3 +366,21 @@ def test_an_image_class_removed_and_a_third_of_the_images_gone(tmp_path):
     assert drifted(result) == {("record-count-change", "records"), ("label-drift", "labels.classes")}
     (classes,) = [f for f in result.summary.drift if f["feature"] == "labels.classes"]
     assert "class 2's share is 0.0% tonight, 33.3% in the baseline" in classes["message"]  # fox
+
+
+def test_with_the_cache_only_exact_counts_are_compared(tmp_path):
+    """A nightly job with --cache reads only what changed: the records reused are counted in the
+    profile (records, classes, modes) but sketched in nothing, so numbers are not compared (a note
+    says so) while a class folder removed is still found."""
+    for name in ("cat", "dog", "fox"):
+        for index in range(30):
+            write(tmp_path / "data" / name / f"{index}.png", image_bytes(index, fmt="PNG", size=16))
+    cache = tmp_path / "cache"
+    _, manifest = night(tmp_path, "monday", tmp_path / "data", cache=cache)
+    same, _ = night(tmp_path, "tuesday", tmp_path / "data", manifest, cache=cache)
+    assert same.summary.cache["reused"] == 90 and same.summary.drift == []
+    assert any("90 of tonight's records were reused from --cache" in note for note in same.summary.notes)
+    for path in (tmp_path / "data" / "fox").iterdir():
+        path.unlink()
+    removed, _ = night(tmp_path, "wednesday", tmp_path / "data", manifest, cache=cache)
+    assert drifted(removed) == {("record-count-change", "records"), ("label-drift", "labels.classes")}
