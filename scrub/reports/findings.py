@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scrub.checks.drift import NOT_RECORDS
 from scrub.manifest import read_manifest
 from scrub.records import SEVERITY_NAMES, Issue, Severity
 
@@ -24,6 +25,66 @@ from scrub.records import SEVERITY_NAMES, Issue, Severity
 KEYS_PER_CHECK = 10
 #: baseline statuses a report names first, and marks: what ``--fail-on new`` fails on
 MARKED = ("new", "reappeared")
+#: drift from the baseline (`scrub.checks.drift`): findings on the dataset as a whole (key ``*``)
+DRIFT_CHECKS = NOT_RECORDS
+#: a contract's checks (`scrub.checks.contract`) all start with this; those with key ``*``
+#: concern the dataset as a whole, the others name a record
+CONTRACT_PREFIX = "contract-"
+#: drift and contract findings on the dataset as a whole a report names one by one, at most:
+#: a few per feature in practice, capped so that a report's size stays bounded whatever happens
+DATASET_FINDINGS = 500
+
+
+def is_dataset_finding(issue: Issue) -> bool:
+    """Whether ``issue`` is a drift or a contract finding on the dataset as a whole: the
+    reports name each one (its feature, what was measured, the limit) in a section of its
+    own rather than among records."""
+    return issue.key == "*" and (issue.check in DRIFT_CHECKS or issue.check.startswith(CONTRACT_PREFIX))
+
+
+def describe_finding(issue: Issue) -> tuple[str, str, str]:
+    """A dataset finding's feature, what was found and what was expected, as the reports show
+    them: a drift's distance and threshold (``details.distance``, ``details.threshold``), a
+    contract's found and expected values (``details.found``, ``details.expected``, the
+    contract file's ``details.line``). "" where the details do not say."""
+    details = issue.details or {}
+    feature = str(details.get("feature") or details.get("rule") or "")
+    line = details.get("line")
+    if line is not None:
+        feature = f"{feature} (contract line {line})" if feature else f"contract line {line}"
+    if "distance" in details:
+        found = f"distance {_value(details['distance'])}"
+    elif "found" in details:
+        found = f"found {_value(details['found'])}"
+    else:
+        found = ""
+    if "threshold" in details:
+        limit = f"threshold {_value(details['threshold'])}"
+    elif "expected" in details:
+        limit = f"expected {_value(details['expected'])}"
+    else:
+        limit = ""
+    return feature, found, limit
+
+
+#: characters of a found or expected value a report shows (a class set can be long)
+VALUE_CHARACTERS = 80
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        text = str(value).lower()
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    elif isinstance(value, (list, tuple)):
+        text = "[" + ", ".join(_value(item) for item in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{key}: {_value(item)}" for key, item in value.items()) + "}"
+    else:
+        text = str(value)
+    return text if len(text) <= VALUE_CHARACTERS else text[: VALUE_CHARACTERS - 1] + "…"
 
 
 @dataclass
@@ -44,6 +105,11 @@ class Findings:
     #: how many errors and thumbnails were looked for (a report that wants more collects again)
     show: int = 0
     images: int = 0
+    #: drift and contract findings on the dataset as a whole (`is_dataset_finding`): new and
+    #: reappeared first, then by dataset, errors first, else as found; the first
+    #: `DATASET_FINDINGS`, and how many there were
+    dataset_findings: list[Issue] = field(default_factory=list)
+    dataset_finding_count: int = 0
 
     @property
     def more_errors(self) -> int:
@@ -110,6 +176,9 @@ class Collector:
         self.counter = 0
         #: (check, status, severity) -> issues: one count per issue, the rest derived at the end
         self.counts: Counter[tuple[str, str, str]] = Counter()
+        #: drift and contract findings on the dataset as a whole, kept whole (`is_dataset_finding`)
+        self.dataset_findings: list[Issue] = []
+        self.dataset_finding_count = 0
 
     def add(self, issue: Issue, partition: int | None = None) -> None:
         """Count an issue (of ``partition``: by default the collector's), and keep it if it is
@@ -119,6 +188,10 @@ class Collector:
         if status == "resolved":
             return
         self.counts[(issue.check, status, SEVERITY_NAMES[issue.severity])] += 1
+        if is_dataset_finding(issue):
+            self.dataset_finding_count += 1
+            if len(self.dataset_findings) < DATASET_FINDINGS:
+                self.dataset_findings.append(issue)
         self.keep(issue, partition)
 
     def count(self, check: str, severity: Severity, issues: int = 1) -> None:
@@ -169,6 +242,8 @@ class Collector:
     def merge(self, other: "Collector") -> None:
         """Add what another collector (of other records) saw: its counts, and its kept issues."""
         self.counts.update(other.counts)
+        self.dataset_finding_count += other.dataset_finding_count
+        self.dataset_findings += other.dataset_findings[: DATASET_FINDINGS - len(self.dataset_findings)]
         for check, heap in other.keys.items():
             for order, _, issue in heap:
                 self.counter += 1
@@ -179,6 +254,11 @@ class Collector:
 
     def finish(self) -> Findings:
         found = Findings(show=self.show, images=self.images)
+        found.dataset_findings = sorted(  # stable: the order they were found in, errors first
+            self.dataset_findings,
+            key=lambda issue: (_rank(issue.status), issue.dataset or "", issue.severity != Severity.ERROR),
+        )
+        found.dataset_finding_count = self.dataset_finding_count
         for (check, status, severity), count in self.counts.items():
             found.statuses.setdefault(check, Counter())[status] += count
             found.severities.setdefault(check, Counter())[(status, severity)] += count

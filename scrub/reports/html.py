@@ -11,13 +11,23 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
 from scrub.paths import is_within
 from scrub.pipeline import DEFAULT_TIMEOUT
-from scrub.records import Issue
-from scrub.reports.findings import Findings, mark, record_name
+from scrub.records import Issue, Severity
+from scrub.reports.findings import (
+    CONTRACT_PREFIX,
+    Findings,
+    describe_finding,
+    is_dataset_finding,
+    mark,
+    record_name,
+)
+from scrub.reports.profileplots import MAX_PROFILE_BYTES, baseline_record, profile_section
+from scrub.reports.profileplots import STYLE as PROFILE_STYLE
 from scrub.summary import Summary
 from scrub.wording import counted
 
@@ -42,7 +52,7 @@ figcaption { font-size: 11px; word-break: break-all; }
 .badge { display: inline-block; padding: 0 6px; margin-right: 4px; border-radius: 8px; color: #fff; \
 background: #c0392b; font: 600 11px/16px system-ui, sans-serif; } .badge.reappeared { background: #8e44ad; }
 .badge.partial { background: #d68910; margin-top: 2px; }
-#errors td:first-child { white-space: nowrap; }
+#errors td:first-child, #dataset-findings td:first-child { white-space: nowrap; }
 """
 
 
@@ -66,7 +76,7 @@ def render(
     verdict = "passes" if exit_code == 0 else "fails"
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f"<title>scrub: {_e(summary.path)}</title><style>{STYLE}</style></head><body>",
+        f"<title>scrub: {_e(summary.path)}</title><style>{STYLE}{PROFILE_STYLE}</style></head><body>",
         f"<h1>scrub: <code>{_e(summary.path)}</code></h1>",
         f"<p><span class=verdict style='background:{colour}'>{verdict}</span> "
         f"exit {exit_code} with <code>--fail-on {_e(fail_on)}</code> &middot; "
@@ -84,16 +94,21 @@ def render(
             f"<span class=muted>({_e(counts['path'])})</span></p>"
         )
     parts.append(_checks(summary, findings, REGISTRY, overrides))
+    profiles, anchors = _profiles(summary, findings)
+    if findings.dataset_findings:
+        parts.append(_dataset_findings(summary, findings, anchors))
     labels = summary.stats.get("labels") or {}
-    if labels:
-        parts.append(_histogram(labels))
+    if labels and not any(part.profile and "labels" in part.profile for part in summary.parts or [summary]):
+        parts.append(_histogram(labels))  # without a profile (--no-profile): its class shares are drawn
     if summary.datasets:
         parts.append(_ranges(summary.datasets))
-    if findings.errors:
+    parts.append(profiles)
+    errors = [i for i in findings.errors if not is_dataset_finding(i)]  # those have their own table
+    if errors:
         rows = "".join(
             f"<tr><td>{_badge(i.status)}<code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td>"
             f"<td>{_e(i.message)}</td></tr>"
-            for i in findings.errors
+            for i in errors
         )
         more = (
             f"<p class=muted>and {counted(findings.more_errors, 'more error')} in the manifest</p>"
@@ -114,6 +129,108 @@ def render(
         f"{_e(_version())}</p></body></html>"
     )
     return "\n".join(parts)
+
+
+def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]]:
+    """The "Profile" section: each dataset's profile drawn (`scrub.reports.profileplots`), the
+    baseline's beside it when the scan had one, its drift and contract findings marked; and
+    where each finding is drawn (finding's id -> the plot's anchor). Within `MAX_PROFILE_BYTES`:
+    the datasets past it are named, not drawn."""
+    parts = summary.parts or [summary]
+    profiled = [(part, part.profile) for part in parts if part.profile]
+    if not profiled:
+        return "", {}
+    record, why = baseline_record(summary)
+    several = bool(summary.parts)
+    # a contract's rules broken by records, counted on their plots: the counts are the run's,
+    # so only a run of one dataset draws them (the issues per check say them for several)
+    records = {} if several else _contract_records(findings)
+    sections, anchors, used, left_out = [], {}, 0, []
+    for number, (part, profile) in enumerate(profiled):
+        previous = None if record is None else _baseline_profile(record, part)
+        mine = [
+            issue
+            for issue in findings.dataset_findings
+            if not several or issue.dataset in (part.path, part.absolute_path)
+        ]
+        drawn, plots = profile_section(
+            profile, previous, mine, prefix=f"d{number}-" if several else "", records=records
+        )
+        heading = f"<h2>Profile of <code>{_e(part.path)}</code></h2>" if several else "<h2>Profile</h2>"
+        missing = (
+            "<p class=muted>the baseline's scan record holds no profile of this dataset: drawn alone</p>"
+            if record is not None and previous is None
+            else ""
+        )
+        section = f"<section class=profile>{heading}{missing}{drawn}</section>"
+        if used + len(section.encode()) > MAX_PROFILE_BYTES:
+            left_out.append(part.path)
+            continue
+        used += len(section.encode())
+        sections.append(section)
+        anchors.update(plots.anchors)
+    if why:
+        sections.insert(0, f"<p class=muted id=profile-baseline>{_e(why)}</p>")
+    if left_out:
+        sections.append(
+            f"<p class=muted>{counted(len(left_out), 'more profile')} not drawn (the report stays under "
+            f"{MAX_BYTES // 2**20} MB): {_e(', '.join(left_out[:20]))}"
+            f"{' …' if len(left_out) > 20 else ''}</p>"
+        )
+    return "\n".join(sections), anchors
+
+
+def _contract_records(findings: Findings) -> dict[str, tuple[int, Severity]]:
+    """A contract's checks that flagged records: check -> how many (its findings on the dataset
+    as a whole left out: they are drawn one by one), and whether any is an error."""
+    on_dataset = Counter(issue.check for issue in findings.dataset_findings)
+    found = {}
+    for check, counts in findings.severities.items():
+        if not check.startswith(CONTRACT_PREFIX):
+            continue
+        flagged = sum(counts.values()) - on_dataset[check]
+        if flagged > 0:
+            error = any(severity == "error" for _, severity in counts)
+            found[check] = (flagged, Severity.ERROR if error else Severity.WARNING)
+    return found
+
+
+def _baseline_profile(record: dict, part: Summary) -> dict | None:
+    """The baseline's profile of the dataset ``part`` scanned, out of the baseline's scan record
+    (a run of one dataset's own, whatever its path: a nightly job's folder may be named by date)."""
+    from scrub.profile import load_profile
+
+    return load_profile(record, part.absolute_path) or load_profile(record, part.path)
+
+
+def _dataset_findings(summary: Summary, findings: Findings, anchors: dict[int, str]) -> str:
+    """Each drift and contract finding on the dataset as a whole: its check, feature, what was
+    found against what was expected, and a link to the plot it is marked on."""
+    several = bool(summary.parts)
+    rows = []
+    for issue in findings.dataset_findings:
+        feature, found, limit = describe_finding(issue)
+        anchor = anchors.get(id(issue))
+        place = f"<a href='#{anchor}'>{_e(feature) or 'plot'}</a>" if anchor else f"{_e(feature)}"
+        colour = ERROR if issue.severity.value == "error" else WARNING
+        rows.append(
+            "<tr>"
+            + (f"<td><code>{_e(issue.dataset)}</code></td>" if several else "")
+            + f"<td>{_badge(issue.status)}<code>{_e(issue.check)}</code></td>"
+            f"<td style='color:{colour}'>{_e(issue.severity.value)}</td><td>{place}</td>"
+            f"<td>{_e(found)}</td><td>{_e(limit)}</td><td>{_e(issue.message)}</td></tr>"
+        )
+    more = findings.dataset_finding_count - len(findings.dataset_findings)
+    return (
+        "<h2>Dataset findings</h2><p class=muted>drift from the baseline and a contract's rules: the dataset "
+        "as a whole, no record to set aside</p><table id=dataset-findings><tr>"
+        + ("<th>dataset</th>" if several else "")
+        + "<th>check</th><th>severity</th><th>feature</th><th>found</th><th>expected</th>"
+        "<th>message</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + (f"<p class=muted>and {counted(more, 'more finding')} in the manifest</p>" if more > 0 else "")
+    )
 
 
 def _badge(status: str | None) -> str:
@@ -228,9 +345,11 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int, timeout: floa
     shown: list[Issue] = []  # each record once
     seen: set[tuple[str, str]] = set()
     for issue in findings.quarantined:
-        if (issue.source, issue.key) not in seen:
+        if (issue.source, issue.key) not in seen and not is_dataset_finding(issue):  # no record to show
             seen.add((issue.source, issue.key))
             shown.append(issue)
+    if not shown:
+        return ""
     paths = {  # issue number -> its image file, for those a thumbnail may be made of
         number: path
         for number, issue in enumerate(shown)

@@ -5,15 +5,21 @@ A check fails when it has issues that fail the run under ``--fail-on`` (judged p
 its own severity and baseline status): its failure lists the counts and the first keys, new
 and reappeared ones first and marked, and its message names those (the line CI pages show).
 Checks with issues that do not fail the run pass, with the counts in their ``system-out``.
+
+Drift and contract findings on the dataset as a whole (`findings.is_dataset_finding`) are each a
+testcase of their own (classname ``scrub.<dataset>.dataset``, name ``<check> <feature>``), failing
+by the same rule, so that a CI page names the feature that moved; their check's own testcase
+counts only the records it flagged.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import PurePath
 
-from scrub.reports.findings import MARKED, Findings
+from scrub.reports.findings import MARKED, Findings, describe_finding
 from scrub.summary import Summary
 
 
@@ -68,15 +74,27 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         time=f"{summary.seconds:.3f}",
     )
     failures = 0
+    #: each dataset finding's (status, severity), by check: its own testcase, out of its check's
+    on_dataset: dict[str, Counter] = {}
+    for issue in findings.dataset_findings:
+        on_dataset.setdefault(issue.check, Counter())[(issue.status or "found", issue.severity.value)] += 1
     for check in summary.checks:
         severity = overrides.get(check, REGISTRY[check].severity.value)
         case = ElementTree.SubElement(suite, "testcase", classname=f"scrub.{name}", name=check, time="0")
-        count = summary.issues_by_check.get(check, 0)
+        counts = Counter(findings.severities.get(check, {}))
+        counts.subtract(on_dataset.get(check, Counter()))
+        counts = +counts  # the records it flagged, without the dataset findings
+        apart = sum(on_dataset.get(check, Counter()).values())
+        count = summary.issues_by_check.get(check, 0) - apart
         statuses: Mapping[str, int] = findings.statuses.get(check, {})
-        keys = findings.keys.get(check, [])  # "source:key" where the source is another name
+        if apart:  # the dataset's own finding is named in its testcase, not as a record
+            statuses = +(Counter(statuses) - Counter(status for status, _ in on_dataset[check].elements()))
+        keys, marks = findings.keys.get(check, []), findings.key_marks.get(check, [])
+        if apart:
+            kept = [(key, label) for key, label in zip(keys, marks) if not key.endswith("*")]
+            keys, marks = [key for key, _ in kept], [label for _, label in kept]
         by_severity = {
-            level: sum(n for (_, s), n in findings.severities.get(check, {}).items() if s == level)
-            for level in ("error", "warning")
+            level: sum(n for (_, s), n in counts.items() if s == level) for level in ("error", "warning")
         }
         described = (
             ", ".join(f"{n:,} {level}{'s' if n != 1 else ''}" for level, n in by_severity.items() if n)
@@ -88,11 +106,11 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
                 + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting"))
                 + ")"
             )
-        marks = findings.key_marks.get(check, [""] * len(keys))  # new and reappeared come first
+        marks = marks or [""] * len(keys)  # new and reappeared come first
         shown = "\n".join(f"{key} ({label})" if label else key for key, label in zip(keys, marks)) + (
             f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else ""
         )
-        if failing(findings.severities.get(check, {}), fail_on):
+        if failing(counts, fail_on):
             failures += 1
             message = f"{check}: {described}{_named(keys, marks, statuses)}"
             failure = ElementTree.SubElement(case, "failure", message=message, type=severity)
@@ -104,11 +122,51 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
             ElementTree.SubElement(
                 case, "system-out"
             ).text = f"{described} (not failing with --fail-on {fail_on}):\n{shown}"
+        elif apart:
+            ElementTree.SubElement(case, "system-out").text = (
+                f"{apart} finding{'s' if apart != 1 else ''} on the dataset as a whole: each is a testcase "
+                f"of scrub.{name}.dataset"
+            )
+    failures += _dataset_cases(suite, summary, findings, fail_on, name)
+    tests = len(summary.checks) + len(findings.dataset_findings)
+    suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
-    suites = ElementTree.Element(
-        "testsuites", name="scrub", tests=str(len(summary.checks)), failures=str(failures)
-    )
+    suites = ElementTree.Element("testsuites", name="scrub", tests=str(tests), failures=str(failures))
     suites.append(suite)
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _dataset_cases(
+    suite: ElementTree.Element, summary: Summary, findings: Findings, fail_on: str, name: str
+) -> int:
+    """A testcase per drift or contract finding on the dataset as a whole, named by its check
+    and feature (and dataset, in a run of several), failing when the finding fails the run;
+    returns how many fail."""
+    failures = 0
+    used: Counter[str] = Counter()
+    for issue in findings.dataset_findings:
+        feature, found, limit = describe_finding(issue)
+        case_name = issue.check + (f" {feature}" if feature else "")
+        if summary.parts and issue.dataset:
+            case_name = f"{issue.check} {issue.dataset}" + (f": {feature}" if feature else "")
+        used[case_name] += 1
+        if used[case_name] > 1:  # names stay unique
+            case_name += f" ({used[case_name]})"
+        case = ElementTree.SubElement(
+            suite, "testcase", classname=f"scrub.{name}.dataset", name=case_name, time="0"
+        )
+        measured = "; ".join(part for part in (found, limit) if part)
+        status = f", {issue.status}" if issue.status in MARKED else ""
+        text = f"{issue.message}\n{measured}" if measured else issue.message
+        if failing(Counter({(issue.status or "found", issue.severity.value): 1}), fail_on):
+            failures += 1
+            message = f"{issue.check}: {feature or issue.source}" + (f": {measured}" if measured else "")
+            message += f" ({issue.status})" if issue.status in MARKED else ""
+            ElementTree.SubElement(case, "failure", message=message, type=issue.severity.value).text = text
+        else:
+            ElementTree.SubElement(
+                case, "system-out"
+            ).text = f"{issue.severity.value}{status} (not failing with --fail-on {fail_on}): {text}"
+    return failures

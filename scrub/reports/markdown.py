@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrub.reports.findings import Findings, mark, record_name
+from scrub.reports.findings import Findings, describe_finding, is_dataset_finding, mark, record_name
 from scrub.summary import Summary
 from scrub.wording import counted
 
@@ -45,13 +45,16 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
             for check, n in found.items()
         ]
         lines.append("")
-    if findings.errors:
+    if findings.dataset_findings:
+        lines += _dataset_findings(summary, findings)
+    errors = [issue for issue in findings.errors if not is_dataset_finding(issue)]  # listed above
+    if errors:
         with_status = summary.baseline is not None  # new and reappeared come first, in bold
         if with_status:
             lines += ["| record | status | check | message |", "|---|---|---|---|"]
         else:
             lines += ["| record | check | message |", "|---|---|---|"]
-        for issue in findings.errors:
+        for issue in errors:
             status = f" {_status(issue.status)} |" if with_status else ""
             lines.append(
                 f"| `{_cell(record_name(issue))}` |{status} `{issue.check}` | {_cell(issue.message)} |"
@@ -61,3 +64,35 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
         lines.append("")
     lines.append(f"Manifest: `{_cell(summary.manifest)}`")
     return "\n".join(lines) + "\n"
+
+
+def _dataset_findings(summary: Summary, findings: Findings) -> list[str]:
+    """Each drift and contract finding on the dataset as a whole, one row each: its check, the
+    feature, what was found against what was expected (a distance and its threshold, a
+    contract's value), and its message."""
+    several = bool(summary.parts)
+    with_status = summary.baseline is not None
+    head = ["dataset"] if several else []
+    head += (
+        ["check", "severity"]
+        + (["status"] if with_status else [])
+        + ["feature", "found", "expected", "message"]
+    )
+    lines = [
+        "Dataset findings (drift from the baseline, a contract's rules; no record to set aside):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for issue in findings.dataset_findings:
+        feature, found, limit = describe_finding(issue)
+        cells = [f"`{_cell(issue.dataset)}`"] if several else []
+        cells += [f"`{issue.check}`", issue.severity.value]
+        cells += [_status(issue.status)] if with_status else []
+        cells += [f"`{_cell(feature)}`" if feature else "", _cell(found), _cell(limit), _cell(issue.message)]
+        lines.append("| " + " | ".join(cells) + " |")
+    more = findings.dataset_finding_count - len(findings.dataset_findings)
+    if more > 0:
+        lines.append(f"\nand {counted(more, 'more dataset finding')} in the manifest")
+    lines.append("")
+    return lines
