@@ -4,7 +4,7 @@ For each family, a synthetic dataset of N records (N = 1,000 and 10,000) is prof
 profiles it (KLL sketches at k=200, 101 quantiles; exact counts), then compared
 (`scrub.profile.drift.compare`, the default thresholds) with the profile of:
 
-* a bootstrap resample of it (the same data; what must raise nothing): R times;
+* a bootstrap resample of it (the same data; what must raise nothing, of any id): R times;
 * two bootstrap resamples of it against each other ("two nights" of the same source): R times;
 * the same data with a shift planted (a class removed, a class share moved 30%, a feature's mean
   moved by two standard deviations, images resized to half, token lengths doubled, the most
@@ -246,19 +246,19 @@ def raised(findings, family: str) -> list:
 def calibrate(resamples: int, sizes: list[int], seed: int) -> dict[str, Any]:
     thresholds = DriftThresholds()
     results: dict[str, Any] = {}
-    for family, (make, profile, shifts) in FAMILIES.items():
+    for number, (family, (make, profile, shifts)) in enumerate(FAMILIES.items()):
         for n in sizes:
-            rng = np.random.default_rng(seed)
+            rng = np.random.default_rng([seed, number])  # each family its own data and resamples
             data = make(n, rng)
             baseline = profile(data)
             alarms = pairs = 0
             worst: dict[str, int] = {}
             for _ in range(resamples):
                 tonight = profile(resample(data, rng.integers(0, n, n)))
-                found = raised(compare(baseline, tonight, thresholds), family)
+                found = compare(baseline, tonight, thresholds)  # any id is a false alarm
                 alarms += bool(found)
                 other = profile(resample(data, rng.integers(0, n, n)))
-                pair = raised(compare(other, tonight, thresholds), family)
+                pair = compare(other, tonight, thresholds)
                 pairs += bool(pair)
                 for finding in [*found, *pair]:
                     worst[finding.feature] = worst.get(finding.feature, 0) + 1

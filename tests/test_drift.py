@@ -178,7 +178,7 @@ def test_images_resized_to_half_are_size_drift_of_width_and_height():
     assert findings["images.width"][0].check == "size-drift"
     # all of tonight's mass lies below the baseline's only width: disjoint
     assert findings["images.width"][0].distance == pytest.approx(1.0)
-    assert "median 320 tonight, 640 in the baseline" in findings["images.width"][0].message
+    assert "mean 320 tonight, 640 in the baseline" in findings["images.width"][0].message
 
 
 def test_a_change_of_image_mode_is_size_drift_of_modes():
@@ -214,7 +214,33 @@ def test_a_dtype_or_shape_change_is_dtype_change():
     tonight = profile()
     tonight["arrays"] = {"32": tonight["arrays"]["16"]}
     (finding,) = found(profile(), tonight)["arrays"]
-    assert finding.check == "dtype-change" and finding.details == {"previous": ["16"], "current": ["32"]}
+    assert finding.check == "dtype-change"
+    assert (finding.details["new"], finding.details["gone"]) == (["32"], ["16"])
+    assert finding.message == "arrays: rows of shape 32 tonight, 16 in the baseline; 32 new; 16 gone"
+
+
+def test_a_few_rows_of_another_dtype_or_shape_are_not_the_datasets_change():
+    """Five float64 rows among 10,000 (a resample may hold none of them) are records' findings
+    (shape-mismatch), not a dtype change of the dataset; a group of many rows is."""
+    tonight = profile()
+    tonight["arrays"]["16"]["dtypes"] = {"float32": 9_995, "float64": 5}
+    tonight["arrays"]["32"] = copy.deepcopy(tonight["arrays"]["16"]) | {
+        "records": 5,
+        "dtypes": {"float32": 5},
+    }
+    assert found(profile(), tonight) == {}
+    tonight["arrays"]["16"]["dtypes"] = {"float32": 9_000, "float64": 1_000}
+    (finding,) = found(profile(), tonight)["arrays.16.dtypes"]
+    assert finding.details["new"] == ["float64"] and finding.distance == pytest.approx(0.1)
+
+
+def test_rows_of_many_shapes_are_said_not_compared():
+    many, other = profile(), profile()
+    many["arrays"] = {str(n): many["arrays"]["16"] | {"records": 10} for n in range(1, 65)}
+    other["arrays"] = {str(n): other["arrays"]["16"] | {"records": 10} for n in range(30, 94)}
+    notes: list[str] = []
+    assert not [f for f in compare(many, other, DriftThresholds(), notes) if f.check == "dtype-change"]
+    assert any("64 row shapes or more" in note for note in notes)
 
 
 def test_a_third_of_the_records_gone_is_a_record_count_change():
@@ -398,3 +424,21 @@ def test_profiles_of_another_version_are_said():
     assert notes == [
         "drift: the baseline's profile is of version 0, tonight's of 1: compared where their fields agree"
     ]
+
+
+def test_records_reused_from_the_cache_leave_only_exact_counts_compared():
+    """A record reused from --cache is counted but sketched in nothing: tonight's numbers then
+    describe the records read again only, and are not compared; classes and counts are."""
+    tonight = profile()
+    tonight["reused"] = 9_990
+    tonight["arrays"]["16"]["features"]["3"] = normal(30, 1, 10)  # the ten records read again
+    tonight["arrays"]["16"]["dtypes"] = {"float64": 10}
+    tonight["tokens"]["length"] = numeric([float(400 + i) for i in range(101)], 10)
+    notes: list[str] = []
+    assert compare(profile(), tonight, DriftThresholds(), notes) == []
+    assert notes == [
+        "drift: 9,990 of tonight's records were reused from --cache, and a profile sketches nothing of "
+        "them: only the record count, classes, image modes and mask pixels were compared"
+    ]
+    del tonight["labels"]["classes"]["2"]
+    assert set(found(profile(), tonight)) == {"labels.classes"}

@@ -6,9 +6,11 @@ cannot be compared is a note, and `fix` sets no record aside for a drift."""
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import h5py
+import jsonschema
 import numpy as np
 import pytest
 from conftest import image_bytes, manifest_lines, write
@@ -138,7 +140,7 @@ def test_images_resized_to_half(tmp_path):
     result, _ = night(tmp_path, "tuesday", folder(tmp_path / "tuesday", 24), manifest)
     assert {("size-drift", "images.width"), ("size-drift", "images.height")} <= drifted(result)
     (width,) = [f for f in result.summary.drift if f["feature"] == "images.width"]
-    assert "median 24 tonight, 48 in the baseline" in width["message"]
+    assert "mean 24 tonight, 48 in the baseline (range 24..24, baseline 48..48)" in width["message"]
 
 
 def test_token_lengths_doubled(tmp_path):
@@ -200,6 +202,9 @@ def test_several_datasets_are_matched_by_path(tmp_path):
     assert [(f["dataset"], f["check"]) for f in result.summary.drift] == [
         (str(second), "record-count-change")
     ]
+    assert [part.drift for part in result.summary.parts][0] == []
+    schema = json.loads(resources.files("scrub.schemas").joinpath("summary.schema.json").read_text())
+    jsonschema.validate(result.summary.to_dict(), schema)  # the whole's drift and each part's
 
 
 def test_the_console_prints_each_drift(tmp_path, first_night, monkeypatch):
@@ -347,3 +352,35 @@ def test_resamples_of_rows_whose_elements_move_together_raise_nothing(tmp_path):
         path = hdf5(tmp_path / f"resample{number}.h5", data[rng.integers(0, len(data), len(data))])
         result, _ = night(tmp_path, f"resample{number}", path, manifest)
         assert result.summary.drift == [], (number, result.summary.drift)
+
+
+def test_an_image_class_removed_and_a_third_of_the_images_gone(tmp_path):
+    def folder(root: Path, classes: tuple[str, ...]) -> Path:
+        for name in classes:
+            for index in range(30):
+                write(root / name / f"{index}.png", image_bytes(index, fmt="PNG", size=16))
+        return root
+
+    _, manifest = night(tmp_path, "monday", folder(tmp_path / "monday", ("cat", "dog", "fox")))
+    result, _ = night(tmp_path, "tuesday", folder(tmp_path / "tuesday", ("cat", "dog")), manifest)
+    assert drifted(result) == {("record-count-change", "records"), ("label-drift", "labels.classes")}
+    (classes,) = [f for f in result.summary.drift if f["feature"] == "labels.classes"]
+    assert "class 2's share is 0.0% tonight, 33.3% in the baseline" in classes["message"]  # fox
+
+
+def test_with_the_cache_only_exact_counts_are_compared(tmp_path):
+    """A nightly job with --cache reads only what changed: the records reused are counted in the
+    profile (records, classes, modes) but sketched in nothing, so numbers are not compared (a note
+    says so) while a class folder removed is still found."""
+    for name in ("cat", "dog", "fox"):
+        for index in range(30):
+            write(tmp_path / "data" / name / f"{index}.png", image_bytes(index, fmt="PNG", size=16))
+    cache = tmp_path / "cache"
+    _, manifest = night(tmp_path, "monday", tmp_path / "data", cache=cache)
+    same, _ = night(tmp_path, "tuesday", tmp_path / "data", manifest, cache=cache)
+    assert same.summary.cache["reused"] == 90 and same.summary.drift == []
+    assert any("90 of tonight's records were reused from --cache" in note for note in same.summary.notes)
+    for path in (tmp_path / "data" / "fox").iterdir():
+        path.unlink()
+    removed, _ = night(tmp_path, "wednesday", tmp_path / "data", manifest, cache=cache)
+    assert drifted(removed) == {("record-count-change", "records"), ("label-drift", "labels.classes")}

@@ -87,8 +87,14 @@ def test_three_nights(tmp_path):
     assert "baseline kept" in night.stderr
     assert (state / "baseline.jsonl").read_bytes() == before
     assert "dog/truncated.jpg" not in (state / "baseline.jsonl").read_text()
-    tonight = {line["key"]: line["status"] for line in manifest_lines(state / "tonight.jsonl")}
-    assert tonight == {"cat/truncated.jpg": "persisting", "dog/truncated.jpg": "new"}
+    tonight = {
+        (line["key"], line["check"]): line["status"] for line in manifest_lines(state / "tonight.jsonl")
+    }
+    assert tonight == {
+        ("cat/truncated.jpg", "corrupt-image"): "persisting",
+        ("dog/truncated.jpg", "corrupt-image"): "new",
+        ("*", "record-count-change"): "new",  # 7 records where the baseline had 6: drift, a warning
+    }
     summary = json.loads((state / "summary.json").read_text())
     assert summary["baseline"]["new_errors"] == 1 and summary["cache"]["reused"] > 0
 

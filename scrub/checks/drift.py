@@ -97,7 +97,7 @@ reader_check(
         twice, a sensor that reports zeros) feeds the model inputs it was not fitted to; the
         normalization statistics computed on old data no longer centre it.
     Example:
-        `arrays.16.features.3: median 2.01 tonight, 0.01 in the baseline (...): Jensen-Shannon
+        `arrays.16.features.3: mean 2.01 tonight, 0.01 in the baseline (...): Jensen-Shannon
         distance 0.712 > 0.100`.
     What fix does:
 {_WHAT_FIX_DOES}
@@ -118,7 +118,7 @@ reader_check(
         Images at half the size are upsampled by the loader into blur; a mode that changed (L for
         RGB) either fails a collate or is silently broadcast into three equal channels.
     Example:
-        `images.width: median 320 tonight, 640 in the baseline (...): Jensen-Shannon distance
+        `images.width: mean 320 tonight, 640 in the baseline (...): Jensen-Shannon distance
         1.000 > 0.100`.
     What fix does:
 {_WHAT_FIX_DOES}
@@ -140,7 +140,7 @@ reader_check(
         run out of memory; a fall in the supervised share (a masking bug) trains on few tokens and
         the loss looks better than the model is.
     Example:
-        `tokens.length: median 296 tonight, 148 in the baseline (...): Jensen-Shannon distance
+        `tokens.length: mean 296 tonight, 148 in the baseline (...): Jensen-Shannon distance
         0.870 > 0.100`.
     What fix does:
 {_WHAT_FIX_DOES}
@@ -176,15 +176,19 @@ reader_check(
     f"""An array's dtype or row shape differs from the baseline's.
 
     What it finds:
-        The dtypes of an array group (`arrays.16.dtypes`: float32 tonight, float64 in the
-        baseline), or its row shapes (`arrays`: rows of 32 values where the baseline had 16), in
-        the profiles of the two scans. No threshold: any change is one.
+        A dtype of an array group (`arrays.16.dtypes`: float64 tonight, float32 in the
+        baseline), or a row shape (`arrays`: rows of 32 values where the baseline had 16), that
+        one scan's profile holds in so many records that the other lacks it only by chance (one
+        in a million): no threshold. A few rows of another shape or dtype among many are
+        `shape-mismatch`'s, record by record; past 64 row shapes (rows of many sizes) the shapes
+        are not compared, and a note says so (details: `previous`, `current`: records by dtype
+        or shape; `new`, `gone`).
     Why it breaks training:
         A model built for rows of 16 fails on rows of 32 at its first batch, hours into a job;
         float64 where float32 was doubles memory, and integers where floats were change the
         arithmetic of every normalization.
     Example:
-        `arrays.16.dtypes: float64 tonight, float32 in the baseline`.
+        `arrays.16.dtypes: float64 tonight, float32 in the baseline; float64 new; float32 gone`.
     What fix does:
 {_WHAT_FIX_DOES}
     """,

@@ -16,12 +16,13 @@ the formulas and the calibration behind the defaults; in short:
   Jensen-Shannon rather than PSI: it is bounded and defined when a bin is empty on one side (the
   baseline's own tails are empty by construction, so PSI's value there depends on an arbitrary
   epsilon), and measured as quiet and as sensitive (benchmarks/calibrate_drift.py);
-* the record count by its relative change; an array group's dtype or row shape by equality.
+* the record count by its relative change; an array group's dtypes and the row shapes by a dtype
+  or shape that one side lacks and the other holds in too many records to miss by chance.
 
 A threshold is an effect size; sampling alone also moves a distance, more for few records than for
 many. So a comparison drifts only when its distance exceeds both the family's threshold and the
-distance sampling makes likely at these record counts (`sampling_floor`, at a one-in-a-million
-chance for each comparison): quiet on resamples of a small dataset, and at a large one the
+distance sampling makes likely at these record counts (`js_floor`, `share_floor`, at a
+one-in-a-million chance for each comparison): quiet on resamples of a small dataset, and at a large one the
 threshold alone decides.
 """
 
@@ -32,6 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from statistics import NormalDist
 from typing import Any
+
+from scrub.profile import GROUPS
 
 #: the families a threshold is set for (``--drift-threshold FAMILY=VALUE``, a config table)
 FAMILIES = ("records", "label", "value", "size", "length", "token")
@@ -50,21 +53,25 @@ FAMILY_CHECKS = {
 DRIFT_CHECKS = (*FAMILY_CHECKS.values(), "dtype-change")
 
 #: the chance, for one comparison of two samples of the same data, that sampling alone moves its
-#: distance past the sampling floor (see `sampling_floor`)
+#: distance past the sampling floor (`js_floor`, `share_floor`)
 FALSE_ALARM = 1e-6
 
 #: a category held on one side only is a finding, whatever its share, when the other side's records
 #: would have held this many of it: sampling misses it then with a chance of e^-14, ~1e-6
 ABSENCE = -math.log(FALSE_ALARM)
 
+#: the array groups (row shapes) a profile lists at most
+ARRAY_GROUPS = GROUPS
+
 #: the baseline's quantiles that bound the bins of a numeric comparison: every tenth of the 101
 #: (deciles), measured against every one (100 bins) in docs/drift.md
 BIN_EDGES = tuple(range(0, 101, 10))
 
 #: records beyond which a quantile sketch's own error, not sampling, bounds how well its deciles
-#: are known: two KLL sketches (k=200) of the same million values differ over the deciles as two
-#: samples of ~1,700 values each do (benchmarks/calibrate_drift.py measured 1,700 to 1,820)
-SKETCH_RECORDS = 1_700
+#: are known: two KLL sketches (k=200) of the same values differ over the deciles as two samples
+#: of ~1,550 to 1,950 values each do (benchmarks/calibrate_drift.py, five runs: 1,561 to 1,924; KLL
+#: draws random bits of its own); below the lowest
+SKETCH_RECORDS = 1_500
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,9 @@ class DriftFinding:
 
     check: str  # the check id (`DRIFT_CHECKS`)
     feature: str  # where in the profile: "arrays.16.features.3", "labels.classes", "images.width"
-    distance: float  # the distance measured (a relative change for the record count; 1.0 for a dtype)
+    #: the distance measured (a relative change for the record count; the share of the new or gone
+    #: dtype or shape for a dtype-change)
+    distance: float
     threshold: float  # what it passed: the family's threshold, or the sampling floor where higher
     message: str
     details: dict[str, Any] = field(default_factory=dict)
@@ -121,14 +130,29 @@ def compare(
             f"drift: the baseline's profile is of version {previous.get('version')}, tonight's of "
             f"{current.get('version')}: compared where their fields agree"
         )
+    reused = {
+        "the baseline's": int(previous.get("reused") or 0),
+        "tonight's": int(current.get("reused") or 0),
+    }
+    if any(reused.values()):
+        # a record reused from --cache is not read: the profile counts it (records, classes,
+        # image modes, mask pixels) but sketches nothing of it, so the rest describes only the
+        # records read again (docs/profile.md): comparing that with a whole profile is not drift
+        which = " and ".join(f"{count:,} of {side} records" for side, count in reused.items() if count)
+        said.append(
+            f"drift: {which} were reused from --cache, and a profile sketches nothing of them: only "
+            "the record count, classes, image modes and mask pixels were compared"
+        )
+        comparison.exact_only = True
     comparison.record_count(previous, current)
     comparison.labels(previous.get("labels"), current.get("labels"), previous, current)
-    comparison.arrays(previous.get("arrays"), current.get("arrays"))
     comparison.images(previous.get("images"), current.get("images"))
-    comparison.tokens(previous.get("tokens"), current.get("tokens"))
     comparison.shares_of(previous, current, "masks", "pixels", "masks.pixels", "label")
-    comparison.shares_of(previous, current, "boxes", "classes", "boxes.classes", "label")
-    comparison.shares_of(previous, current, "boxes", "per_image", "boxes.per_image", "label")
+    if not comparison.exact_only:
+        comparison.arrays(previous.get("arrays"), current.get("arrays"))
+        comparison.tokens(previous.get("tokens"), current.get("tokens"))
+        comparison.shares_of(previous, current, "boxes", "classes", "boxes.classes", "label")
+        comparison.shares_of(previous, current, "boxes", "per_image", "boxes.per_image", "label")
     return comparison.found
 
 
@@ -139,6 +163,8 @@ class _Comparison:
         self.thresholds = thresholds
         self.notes = notes
         self.found: list[DriftFinding] = []
+        #: compare only what a profile counts exactly for records reused from the cache
+        self.exact_only = False
 
     def one_sided(self, feature: str, previous: Any, current: Any) -> bool:
         """Whether only one side holds ``feature`` (said in a note); False when both or neither do."""
@@ -195,6 +221,8 @@ class _Comparison:
                 )
             )
             return
+        if self.exact_only and previous.get("kind") != "class":
+            return  # value labels are sketched, and counted, from the records read only
         presence_before = {"labelled": previous.get("labelled", 0), "missing": previous.get("missing", 0)}
         presence_now = {"labelled": current.get("labelled", 0), "missing": current.get("missing", 0)}
         self.categories("labels.labelled", presence_before, presence_now, "label", what="records")
@@ -213,34 +241,20 @@ class _Comparison:
         if previous is None or current is None:
             self.one_sided("arrays", previous, current)
             return
-        shapes_before, shapes_now = set(previous), set(current)
-        if shapes_before != shapes_now:
-            self.found.append(
-                DriftFinding(
-                    "dtype-change",
-                    "arrays",
-                    1.0,
-                    0.0,
-                    f"arrays: rows of shape {_listed(shapes_now)} tonight, {_listed(shapes_before)} in the "
-                    "baseline",
-                    {"previous": sorted(shapes_before), "current": sorted(shapes_now)},
-                )
+        records_before = {group: int(previous[group].get("records", 0)) for group in previous}
+        records_now = {group: int(current[group].get("records", 0)) for group in current}
+        if max(len(previous), len(current)) >= ARRAY_GROUPS:
+            # the profile keeps the first shapes a run meets: past its cap, which ones depends on
+            # the partitions' order, and the rest are not listed
+            self.notes.append(
+                f"drift: {ARRAY_GROUPS} row shapes or more in a profile (rows of many sizes): the shapes "
+                "are not compared, only the groups both profiles hold"
             )
-        for group in sorted(shapes_before & shapes_now, key=_natural):
+        else:
+            self.changed("arrays", "rows of shape", records_before, records_now)
+        for group in sorted(set(previous) & set(current), key=_natural):
             before, now = previous[group], current[group]
-            dtypes_before, dtypes_now = set(before.get("dtypes", {})), set(now.get("dtypes", {}))
-            if dtypes_before != dtypes_now:
-                self.found.append(
-                    DriftFinding(
-                        "dtype-change",
-                        f"arrays.{group}.dtypes",
-                        1.0,
-                        0.0,
-                        f"arrays.{group}.dtypes: {_listed(dtypes_now)} tonight, {_listed(dtypes_before)} "
-                        "in the baseline",
-                        {"previous": sorted(dtypes_before), "current": sorted(dtypes_now)},
-                    )
-                )
+            self.changed(f"arrays.{group}.dtypes", "", before.get("dtypes") or {}, now.get("dtypes") or {})
             features_before, features_now = before.get("features") or {}, now.get("features") or {}
             # a row's elements come in records: resampling the records moves them together, so
             # the rows sketched (each gives its first positions to `features`) are its sample size
@@ -251,6 +265,55 @@ class _Comparison:
                 one, other = features_before.get(position), features_now.get(position)
                 if not self.one_sided(feature, one, other):
                     self.numbers(feature, one, other, "value")
+
+    def changed(
+        self, feature: str, what: str, previous: Mapping[str, int], current: Mapping[str, int]
+    ) -> None:
+        """A `dtype-change`: a dtype or row shape that one side holds in so many records that the
+        other lacks it only by chance (`ABSENCE`: the whole dataset from float32 to float64, or
+        from rows of 16 to rows of 32). A few rows of another shape or dtype among many are
+        records' findings (`shape-mismatch`), not the dataset's; and a shape that sampling can
+        miss must not raise a drift on a resample of the same data."""
+        total_before, total_now = sum(previous.values()), sum(current.values())
+        if not total_before or not total_now:
+            return
+        appeared = sorted(
+            name
+            for name in set(current) - set(previous)
+            if current[name] / total_now * total_before >= ABSENCE
+        )
+        gone = sorted(
+            name
+            for name in set(previous) - set(current)
+            if previous[name] / total_before * total_now >= ABSENCE
+        )
+        if not appeared and not gone:
+            return
+        moved = max(
+            [current[name] / total_now for name in appeared]
+            + [previous[name] / total_before for name in gone]
+        )
+        self.found.append(
+            DriftFinding(
+                "dtype-change",
+                feature,
+                moved,
+                0.0,
+                f"{feature}: {what + ' ' if what else ''}{_listed(current)} tonight, {_listed(previous)} in "
+                "the baseline"
+                + "".join(
+                    f"; {_listed(names)} {said}"
+                    for names, said in ((appeared, "new"), (gone, "gone"))
+                    if names
+                ),
+                {
+                    "previous": {name: previous[name] for name in sorted(previous, key=_natural)},
+                    "current": {name: current[name] for name in sorted(current, key=_natural)},
+                    "new": appeared,
+                    "gone": gone,
+                },
+            )
+        )
 
     def images(self, previous: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> None:
         if previous is None or current is None:
@@ -438,6 +501,8 @@ class _Comparison:
     ) -> None:
         """The Jensen-Shannon distance of two Numerics over the baseline's deciles; ``records``:
         the sample sizes when fewer than the values counted (values that come several a record)."""
+        if self.exact_only:
+            return
         if previous is None or current is None:
             self.one_sided(feature, previous, current)
             return
@@ -465,9 +530,9 @@ class _Comparison:
                 feature,
                 distance,
                 limit,
-                f"{feature}: median {_number(median_now)} tonight, {_number(median_before)} in the baseline "
-                f"(range {_number(quantiles_now[0])}..{_number(quantiles_now[100])}, baseline "
-                f"{_number(quantiles_before[0])}..{_number(quantiles_before[100])}): Jensen-Shannon distance "
+                f"{feature}: {_centres(previous, current, median_before, median_now)} "
+                f"(range {_range(current, quantiles_now)}, baseline "
+                f"{_range(previous, quantiles_before)}): Jensen-Shannon distance "
                 f"{distance:.3f} > {limit:.3f}" + _floor_said(limit, threshold),
                 {
                     "metric": "jensen-shannon",
@@ -631,6 +696,22 @@ def _floor_said(limit: float, threshold: float) -> str:
         if limit > threshold
         else ""
     )
+
+
+def _centres(previous: Mapping[str, Any], current: Mapping[str, Any], before: float, now: float) -> str:
+    """Where the two distributions lie: their exact means (a sketch's median is approximate, and
+    differs from run to run), else their medians."""
+    if previous.get("mean") is not None and current.get("mean") is not None:
+        return f"mean {_number(current['mean'])} tonight, {_number(previous['mean'])} in the baseline"
+    return f"median {_number(now)} tonight, {_number(before)} in the baseline"
+
+
+def _range(numeric: Mapping[str, Any], quantiles: list[float]) -> str:
+    """A Numeric's exact min..max (its sketch's end quantiles are approximate), else those."""
+    low, high = numeric.get("min"), numeric.get("max")
+    if low is None or high is None:
+        low, high = quantiles[0], quantiles[-1]
+    return f"{_number(low)}..{_number(high)}"
 
 
 def _number(value: float) -> str:

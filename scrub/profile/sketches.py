@@ -32,12 +32,22 @@ _OFFSETS = np.random.default_rng()
 
 class Quantiles:
     """A KLL sketch of doubles (float32's range would turn a 1e300 value into Inf: the values
-    this tool cares about most), serialized to bytes when pickled."""
+    this tool cares about most), kept as its serialized bytes between uses.
 
-    __slots__ = ("_sketch",)
+    The binding's objects live only inside a call: one still alive when the interpreter exits
+    (a profile held by a failed run's frames) makes nanobind print hundreds of "leaked
+    instance" lines after scrub's one-line error. Serializing costs a few microseconds, once
+    per `PENDING` values."""
+
+    __slots__ = ("_state",)
 
     def __init__(self) -> None:
-        self._sketch = datasketches.kll_doubles_sketch(QUANTILE_K)
+        self._state: bytes | None = None  # None: nothing seen
+
+    def _sketch(self) -> Any:
+        if self._state is None:
+            return datasketches.kll_doubles_sketch(QUANTILE_K)
+        return datasketches.kll_doubles_sketch.deserialize(self._state)
 
     def update(self, values: np.ndarray, thin: int = 1) -> None:
         """Add finite values (the caller takes NaN and Inf out: a sketch cannot rank them).
@@ -55,32 +65,43 @@ class Quantiles:
                     return
             if not (array.flags.writeable and array.flags.c_contiguous):  # the binding takes neither
                 array = array.copy()
-            self._sketch.update(array)
+            sketch = self._sketch()
+            sketch.update(array)
+            self._state = bytes(sketch.serialize())
 
     def merge(self, other: "Quantiles") -> None:
-        if not other._sketch.is_empty():
-            self._sketch.merge(other._sketch)
+        if other._state is None:
+            return
+        if self._state is None:
+            self._state = other._state
+            return
+        sketch = self._sketch()
+        sketch.merge(datasketches.kll_doubles_sketch.deserialize(other._state))
+        self._state = bytes(sketch.serialize())
 
     @property
     def n(self) -> int:
-        return int(self._sketch.n)
+        return 0 if self._state is None else int(self._sketch().n)
 
     def quantiles(self) -> list[float]:
         """The values at `RANKS` (empty when the sketch saw nothing)."""
-        if self._sketch.is_empty():
+        if self._state is None:
             return []
-        return [float(v) for v in self._sketch.get_quantiles(RANKS)]
+        sketch = self._sketch()
+        if sketch.is_empty():
+            return []
+        return [float(v) for v in sketch.get_quantiles(RANKS)]
 
     @staticmethod
     def rank_error() -> float:
         """The sketch's normalized rank error for one quantile (99% confidence)."""
         return float(datasketches.kll_doubles_sketch.get_normalized_rank_error(QUANTILE_K, False))
 
-    def __getstate__(self) -> bytes:
-        return bytes(self._sketch.serialize())
+    def __getstate__(self) -> tuple[bytes | None]:
+        return (self._state,)  # a tuple: pickle skips `__setstate__` for a false state (None)
 
-    def __setstate__(self, state: bytes) -> None:
-        self._sketch = datasketches.kll_doubles_sketch.deserialize(state)
+    def __setstate__(self, state: tuple[bytes | None]) -> None:
+        (self._state,) = state
 
 
 class Numeric:
