@@ -17,8 +17,10 @@ from typing import Any
 
 from scrub.cache import holds_results
 from scrub.errors import (
+    ScrubError,
     UnopenedDataset,
     UnusableDataset,
+    UsageError,
 )
 from scrub.opening import OpenedDataset, load_plugins, open_dataset, options_of, worker_starter
 from scrub.options import ReplayOptions, ScanOptions
@@ -39,6 +41,7 @@ __all__ = [
     "scan_many",
     "scan_one",
     "worker_starter",
+    "write_contract",
 ]
 
 
@@ -150,3 +153,41 @@ def scan_many(
     finally:
         for dataset in opened:
             dataset.reader.close()
+
+
+def write_contract(
+    source: str | Path, output: str | Path | None = None, force: bool = False
+) -> tuple[Path, str]:
+    """Infer the contract of ``source`` (a scan record, the manifest beside one, or a dataset,
+    scanned here with the default options) and write it to ``output`` (default
+    `DEFAULT_NAME`); return (where, what was written). An existing file is kept unless
+    ``force``: a contract is edited by hand, and overwriting it would lose the edits."""
+    from scrub.profile.contract import DEFAULT_NAME, infer
+    from scrub.profile.render import profiles_in
+
+    source = Path(source)
+    target = Path(output) if output is not None else Path(DEFAULT_NAME)
+    if target.exists() and not force:
+        raise UsageError(f"{target}: exists (a contract is edited by hand): --force overwrites it")
+    if source.is_file() and source.name.endswith((".scan.json", ".jsonl")):
+        held = profiles_in(source)
+    else:
+        summary = scan(source).summary
+        held = (
+            [(part.path, part.profile) for part in summary.parts if part.profile is not None]
+            if summary.parts
+            else [(summary.path, summary.profile)]
+            if summary.profile is not None
+            else []
+        )
+    if len(held) != 1:
+        raise ScrubError(
+            f"{source}: holds {len(held)} datasets' profiles: a contract is of one dataset (scan it alone)"
+        )
+    dataset, profile = held[0]
+    text = infer(profile, str(dataset))
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise ScrubError(f"{target}: cannot be written ({error.strerror or error})") from None
+    return target, text

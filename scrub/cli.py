@@ -378,6 +378,39 @@ def profile(
 
 
 @app.command()
+def contract(
+    source: Annotated[
+        Path,
+        typer.Argument(
+            help=(
+                "A scan record (NAME.scan.json, or the manifest NAME.jsonl beside it), or a dataset "
+                "(scanned with the default options; scan it yourself for others)."
+            ),
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Where to write it (default: scrub.contract.toml)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing contract file.")] = False,
+) -> None:
+    """Write the contract of a dataset as its profile shows it (record count, classes, dtypes,
+    shapes, image sizes and modes, vocabulary, lengths): a TOML file to edit, then to check with
+    `scrub scan DATA --contract FILE` (docs/contract.md)."""
+
+    def body() -> int:
+        from scrub.api import write_contract
+
+        target, text = write_contract(source, output, force)
+        out.print(text.rstrip("\n"), markup=False, soft_wrap=True)
+        err.print(f"wrote {target}", markup=False)
+        return 0
+
+    guarded(body)
+
+
+@app.command()
 def checks(
     check_id: Annotated[Optional[str], typer.Argument(help="Explain this check in full.")] = None,
     plugin: Annotated[

@@ -192,6 +192,16 @@ SHARED: dict[str, Key] = {
             ),
         ),
         Key(
+            "contract",
+            "checks",
+            "path",
+            help=(
+                "A contract file (TOML, written by `scrub contract`): each rule the data breaks is a "
+                "finding naming the file's line; records outside its class set or image size bounds "
+                "are named (docs/contract.md)."
+            ),
+        ),
+        Key(
             "min-image-side",
             "checks",
             "int",

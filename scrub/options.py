@@ -153,7 +153,10 @@ class ScanOptions:
 
 
 def _as_json(value: Any) -> Any:
-    """Tuples as lists, all the way down (a palette's (index, (r, g, b)) pairs too)."""
+    """Tuples as lists, all the way down (a palette's (index, (r, g, b)) pairs too); an object
+    that says how (a contract: its path and digest) as it says."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
     return [_as_json(item) for item in value] if isinstance(value, tuple) else value
 
 
@@ -251,6 +254,10 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
         raise UsageError(f"{flags}: need --dummy-loss (they configure the replay)")
     if "tokenizer" in checks:
         where = {**where, **_model_limits(checks, where)}
+    if checks.get("contract") is not None:  # read once, here: its rules travel to the workers
+        from scrub.profile.contract import load
+
+        checks["contract"] = load(checks["contract"])
     read = groups["read"]
     scan = ScanOptions(
         read=ReadOptions(**read, own=tuple(sorted(groups["format"].items()))),

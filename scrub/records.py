@@ -65,6 +65,7 @@ class Carries(str, Enum):
     VALUE_LABELS = "value-labels"
     REPLAY = "replay"  # the dummy-loss replay ran
     BASELINE = "baseline"  # a --baseline to measure drift from (`scrub.checks.drift`)
+    CONTRACT = "contract"  # a --contract to check (`scrub.checks.contract`)
     TRAINING_RUN = "training run"  # the NaN guard's findings
     SEVERAL_DATASETS = "several datasets"
     #: a dataset of several files (a folder or list of HDF5 or Parquet files), each of which can
@@ -92,6 +93,7 @@ _DESCRIBED = {
     Carries.VALUES: "key-value records",
     Carries.REPLAY: "--dummy-loss replay",
     Carries.BASELINE: "--baseline to measure drift from",
+    Carries.CONTRACT: "--contract to check",
     Carries.LABEL_VECTORS: "label vectors",
     Carries.CLASS_LABELS: "class ids as labels (--label-kind)",
     Carries.VALUE_LABELS: "continuous labels (--label-kind)",

@@ -5,6 +5,7 @@ See `scrub.checks.base` for the kinds of check and how to write one.
 
 from scrub.checks import (  # noqa: F401 - registration
     boxes,
+    contract,
     dataset,
     drift,
     files,

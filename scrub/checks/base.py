@@ -75,6 +75,9 @@ class CheckOptions:
     max_positions: int | None = None
     #: a tokenizer.json, config.json or a folder of them (`scrub.vocabulary`)
     tokenizer: str | None = None
+    #: ``--contract``: the contract file as read (`scrub.profile.contract.Contract`), whose
+    #: per-record rules the contract's checks judge
+    contract: Any = None
     #: how training normalizes each record (``--normalization``): "per-record" (per-image or
     #: per-row standardization, which divides by the record's own standard deviation) makes a
     #: constant record an error; "none" (not declared) a warning

@@ -14,7 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
-from scrub.checks.drift import NOT_RECORDS
+from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
@@ -89,12 +89,18 @@ class DatasetScan:
             reader.provides
             | ({Carries.REPLAY} if self.replay else set())
             | ({Carries.BASELINE} if options.baseline is not None else set())
+            | ({Carries.CONTRACT} if options.checks.contract is not None else set())
             | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
             | ({labels} if info.labelled else set())
         )
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
         )
+        if options.checks.contract is not None:  # a contract's checks of rules it does not hold judge nothing
+            from scrub.profile.contract import CONTRACT_CHECKS
+
+            held = options.checks.contract.checks()
+            self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
         self.cache: ResultCache | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)
@@ -261,6 +267,25 @@ class DatasetScan:
                 "changed during the scan?): the scan exits 3, whatever it found"
             )
         self._drift()
+        self._contract()
+
+    def _contract(self) -> None:
+        """With ``--contract``: each rule the dataset as a whole breaks is a dataset-level issue
+        (its per-record rules were judged record by record)."""
+        contract = self.options.checks.contract
+        if contract is None:
+            return
+        if self.aggregate.profile is None:
+            self.aggregate.notes.append(
+                f"contract: this scan built no profile (--no-profile): only the rules records break "
+                f"({contract.path}: classes, image sizes) were checked"
+            )
+            return
+        from scrub.scanning.contract import contract_issues
+
+        selected = {check.id for check in self.checks}
+        for issue in contract_issues(contract, self.aggregate.profile, str(self.dataset.path), selected):
+            self.aggregate.add_issue(issue)
 
     def _drift(self) -> None:
         """With ``--baseline``: each way tonight's profile moved from the baseline's is a
@@ -417,7 +442,7 @@ def _open_cache(
             options.verdict_options(),
             checking.labelled,
             dataset.info.label_width,
-            [c.id for c in checks if c.id not in NOT_RECORDS],  # drift judges no record
+            [c.id for c in checks if c.id not in NAMES_NO_RECORD],  # drift judges no record
         )
     )
     assert options.cache is not None  # opened only when --cache is given

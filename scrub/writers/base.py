@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from scrub.checks.drift import NOT_RECORDS
+from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.formats import WRITERS
 from scrub.ledger import Ledger
 from scrub.readers.base import Reader
@@ -37,7 +37,8 @@ class Verdicts:
 
     A dataset-level issue (key ``*``: an unreadable or inconsistent file) sets its whole
     source file aside; a finding about the dataset as a whole that names no record (a drift from
-    the baseline: `scrub.checks.drift.NOT_RECORDS`) sets nothing aside, and is only counted.
+    the baseline, a contract's rule: `scrub.checks.contract.NAMES_NO_RECORD`) sets nothing
+    aside, and is only counted.
     """
 
     records: set[tuple[str, int]] = field(default_factory=set)
@@ -51,7 +52,7 @@ class Verdicts:
         for issue in issues:
             if issue.status == "resolved":
                 continue  # a resolved line (a baseline's) describes an issue no longer found
-            if issue.check in NOT_RECORDS:  # whatever its severity: fix cannot act on it either way
+            if issue.check in NAMES_NO_RECORD:  # whatever its severity: fix cannot act on it either way
                 verdicts.not_records[issue.check] = verdicts.not_records.get(issue.check, 0) + 1
                 continue
             if not issue.severity.at_least(threshold):
