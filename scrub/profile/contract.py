@@ -43,7 +43,7 @@ LABELLED_SLACK = 0.01
 RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("records", "min"): ("contract-record-count", "error"),
     ("records", "max"): ("contract-record-count", "error"),
-    ("labels", "classes"): ("contract-missing-class", "error"),
+    ("labels", "classes"): ("contract-classes", "error"),
     ("labels", "min-class-share"): ("contract-class-share", "warning"),
     ("labels", "min-labelled-share"): ("contract-label-share", "warning"),
     ("arrays", "dtypes"): ("contract-dtype", "error"),
@@ -54,7 +54,7 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("tokens", "vocabulary"): ("contract-vocabulary", "error"),
     ("tokens", "length"): ("contract-length", "error"),
 }
-CONTRACT_CHECKS = frozenset(check for check, _ in RULES.values()) | {"contract-unknown-class"}
+CONTRACT_CHECKS = frozenset(check for check, _ in RULES.values())
 SEVERITIES = ("error", "warning")
 
 Bounds = tuple[float | None, float | None]
@@ -92,16 +92,29 @@ class Contract:
         line = self._lines.get(rule)
         return f"{self.path}:{line}" if line else self.path
 
+    def line(self, rule: str) -> int | None:
+        """The line of a rule (``"images.width"``) in the file (a finding's ``details.line``)."""
+        return self._lines.get(rule)
+
+    def details(self, rule: str, expected: Any, found: Any) -> dict[str, Any]:
+        """What a finding of ``rule`` says in its details: the rule, where it is written (path,
+        line, and both as ``path:line``), the expected and the found value."""
+        return {
+            "rule": rule,
+            "contract": self.where(rule),
+            "file": self.path,
+            "line": self.line(rule),
+            "expected": expected,
+            "found": found,
+        }
+
     def severity(self, check: str) -> str | None:
         return dict(self.severities).get(check)
 
     def checks(self) -> frozenset[str]:
         """The check ids this contract's rules can raise (its other checks have nothing to judge)."""
         held = {rule for rule, _ in self.lines}
-        found = {check for (table, key), (check, _) in RULES.items() if f"{table}.{key}" in held}
-        if "labels.classes" in held:
-            found.add("contract-unknown-class")
-        return frozenset(found)
+        return frozenset(check for (table, key), (check, _) in RULES.items() if f"{table}.{key}" in held)
 
     def to_json(self) -> dict[str, str]:
         """What the scan record's options say of it (and what the cache keys on)."""
@@ -137,9 +150,7 @@ def infer(profile: Mapping[str, Any], dataset: str) -> str:
         "# a rule family's severity: error (the scan exits 1) or warning; the defaults are shown",
     ]
     used = sorted({check for (table, _), (check, _) in RULES.items() if f"[{table}]" in lines})
-    if "[labels]" in lines:
-        used = sorted({*used, "contract-unknown-class"})
-    defaults = {check: level for check, level in RULES.values()} | {"contract-unknown-class": "error"}
+    defaults = {check: level for check, level in RULES.values()}
     lines += [f'{check} = "{defaults[check]}"' for check in used]
     return "\n".join(lines) + "\n"
 
@@ -157,8 +168,8 @@ def _infer_labels(labels: Mapping[str, Any] | None) -> list[str]:
     share = labelled / (labelled + missing) if labelled + missing else 1.0
     return [
         "[labels]",
-        "# the class ids the data holds: a record with another is contract-unknown-class, a class",
-        "# with no record contract-missing-class",
+        "# the class ids the data holds: a record with another, or a class with no record, is",
+        "# contract-classes",
         f"classes = [{', '.join(str(name) for name in sorted(classes))}]",
         f"# each class's share of the labelled records, at least ({CLASS_SHARE_FRACTION:.0%} of the share "
         "seen; contract-class-share)",
@@ -452,7 +463,7 @@ def _judge_labels(contract: Contract, labels: Mapping[str, Any]) -> list[Broken]
         for missing in sorted(set(contract.classes) - {c for c, n in classes.items() if n}):
             broken.append(
                 Broken(
-                    "contract-missing-class",
+                    "contract-classes",
                     "labels.classes",
                     f"class {missing} of the contract's set has no record",
                     list(contract.classes),

@@ -14,7 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
-from scrub.checks.contract import NAMES_NO_RECORD
+from scrub.checks.contract import JUDGE_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
@@ -96,11 +96,11 @@ class DatasetScan:
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
         )
-        if options.checks.contract is not None:  # a contract's checks of rules it does not hold judge nothing
-            from scrub.profile.contract import CONTRACT_CHECKS
+        # a contract's checks judge only the rules the contract holds (none without --contract)
+        from scrub.profile.contract import CONTRACT_CHECKS
 
-            held = options.checks.contract.checks()
-            self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
+        held = options.checks.contract.checks() if options.checks.contract is not None else frozenset()
+        self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
         self.cache: ResultCache | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)
@@ -442,7 +442,7 @@ def _open_cache(
             options.verdict_options(),
             checking.labelled,
             dataset.info.label_width,
-            [c.id for c in checks if c.id not in NAMES_NO_RECORD],  # drift judges no record
+            [c.id for c in checks if c.id not in JUDGE_NO_RECORD],  # judged on the profile each night
         )
     )
     assert options.cache is not None  # opened only when --cache is given
