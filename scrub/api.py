@@ -156,12 +156,20 @@ def scan_many(
 
 
 def write_contract(
-    source: str | Path, output: str | Path | None = None, force: bool = False
+    source: str | Path,
+    output: str | Path | None = None,
+    force: bool = False,
+    options: ScanOptions | None = None,
+    **keywords: Any,
 ) -> tuple[Path, str]:
-    """Infer the contract of ``source`` (a scan record, the manifest beside one, or a dataset,
-    scanned here with the default options) and write it to ``output`` (default
-    `DEFAULT_NAME`); return (where, what was written). An existing file is kept unless
-    ``force``: a contract is edited by hand, and overwriting it would lose the edits."""
+    """Infer the contract of ``source`` and write it to ``output`` (default `DEFAULT_NAME`);
+    return (where, what was written). ``source`` is a scan record (``NAME.scan.json``, or the
+    manifest beside one), whose profile is used as it is, or a dataset, scanned here with
+    ``options`` and ``keywords`` as `scan` takes them (those that decide what a record is:
+    ``format``, ``data_key``, ``label_kind``, ``max_length``...). Options given with a scan
+    record are a `UsageError`: that scan decided its records already, and ignoring them would
+    be silent. An existing file is kept unless ``force``: a contract is edited by hand, and
+    overwriting it would lose the edits."""
     from scrub.profile.contract import DEFAULT_NAME, infer
     from scrub.profile.render import profiles_in
 
@@ -169,10 +177,15 @@ def write_contract(
     target = Path(output) if output is not None else Path(DEFAULT_NAME)
     if target.exists() and not force:
         raise UsageError(f"{target}: exists (a contract is edited by hand): --force overwrites it")
-    if source.is_file() and source.name.endswith((".scan.json", ".jsonl")):
+    if names_scan_record(source):
+        if options is not None or keywords:
+            raise UsageError(
+                f"{source}: a scan record's profile is used as it is: options decide what a record is "
+                "only when a dataset is scanned (name the dataset, or drop them)"
+            )
         held = profiles_in(source)
     else:
-        summary = scan(source).summary
+        summary = scan(source, options, **keywords).summary
         held = (
             [(part.path, part.profile) for part in summary.parts if part.profile is not None]
             if summary.parts
@@ -183,6 +196,8 @@ def write_contract(
     if len(held) != 1:
         raise ScrubError(
             f"{source}: holds {len(held)} datasets' profiles: a contract is of one dataset (scan it alone)"
+            if held
+            else f"{source}: the scan built no profile (--no-profile): a contract is inferred from one"
         )
     dataset, profile = held[0]
     text = infer(profile, str(dataset))
@@ -191,3 +206,14 @@ def write_contract(
     except OSError as error:
         raise ScrubError(f"{target}: cannot be written ({error.strerror or error})") from None
     return target, text
+
+
+def names_scan_record(source: Path) -> bool:
+    """Whether ``source`` is a scan record (``NAME.scan.json``) or the manifest beside one; a
+    ``.jsonl`` without a scan record beside it is a dataset (JSON Lines of records)."""
+    from scrub.manifest import scan_record_path
+
+    return source.is_file() and (
+        source.name.endswith(".scan.json")
+        or (source.suffix == ".jsonl" and scan_record_path(source).is_file())
+    )

@@ -29,7 +29,7 @@ from scrub.console import (
     print_summary,
     write_json,
 )
-from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
+from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError, UsageError
 from scrub.interrupt import EXIT_CODE, interrupted
 from scrub.wording import counted
 
@@ -378,13 +378,15 @@ def profile(
 
 
 @app.command()
+@built_from_keys("scan")
 def contract(
+    ctx: typer.Context,
     source: Annotated[
         Path,
         typer.Argument(
             help=(
                 "A scan record (NAME.scan.json, or the manifest NAME.jsonl beside it), or a dataset "
-                "(scanned with the default options; scan it yourself for others)."
+                "(scanned here with the options given, those that decide what a record is)."
             ),
             show_default=False,
         ),
@@ -393,21 +395,43 @@ def contract(
         Optional[Path],
         typer.Option("--output", "-o", help="Where to write it (default: scrub.contract.toml)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing contract file.")] = False,
+    overwrite: Annotated[bool, typer.Option("--force", help="Overwrite an existing contract file.")] = False,
+    config: ConfigOpt = None,
+    isolated: IsolatedOpt = False,
+    **_: object,
 ) -> None:
     """Write the contract of a dataset as its profile shows it (record count, classes, dtypes,
     shapes, image sizes and modes, vocabulary, lengths): a TOML file to edit, then to check with
     `scrub scan DATA --contract FILE` (docs/contract.md)."""
 
     def body() -> int:
-        from scrub.api import write_contract
+        from scrub.api import names_scan_record, write_contract
 
-        target, text = write_contract(source, output, force)
+        given = {k: v for k, v in given_options(ctx).items() if k not in CONTRACT_OWN}
+        if names_scan_record(source):
+            if given:
+                raise UsageError(
+                    f"{source}: a scan record's profile is used as it is: --{sorted(given)[0]} decides "
+                    "what a record is only when a dataset is scanned (name the dataset, or drop it)"
+                )
+            target, text = write_contract(source, output, overwrite)
+        else:
+            from scrub.config import resolve
+            from scrub.options import ScanOptions
+
+            options = resolve("scan", source, given, _config_choice(config, isolated)).options
+            assert isinstance(options, ScanOptions)  # resolved for scan
+            messages_to_stderr(options.quiet)
+            target, text = write_contract(source, output, overwrite, options)
         out.print(text.rstrip("\n"), markup=False, soft_wrap=True)
         err.print(f"wrote {target}", markup=False)
         return 0
 
     guarded(body)
+
+
+#: `scrub contract`'s own parameters, not scan options
+CONTRACT_OWN = frozenset({"source", "output", "overwrite"})
 
 
 @app.command()

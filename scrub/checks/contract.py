@@ -181,9 +181,11 @@ def image_outside_bounds(record: Record, options: CheckOptions) -> Finding | Non
     return None
 
 
-# needs sequences, not the contract: the runner hands a flat token store's sequences (`TokenRows`)
-# only to the checks of sequences; without --contract the scan leaves every contract check out
-@record_check("contract-length", Severity.ERROR, needs=Carries.SEQUENCES)
+# needs tokens, not the contract: the runner hands a flat token store's sequences (`TokenRows`)
+# only to the token checks; without --contract the scan leaves every contract check out. Tokens,
+# not training sequences: the profile's lengths (what the bounds were inferred from) are those
+# of every token record, a packed store's documents included
+@record_check("contract-length", Severity.ERROR, needs=Carries.TOKENS)
 def sequence_outside_bounds(record: Record, options: CheckOptions) -> Finding | None:
     """A token sequence shorter or longer than the contract's bounds (`[tokens] length`).
 

@@ -228,7 +228,7 @@ def _infer_tokens(tokens: Mapping[str, Any] | None) -> list[str]:
     length = tokens.get("length") or {}
     if length.get("min") is not None:
         found += [
-            "# [shortest, longest] sequence in tokens (contract-length)",
+            "# [shortest, longest] sequence in tokens; a sequence outside is contract-length",
             f"length = [{int(length['min'])}, {int(length['max'])}]",
         ]
     return [*found, ""] if len(found) > 1 else []
