@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import manifest_lines
+from conftest import image_bytes, manifest_lines, write
 from test_megatron import write_pair
 from typer.testing import CliRunner
 
@@ -157,3 +157,51 @@ def test_only_a_contract_runs_its_checks_and_only_those_of_its_rules(tmp_path):
 )
 def test_which_findings_name_no_record(check, key, names_none):
     assert names_no_record(check, key) is names_none
+
+
+def test_check_severity_wins_over_the_contract_s_table(tmp_path):
+    target = tmp_path / "c.toml"
+    target.write_text('[tokens]\nlength = [10, 40]\n\n[severity]\ncontract-length = "error"\n')
+    tonight = token_lines(tmp_path / "tonight.jsonl", longer=LONGER)
+    result = scrub.scan(
+        tonight,
+        contract=target,
+        max_length=64,
+        check_severity={"contract-length": "warning"},
+        manifest=tmp_path / "t.jsonl",
+    )
+    found = contract_findings(tmp_path / "t.jsonl")
+    assert len(found) == 3 and {f["severity"] for f in found} == {"warning"}
+    assert result.exit_code() == 0
+
+
+def test_images_a_class_folder_gone_and_a_new_mode_are_findings_on_the_whole(tmp_path):
+    for name in ("cat", "dog", "fox"):
+        for i in range(6):
+            write(tmp_path / "monday" / name / f"{i}.png", image_bytes(seed=i, fmt="PNG", size=24))
+    manifest = tmp_path / "monday.jsonl"
+    scrub.scan(tmp_path / "monday", manifest=manifest)
+    target = tmp_path / "c.toml"
+    assert run("contract", manifest, "-o", target).exit_code == 0
+    lines = rule_lines(target.read_text())
+    # tonight: the fox folder kept (its class id stays 2) but emptied of images, two cats grayscale
+    for name in ("cat", "dog"):
+        for i in range(6):
+            mode = "L" if name == "cat" and i < 2 else "RGB"
+            write(
+                tmp_path / "tuesday" / name / f"{i}.png", image_bytes(seed=i, mode=mode, fmt="PNG", size=24)
+            )
+    (tmp_path / "tuesday" / "fox").mkdir()
+    tonight = tmp_path / "tuesday.jsonl"
+    scrub.scan(tmp_path / "tuesday", contract=target, manifest=tonight)
+    found = {f["check"]: f for f in contract_findings(tonight)}
+    assert set(found) == {"contract-image-mode", "contract-record-count", "contract-classes"}
+    assert found["contract-classes"]["key"] == "*" and "class 2" in found["contract-classes"]["message"]
+    mode = found["contract-image-mode"]
+    assert mode["key"] == "*" and mode["details"]["found"] == "L" and mode["details"]["expected"] == ["RGB"]
+    assert mode["details"]["line"] == lines["images.modes"]
+    count = found["contract-record-count"]
+    assert count["details"]["found"] == 12 and count["details"]["expected"] == [14, 22]
+    fixed = run("fix", tmp_path / "tuesday", "--contract", target, "--out", tmp_path / "clean")
+    assert fixed.exit_code == 0, fixed.output  # nothing to set aside, no refusal
+    assert len(list((tmp_path / "clean").rglob("*.png"))) == 12
