@@ -24,7 +24,7 @@ import numpy as np
 
 from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
-from scrub.checks.contract import NAMES_NO_RECORD
+from scrub.checks.contract import names_no_record
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.fixoutputs import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
@@ -355,7 +355,7 @@ def _refuse_one_cause(
         if (
             issue.status == "resolved"
             or not issue.severity.at_least(severity)
-            or issue.check in NAMES_NO_RECORD
+            or names_no_record(issue.check, issue.key)
         ):
             continue  # a drift from the baseline names no record: it sets none aside (`Verdicts`)
         first.setdefault(issue.check, issue.message)

@@ -17,7 +17,7 @@ import numpy as np
 
 from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, make_issue
-from scrub.checks.contract import NAMES_NO_RECORD
+from scrub.checks.contract import names_no_record
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
 from scrub.paths import absolute_place, common_folder
@@ -180,8 +180,8 @@ class ScanAggregate:
         self.by_severity[issue.severity.value] += 1
         if position is not None:
             self._mark(issue.severity.value, position[0], np.asarray([position[1]]))
-        elif (
-            not placed and issue.check not in NAMES_NO_RECORD
+        elif not placed and not names_no_record(
+            issue.check, issue.key
         ):  # a drift, a contract's rule: no record to set aside
             self.unplaced[issue.severity.value].add((issue.source, issue.key, issue.index))
 

@@ -104,13 +104,14 @@ def test_rows_break_the_count_the_class_set_and_the_dtype_with_their_records_nam
     for line in found:
         by_check.setdefault(line["check"], []).append(line)
     lines = rule_lines(target.read_text())
-    unknown = by_check["contract-unknown-class"]
+    # one id for the class rule: the records outside the set by index, the class missing as key *
+    unknown = [line for line in by_check["contract-classes"] if line["key"] != "*"]
     assert sorted(line["index"] for line in unknown) == [5, 50, 300]
     assert unknown[0]["details"]["label"] == 7 and unknown[0]["details"]["expected"] == [0, 1, 2]
     (count,) = by_check["contract-record-count"]
     assert count["key"] == "*" and count["details"]["found"] == 400
     assert count["details"]["contract"] == f"{target}:{lines['records.min']}"
-    (missing,) = by_check["contract-missing-class"]
+    (missing,) = [line for line in by_check["contract-classes"] if line["key"] == "*"]
     assert "class 2" in missing["message"] and missing["details"]["contract"].endswith(
         f":{lines['labels.classes']}"
     )
@@ -150,6 +151,26 @@ def test_a_rule_of_the_whole_dataset_sets_nothing_aside_and_fix_does_not_refuse(
     assert fixed.exit_code == 0, fixed.output
     with h5py.File(tmp_path / "clean.h5") as file:
         assert len(file["data"]) == 200
+
+
+def test_a_missing_class_sets_nothing_aside_while_its_new_class_records_are_quarantined(tmp_path):
+    """contract-classes is one id for both halves of the class rule: fix sets aside the records
+    with a class outside the set and neither counts nor refuses because of the class missing."""
+    data, labels = rows()
+    target = contract_of(tmp_path, hdf5(tmp_path / "d.h5", data, labels))
+    keep = labels != 2
+    data, labels = data[keep], labels[keep]
+    labels[[3, 30]] = 9
+    tonight = hdf5(tmp_path / "tonight.h5", data, labels)
+    scanned = run("scan", tonight, "--contract", target, "--manifest", tmp_path / "t.jsonl")
+    assert scanned.exit_code == 1, scanned.output
+    assert "2 records to quarantine" in scanned.output
+    keys = sorted(line["key"] for line in contract_findings(tmp_path / "t.jsonl"))
+    assert keys.count("*") == 1 and len(keys) == 3
+    fixed = run("fix", tonight, "--contract", target, "--out", tmp_path / "clean.h5")
+    assert fixed.exit_code == 0, fixed.output
+    with h5py.File(tmp_path / "clean.h5") as file:
+        assert len(file["data"]) == len(labels) - 2 and 9 not in set(file["label"][:].tolist())
 
 
 def test_the_contract_sets_the_severity_of_its_rules(tmp_path):

@@ -1,10 +1,10 @@
 """A contract broken: what `scan --contract FILE` finds (`scrub.profile.contract`).
 
 Two rules records break one by one are judged per record, so that the records are named and
-`fix` sets them aside: a class outside the contract's set (`contract-unknown-class`) and an image
+`fix` sets them aside: a class outside the contract's set (`contract-classes`) and an image
 outside its size bounds (`contract-image-size`). The others concern the dataset as a whole and
 are judged on its profile once every record is in: key ``*``, the dataset's path as source;
-`fix` neither sets records aside for them nor refuses because of them (`DATASET_LEVEL`).
+`fix` neither sets records aside for them nor refuses because of them (`names_no_record`).
 Every finding names the contract file's line, the expected and the found value.
 """
 
@@ -21,7 +21,6 @@ from scrub.records import Batch, Carries, Record, Severity
 DATASET_LEVEL = frozenset(
     {
         "contract-record-count",
-        "contract-missing-class",
         "contract-class-share",
         "contract-label-share",
         "contract-dtype",
@@ -36,6 +35,17 @@ DATASET_LEVEL = frozenset(
 #: alike: `fix` sets nothing aside for them nor refuses because of them, and the scan's "records
 #: to quarantine" leaves them out
 NAMES_NO_RECORD = DRIFTS | DATASET_LEVEL
+#: the contract's checks that name records one by one and, with key ``*``, the dataset as a
+#: whole (a class missing): only the key-``*`` findings name no record
+PER_RECORD = frozenset({"contract-classes", "contract-image-size"})
+
+
+def names_no_record(check: str, key: str) -> bool:
+    """Whether a finding concerns the dataset as a whole and names no record to set aside: a
+    drift, a contract rule judged on the profile, or the key-``*`` finding of a contract check
+    that otherwise names records (a class missing from the data)."""
+    return check in NAMES_NO_RECORD or (check in PER_RECORD and key == "*")
+
 
 _WHOLE = """\
         Nothing: the finding concerns the dataset as a whole and names no record (key `*`), so
@@ -43,21 +53,30 @@ _WHOLE = """\
         the data changed upstream, or the contract is out of date: edit its line."""
 
 
-@record_check("contract-unknown-class", Severity.ERROR, needs=Carries.CONTRACT)
+@record_check("contract-classes", Severity.ERROR, needs=Carries.CONTRACT)
 def unknown_class(record: Record, options: CheckOptions) -> Finding | None:
-    """A record whose class id is not in the contract's class set (`[labels] classes`).
+    """A record whose class id is not in the contract's class set (`[labels] classes`), or a
+    class of the set that no record holds.
 
     What it finds:
         Class labels outside the set the contract lists: a new class id an export started to
-        write, a class renumbered. Details: `label`, `expected` (the set), `contract` (file:line).
+        write, a class renumbered; each such record is named. And, once every record is in, each
+        class the contract lists that no record holds (a class folder not copied, a filter that
+        dropped a category): one finding about the dataset as a whole (key `*`). Details:
+        `label` (a record's), `expected` (the set), `found` (the classes held: key `*`),
+        `contract` (file:line).
     Why it breaks training:
-        A model built for the contract's classes has no output for the new one: cross-entropy
+        A model built for the contract's classes has no output for a new one: cross-entropy
         indexes past its logits (a device-side assert, or NaN), or the class is trained as a
-        wrong one without an error.
+        wrong one without an error. A model never shown a class never predicts it; its accuracy
+        on it is zero, without a sign in the loss.
     Example:
-        `label 7 is not in the contract's classes [0, 1, 2] (scrub.contract.toml:8)`.
+        `label 7 is not in the contract's classes [0, 1, 2] (scrub.contract.toml:8)`;
+        `class 2 of the contract's set has no record (scrub.contract.toml:8)`.
     What fix does:
-        Moves the record to the quarantine (`fix --contract FILE`).
+        Moves a record with a class outside the set to the quarantine (`fix --contract FILE`). A
+        missing class names no record: fix sets nothing aside for it and does not refuse
+        because of it (a cleaned copy cannot bring a class back).
     """
     contract = options.contract
     if contract is None or contract.classes is None or options.label_kind == "value":
@@ -68,7 +87,7 @@ def unknown_class(record: Record, options: CheckOptions) -> Finding | None:
     return _unknown(label, contract)
 
 
-@batch_check("contract-unknown-class")
+@batch_check("contract-classes")
 def unknown_classes(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
     contract = options.contract
     labels = batch.labels
@@ -95,7 +114,7 @@ def _unknown(label: int, contract) -> Finding:
     return Finding(
         f"label {label} is not in the contract's classes [{shown}] ({contract.where('labels.classes')})",
         {"label": label, "expected": list(contract.classes), "contract": contract.where("labels.classes")},
-        _level(contract, "contract-unknown-class"),
+        _level(contract, "contract-classes"),
     )
 
 
@@ -168,15 +187,6 @@ _dataset_rule(
     "A shard that did not arrive trains a model on part of the data without an error; no single "
     "record shows it (a minimum count that actually fails: TFDV #127).",
     "`6,667 records; the contract says 8,000 to 12,000 (scrub.contract.toml:6)`.",
-)
-_dataset_rule(
-    "contract-missing-class",
-    Severity.ERROR,
-    "A class of the contract's set (`[labels] classes`) has no record.",
-    "Classes the contract lists that no record holds: a class folder not copied, a filter that "
-    "dropped a category.",
-    "A model never shown a class never predicts it; its accuracy on it is zero, without a sign in the loss.",
-    "`class 2 of the contract's set has no record (scrub.contract.toml:8)`.",
 )
 _dataset_rule(
     "contract-class-share",

@@ -43,7 +43,7 @@ LABELLED_SLACK = 0.01
 RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("records", "min"): ("contract-record-count", "error"),
     ("records", "max"): ("contract-record-count", "error"),
-    ("labels", "classes"): ("contract-missing-class", "error"),
+    ("labels", "classes"): ("contract-classes", "error"),
     ("labels", "min-class-share"): ("contract-class-share", "warning"),
     ("labels", "min-labelled-share"): ("contract-label-share", "warning"),
     ("arrays", "dtypes"): ("contract-dtype", "error"),
@@ -54,7 +54,7 @@ RULES: dict[tuple[str, str], tuple[str, str]] = {
     ("tokens", "vocabulary"): ("contract-vocabulary", "error"),
     ("tokens", "length"): ("contract-length", "error"),
 }
-CONTRACT_CHECKS = frozenset(check for check, _ in RULES.values()) | {"contract-unknown-class"}
+CONTRACT_CHECKS = frozenset(check for check, _ in RULES.values())
 SEVERITIES = ("error", "warning")
 
 Bounds = tuple[float | None, float | None]
@@ -99,8 +99,6 @@ class Contract:
         """The check ids this contract's rules can raise (its other checks have nothing to judge)."""
         held = {rule for rule, _ in self.lines}
         found = {check for (table, key), (check, _) in RULES.items() if f"{table}.{key}" in held}
-        if "labels.classes" in held:
-            found.add("contract-unknown-class")
         return frozenset(found)
 
     def to_json(self) -> dict[str, str]:
@@ -137,9 +135,7 @@ def infer(profile: Mapping[str, Any], dataset: str) -> str:
         "# a rule family's severity: error (the scan exits 1) or warning; the defaults are shown",
     ]
     used = sorted({check for (table, _), (check, _) in RULES.items() if f"[{table}]" in lines})
-    if "[labels]" in lines:
-        used = sorted({*used, "contract-unknown-class"})
-    defaults = {check: level for check, level in RULES.values()} | {"contract-unknown-class": "error"}
+    defaults = {check: level for check, level in RULES.values()}
     lines += [f'{check} = "{defaults[check]}"' for check in used]
     return "\n".join(lines) + "\n"
 
@@ -157,8 +153,8 @@ def _infer_labels(labels: Mapping[str, Any] | None) -> list[str]:
     share = labelled / (labelled + missing) if labelled + missing else 1.0
     return [
         "[labels]",
-        "# the class ids the data holds: a record with another is contract-unknown-class, a class",
-        "# with no record contract-missing-class",
+        "# the class ids the data holds: a record with another, or a class with no record, is",
+        "# contract-classes",
         f"classes = [{', '.join(str(name) for name in sorted(classes))}]",
         f"# each class's share of the labelled records, at least ({CLASS_SHARE_FRACTION:.0%} of the share "
         "seen; contract-class-share)",
@@ -452,7 +448,7 @@ def _judge_labels(contract: Contract, labels: Mapping[str, Any]) -> list[Broken]
         for missing in sorted(set(contract.classes) - {c for c, n in classes.items() if n}):
             broken.append(
                 Broken(
-                    "contract-missing-class",
+                    "contract-classes",
                     "labels.classes",
                     f"class {missing} of the contract's set has no record",
                     list(contract.classes),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from scrub.checks.contract import NAMES_NO_RECORD
+from scrub.checks.contract import names_no_record
 from scrub.formats import WRITERS
 from scrub.ledger import Ledger
 from scrub.readers.base import Reader
@@ -37,7 +37,7 @@ class Verdicts:
 
     A dataset-level issue (key ``*``: an unreadable or inconsistent file) sets its whole
     source file aside; a finding about the dataset as a whole that names no record (a drift from
-    the baseline, a contract's rule: `scrub.checks.contract.NAMES_NO_RECORD`) sets nothing
+    the baseline, a contract's rule: `scrub.checks.contract.names_no_record`) sets nothing
     aside, and is only counted.
     """
 
@@ -52,7 +52,9 @@ class Verdicts:
         for issue in issues:
             if issue.status == "resolved":
                 continue  # a resolved line (a baseline's) describes an issue no longer found
-            if issue.check in NAMES_NO_RECORD:  # whatever its severity: fix cannot act on it either way
+            if names_no_record(
+                issue.check, issue.key
+            ):  # whatever its severity: fix cannot act on it either way
                 verdicts.not_records[issue.check] = verdicts.not_records.get(issue.check, 0) + 1
                 continue
             if not issue.severity.at_least(threshold):
