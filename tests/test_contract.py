@@ -233,3 +233,57 @@ def test_the_scan_record_says_which_contract_was_checked(tmp_path):
     record = json.loads((tmp_path / "m.scan.json").read_text())
     assert record["options"]["contract"]["path"] == str(target)
     assert len(record["options"]["contract"]["sha256"]) == 64
+
+
+def token_lines(path: Path, lengths: list[int], seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    path.write_text(
+        "".join(json.dumps({"input_ids": rng.integers(1, 500, n).tolist()}) + "\n" for n in lengths)
+    )
+    return path
+
+
+def test_sequences_outside_the_length_bounds_are_named_and_fix_sets_only_them_aside(tmp_path):
+    monday = token_lines(tmp_path / "monday.jsonl", [8 + i % 24 for i in range(200)])  # 8 .. 31 tokens
+    target = contract_of(tmp_path, monday)
+    assert load(target).length == (8, 31)
+    lengths = [8 + i % 24 for i in range(200)]
+    lengths[10], lengths[77] = 64, 2  # a doubled template, a truncated line
+    tuesday = token_lines(tmp_path / "tuesday.jsonl", lengths, seed=1)
+    manifest = tmp_path / "t.jsonl"
+    scrub.scan(tuesday, contract=target, manifest=manifest)
+    found = [line for line in contract_findings(manifest) if line["check"] == "contract-length"]
+    named = sorted((line["index"], line["details"]["length"]) for line in found if line["key"] != "*")
+    assert named == [(10, 64), (77, 2)]
+    where = f"{target}:{rule_lines(target.read_text())['tokens.length']}"
+    assert all(line["details"]["contract"] == where for line in found)
+    (whole,) = [line for line in found if line["key"] == "*"]
+    assert whole["details"]["expected"] == [8, 31] and whole["details"]["found"] == [2, 64]
+    fixed = run("fix", tuesday, "--contract", target, "--out", tmp_path / "clean.jsonl")
+    assert fixed.exit_code == 0, fixed.output
+    kept = [
+        len(json.loads(line)["input_ids"]) for line in (tmp_path / "clean.jsonl").read_text().splitlines()
+    ]
+    assert len(kept) == 198 and 64 not in kept and 2 not in kept
+
+
+def test_a_megatron_document_outside_the_length_bounds_is_named_by_the_batch_form(tmp_path):
+    """A Megatron store is judged a batch of documents at a time (`TokenRows`): its documents
+    outside the bounds are named as a JSON Lines record is."""
+    from test_megatron import write_pair
+
+    rng = np.random.default_rng(3)
+    documents = [[rng.integers(0, 900, 10 + i % 20)] for i in range(120)]  # 10 .. 29 tokens
+    write_pair(tmp_path / "monday", documents)
+    target = contract_of(tmp_path, tmp_path / "monday.bin")
+    assert load(target).length == (10, 29)
+    documents[7] = [rng.integers(0, 900, 60)]
+    documents[90] = [rng.integers(0, 900, 3)]
+    write_pair(tmp_path / "tuesday", documents)
+    manifest = tmp_path / "t.jsonl"
+    scrub.scan(tmp_path / "tuesday.bin", contract=target, manifest=manifest)
+    found = [line for line in contract_findings(manifest) if line["check"] == "contract-length"]
+    assert sorted((line["index"], line["details"]["length"]) for line in found if line["key"] != "*") == [
+        (7, 60),
+        (90, 3),
+    ]

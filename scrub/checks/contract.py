@@ -1,10 +1,12 @@
 """A contract broken: what `scan --contract FILE` finds (`scrub.profile.contract`).
 
-Two rules records break one by one are judged per record, so that the records are named and
-`fix` sets them aside: a class outside the contract's set (`contract-classes`) and an image
-outside its size bounds (`contract-image-size`). The others concern the dataset as a whole and
-are judged on its profile once every record is in: key ``*``, the dataset's path as source;
-`fix` neither sets records aside for them nor refuses because of them (`names_no_record`).
+Three rules records break one by one are judged per record, so that the records are named and
+`fix` sets them aside: a class outside the contract's set (`contract-classes`), an image outside
+its size bounds (`contract-image-size`) and a token sequence outside its length bounds
+(`contract-length`). The rules of the dataset as a whole (and the class rule's missing class, the
+length rule's extremes) are judged on its profile once every record is in: key ``*``, the
+dataset's path as source; `fix` neither sets records aside for them nor refuses because of them
+(`names_no_record`).
 Every finding names the contract file's line, the expected and the found value.
 """
 
@@ -15,7 +17,8 @@ import numpy as np
 from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, record_check
 from scrub.checks.drift import NOT_RECORDS as DRIFTS
 from scrub.checks.labels import integer_label, integral_labels
-from scrub.records import Batch, Carries, Record, Severity
+from scrub.checks.tokens import token_facts
+from scrub.records import Batch, Carries, Record, Severity, TokenRows
 
 #: the contract's findings about the dataset as a whole: they name no record to set aside
 DATASET_LEVEL = frozenset(
@@ -27,7 +30,6 @@ DATASET_LEVEL = frozenset(
         "contract-shape",
         "contract-image-mode",
         "contract-vocabulary",
-        "contract-length",
     }
 )
 
@@ -37,7 +39,7 @@ DATASET_LEVEL = frozenset(
 NAMES_NO_RECORD = DRIFTS | DATASET_LEVEL
 #: the contract's checks that name records one by one and, with key ``*``, the dataset as a
 #: whole (a class missing): only the key-``*`` findings name no record
-PER_RECORD = frozenset({"contract-classes", "contract-image-size"})
+PER_RECORD = frozenset({"contract-classes", "contract-image-size", "contract-length"})
 
 
 def names_no_record(check: str, key: str) -> bool:
@@ -242,13 +244,65 @@ _dataset_rule(
     "An id past the embedding table indexes out of range: a device-side assert, or NaN.",
     "`token id 50,300 is not below the contract's vocabulary of 50,257 (scrub.contract.toml:25)`.",
 )
-_dataset_rule(
-    "contract-length",
-    Severity.ERROR,
-    "Token sequences shorter or longer than the contract's bounds (`[tokens] length`).",
-    "The shortest and longest sequence the profile saw against the contract's "
-    "`[shortest, longest]` (`--max-length` names the long records).",
-    "Sequences twice as long (a changed chat template) are truncated or run out of memory; "
-    "empty ones give a loss over nothing.",
-    "`sequences of 3 to 4,100 tokens; the contract says 3 to 2,048 (scrub.contract.toml:27)`.",
-)
+
+
+@record_check("contract-length", Severity.ERROR, needs=Carries.TOKENS)  # the token path runs it
+def sequence_outside_bounds(record: Record, options: CheckOptions) -> Finding | None:
+    """A token sequence shorter or longer than the contract's bounds (`[tokens] length`).
+
+    What it finds:
+        Each token sequence (a JSON Lines or token-column record, an MDS sample, a Megatron or
+        nanoGPT document) whose length lies outside the contract's `[shortest, longest]`: a
+        changed chat template that doubled the lengths, a tokenizer that now emits nothing.
+        Details: `length`, `expected`, `contract` (file:line). And, once every record is in, the
+        shortest and longest sequence the profile saw, as one finding about the dataset as a
+        whole (key `*`; details `rule`, `expected`, `found`).
+    Why it breaks training:
+        Sequences twice as long as the job was sized for are truncated (what is cut off is never
+        learned) or run out of memory; empty ones give a loss over nothing.
+    Example:
+        `4,100 tokens; the contract says 3 to 2,048 (scrub.contract.toml:27)`.
+    What fix does:
+        Moves the record to the quarantine (`fix --contract FILE`). The key-`*` finding names
+        no record: fix sets nothing aside for it and does not refuse because of it.
+    """
+    contract = options.contract
+    if contract is None or contract.length is None:
+        return None
+    facts = token_facts(record, options)
+    if facts is None or facts.length is None:
+        return None
+    return _length_outside(int(facts.length), contract)
+
+
+@batch_check("contract-length")
+def sequences_outside_bounds(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    contract = options.contract
+    if contract is None or contract.length is None or not isinstance(batch.data, TokenRows):
+        return []
+    low, high = contract.length
+    lengths = batch.data.lengths
+    outside = np.zeros(len(lengths), bool)
+    if low is not None:
+        outside |= lengths < low
+    if high is not None:
+        outside |= lengths > high
+    found = []
+    for row in np.flatnonzero(outside):
+        finding = _length_outside(int(lengths[row]), contract)
+        assert finding is not None  # the mask and the function share the bounds
+        found.append((int(row), finding))
+    return found
+
+
+def _length_outside(length: int, contract) -> Finding | None:
+    low, high = contract.length
+    if (low is None or length >= low) and (high is None or length <= high):
+        return None
+    where = contract.where("tokens.length")
+    shown = f"{low:,} to {high:,}" if low is not None and high is not None else f"{low} to {high}"
+    return Finding(
+        f"{length:,} tokens; the contract says {shown} ({where})",
+        {"length": length, "expected": [low, high], "contract": where},
+        _level(contract, "contract-length"),
+    )

@@ -6,8 +6,9 @@ dtypes and shapes, the images' size bounds and modes, the token ids' vocabulary 
 sequences' length bounds. `load` reads one back, remembering the line of every rule, so that a
 finding names ``scrub.contract.toml:12``. `judge` checks a profile against it: each rule broken
 is a finding about the dataset (key ``*``); the rules records break one by one (a class outside
-the set, an image outside the size bounds) are also judged per record during the scan
-(`scrub.checks.contract`), so that the records are named and `fix` can set them aside.
+the set, an image outside the size bounds, a sequence outside the length bounds) are also
+judged per record during the scan (`scrub.checks.contract`), so that the records are named and
+`fix` can set them aside.
 
 The rules, their keys and their default severities: docs/contract.md.
 """

@@ -96,11 +96,13 @@ class DatasetScan:
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
         )
-        if options.checks.contract is not None:  # a contract's checks of rules it does not hold judge nothing
-            from scrub.profile.contract import CONTRACT_CHECKS
+        # a contract's checks of rules it does not hold (or with no --contract) judge nothing; one
+        # on token records needs Carries.TOKENS to run on the token path, not Carries.CONTRACT
+        from scrub.profile.contract import CONTRACT_CHECKS
 
-            held = options.checks.contract.checks()
-            self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
+        contract = options.checks.contract
+        held = contract.checks() if contract is not None else frozenset()
+        self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
         self.cache: ResultCache | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)
@@ -278,7 +280,7 @@ class DatasetScan:
         if self.aggregate.profile is None:
             self.aggregate.notes.append(
                 f"contract: this scan built no profile (--no-profile): only the rules records break "
-                f"({contract.path}: classes, image sizes) were checked"
+                f"({contract.path}: classes, image sizes, lengths) were checked"
             )
             return
         from scrub.scanning.contract import contract_issues
