@@ -41,6 +41,7 @@ __all__ = [
     "scan_many",
     "scan_one",
     "worker_starter",
+    "is_scan_record",
     "write_contract",
 ]
 
@@ -155,13 +156,24 @@ def scan_many(
             dataset.reader.close()
 
 
+def is_scan_record(source: str | Path) -> bool:
+    """Whether ``source`` names a scan record (``NAME.scan.json``, or the manifest beside one)
+    rather than a dataset."""
+    source = Path(source)
+    return source.is_file() and source.name.endswith((".scan.json", ".jsonl"))
+
+
 def write_contract(
-    source: str | Path, output: str | Path | None = None, force: bool = False
+    source: str | Path,
+    output: str | Path | None = None,
+    force: bool = False,
+    options: ScanOptions | None = None,
 ) -> tuple[Path, str]:
     """Infer the contract of ``source`` (a scan record, the manifest beside one, or a dataset,
-    scanned here with the default options) and write it to ``output`` (default
-    `DEFAULT_NAME`); return (where, what was written). An existing file is kept unless
-    ``force``: a contract is edited by hand, and overwriting it would lose the edits."""
+    scanned here with ``options``, default ones when None: those that decide what a record is
+    matter) and write it to ``output`` (default `DEFAULT_NAME`); return (where, what was
+    written). An existing file is kept unless ``force``: a contract is edited by hand, and
+    overwriting it would lose the edits."""
     from scrub.profile.contract import DEFAULT_NAME, infer
     from scrub.profile.render import profiles_in
 
@@ -169,10 +181,10 @@ def write_contract(
     target = Path(output) if output is not None else Path(DEFAULT_NAME)
     if target.exists() and not force:
         raise UsageError(f"{target}: exists (a contract is edited by hand): --force overwrites it")
-    if source.is_file() and source.name.endswith((".scan.json", ".jsonl")):
+    if is_scan_record(source):
         held = profiles_in(source)
     else:
-        summary = scan(source).summary
+        summary = (scan(source) if options is None else scan_one(source, options)).summary
         held = (
             [(part.path, part.profile) for part in summary.parts if part.profile is not None]
             if summary.parts

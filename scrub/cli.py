@@ -378,13 +378,15 @@ def profile(
 
 
 @app.command()
+@built_from_keys("scan")
 def contract(
+    ctx: typer.Context,
     source: Annotated[
         Path,
         typer.Argument(
             help=(
-                "A scan record (NAME.scan.json, or the manifest NAME.jsonl beside it), or a dataset "
-                "(scanned with the default options; scan it yourself for others)."
+                "A scan record (NAME.scan.json, or the manifest NAME.jsonl beside it), or a dataset, "
+                "scanned here with the scan options given (those that decide what a record is)."
             ),
             show_default=False,
         ),
@@ -394,15 +396,39 @@ def contract(
         typer.Option("--output", "-o", help="Where to write it (default: scrub.contract.toml)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing contract file.")] = False,
+    config: ConfigOpt = None,
+    isolated: IsolatedOpt = False,
+    **_: object,
 ) -> None:
     """Write the contract of a dataset as its profile shows it (record count, classes, dtypes,
     shapes, image sizes and modes, vocabulary, lengths): a TOML file to edit, then to check with
     `scrub scan DATA --contract FILE` (docs/contract.md)."""
 
     def body() -> int:
-        from scrub.api import write_contract
+        from scrub.api import is_scan_record, write_contract
+        from scrub.config import resolve
+        from scrub.options import ScanOptions
+        from scrub.storage import location
 
-        target, text = write_contract(source, output, force)
+        options: ScanOptions | None = None
+        given = {
+            name: value
+            for name, value in given_options(ctx).items()
+            if name not in ("source", "output", "force")
+        }
+        if is_scan_record(source):
+            if given:
+                raise ScrubError(
+                    f"{source}: a scan record's profile is used as it was scanned: the scan options "
+                    f"given (--{', --'.join(sorted(given))}) apply only to a dataset"
+                )
+        else:
+            chosen = _config_choice(config, isolated)
+            resolved = resolve("scan", location(str(source)), given, chosen).options
+            assert isinstance(resolved, ScanOptions)  # what resolve builds for "scan"
+            options = resolved
+            messages_to_stderr(options.quiet)
+        target, text = write_contract(source, output, force, options)
         out.print(text.rstrip("\n"), markup=False, soft_wrap=True)
         err.print(f"wrote {target}", markup=False)
         return 0

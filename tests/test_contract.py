@@ -287,3 +287,20 @@ def test_a_megatron_document_outside_the_length_bounds_is_named_by_the_batch_for
         (7, 60),
         (90, 3),
     ]
+
+
+def test_scrub_contract_scans_a_dataset_with_the_scan_options_given(tmp_path):
+    data, labels = rows()
+    dataset = hdf5(tmp_path / "d.h5", data, labels)
+    as_classes = run("contract", dataset, "-o", tmp_path / "classes.toml")
+    assert as_classes.exit_code == 0, as_classes.output
+    assert load(tmp_path / "classes.toml").classes == (0, 1, 2)
+    # the same labels read as regression values: no class set to keep
+    as_values = run("contract", dataset, "-o", tmp_path / "values.toml", "--label-kind", "value")
+    assert as_values.exit_code == 0, as_values.output
+    assert load(tmp_path / "values.toml").classes is None
+    # a scan record was scanned already: an option given with it is refused, not ignored
+    scrub.scan(dataset, manifest=tmp_path / "m.jsonl")
+    refused = run("contract", tmp_path / "m.jsonl", "-o", tmp_path / "r.toml", "--label-kind", "value")
+    assert refused.exit_code == 2 and "--label-kind" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "r.toml").exists()
