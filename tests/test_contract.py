@@ -187,6 +187,28 @@ def test_the_contract_sets_the_severity_of_its_rules(tmp_path):
     assert result.exit_code() == 0 and result.exit_code("warning") == 1
 
 
+def test_a_per_record_rule_takes_the_file_s_severity_and_check_severity_wins_over_it(tmp_path):
+    data, labels = rows()
+    target = contract_of(tmp_path, hdf5(tmp_path / "d.h5", data, labels))
+    target.write_text(
+        target.read_text().replace('contract-classes = "error"', 'contract-classes = "warning"')
+    )
+    labels = labels.copy()
+    labels[[4, 40]] = 8
+    tonight = hdf5(tmp_path / "tonight.h5", data, labels)
+    scrub.scan(tonight, contract=target, manifest=tmp_path / "w.jsonl")
+    named = [line for line in contract_findings(tmp_path / "w.jsonl") if line["check"] == "contract-classes"]
+    assert sorted(line["index"] for line in named) == [4, 40]
+    assert {line["severity"] for line in named} == {"warning"}
+    scanned = run(
+        "scan", tonight, "--contract", target, "--check-severity", "contract-classes=error",
+        "--manifest", tmp_path / "e.jsonl",
+    )  # fmt: skip
+    assert scanned.exit_code == 1, scanned.output
+    named = [line for line in contract_findings(tmp_path / "e.jsonl") if line["check"] == "contract-classes"]
+    assert {line["severity"] for line in named} == {"error"} and len(named) == 2
+
+
 @pytest.mark.parametrize(
     "text, where, message",
     [
