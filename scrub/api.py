@@ -41,6 +41,7 @@ __all__ = [
     "scan_many",
     "scan_one",
     "worker_starter",
+    "is_scan_record",
     "write_contract",
 ]
 
@@ -155,20 +156,30 @@ def scan_many(
             dataset.reader.close()
 
 
+def is_scan_record(source: str | Path) -> bool:
+    """Whether ``source`` names a scan record (``NAME.scan.json``, or the manifest beside one)
+    rather than a dataset."""
+    from scrub.manifest import scan_record_path
+
+    source = Path(source)
+    return source.is_file() and (
+        source.name.endswith(".scan.json")
+        # a manifest stands for the scan record beside it; a .jsonl without one is a dataset
+        # (JSON Lines of records), to be scanned
+        or (source.suffix == ".jsonl" and scan_record_path(source).is_file())
+    )
+
+
 def write_contract(
     source: str | Path,
     output: str | Path | None = None,
     force: bool = False,
     options: ScanOptions | None = None,
-    **keywords: Any,
 ) -> tuple[Path, str]:
-    """Infer the contract of ``source`` and write it to ``output`` (default `DEFAULT_NAME`);
-    return (where, what was written). ``source`` is a scan record (``NAME.scan.json``, or the
-    manifest beside one), whose profile is used as it is, or a dataset, scanned here with
-    ``options`` and ``keywords`` as `scan` takes them (those that decide what a record is:
-    ``format``, ``data_key``, ``label_kind``, ``max_length``...). Options given with a scan
-    record are a `UsageError`: that scan decided its records already, and ignoring them would
-    be silent. An existing file is kept unless ``force``: a contract is edited by hand, and
+    """Infer the contract of ``source`` (a scan record, the manifest beside one, or a dataset,
+    scanned here with ``options``, default ones when None: those that decide what a record is
+    matter) and write it to ``output`` (default `DEFAULT_NAME`); return (where, what was
+    written). An existing file is kept unless ``force``: a contract is edited by hand, and
     overwriting it would lose the edits."""
     from scrub.profile.contract import DEFAULT_NAME, infer
     from scrub.profile.render import profiles_in
@@ -177,15 +188,10 @@ def write_contract(
     target = Path(output) if output is not None else Path(DEFAULT_NAME)
     if target.exists() and not force:
         raise UsageError(f"{target}: exists (a contract is edited by hand): --force overwrites it")
-    if names_scan_record(source):
-        if options is not None or keywords:
-            raise UsageError(
-                f"{source}: a scan record's profile is used as it is: options decide what a record is "
-                "only when a dataset is scanned (name the dataset, or drop them)"
-            )
+    if is_scan_record(source):
         held = profiles_in(source)
     else:
-        summary = scan(source, options, **keywords).summary
+        summary = (scan(source) if options is None else scan_one(source, options)).summary
         held = (
             [(part.path, part.profile) for part in summary.parts if part.profile is not None]
             if summary.parts
@@ -196,8 +202,6 @@ def write_contract(
     if len(held) != 1:
         raise ScrubError(
             f"{source}: holds {len(held)} datasets' profiles: a contract is of one dataset (scan it alone)"
-            if held
-            else f"{source}: the scan built no profile (--no-profile): a contract is inferred from one"
         )
     dataset, profile = held[0]
     text = infer(profile, str(dataset))
@@ -206,14 +210,3 @@ def write_contract(
     except OSError as error:
         raise ScrubError(f"{target}: cannot be written ({error.strerror or error})") from None
     return target, text
-
-
-def names_scan_record(source: Path) -> bool:
-    """Whether ``source`` is a scan record (``NAME.scan.json``) or the manifest beside one; a
-    ``.jsonl`` without a scan record beside it is a dataset (JSON Lines of records)."""
-    from scrub.manifest import scan_record_path
-
-    return source.is_file() and (
-        source.name.endswith(".scan.json")
-        or (source.suffix == ".jsonl" and scan_record_path(source).is_file())
-    )

@@ -24,7 +24,7 @@ import numpy as np
 
 from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
-from scrub.checks.contract import about_the_profile
+from scrub.checks.contract import names_no_record
 from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
 from scrub.fingerprint import fingerprint
 from scrub.fixoutputs import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
@@ -352,8 +352,12 @@ def _refuse_one_cause(
     first: dict[str, str] = {}
     whole_file: set[str] = set()  # the checks of dataset-level findings (key *) at the threshold
     for issue in read_manifest(manifest):
-        if issue.status == "resolved" or not issue.severity.at_least(severity) or about_the_profile(issue):
-            continue  # a drift, a contract's rule as a whole: no record, none set aside (`Verdicts`)
+        if (
+            issue.status == "resolved"
+            or not issue.severity.at_least(severity)
+            or names_no_record(issue.check, issue.key)
+        ):
+            continue  # a drift from the baseline names no record: it sets none aside (`Verdicts`)
         first.setdefault(issue.check, issue.message)
         if issue.key == "*" or issue.index is None:
             whole_file.add(issue.check)

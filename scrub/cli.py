@@ -29,7 +29,7 @@ from scrub.console import (
     print_summary,
     write_json,
 )
-from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError, UsageError
+from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
 from scrub.wording import counted
 
@@ -385,8 +385,8 @@ def contract(
         Path,
         typer.Argument(
             help=(
-                "A scan record (NAME.scan.json, or the manifest NAME.jsonl beside it), or a dataset "
-                "(scanned here with the options given, those that decide what a record is)."
+                "A scan record (NAME.scan.json, or the manifest NAME.jsonl beside it), or a dataset, "
+                "scanned here with the scan options given (those that decide what a record is)."
             ),
             show_default=False,
         ),
@@ -395,7 +395,7 @@ def contract(
         Optional[Path],
         typer.Option("--output", "-o", help="Where to write it (default: scrub.contract.toml)."),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--force", help="Overwrite an existing contract file.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing contract file.")] = False,
     config: ConfigOpt = None,
     isolated: IsolatedOpt = False,
     **_: object,
@@ -405,33 +405,35 @@ def contract(
     `scrub scan DATA --contract FILE` (docs/contract.md)."""
 
     def body() -> int:
-        from scrub.api import names_scan_record, write_contract
+        from scrub.api import is_scan_record, write_contract
+        from scrub.config import resolve
+        from scrub.options import ScanOptions
+        from scrub.storage import location
 
-        given = {k: v for k, v in given_options(ctx).items() if k not in CONTRACT_OWN}
-        if names_scan_record(source):
+        options: ScanOptions | None = None
+        given = {
+            name: value
+            for name, value in given_options(ctx).items()
+            if name not in ("source", "output", "force")
+        }
+        if is_scan_record(source):
             if given:
-                raise UsageError(
-                    f"{source}: a scan record's profile is used as it is: --{sorted(given)[0]} decides "
-                    "what a record is only when a dataset is scanned (name the dataset, or drop it)"
+                raise ScrubError(
+                    f"{source}: a scan record's profile is used as it was scanned: the scan options "
+                    f"given (--{', --'.join(sorted(given))}) apply only to a dataset"
                 )
-            target, text = write_contract(source, output, overwrite)
         else:
-            from scrub.config import resolve
-            from scrub.options import ScanOptions
-
-            options = resolve("scan", source, given, _config_choice(config, isolated)).options
-            assert isinstance(options, ScanOptions)  # resolved for scan
+            chosen = _config_choice(config, isolated)
+            resolved = resolve("scan", location(str(source)), given, chosen).options
+            assert isinstance(resolved, ScanOptions)  # what resolve builds for "scan"
+            options = resolved
             messages_to_stderr(options.quiet)
-            target, text = write_contract(source, output, overwrite, options)
+        target, text = write_contract(source, output, force, options)
         out.print(text.rstrip("\n"), markup=False, soft_wrap=True)
         err.print(f"wrote {target}", markup=False)
         return 0
 
     guarded(body)
-
-
-#: `scrub contract`'s own parameters, not scan options
-CONTRACT_OWN = frozenset({"source", "output", "overwrite"})
 
 
 @app.command()

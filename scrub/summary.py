@@ -17,7 +17,7 @@ import numpy as np
 
 from scrub.baseline import Baseline
 from scrub.checks.base import Check, CheckOptions, make_issue
-from scrub.checks.contract import about_the_profile
+from scrub.checks.contract import names_no_record
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
 from scrub.paths import absolute_place, common_folder
@@ -180,7 +180,9 @@ class ScanAggregate:
         self.by_severity[issue.severity.value] += 1
         if position is not None:
             self._mark(issue.severity.value, position[0], np.asarray([position[1]]))
-        elif not placed and not about_the_profile(issue):  # a drift, a contract's rule: none to set aside
+        elif not placed and not names_no_record(
+            issue.check, issue.key
+        ):  # a drift, a contract's rule: no record to set aside
             self.unplaced[issue.severity.value].add((issue.source, issue.key, issue.index))
 
     def _mark(self, severity: str, partition: int, offsets: np.ndarray) -> None:

@@ -104,6 +104,7 @@ def test_rows_break_the_count_the_class_set_and_the_dtype_with_their_records_nam
     for line in found:
         by_check.setdefault(line["check"], []).append(line)
     lines = rule_lines(target.read_text())
+    # one id for the class rule: the records outside the set by index, the class missing as key *
     unknown = [line for line in by_check["contract-classes"] if line["key"] != "*"]
     assert sorted(line["index"] for line in unknown) == [5, 50, 300]
     assert unknown[0]["details"]["label"] == 7 and unknown[0]["details"]["expected"] == [0, 1, 2]
@@ -152,6 +153,26 @@ def test_a_rule_of_the_whole_dataset_sets_nothing_aside_and_fix_does_not_refuse(
         assert len(file["data"]) == 200
 
 
+def test_a_missing_class_sets_nothing_aside_while_its_new_class_records_are_quarantined(tmp_path):
+    """contract-classes is one id for both halves of the class rule: fix sets aside the records
+    with a class outside the set and neither counts nor refuses because of the class missing."""
+    data, labels = rows()
+    target = contract_of(tmp_path, hdf5(tmp_path / "d.h5", data, labels))
+    keep = labels != 2
+    data, labels = data[keep], labels[keep]
+    labels[[3, 30]] = 9
+    tonight = hdf5(tmp_path / "tonight.h5", data, labels)
+    scanned = run("scan", tonight, "--contract", target, "--manifest", tmp_path / "t.jsonl")
+    assert scanned.exit_code == 1, scanned.output
+    assert "2 records to quarantine" in scanned.output
+    keys = sorted(line["key"] for line in contract_findings(tmp_path / "t.jsonl"))
+    assert keys.count("*") == 1 and len(keys) == 3
+    fixed = run("fix", tonight, "--contract", target, "--out", tmp_path / "clean.h5")
+    assert fixed.exit_code == 0, fixed.output
+    with h5py.File(tmp_path / "clean.h5") as file:
+        assert len(file["data"]) == len(labels) - 2 and 9 not in set(file["label"][:].tolist())
+
+
 def test_the_contract_sets_the_severity_of_its_rules(tmp_path):
     data, labels = rows()
     target = contract_of(tmp_path, hdf5(tmp_path / "d.h5", data, labels))
@@ -164,6 +185,28 @@ def test_the_contract_sets_the_severity_of_its_rules(tmp_path):
     ]
     assert count["severity"] == "warning"
     assert result.exit_code() == 0 and result.exit_code("warning") == 1
+
+
+def test_a_per_record_rule_takes_the_file_s_severity_and_check_severity_wins_over_it(tmp_path):
+    data, labels = rows()
+    target = contract_of(tmp_path, hdf5(tmp_path / "d.h5", data, labels))
+    target.write_text(
+        target.read_text().replace('contract-classes = "error"', 'contract-classes = "warning"')
+    )
+    labels = labels.copy()
+    labels[[4, 40]] = 8
+    tonight = hdf5(tmp_path / "tonight.h5", data, labels)
+    scrub.scan(tonight, contract=target, manifest=tmp_path / "w.jsonl")
+    named = [line for line in contract_findings(tmp_path / "w.jsonl") if line["check"] == "contract-classes"]
+    assert sorted(line["index"] for line in named) == [4, 40]
+    assert {line["severity"] for line in named} == {"warning"}
+    scanned = run(
+        "scan", tonight, "--contract", target, "--check-severity", "contract-classes=error",
+        "--manifest", tmp_path / "e.jsonl",
+    )  # fmt: skip
+    assert scanned.exit_code == 1, scanned.output
+    named = [line for line in contract_findings(tmp_path / "e.jsonl") if line["check"] == "contract-classes"]
+    assert {line["severity"] for line in named} == {"error"} and len(named) == 2
 
 
 @pytest.mark.parametrize(
@@ -212,3 +255,74 @@ def test_the_scan_record_says_which_contract_was_checked(tmp_path):
     record = json.loads((tmp_path / "m.scan.json").read_text())
     assert record["options"]["contract"]["path"] == str(target)
     assert len(record["options"]["contract"]["sha256"]) == 64
+
+
+def token_lines(path: Path, lengths: list[int], seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    path.write_text(
+        "".join(json.dumps({"input_ids": rng.integers(1, 500, n).tolist()}) + "\n" for n in lengths)
+    )
+    return path
+
+
+def test_sequences_outside_the_length_bounds_are_named_and_fix_sets_only_them_aside(tmp_path):
+    monday = token_lines(tmp_path / "monday.jsonl", [8 + i % 24 for i in range(200)])  # 8 .. 31 tokens
+    target = contract_of(tmp_path, monday)
+    assert load(target).length == (8, 31)
+    lengths = [8 + i % 24 for i in range(200)]
+    lengths[10], lengths[77] = 64, 2  # a doubled template, a truncated line
+    tuesday = token_lines(tmp_path / "tuesday.jsonl", lengths, seed=1)
+    manifest = tmp_path / "t.jsonl"
+    scrub.scan(tuesday, contract=target, manifest=manifest)
+    found = [line for line in contract_findings(manifest) if line["check"] == "contract-length"]
+    named = sorted((line["index"], line["details"]["length"]) for line in found if line["key"] != "*")
+    assert named == [(10, 64), (77, 2)]
+    where = f"{target}:{rule_lines(target.read_text())['tokens.length']}"
+    assert all(line["details"]["contract"] == where for line in found)
+    (whole,) = [line for line in found if line["key"] == "*"]
+    assert whole["details"]["expected"] == [8, 31] and whole["details"]["found"] == [2, 64]
+    fixed = run("fix", tuesday, "--contract", target, "--out", tmp_path / "clean.jsonl")
+    assert fixed.exit_code == 0, fixed.output
+    kept = [
+        len(json.loads(line)["input_ids"]) for line in (tmp_path / "clean.jsonl").read_text().splitlines()
+    ]
+    assert len(kept) == 198 and 64 not in kept and 2 not in kept
+
+
+def test_a_megatron_document_outside_the_length_bounds_is_named_by_the_batch_form(tmp_path):
+    """A Megatron store is judged a batch of documents at a time (`TokenRows`): its documents
+    outside the bounds are named as a JSON Lines record is."""
+    from test_megatron import write_pair
+
+    rng = np.random.default_rng(3)
+    documents = [[rng.integers(0, 900, 10 + i % 20)] for i in range(120)]  # 10 .. 29 tokens
+    write_pair(tmp_path / "monday", documents)
+    target = contract_of(tmp_path, tmp_path / "monday.bin")
+    assert load(target).length == (10, 29)
+    documents[7] = [rng.integers(0, 900, 60)]
+    documents[90] = [rng.integers(0, 900, 3)]
+    write_pair(tmp_path / "tuesday", documents)
+    manifest = tmp_path / "t.jsonl"
+    scrub.scan(tmp_path / "tuesday.bin", contract=target, manifest=manifest)
+    found = [line for line in contract_findings(manifest) if line["check"] == "contract-length"]
+    assert sorted((line["index"], line["details"]["length"]) for line in found if line["key"] != "*") == [
+        (7, 60),
+        (90, 3),
+    ]
+
+
+def test_scrub_contract_scans_a_dataset_with_the_scan_options_given(tmp_path):
+    data, labels = rows()
+    dataset = hdf5(tmp_path / "d.h5", data, labels)
+    as_classes = run("contract", dataset, "-o", tmp_path / "classes.toml")
+    assert as_classes.exit_code == 0, as_classes.output
+    assert load(tmp_path / "classes.toml").classes == (0, 1, 2)
+    # the same labels read as regression values: no class set to keep
+    as_values = run("contract", dataset, "-o", tmp_path / "values.toml", "--label-kind", "value")
+    assert as_values.exit_code == 0, as_values.output
+    assert load(tmp_path / "values.toml").classes is None
+    # a scan record was scanned already: an option given with it is refused, not ignored
+    scrub.scan(dataset, manifest=tmp_path / "m.jsonl")
+    refused = run("contract", tmp_path / "m.jsonl", "-o", tmp_path / "r.toml", "--label-kind", "value")
+    assert refused.exit_code == 2 and "--label-kind" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not (tmp_path / "r.toml").exists()

@@ -2,17 +2,15 @@
 
 Three rules records break one by one are judged per record, so that the records are named and
 `fix` sets them aside: a class outside the contract's set (`contract-classes`), an image outside
-its size bounds (`contract-image-size`) and a sequence outside its length bounds
-(`contract-length`). The rest concern the dataset as a whole and are judged on its profile once
-every record is in (`scrub.scanning.contract`): key ``*``, the dataset's path as source — a class
-of the set with no record is also `contract-classes`, at key ``*``. `fix` neither sets records
-aside for those nor refuses because of them (`names_no_record`). Every finding names the
-contract file's line, the expected and the found value.
+its size bounds (`contract-image-size`) and a token sequence outside its length bounds
+(`contract-length`). The rules of the dataset as a whole (and the class rule's missing class, the
+length rule's extremes) are judged on its profile once every record is in: key ``*``, the
+dataset's path as source; `fix` neither sets records aside for them nor refuses because of them
+(`names_no_record`).
+Every finding names the contract file's line, the expected and the found value.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -20,10 +18,9 @@ from scrub.checks.base import CheckOptions, Finding, batch_check, reader_check, 
 from scrub.checks.drift import NOT_RECORDS as DRIFTS
 from scrub.checks.labels import integer_label, integral_labels
 from scrub.checks.tokens import token_facts
-from scrub.records import Batch, Carries, Issue, Record, Severity, TokenRows
+from scrub.records import Batch, Carries, Record, Severity, TokenRows
 
-#: the contract's checks judged on the profile only: every finding of theirs concerns the
-#: dataset as a whole (key ``*``), none names a record
+#: the contract's findings about the dataset as a whole: they name no record to set aside
 DATASET_LEVEL = frozenset(
     {
         "contract-record-count",
@@ -35,27 +32,21 @@ DATASET_LEVEL = frozenset(
         "contract-vocabulary",
     }
 )
-#: the contract's checks judged record by record (their findings name the records); of these,
-#: `contract-classes` also finds a class with no record, on the profile (key ``*``)
+
+#: every finding about the dataset as a whole that names no record, drifts and contract rules
+#: alike: `fix` sets nothing aside for them nor refuses because of them, and the scan's "records
+#: to quarantine" leaves them out
+NAMES_NO_RECORD = DRIFTS | DATASET_LEVEL
+#: the contract's checks that name records one by one and, with key ``*``, the dataset as a
+#: whole (a class missing): only the key-``*`` findings name no record
 PER_RECORD = frozenset({"contract-classes", "contract-image-size", "contract-length"})
 
-#: the checks that judge no record at all, drifts and the contract's dataset-level rules: a
-#: cache of per-record verdicts leaves them out (they are judged again each night on the profile)
-JUDGE_NO_RECORD = DRIFTS | DATASET_LEVEL
 
-
-def names_no_record(check: str, key: str | None) -> bool:
-    """Whether a finding concerns the dataset as a whole as its profile shows it — a drift from
-    the baseline, a contract's rule broken by the dataset as a whole (key ``*``) — rather than a
-    record or a file: `fix` sets nothing aside for it nor refuses because of it (no cleaned copy
-    can remove it), and the scan's "records to quarantine" leaves it out. (Any other key-``*``
-    finding, an unreadable file, sets its file aside.)"""
-    return check in JUDGE_NO_RECORD or (check in PER_RECORD and key == "*")
-
-
-def about_the_profile(issue: Issue) -> bool:
-    """`names_no_record` of an issue."""
-    return names_no_record(issue.check, issue.key)
+def names_no_record(check: str, key: str) -> bool:
+    """Whether a finding concerns the dataset as a whole and names no record to set aside: a
+    drift, a contract rule judged on the profile, or the key-``*`` finding of a contract check
+    that otherwise names records (a class missing from the data)."""
+    return check in NAMES_NO_RECORD or (check in PER_RECORD and key == "*")
 
 
 _WHOLE = """\
@@ -64,24 +55,18 @@ _WHOLE = """\
         the data changed upstream, or the contract is out of date: edit its line."""
 
 
-def _level(contract: Any, check: str) -> Severity | None:
-    """The severity the contract's ``[severity]`` table gives ``check`` (None: the check's own)."""
-    level = contract.severity(check)
-    return Severity(level) if level is not None else None
-
-
 @record_check("contract-classes", Severity.ERROR, needs=Carries.CONTRACT)
 def unknown_class(record: Record, options: CheckOptions) -> Finding | None:
     """A record whose class id is not in the contract's class set (`[labels] classes`), or a
-    class of the set with no record.
+    class of the set that no record holds.
 
     What it finds:
-        Class labels outside the set the contract lists — a new class id an export started to
-        write, a class renumbered — each record named (details: `label`, `expected` (the set),
-        `contract` (file:line), `line`). And, judged on the profile once every record is in, a
-        class the contract lists that no record holds — a class folder not copied, a filter that
-        dropped a category — as a finding on the dataset as a whole (key `*`; details: `rule`,
-        `contract`, `line`, `expected`, `found`).
+        Class labels outside the set the contract lists: a new class id an export started to
+        write, a class renumbered; each such record is named. And, once every record is in, each
+        class the contract lists that no record holds (a class folder not copied, a filter that
+        dropped a category): one finding about the dataset as a whole (key `*`). Details:
+        `label` (a record's), `expected` (the set), `found` (the classes held: key `*`),
+        `contract` (file:line).
     Why it breaks training:
         A model built for the contract's classes has no output for a new one: cross-entropy
         indexes past its logits (a device-side assert, or NaN), or the class is trained as a
@@ -91,8 +76,9 @@ def unknown_class(record: Record, options: CheckOptions) -> Finding | None:
         `label 7 is not in the contract's classes [0, 1, 2] (scrub.contract.toml:8)`;
         `class 2 of the contract's set has no record (scrub.contract.toml:8)`.
     What fix does:
-        Moves a record outside the set to the quarantine. A class with no record (key `*`)
-        sets nothing aside and does not make `fix` refuse: no cleaned copy can add it.
+        Moves a record with a class outside the set to the quarantine (`fix --contract FILE`). A
+        missing class names no record: fix sets nothing aside for it and does not refuse
+        because of it (a cleaned copy cannot bring a class back).
     """
     contract = options.contract
     if contract is None or contract.classes is None or options.label_kind == "value":
@@ -119,15 +105,20 @@ def unknown_classes(batch: Batch, options: CheckOptions) -> list[tuple[int, Find
     return [(int(row), _unknown(int(labels[row]), contract)) for row in bad]
 
 
-def _unknown(label: int, contract: Any) -> Finding:
+def _level(contract, check: str) -> Severity | None:
+    """The severity the contract's ``[severity]`` table gives ``check`` (None: the check's own)."""
+    level = contract.severity(check)
+    return Severity(level) if level is not None else None
+
+
+def _unknown(label: int, contract) -> Finding:
     shown = ", ".join(str(c) for c in contract.classes[:20]) + (", ..." if len(contract.classes) > 20 else "")
-    where = contract.where("labels.classes")
     return Finding(
-        f"label {label} is not in the contract's classes [{shown}] ({where})",
+        f"label {label} is not in the contract's classes [{shown}] ({contract.where('labels.classes')})",
         {
             "label": label,
             "expected": list(contract.classes),
-            "contract": where,
+            "contract": contract.where("labels.classes"),
             "line": contract.line("labels.classes"),
         },
         _level(contract, "contract-classes"),
@@ -143,7 +134,7 @@ def image_outside_bounds(record: Record, options: CheckOptions) -> Finding | Non
         Encoded images, by the size their header declares, narrower or wider (lower or taller)
         than the contract's `[smallest, largest]`: thumbnails where full images were, a new
         camera's resolution, images resized to half upstream. Details: `width`, `height`,
-        `expected`, `contract` (file:line), `line`.
+        `expected`, `contract` (file:line).
     Why it breaks training:
         A pipeline tuned for one size (a crop without a resize, anchors sized for it, a batch
         that must stack) fails or learns from a blur; a resolution that halved lowers accuracy
@@ -165,8 +156,7 @@ def image_outside_bounds(record: Record, options: CheckOptions) -> Finding | Non
             continue
         low, high = bounds
         if (low is not None and size < low) or (high is not None and size > high):
-            rule = f"images.{side}"
-            where = contract.where(rule)
+            where = contract.where(f"images.{side}")
             return Finding(
                 f"{facts.width}x{facts.height} is outside the contract's {side} [{low}, {high}] ({where})",
                 {
@@ -174,80 +164,11 @@ def image_outside_bounds(record: Record, options: CheckOptions) -> Finding | Non
                     "height": facts.height,
                     "expected": [low, high],
                     "contract": where,
-                    "line": contract.line(rule),
+                    "line": contract.line(f"images.{side}"),
                 },
                 _level(contract, "contract-image-size"),
             )
     return None
-
-
-# needs tokens, not the contract: the runner hands a flat token store's sequences (`TokenRows`)
-# only to the token checks; without --contract the scan leaves every contract check out. Tokens,
-# not training sequences: the profile's lengths (what the bounds were inferred from) are those
-# of every token record, a packed store's documents included
-@record_check("contract-length", Severity.ERROR, needs=Carries.TOKENS)
-def sequence_outside_bounds(record: Record, options: CheckOptions) -> Finding | None:
-    """A token sequence shorter or longer than the contract's bounds (`[tokens] length`).
-
-    What it finds:
-        Sequences (of token ids, or texts with `--tokenizer`) whose length before truncation
-        lies outside the contract's `[shortest, longest]`: a changed chat template that doubled
-        them, a split that cut them short. Details: `length`, `expected`, `contract`
-        (file:line), `line`.
-    Why it breaks training:
-        Sequences twice as long as the job was sized for are truncated (the rest never
-        learned) or run out of memory; far shorter ones waste a packed batch, and an empty one
-        gives a loss over nothing.
-    Example:
-        `4,100 tokens is outside the contract's length [3, 2,048] (scrub.contract.toml:27)`.
-    What fix does:
-        Moves the record to the quarantine (`fix --contract FILE`).
-    """
-    contract = options.contract
-    if contract is None or contract.length is None:
-        return None
-    facts = token_facts(record, options)
-    if facts is None or facts.length is None:
-        return None
-    return _length(facts.length, contract)
-
-
-@batch_check("contract-length")
-def sequences_outside_bounds(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
-    contract = options.contract
-    if contract is None or contract.length is None or not isinstance(batch.data, TokenRows):
-        return []
-    low, high = contract.length
-    lengths = batch.data.lengths
-    outside = np.zeros(len(lengths), bool)
-    if low is not None:
-        outside |= lengths < low
-    if high is not None:
-        outside |= lengths > high
-    found = []
-    for row in np.flatnonzero(outside):
-        finding = _length(int(lengths[row]), contract)
-        assert finding is not None  # outside the bounds, as the mask says
-        found.append((int(row), finding))
-    return found
-
-
-def _length(length: int, contract: Any) -> Finding | None:
-    low, high = contract.length
-    if (low is None or length >= low) and (high is None or length <= high):
-        return None
-    where = contract.where("tokens.length")
-    shown = f"[{'' if low is None else f'{low:,}'}, {'' if high is None else f'{high:,}'}]"
-    return Finding(
-        f"{length:,} tokens is outside the contract's length {shown} ({where})",
-        {
-            "length": length,
-            "expected": [low, high],
-            "contract": where,
-            "line": contract.line("tokens.length"),
-        },
-        _level(contract, "contract-length"),
-    )
 
 
 def _dataset_rule(id: str, severity: Severity, summary: str, finds: str, why: str, example: str) -> None:
@@ -334,3 +255,70 @@ _dataset_rule(
     "An id past the embedding table indexes out of range: a device-side assert, or NaN.",
     "`token id 50,300 is not below the contract's vocabulary of 50,257 (scrub.contract.toml:25)`.",
 )
+
+
+@record_check("contract-length", Severity.ERROR, needs=Carries.TOKENS)  # the token path runs it
+def sequence_outside_bounds(record: Record, options: CheckOptions) -> Finding | None:
+    """A token sequence shorter or longer than the contract's bounds (`[tokens] length`).
+
+    What it finds:
+        Each token sequence (a JSON Lines or token-column record, an MDS sample, a Megatron or
+        nanoGPT document) whose length lies outside the contract's `[shortest, longest]`: a
+        changed chat template that doubled the lengths, a tokenizer that now emits nothing.
+        Details: `length`, `expected`, `contract` (file:line). And, once every record is in, the
+        shortest and longest sequence the profile saw, as one finding about the dataset as a
+        whole (key `*`; details `rule`, `expected`, `found`).
+    Why it breaks training:
+        Sequences twice as long as the job was sized for are truncated (what is cut off is never
+        learned) or run out of memory; empty ones give a loss over nothing.
+    Example:
+        `4,100 tokens; the contract says 3 to 2,048 (scrub.contract.toml:27)`.
+    What fix does:
+        Moves the record to the quarantine (`fix --contract FILE`). The key-`*` finding names
+        no record: fix sets nothing aside for it and does not refuse because of it.
+    """
+    contract = options.contract
+    if contract is None or contract.length is None:
+        return None
+    facts = token_facts(record, options)
+    if facts is None or facts.length is None:
+        return None
+    return _length_outside(int(facts.length), contract)
+
+
+@batch_check("contract-length")
+def sequences_outside_bounds(batch: Batch, options: CheckOptions) -> list[tuple[int, Finding]]:
+    contract = options.contract
+    if contract is None or contract.length is None or not isinstance(batch.data, TokenRows):
+        return []
+    low, high = contract.length
+    lengths = batch.data.lengths
+    outside = np.zeros(len(lengths), bool)
+    if low is not None:
+        outside |= lengths < low
+    if high is not None:
+        outside |= lengths > high
+    found = []
+    for row in np.flatnonzero(outside):
+        finding = _length_outside(int(lengths[row]), contract)
+        assert finding is not None  # the mask and the function share the bounds
+        found.append((int(row), finding))
+    return found
+
+
+def _length_outside(length: int, contract) -> Finding | None:
+    low, high = contract.length
+    if (low is None or length >= low) and (high is None or length <= high):
+        return None
+    where = contract.where("tokens.length")
+    shown = f"{low:,} to {high:,}" if low is not None and high is not None else f"{low} to {high}"
+    return Finding(
+        f"{length:,} tokens; the contract says {shown} ({where})",
+        {
+            "length": length,
+            "expected": [low, high],
+            "contract": where,
+            "line": contract.line("tokens.length"),
+        },
+        _level(contract, "contract-length"),
+    )

@@ -6,8 +6,9 @@ dtypes and shapes, the images' size bounds and modes, the token ids' vocabulary 
 sequences' length bounds. `load` reads one back, remembering the line of every rule, so that a
 finding names ``scrub.contract.toml:12``. `judge` checks a profile against it: each rule broken
 is a finding about the dataset (key ``*``); the rules records break one by one (a class outside
-the set, an image outside the size bounds) are also judged per record during the scan
-(`scrub.checks.contract`), so that the records are named and `fix` can set them aside.
+the set, an image outside the size bounds, a sequence outside the length bounds) are also
+judged per record during the scan (`scrub.checks.contract`), so that the records are named and
+`fix` can set them aside.
 
 The rules, their keys and their default severities: docs/contract.md.
 """
@@ -93,20 +94,9 @@ class Contract:
         return f"{self.path}:{line}" if line else self.path
 
     def line(self, rule: str) -> int | None:
-        """The line of a rule (``"images.width"``) in the file (a finding's ``details.line``)."""
+        """The line of a rule (``"images.width"``) in the file: a finding's ``details.line``, which
+        the reports show beside the rule."""
         return self._lines.get(rule)
-
-    def details(self, rule: str, expected: Any, found: Any) -> dict[str, Any]:
-        """What a finding of ``rule`` says in its details: the rule, where it is written (path,
-        line, and both as ``path:line``), the expected and the found value."""
-        return {
-            "rule": rule,
-            "contract": self.where(rule),
-            "file": self.path,
-            "line": self.line(rule),
-            "expected": expected,
-            "found": found,
-        }
 
     def severity(self, check: str) -> str | None:
         return dict(self.severities).get(check)
@@ -114,7 +104,8 @@ class Contract:
     def checks(self) -> frozenset[str]:
         """The check ids this contract's rules can raise (its other checks have nothing to judge)."""
         held = {rule for rule, _ in self.lines}
-        return frozenset(check for (table, key), (check, _) in RULES.items() if f"{table}.{key}" in held)
+        found = {check for (table, key), (check, _) in RULES.items() if f"{table}.{key}" in held}
+        return frozenset(found)
 
     def to_json(self) -> dict[str, str]:
         """What the scan record's options say of it (and what the cache keys on)."""
@@ -228,7 +219,7 @@ def _infer_tokens(tokens: Mapping[str, Any] | None) -> list[str]:
     length = tokens.get("length") or {}
     if length.get("min") is not None:
         found += [
-            "# [shortest, longest] sequence in tokens; a sequence outside is contract-length",
+            "# [shortest, longest] sequence in tokens (contract-length)",
             f"length = [{int(length['min'])}, {int(length['max'])}]",
         ]
     return [*found, ""] if len(found) > 1 else []

@@ -10,10 +10,6 @@ from scrub.checks.base import Finding, make_issue
 from scrub.profile.contract import Contract, judge
 from scrub.records import Issue, Severity
 
-#: rules whose records are named one by one during the scan (`scrub.checks.contract`): the
-#: profile's view of them (its smallest and largest image or sequence) would only repeat them
-NAMED_BY_RECORDS = frozenset({"images.width", "images.height", "tokens.length"})
-
 
 def contract_issues(
     contract: Contract, profile: Mapping[str, Any], dataset: str, selected: Collection[str]
@@ -23,12 +19,19 @@ def contract_issues(
     over both, as it does for every check)."""
     issues = []
     for broken in judge(contract, profile):
-        if broken.check not in selected or broken.rule in NAMED_BY_RECORDS:
+        if broken.check not in selected:
             continue
+        where = contract.where(broken.rule)
         level = contract.severity(broken.check)
         finding = Finding(
-            f"{broken.message} ({contract.where(broken.rule)})",
-            contract.details(broken.rule, broken.expected, broken.found),
+            f"{broken.message} ({where})",
+            {
+                "rule": broken.rule,
+                "contract": where,
+                "line": contract.line(broken.rule),
+                "expected": broken.expected,
+                "found": broken.found,
+            },
             Severity(level) if level is not None else None,
         )
         issues.append(make_issue(broken.check, dataset, "*", None, finding))

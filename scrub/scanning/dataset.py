@@ -14,7 +14,7 @@ import numpy as np
 from scrub import pipeline
 from scrub.baseline import Baseline
 from scrub.checks.base import CheckOptions
-from scrub.checks.contract import JUDGE_NO_RECORD
+from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.tokens import dtype_overflows, token_notes
@@ -96,10 +96,12 @@ class DatasetScan:
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
         )
-        # a contract's checks judge only the rules the contract holds (none without --contract)
+        # a contract's checks of rules it does not hold (or with no --contract) judge nothing; one
+        # on token records needs Carries.TOKENS to run on the token path, not Carries.CONTRACT
         from scrub.profile.contract import CONTRACT_CHECKS
 
-        held = options.checks.contract.checks() if options.checks.contract is not None else frozenset()
+        contract = options.checks.contract
+        held = contract.checks() if contract is not None else frozenset()
         self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
         self.cache: ResultCache | None
         self.cache, cache_notes = (
@@ -278,7 +280,7 @@ class DatasetScan:
         if self.aggregate.profile is None:
             self.aggregate.notes.append(
                 f"contract: this scan built no profile (--no-profile): only the rules records break "
-                f"({contract.path}: classes, image sizes) were checked"
+                f"({contract.path}: classes, image sizes, lengths) were checked"
             )
             return
         from scrub.scanning.contract import contract_issues
@@ -442,7 +444,7 @@ def _open_cache(
             options.verdict_options(),
             checking.labelled,
             dataset.info.label_width,
-            [c.id for c in checks if c.id not in JUDGE_NO_RECORD],  # judged on the profile each night
+            [c.id for c in checks if c.id not in NAMES_NO_RECORD],  # drift judges no record
         )
     )
     assert options.cache is not None  # opened only when --cache is given

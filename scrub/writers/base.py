@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from scrub.checks.contract import about_the_profile
+from scrub.checks.contract import names_no_record
 from scrub.formats import WRITERS
 from scrub.ledger import Ledger
 from scrub.readers.base import Reader
@@ -52,7 +52,9 @@ class Verdicts:
         for issue in issues:
             if issue.status == "resolved":
                 continue  # a resolved line (a baseline's) describes an issue no longer found
-            if about_the_profile(issue):  # whatever its severity: fix cannot act on it either way
+            if names_no_record(
+                issue.check, issue.key
+            ):  # whatever its severity: fix cannot act on it either way
                 verdicts.not_records[issue.check] = verdicts.not_records.get(issue.check, 0) + 1
                 continue
             if not issue.severity.at_least(threshold):
