@@ -94,7 +94,7 @@ def test_hdf5_rows_counts_exact_and_each_feature_within_the_sketch_error(tmp_pat
     group = profile["arrays"]["40"]
     assert group["records"] == 3000 and group["dtypes"] == {"float32": 3000}
     assert group["positions"] == 40
-    assert sorted(group["features"], key=int) == [str(i) for i in range(32)]  # the cap
+    assert sorted(group["features"], key=int) == [str(i) for i in range(40)]  # narrow: every position
     for position in (0, 3, 31):
         assert_quantiles_match(group["features"][str(position)], data[:, position].astype(np.float64))
     assert group["features"]["5"]["zero"] == 100

@@ -23,9 +23,13 @@ __all__ = ["PROFILE_VERSION", "PartitionProfile", "finish_profile", "load_profil
 
 #: the JSON form's version (``profile["version"]``)
 PROFILE_VERSION = 1
-#: element positions of an array row profiled one by one ("features"); the row as a whole
-#: (every element, pooled) is profiled whatever its width
+#: element positions of a wide array row profiled one by one ("features"): its first ones; the
+#: row as a whole (every element, pooled) is profiled whatever its width
 FEATURES = 32
+#: a row of at most this many elements (a table's scalar columns, a feature vector) has every
+#: position profiled: a drift in column 60 of 100 is a drift of ``features.60``, not a shift the
+#: pooled row of 100 columns hides (docs/benchmarks.md, the drift benchmark)
+EVERY_FEATURE = 256
 #: array groups (row shapes) profiled; rows of further shapes are counted in ``records`` only
 #: (a folder of float images of many sizes would otherwise grow the profile with the data)
 GROUPS = 64
@@ -53,7 +57,8 @@ class ArrayGroup:
         self.dtypes: Counter[str] = Counter()
         self.row = Numeric(thin)
         self.positions = positions
-        self.features = [Numeric(thin) for _ in range(min(positions, FEATURES))]
+        profiled = positions if positions <= EVERY_FEATURE else FEATURES
+        self.features = [Numeric(thin) for _ in range(profiled)]
         self._held: list[np.ndarray] = []  # (rows, features) blocks
         self._size = 0
 
