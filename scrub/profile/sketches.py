@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import datasketches
 import numpy as np
 
 #: the KLL sketch's size parameter: normalized rank error ~1.33% (one quantile) and ~1.65%
@@ -30,6 +29,14 @@ PENDING = 8192
 _OFFSETS = np.random.default_rng()
 
 
+def _kll() -> Any:
+    """DataSketches' KLL sketch class, imported on first use: a scan whose Numerics each hold
+    fewer than `PENDING` values (most small datasets) never pays the import (tens of ms)."""
+    from datasketches import kll_doubles_sketch
+
+    return kll_doubles_sketch
+
+
 class Quantiles:
     """A KLL sketch of doubles (float32's range would turn a 1e300 value into Inf: the values
     this tool cares about most), kept as its serialized bytes between uses.
@@ -44,10 +51,11 @@ class Quantiles:
     def __init__(self) -> None:
         self._state: bytes | None = None  # None: nothing seen
 
-    def _sketch(self) -> Any:
-        if self._state is None:
-            return datasketches.kll_doubles_sketch(QUANTILE_K)
-        return datasketches.kll_doubles_sketch.deserialize(self._state)
+    def _sketch(self, state: bytes | None = None) -> Any:
+        """A live sketch of ``state`` (default: this one's)."""
+        kll = _kll()
+        state = self._state if state is None else state
+        return kll(QUANTILE_K) if state is None else kll.deserialize(state)
 
     def update(self, values: np.ndarray, thin: int = 1) -> None:
         """Add finite values (the caller takes NaN and Inf out: a sketch cannot rank them).
@@ -76,7 +84,7 @@ class Quantiles:
             self._state = other._state
             return
         sketch = self._sketch()
-        sketch.merge(datasketches.kll_doubles_sketch.deserialize(other._state))
+        sketch.merge(self._sketch(other._state))
         self._state = bytes(sketch.serialize())
 
     @property
@@ -95,7 +103,7 @@ class Quantiles:
     @staticmethod
     def rank_error() -> float:
         """The sketch's normalized rank error for one quantile (99% confidence)."""
-        return float(datasketches.kll_doubles_sketch.get_normalized_rank_error(QUANTILE_K, False))
+        return float(_kll().get_normalized_rank_error(QUANTILE_K, False))
 
     def __getstate__(self) -> tuple[bytes | None]:
         return (self._state,)  # a tuple: pickle skips `__setstate__` for a false state (None)
