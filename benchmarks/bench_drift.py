@@ -8,8 +8,8 @@ deviation; ``reference.parquet`` and ``current.parquet`` are independent draws o
 distributions, except the planted changes in ``current.parquet``: ten columns shifted by 0.5 to 2
 of their standard deviations (``SHIFTED``) and one with its mean kept and its spread multiplied
 by 1.5 (``RESCALED``). ``planted.json`` records them. The planted columns are spread over the
-table, as real changes are, so some lie past the 32 element positions scrub's profile keeps per
-feature group (docs/profile.md): the table says which each tool can see.
+table, as real changes are (scrub profiles every position of a row of up to 256 elements, each
+column of such a table, and the first 32 of a wider row: docs/profile.md).
 
 Each tool runs as its own whole process (start-up included), the tools interleaved, ``--repeat``
 rounds, median wall time and the peak resident memory of the process tree (sampled every 20 ms):
@@ -59,7 +59,8 @@ SHIFTED = {3: 0.5, 11: 0.75, 19: 1.0, 27: 1.5, 35: 2.0, 47: 0.5, 58: 0.75, 69: 1
 RESCALED = {23: 1.5}
 ROW_GROUP = 65_536
 #: Element positions per feature group that scrub's profile keeps (docs/profile.md).
-PROFILE_POSITIONS = 32
+#: the positions scrub's profile keeps per feature of a row this wide (`scrub.profile.ArrayGroup`)
+PROFILE_POSITIONS_WIDE, EVERY_POSITION_UP_TO = 32, 256
 #: scrub's drift ids (docs/checks.md) whose ``details.feature`` names a feature.
 SCRUB_DRIFT = {"value-drift", "dtype-change", "record-count-change"}
 
@@ -295,9 +296,8 @@ def main() -> int:
     if "scrub" not in args.skip:
         flagged, other = scrub_flagged(tonight, names)
         both = ["scrub: profile the reference", "scrub: profile tonight + drift"]
-        note = (
-            f"features by position 0..{PROFILE_POSITIONS - 1} only; also named: {', '.join(other) or 'none'}"
-        )
+        profiled = args.columns if args.columns <= EVERY_POSITION_UP_TO else PROFILE_POSITIONS_WIDE
+        note = f"features by position 0..{profiled - 1}; also named: {', '.join(other) or 'none'}"
         for name in both:
             rows.append((name, wall[name], peak[name], {}, ""))
         rows.append(
@@ -323,7 +323,8 @@ def main() -> int:
             note += f"; POSSIBLE_DRIFT (not counted): {', '.join(found['possible'])}"
         rows.append((name, wall[name], peak[name], verdict(found["flagged"], planted), note))
     changed = sorted(set(planted["shifted"]) | set(planted["rescaled"]))
-    visible = [name for name in changed if names.index(name) < PROFILE_POSITIONS]
+    profiled = args.columns if args.columns <= EVERY_POSITION_UP_TO else PROFILE_POSITIONS_WIDE
+    visible = [name for name in changed if names.index(name) < profiled]
     load = os.getloadavg()
     lines = [
         f"## Drift on a {args.rows:,} x {args.columns} Parquet table "
@@ -333,7 +334,7 @@ def main() -> int:
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min)",
         f"- planted in current.parquet: shifted {planted['shifted']} (standard deviations), rescaled "
         f"{planted['rescaled']} (same mean, spread x factor); {len(visible)} of the {len(changed)} lie in "
-        f"scrub's first {PROFILE_POSITIONS} positions ({', '.join(visible)})",
+        f"the {profiled} positions scrub profiles one by one ({', '.join(visible)})",
         f"- whole processes, warm page cache, medians of {args.repeat} interleaved rounds; peak RSS of the "
         "process tree",
         "",
