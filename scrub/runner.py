@@ -94,10 +94,10 @@ class PartitionWork:
                 on_record(offset)
             if isinstance(item, Batch) and isinstance(item.data, TokenRows):
                 result.records += len(item)
+                if collector is not None:  # once per block read: it samples a few sequences of it
+                    collector.tokens(item)
                 for rows in item.slices(CHECK_ROWS):
                     self._check_tokens(rows, plan, result, encoder)
-                    if collector is not None:
-                        collector.tokens(rows)
                     if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                         encoder.flush(result)
                 offset += len(item)
@@ -174,7 +174,10 @@ class PartitionWork:
             if found.check in plan.ids:
                 result.issues.append(found)
                 result.offsets.append(offset)
-        annotate(record, self.options, levels=self.profiling is not None)
+        profiling = self.profiling
+        annotate(
+            record, self.options, levels=profiling is not None and profiling.samples_levels(record.index)
+        )
         tally(record, result.stats, self.options)
         values, group = numeric_values(record)
         if values is not None:  # an array value or a float image's pixels: the numeric checks, as one row

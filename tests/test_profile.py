@@ -5,6 +5,7 @@ dataset is partitioned, a scan record whose size does not grow with the records.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 from importlib import resources
 
@@ -17,7 +18,8 @@ from PIL import Image
 import scrub
 from scrub.errors import ScrubError
 from scrub.manifest import scan_record_path
-from scrub.profile import PartitionProfile, finish_profile, load_profile
+from scrub.profile import PartitionProfile, collect, finish_profile, load_profile
+from scrub.profile.collect import ROWS_SAMPLED
 from scrub.profile.render import profiles_in
 from scrub.profile.sketches import RANKS, Numeric, Quantiles, TopCounts
 
@@ -176,6 +178,24 @@ def test_image_folder_sizes_modes_formats_and_levels(tmp_path):
     assert 0 <= images["contrast"]["min"] <= images["contrast"]["max"] <= 128
 
 
+def test_a_large_folder_has_the_levels_of_a_sample_and_the_size_of_every_image(tmp_path, monkeypatch):
+    """Above `IMAGES_SAMPLED` images, one in ``image_stride`` (by its index) gives its levels:
+    brightness, contrast and channels count the sample, sizes count every image; the same
+    sample however the folder is partitioned."""
+    monkeypatch.setattr(collect, "IMAGES_SAMPLED", 4)  # 12 images: one in 3
+    root = tmp_path / "images"
+    saved = [_save(root / "cat" / f"{i:02}.png", (10 + i, 12), "L", "PNG", 400 + i) for i in range(12)]
+    whole = scanned_profile(root, scheduler="sync")["images"]
+    parted = scanned_profile(root, scheduler="sync", partition_size=5)["images"]
+    assert whole["width"]["count"] == 12 and whole["brightness"]["count"] == 4  # indices 0, 3, 6, 9
+    sample = saved[::3]
+    assert sum(whole["channels"]["L"]) == sum(image.width * image.height for image in sample)
+    expected = [float(np.asarray(image, np.float64).mean()) for image in sample]
+    assert whole["brightness"]["min"] == pytest.approx(min(expected))
+    assert whole["brightness"]["max"] == pytest.approx(max(expected))
+    assert parted == whole
+
+
 def test_a_constant_image_has_zero_contrast(tmp_path):
     root = tmp_path / "flat"
     root.mkdir()
@@ -262,6 +282,25 @@ def test_partition_profiles_pickle_and_merge_like_one():
     assert Quantiles.rank_error() < RANK_TOLERANCE
 
 
+def test_a_jpeg_decode_s_pixels_give_what_their_histogram_gives():
+    """A JPEG's levels come as its 1/8 decode's pixels (moments from the stacked pixels, one
+    histogram for the block), other formats' as histograms: the two paths agree."""
+    from scrub.checks.imagedecode import ImageLevels
+
+    rng = np.random.default_rng(12)
+    decodes = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in [(6, 8)] * 5 + [(3, 4), (7, 7)]]
+    as_pixels, as_histograms = PartitionProfile(), PartitionProfile()
+    for pixels in decodes:
+        as_pixels.add_image(64, 48, ImageLevels(pixels, None, None))
+        gray = np.bincount(pixels.reshape(-1), minlength=256)
+        as_histograms.add_image(64, 48, ImageLevels(None, gray, {"L": gray}))
+    one, other = finish_profile(as_pixels)["images"], finish_profile(as_histograms)["images"]
+    assert one["channels"] == other["channels"]
+    for name in ("brightness", "contrast"):
+        assert one[name]["count"] == other[name]["count"] == 7
+        assert one[name]["quantiles"] == pytest.approx(other[name]["quantiles"], abs=1e-9)
+
+
 def test_top_counts_exact_below_capacity_and_bounded_above():
     rng = np.random.default_rng(5)
     ids = rng.zipf(1.3, 200000) % 50000
@@ -307,7 +346,7 @@ def _comparable(profile: dict) -> tuple[dict, list[tuple[str, dict]]]:
 @pytest.mark.slow
 def test_sharded_run_on_processes_equals_the_single_process_profile(tmp_path):
     rng = np.random.default_rng(6)
-    data = rng.normal(size=(40000, 6)).astype(np.float32)  # 40,000 rows: sampled (stride 3)
+    data = rng.normal(size=(40000, 6)).astype(np.float32)  # 40,000 rows: sampled
     data[::97, 1] = np.nan
     path = write_h5(tmp_path / "big.h5", data, rng.integers(0, 4, 40000))
     single = scanned_profile(path, scheduler="sync")
@@ -315,7 +354,9 @@ def test_sharded_run_on_processes_equals_the_single_process_profile(tmp_path):
     counts_single, quantiles_single = _comparable(single)
     counts_sharded, quantiles_sharded = _comparable(sharded)
     assert counts_sharded == counts_single  # every count exact, the same sample
-    sampled = data[::3].astype(np.float64)
+    stride = math.ceil(40000 / ROWS_SAMPLED)
+    assert stride > 1
+    sampled = data[::stride].astype(np.float64)
     expected = {f"/arrays/6/features/{i}": sampled[:, i] for i in range(6)} | {"/arrays/6/row": sampled}
     assert sorted(where for where, _ in quantiles_sharded) == sorted(expected)
     for (where, one), (_, other) in zip(quantiles_single, quantiles_sharded):

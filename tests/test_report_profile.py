@@ -583,7 +583,7 @@ def test_a_run_of_many_datasets_draws_profiles_up_to_the_cap(tmp_path, monkeypat
     assert run("scan", *paths, "--manifest", tmp_path / "m.jsonl", "--html", whole).exit_code == 0
     sections = re.findall(r"<section class=profile>.*?</section>", whole.read_text())
     assert len(sections) == 3
-    monkeypatch.setattr(html, "MAX_PROFILE_BYTES", len(sections[0].encode()) * 2 + 10)
+    monkeypatch.setattr(html, "MAX_PROFILE_BYTES", len(sections[0].encode()) + len(sections[1].encode()) + 1)
     capped = tmp_path / "capped.html"
     assert run("scan", *paths, "--manifest", tmp_path / "m.jsonl", "--html", capped).exit_code == 0
     text = capped.read_text()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scrub.profile.sketches import PENDING, Numeric, TopCounts
+from scrub.profile.sketches import PENDING, Numeric, TopCounts, sketch_columns
 
 __all__ = ["PROFILE_VERSION", "PartitionProfile", "finish_profile", "load_profile"]
 
@@ -46,9 +46,9 @@ _SQUARES = _LEVELS * _LEVELS
 class ArrayGroup:
     """The rows of one shape: how many, their dtypes, their values pooled and per position.
 
-    The sampled rows' first positions are held as blocks until `PENDING` rows are (a merge
-    adopts the other's), then sketched a column at a time: per partition, one block set aside,
-    where 32 features each sketched would cost more than the sampling saves."""
+    The sampled rows' first positions are held as blocks until more than `PENDING` rows are (a
+    merge adopts the other's), or until the profile is finished, then sketched all columns at
+    once (`sketch_columns`): per partition, one block set aside."""
 
     __slots__ = ("records", "dtypes", "row", "features", "positions", "_held", "_size")
 
@@ -68,16 +68,14 @@ class ArrayGroup:
         self._held.append(features)
         self._size += len(features)
         self.row.add(pooled)
-        if self._size >= PENDING:
+        if self._size > PENDING:
             self.flush()
 
     def flush(self) -> None:
         if not self._held:
             return
         held, self._held, self._size = self._held, [], 0
-        block = held[0] if len(held) == 1 else np.concatenate(held)
-        for position, feature in enumerate(self.features):
-            feature.sketch(block[:, position])
+        sketch_columns(self.features, held[0] if len(held) == 1 else np.concatenate(held))
 
     def merge(self, other: "ArrayGroup") -> None:
         self.records += other.records
@@ -88,7 +86,7 @@ class ArrayGroup:
         if other._held:
             self._held += other._held
             self._size += other._size
-            if self._size >= PENDING:
+            if self._size > PENDING:
                 self.flush()
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,9 +133,11 @@ class PartitionProfile:
         self.contrast = Numeric()
         #: band -> pixels per level (256; `LEVEL_BINS` bins in the JSON form), over every image profiled
         self.channels: dict[str, np.ndarray] = {}
-        #: (width, height, `ImageLevels` or None) of images not yet added to the sketches: added
-        #: a block at a time (`flush`), which costs a fraction of adding each
-        self._images: list[tuple[int, int, Any]] = []
+        #: sizes of images not yet added to the sketches, and the levels (`ImageLevels`) of the
+        #: sampled ones: added a block at a time (`flush`), which costs a fraction of adding each
+        self._widths: list[int] = []
+        self._heights: list[int] = []
+        self._levels: list[Any] = []
         self.token_records = 0
         self.length = Numeric()
         self.supervised = Numeric()
@@ -156,50 +156,58 @@ class PartitionProfile:
             found = self.arrays[name] = ArrayGroup(int(np.prod(shape, dtype=np.int64)), thin)
         return found
 
-    def add_image(self, width: int, height: int, levels: Any) -> None:
-        """An image that decodes: its size, and its levels (`ImageLevels`) when the decode kept them."""
+    def add_image(self, width: int, height: int, levels: Any = None) -> None:
+        """An image that decodes: its size, and its levels (`ImageLevels`) when it is one of the
+        images sampled for them (`scrub.profile.collect.ProfileSettings.image_stride`)."""
         self.images += 1
-        self._images.append((width, height, levels))
-        if len(self._images) >= PENDING:
+        self._widths.append(width)
+        self._heights.append(height)
+        if levels is not None:
+            self._levels.append(levels)
+        if len(self._widths) >= PENDING:
             self.flush()
 
     def flush(self) -> None:
-        """The pending images into the sketches: sizes; per image, brightness (the mean gray
-        level) and contrast (its standard deviation) from its 256-level grayscale histogram,
-        one matrix product for the block; each band's levels summed."""
-        if not self._images:
+        """The pending images into the sketches: every size; per sampled image, brightness (the
+        mean gray level) and contrast (its standard deviation); each band's levels summed."""
+        if self._widths:
+            self.width.add(np.asarray(self._widths, np.float64))
+            self.height.add(np.asarray(self._heights, np.float64))
+            self._widths, self._heights = [], []
+        if not self._levels:
             return
-        pending, self._images = self._images, []
-        sizes = np.asarray([(width, height) for width, height, _ in pending], np.float64)
-        self.width.add(sizes[:, 0])
-        self.height.add(sizes[:, 1])
-        kept = [levels for _, _, levels in pending if levels is not None]
-        # a JPEG's grayscale decode: one histogram each (its one band is L); others come with theirs
-        decoded = [
-            np.bincount(levels.pixels.reshape(-1), minlength=256) for levels in kept if levels.gray is None
-        ]
-        given = [levels.gray for levels in kept if levels.gray is not None]
-        if not decoded and not given:
-            return
-        grays = np.stack(decoded + given)
-        bands: dict[str, list[np.ndarray]] = {}
+        kept, self._levels = self._levels, []
+        totals: dict[str, np.ndarray] = {}
+        # a JPEG's grayscale decode (its one band is L): the pixels themselves, stacked by shape
+        by_shape: dict[tuple[int, ...], list[np.ndarray]] = {}
         for levels in kept:
-            if levels.bands is not None:
-                for band, counts in levels.bands.items():
-                    bands.setdefault(band, []).append(counts)
-        totals = {band: np.sum(counts, axis=0, dtype=np.int64) for band, counts in bands.items()}
-        if decoded:
-            totals["L"] = totals.get("L", 0) + grays[: len(decoded)].sum(axis=0, dtype=np.int64)
+            if levels.gray is None:
+                by_shape.setdefault(levels.pixels.shape, []).append(levels.pixels)
+        for same in by_shape.values():
+            block = np.stack(same).reshape(len(same), -1)
+            values = block.astype(np.float64)
+            mean = values.mean(axis=1)
+            variance = np.einsum("ij,ij->i", values, values) / values.shape[1] - mean * mean
+            self.brightness.add(mean)
+            self.contrast.add(np.sqrt(np.maximum(variance, 0.0)))
+            totals["L"] = totals.get("L", 0) + np.bincount(block.reshape(-1), minlength=256)
+        # other formats come with their histograms: moments from the gray one, bands summed
+        given = [levels for levels in kept if levels.gray is not None]
+        if given:
+            grays = np.stack([levels.gray for levels in given])
+            for levels in given:
+                for band, counts in (levels.bands or {}).items():
+                    totals[band] = totals.get(band, 0) + counts
+            pixels = grays.sum(axis=1, dtype=np.int64)
+            seen = pixels > 0
+            weights, pixels = grays[seen].astype(np.float64), pixels[seen]
+            mean = weights @ _LEVELS / pixels
+            variance = np.maximum(weights @ _SQUARES / pixels - mean * mean, 0.0)
+            self.brightness.add(mean)
+            self.contrast.add(np.sqrt(variance))
         for band, total in totals.items():
             held = self.channels.get(band)
             self.channels[band] = np.asarray(total if held is None else held + total, np.int64)
-        pixels = grays.sum(axis=1, dtype=np.int64)
-        seen = pixels > 0
-        weights, pixels = grays[seen].astype(np.float64), pixels[seen]
-        mean = weights @ _LEVELS / pixels
-        variance = np.maximum(weights @ _SQUARES / pixels - mean * mean, 0.0)
-        self.brightness.add(mean)
-        self.contrast.add(np.sqrt(variance))
 
     # -- merged by the driver
 

@@ -23,7 +23,13 @@ from scrub.records import Batch, Pieces, Record, TokenRows
 
 #: array rows (or token sequences) a dataset's profile samples, at most: every one of a dataset
 #: of this many or fewer; one in ``stride`` of a larger one
-ROWS_SAMPLED = 16_384
+ROWS_SAMPLED = 8192
+#: images whose pixel levels (brightness, contrast, channel histograms) a dataset's profile takes,
+#: at most: every image of a dataset of this many or fewer, one in ``image_stride`` of a larger
+#: one (sizes, modes and formats count every image). Beyond a few thousand images the levels'
+#: quantiles move by less than the sketch's own error, and the drift floor follows the count
+#: sampled (docs/drift.md)
+IMAGES_SAMPLED = 4096
 #: the values of the sampled rows pooled into an array group's ``row`` quantiles, at most (a
 #: wide row gives some of its elements, a different set each row)
 VALUES_SAMPLED = 1 << 18
@@ -62,6 +68,8 @@ class ProfileSettings:
     sequence_ids: int = TOKENS_SAMPLED
     #: the sampled rows' values go into their quantile sketches thinned by this (`Quantiles.update`)
     thin: int = 1
+    #: one image in ``image_stride`` has its pixel levels profiled, by its index in its source
+    image_stride: int = 1
 
     @classmethod
     def of(cls, records: int, labels: str | None, boxes: bool) -> "ProfileSettings":
@@ -69,7 +77,13 @@ class ProfileSettings:
         sampled = max(1, math.ceil(records / stride))
         elements = max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled)
         ids = max(SEQUENCE_IDS_MIN, TOKENS_SAMPLED // sampled)
-        return cls(stride, elements, labels, boxes, ids, THIN if records >= THIN_FROM else 1)
+        thin = THIN if records >= THIN_FROM else 1
+        return cls(stride, elements, labels, boxes, ids, thin, max(1, math.ceil(records / IMAGES_SAMPLED)))
+
+    def samples_levels(self, index: int | None) -> bool:
+        """Whether the image at ``index`` of its source is one whose levels are profiled (the
+        decode keeps them only then: `scrub.checks.properties.annotate`)."""
+        return self.image_stride == 1 or index is None or index % self.image_stride == 0
 
 
 class Collector:
@@ -84,8 +98,12 @@ class Collector:
         #: row shape -> (its group's name, the group), and dtype -> its name: looked up per block
         self._shapes: dict[tuple, tuple[str, ArrayGroup | None]] = {}
         self._dtype_names: dict[Any, str] = {}
+        #: row width -> the positions `_pooled` shifts (the same for every row of that width)
+        self._picked: dict[int, np.ndarray] = {}
         self._row_count: dict[str, int] = {}
         self._ids: list[np.ndarray] = []
+        #: value labels of the sampled rows of blocks, counted and sketched at the end (`finish`)
+        self._labels: list[np.ndarray] = []
         self._id_count = 0
 
     # -- per record
@@ -94,18 +112,20 @@ class Collector:
         """A record read one at a time: its image, array value, sequence, label and boxes."""
         meta = record.meta
         facts = meta.get("image")
-        if facts is not None and facts.error is None and not facts.bomb and facts.width is not None:
-            self.profile.add_image(facts.width, facts.height or 0, facts.levels)
-        if facts is not None and facts.pixels is not None:
-            self._value(facts.pixels, record.index)
+        if facts is not None:
+            if facts.error is None and not facts.bomb and facts.width is not None:
+                self.profile.add_image(facts.width, facts.height or 0, facts.levels)
+            if facts.pixels is not None:
+                self._value(facts.pixels, record.index)
         elif meta.get("kind") == "array" and record.payload is not None:
             self._value(np.asarray(record.payload), record.index)
         tokens = meta.get("tokens")
         if tokens is not None:
             self._sequence(tokens)
-        if self.settings.labels is not None and meta.get("label_known", True):
+        settings = self.settings
+        if settings.labels == "value" and meta.get("label_known", True):  # classes: the scan's counts
             self._label(record.label)
-        if self.settings.boxes and meta.get("kind") == "image":
+        if settings.boxes and meta.get("kind") == "image":
             boxes = meta.get("boxes") or []
             count = len(boxes)
             self.profile.boxes_per_image[str(count) if count < BOXES_CAP else f"{BOXES_CAP}+"] += 1
@@ -139,16 +159,16 @@ class Collector:
             self._count_ids(np.asarray(facts.ids))
 
     def _label(self, label: Any) -> None:
+        """A value label (class labels are counted by the scan: `finish_profile` takes those)."""
         profile = self.profile
         if label is None or isinstance(label, str):
             profile.unlabelled += 1
             return
         profile.labelled += 1
-        if self.settings.labels == "value":
-            try:
-                profile.label_values.add_one(float(label))
-            except (TypeError, ValueError):  # a vector label: its elements
-                profile.label_values.add(np.asarray(label, dtype=np.float64))
+        try:
+            profile.label_values.add_one(float(label))
+        except (TypeError, ValueError):  # a vector label: its elements
+            profile.label_values.add(np.asarray(label, dtype=np.float64))
 
     # -- per batch
 
@@ -188,7 +208,7 @@ class Collector:
         sampled = data[first::stride]
         self._pend(name, sampled.reshape(len(sampled), -1), batch.start + first, group)
         if labels is not None and self.settings.labels == "value":
-            self.profile.label_values.add(np.asarray(labels)[first::stride])
+            self._labels.append(np.array(labels[first::stride], dtype=np.float64))
 
     def tokens(self, batch: Batch) -> None:
         """Token sequences of a flat store (`TokenRows`): the lengths of the sampled ones, and
@@ -241,9 +261,12 @@ class Collector:
         elements = self.settings.row_elements
         if elements >= width:
             return rows
-        picked = (np.arange(elements) * (width / elements)).astype(np.int64)
-        shift = (indices * 7919) % width
-        return rows[np.arange(len(rows))[:, None], (picked[None, :] + shift[:, None]) % width]
+        picked = self._picked.get(width)
+        if picked is None:
+            picked = self._picked[width] = (np.arange(elements) * (width / elements)).astype(np.int64)
+        columns = picked + ((indices * 7919) % width)[:, None]
+        columns %= width
+        return rows[np.arange(len(rows))[:, None], columns]
 
     def _sketch_rows(self, name: str, group: ArrayGroup) -> None:
         pending = self._rows.pop(name, [])
@@ -279,6 +302,9 @@ class Collector:
         for name in list(self._rows):
             self._sketch_rows(name, self.profile.arrays[name])
         self._flush_ids()
+        if self._labels:
+            self.profile.label_values.add(np.concatenate(self._labels))
+            self._labels = []
         self.profile.records = records
         self.profile.flush()
         return self.profile

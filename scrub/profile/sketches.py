@@ -11,6 +11,8 @@ ship a partition's profile back to the driver): a sketch travels as its serializ
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,18 +22,17 @@ import numpy as np
 QUANTILE_K = 200
 #: the ranks a profile states its quantiles at: 0, 0.01, ..., 1
 RANKS = np.linspace(0.0, 1.0, 101)
-#: values a `Numeric` holds before it counts and sketches them at once: one vectorized update
-#: costs what ~10 scalar ones do, and a sketch made for a few values costs more than they do
+#: values a `Numeric` holds, at most, before it counts and sketches them at once: one vectorized
+#: update costs what ~10 scalar ones do, and a sketch made for a few values costs more than they
+#: do; a Numeric that never held more states exact quantiles. A dataset's sample of rows or
+#: sequences (`scrub.profile.collect.ROWS_SAMPLED`) is no larger, so its features and lengths
+#: are never sketched at all
 PENDING = 8192
-
-
-#: where thinning starts (`Quantiles.update`): a uniform offset keeps every value's weight
-_OFFSETS = np.random.default_rng()
 
 
 def _kll() -> Any:
     """DataSketches' KLL sketch class, imported on first use: a scan whose Numerics each hold
-    fewer than `PENDING` values (most small datasets) never pays the import (tens of ms)."""
+    at most `PENDING` values (every sampled feature) never pays the import (milliseconds)."""
     from datasketches import kll_doubles_sketch
 
     return kll_doubles_sketch
@@ -57,18 +58,19 @@ class Quantiles:
         state = self._state if state is None else state
         return kll(QUANTILE_K) if state is None else kll.deserialize(state)
 
-    def update(self, values: np.ndarray, thin: int = 1) -> None:
+    def update(self, values: np.ndarray, thin: int = 1, ordered: bool = False) -> None:
         """Add finite values (the caller takes NaN and Inf out: a sketch cannot rank them).
 
         ``thin`` > 1 adds every ``thin``-th of the values in sorted order, from a random first
         one: what the sketch's own first compaction does, at a fraction of its cost (the sketch
         takes ~50 ns a value, ~20 sorted). Each value added stands for ``thin``, so one sketch
         must always be thinned alike; its rank error grows by at most ``thin`` values per
-        update (docs/profile.md, "Error bounds")."""
+        update (docs/profile.md, "Error bounds"). ``ordered``: the values come sorted."""
         if values.size:
             array = np.asarray(values, dtype=np.float64).reshape(-1)
             if thin > 1:
-                array = np.sort(array)[int(_OFFSETS.integers(thin)) :: thin]
+                # where thinning starts: a uniform offset keeps every value's weight
+                array = (array if ordered else np.sort(array))[random.randrange(thin) :: thin]
                 if not array.size:
                     return
             if not (array.flags.writeable and array.flags.c_contiguous):  # the binding takes neither
@@ -116,8 +118,8 @@ class Numeric:
     """One feature's numbers: exact counts of what was seen (finite, NaN, Inf, zero), the
     extremes and the sum, and the quantiles of the finite values.
 
-    Values are held as they come (a private float64 copy) until `PENDING` of them are, then
-    counted and sketched at once; a merge adopts the other's held values. So a partition that
+    Values are held as they come (a private float64 copy) until more than `PENDING` of them are,
+    then counted and sketched at once; a merge adopts the other's held values. So a partition that
     saw few values (most do: rows are sampled, an image gives one width) ships them as they
     are, and the sketch is made once per `PENDING` values, wherever they meet: a sketch costs
     a few microseconds to make and to merge, which per feature per partition added up to more
@@ -144,7 +146,7 @@ class Numeric:
             return
         if values.dtype.kind == "c":
             values = np.abs(values)  # a complex value by its magnitude
-        if self._size + values.size < PENDING:
+        if self._size + values.size <= PENDING:
             self._held.append(np.array(values, dtype=np.float64))  # a copy: a reader may reuse its buffer
             self._size += values.size
             return
@@ -159,7 +161,7 @@ class Numeric:
         else:
             held.append([value])
         self._size += 1
-        if self._size >= PENDING:
+        if self._size > PENDING:
             self.flush()
 
     def flush(self) -> None:
@@ -215,7 +217,7 @@ class Numeric:
         if other._held:
             self._held += other._held
             self._size += other._size
-            if self._size >= PENDING:
+            if self._size > PENDING:
                 self.flush()
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,6 +260,46 @@ class Numeric:
         self.quantiles, self.thin, held = state[7:]
         self._held = [held] if held is not None else []
         self._size = 0 if held is None else int(held.size)
+
+
+def sketch_columns(numerics: Sequence[Numeric], block: np.ndarray) -> None:
+    """Count and sketch each column of ``block`` (rows, columns) into its Numeric, as
+    `Numeric.sketch` would one at a time, but with a few calls for all the columns: a scan on
+    threads waits on every call that lets go of the interpreter (docs/benchmarks.md, "The
+    profile's cost"), and one column's ~10 calls, times 32 or 256 columns, were most of the
+    profile's cost there."""
+    if not len(block) or not numerics:
+        return
+    if block.dtype.kind == "c":
+        block = np.abs(block)  # a complex value by its magnitude
+    values = np.array(block[:, : len(numerics)].T, dtype=np.float64)  # (columns, rows), our own
+    finite = np.isfinite(values)
+    rows = values.shape[1]
+    if finite.all():
+        nan = inf = np.zeros(len(values), np.int64)
+    else:
+        nan = np.count_nonzero(np.isnan(values), axis=1)
+        inf = rows - np.count_nonzero(finite, axis=1) - nan
+        values[~finite] = np.nan  # sorted last
+    values.sort(axis=1)
+    counts = rows - nan - inf
+    zeros = np.count_nonzero(values == 0, axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        totals = np.nansum(values, axis=1)
+    for column, numeric in enumerate(numerics):
+        numeric.nan += int(nan[column])
+        numeric.inf += int(inf[column])
+        count = int(counts[column])
+        if not count:
+            continue
+        ordered = values[column, :count]
+        numeric.count += count
+        numeric.zero += int(zeros[column])
+        low, high = float(ordered[0]), float(ordered[-1])
+        numeric.low = low if numeric.low is None else min(numeric.low, low)
+        numeric.high = high if numeric.high is None else max(numeric.high, high)
+        numeric.total += float(totals[column])
+        numeric.quantiles.update(ordered, numeric.thin, ordered=True)
 
 
 def exact_quantiles(values: np.ndarray) -> list[float]:
