@@ -6,22 +6,27 @@ Data (generated once, shared with the other benchmarks): the 20,000-JPEG class-f
 ``bench_hdf5.py``) and a Megatron-LM pair of ``--megatron-gb`` GB of uint16 tokens (from
 ``bench_tokens.py``, scanned with ``--vocab-size 50257``). scrub's modules are compiled to
 bytecode first, as an installed package has them (``bench_speed.py`` says why). Each run is a
-whole process with a warm page cache; the two variants alternate, the first of a pair switching
-every round (so neither always runs after the other), ``--repeat`` rounds. For each, the table
-gives the median wall time, the median CPU time of the process tree (user + system, the scan
-and its workers: less moved by other work on a shared machine than the wall time), their ratios
-(with / without), the median of the paired wall differences (the n-th runs of the two ran next
-to each other in time) and the peak resident memory of the process tree (sampled every 20 ms).
+whole process with a warm page cache; the three variants (with, without, and without again: the
+control) run in every order in turn, ``--repeat`` rounds. For each, the table gives the median
+wall time, the median CPU time of the process tree (user + system, the scan and its workers:
+less moved by other work on a shared machine than the wall time), the wall ratio of the medians,
+the median of the paired wall differences (runs of one round ran next to each other in time),
+the median paired CPU ratio with a 95% bootstrap interval for the profile and for the control,
+and the peak resident memory of the process tree (sampled every 20 ms). The verdict is on the
+CPU ratio's interval: "yes" when all of it is at most 1.03, "no" when all of it is above, else
+"within the noise" (the machine cannot tell; more rounds or a quieter machine can).
 It checks that the scan record holds a profile with it and none without.
 
-    python benchmarks/bench_profile.py [--repeat 7] [--gib 2] [--megatron-gb 1] [--skip images]
+    python benchmarks/bench_profile.py [--repeat 12] [--gib 2] [--megatron-gb 1] [--skip images]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -79,10 +84,28 @@ def has_profile(record_path: Path) -> bool:
     return json.loads(record_path.read_text()).get("profile") is not None
 
 
+def interval(ratios: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of paired ratios (rounds drawn with replacement)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+def verdict(low: float, high: float) -> str:
+    """Whether the budget is met, as far as the interval of the CPU ratio can tell."""
+    if high <= BUDGET:
+        return "yes"
+    if low > BUDGET:
+        return "no"
+    return "within the noise"
+
+
 def cost(path: Path, files: list[Path], repeat: int, python: str, options: tuple[str, ...]) -> dict:
-    """Both variants of one dataset, interleaved; medians and the profile check."""
+    """Both variants of one dataset, and the one without a second time (a control: how far two
+    runs of the same command differ here), interleaved; medians, paired ratios and the profile
+    check."""
     work = Path(tempfile.mkdtemp(prefix="scrub-bench-profile-"))
-    variants = {"without": ["--no-profile"], "with": []}
+    variants = {"without": ["--no-profile"], "with": [], "control": ["--no-profile"]}
     commands = {
         name: [python, "-m", "scrub", "scan", str(path), "-q", "--fail-on", "never"]
         + ["--manifest", str(work / f"{name}.scrub.jsonl"), *options, *flags]
@@ -90,22 +113,27 @@ def cost(path: Path, files: list[Path], repeat: int, python: str, options: tuple
     }
     for file in files:
         benchdata.warm(file)
+    orders = list(itertools.permutations(variants))
     found: dict[str, list[tuple[float, float, int]]] = {name: [] for name in variants}
     for round_ in range(repeat):
-        order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
-        for name in order:
+        for name in orders[round_ % len(orders)]:  # each variant first, middle and last in turn
             seconds, cpu, peak = measured(commands[name])
             found[name].append((seconds, cpu, peak))
             print(f"  {path.name} {name}: {seconds:.3f} s, {cpu:.3f} s CPU", file=sys.stderr, flush=True)
     profiled = {name: has_profile(work / f"{name}.scrub.scan.json") for name in variants}
-    if profiled != {"without": False, "with": True}:
+    if profiled != {"without": False, "with": True, "control": False}:
         raise RuntimeError(f"{path}: the scan records' profiles are not as asked: {profiled}")
     wall = {name: statistics.median(run[0] for run in runs) for name, runs in found.items()}
     cpu = {name: statistics.median(run[1] for run in runs) for name, runs in found.items()}
+    ratios = {
+        name: [b[1] / a[1] for a, b in zip(found["without"], found[name])] for name in ("with", "control")
+    }
     return {
         "wall": wall,
         "cpu": cpu,
         "paired": statistics.median(b[0] - a[0] for a, b in zip(found["without"], found["with"])),
+        "cpu_ratio": {name: statistics.median(values) for name, values in ratios.items()},
+        "cpu_interval": {name: interval(values) for name, values in ratios.items()},
         "peak": {name: max(run[2] for run in runs) for name, runs in found.items()},
         "runs": {name: [round(run[0], 3) for run in runs] for name, runs in found.items()},
     }
@@ -114,7 +142,7 @@ def cost(path: Path, files: list[Path], repeat: int, python: str, options: tuple
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench"))
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=12)
     parser.add_argument("--gib", type=float, default=2.0, help="the HDF5 file's size (GiB)")
     parser.add_argument("--megatron-gb", type=float, default=1.0, help="the Megatron file's tokens (GB)")
     parser.add_argument("--skip", action="append", default=[], choices=["images", "hdf5", "megatron"])
@@ -140,12 +168,16 @@ def main() -> int:
         found = cost(path, files, args.repeat, args.python, options)
         print(json.dumps({"data": name, **found}), file=sys.stderr, flush=True)
         wall, cpu, peak = found["wall"], found["cpu"], found["peak"]
-        ratio = wall["with"] / wall["without"]
+        (low, high), (control_low, control_high) = (
+            found["cpu_interval"]["with"],
+            found["cpu_interval"]["control"],
+        )
         rows.append(
-            f"| {name} | {wall['without']:.3f} | {wall['with']:.3f} | {ratio:.3f} | {found['paired']:+.3f} | "
-            f"{cpu['without']:.2f} | {cpu['with']:.2f} | {cpu['with'] / cpu['without']:.3f} | "
-            f"{peak['without'] / 2**20:.0f} / {peak['with'] / 2**20:.0f} | "
-            f"{'yes' if ratio <= BUDGET else 'no'} |"
+            f"| {name} | {wall['without']:.3f} | {wall['with']:.3f} | {wall['with'] / wall['without']:.3f} | "
+            f"{found['paired']:+.3f} | {cpu['without']:.2f} | {cpu['with']:.2f} | "
+            f"{found['cpu_ratio']['with']:.3f} [{low:.3f}, {high:.3f}] | "
+            f"{found['cpu_ratio']['control']:.3f} [{control_low:.3f}, {control_high:.3f}] | "
+            f"{peak['without'] / 2**20:.0f} / {peak['with'] / 2**20:.0f} | {verdict(low, high)} |"
         )
     load = os.getloadavg()
     lines = [
@@ -153,12 +185,14 @@ def main() -> int:
         "",
         f"- {_cpu()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; load average at the end "
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min)",
-        f"- `scrub scan DATA -q` with the profile and with `--no-profile`: whole processes, warm page "
-        f"cache, medians of {args.repeat} interleaved rounds; CPU = user + system of the process tree",
+        f"- `scrub scan DATA -q` with the profile, with `--no-profile`, and with `--no-profile` again (the "
+        f"control): whole processes, warm page cache, medians of {args.repeat} interleaved rounds; CPU = "
+        "user + system of the process tree; a CPU ratio is the median of the rounds' paired ratios "
+        "(with / without, control / without), with its 95% bootstrap interval",
         "",
         "| data | without s | with s | wall ratio | paired difference s | CPU without s | CPU with s | "
-        "CPU ratio | peak RSS MiB (without / with) | wall ≤ 1.03 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "CPU ratio [95%] | control CPU ratio [95%] | peak RSS MiB (without / with) | CPU ≤ 1.03 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         *rows,
     ]
     benchdata.report(lines, args.markdown_out)
