@@ -17,6 +17,7 @@ from conftest import image_bytes, manifest_lines, write
 from typer.testing import CliRunner
 
 import scrub
+from scrub.checks.drift import NOT_RECORDS
 from scrub.cli import app
 
 FEATURES = 8
@@ -384,3 +385,30 @@ def test_with_the_cache_only_exact_counts_are_compared(tmp_path):
         path.unlink()
     removed, _ = night(tmp_path, "wednesday", tmp_path / "data", manifest, cache=cache)
     assert drifted(removed) == {("record-count-change", "records"), ("label-drift", "labels.classes")}
+
+
+def test_the_check_table_lists_the_drift_checks_that_compared_something(tmp_path, first_night):
+    """HDF5 rows hold no image sizes or token lengths: size-, length- and token-drift are not
+    listed as having run (a 0 there would read as "compared, none found"); one the user selected
+    by name is said."""
+    data, labels, manifest = first_night
+    result, _ = night(tmp_path, "tuesday", hdf5(tmp_path / "tuesday.h5", data, labels), manifest)
+    listed = set(result.summary.checks) & set(NOT_RECORDS)
+    assert listed == {"record-count-change", "label-drift", "value-drift", "dtype-change"}
+    assert listed == set(result.summary.issues_by_check) & set(NOT_RECORDS)
+    picked, _ = night(
+        tmp_path, "wednesday", tmp_path / "tuesday.h5", manifest, select=["size-drift", "value-drift"]
+    )
+    assert set(picked.summary.checks) & set(NOT_RECORDS) == {"value-drift"}
+    assert any("size-drift: compared nothing" in note for note in picked.summary.notes)
+    images = tmp_path / "images"
+    for index in range(12):
+        write(images / f"c{index % 2}" / f"{index}.png", image_bytes(index, fmt="PNG", size=24))
+    _, monday = night(tmp_path, "images-monday", images)
+    tonight, _ = night(tmp_path, "images-tuesday", images, monday)
+    assert set(tonight.summary.checks) & set(NOT_RECORDS) == {
+        "record-count-change",
+        "label-drift",
+        "value-drift",
+        "size-drift",
+    }

@@ -113,6 +113,26 @@ class DriftFinding:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def compared_checks(previous: Mapping[str, Any], current: Mapping[str, Any]) -> frozenset[str]:
+    """The drift checks two profiles give something to compare: `record-count-change` always,
+    each other where either profile holds its features (rows of an HDF5 file have no image
+    sizes or token lengths to drift). The scan lists only these in its check table."""
+    found = {FAMILY_CHECKS["records"]}
+    for profile in (previous, current):
+        labels = profile.get("labels") or {}
+        if labels or profile.get("masks") or profile.get("boxes"):
+            found.add(FAMILY_CHECKS["label"])
+        if labels.get("kind") == "value" or profile.get("arrays") or profile.get("images"):
+            found.add(FAMILY_CHECKS["value"])
+        if profile.get("images"):
+            found.add(FAMILY_CHECKS["size"])
+        if profile.get("tokens"):
+            found |= {FAMILY_CHECKS["length"], FAMILY_CHECKS["token"]}
+        if profile.get("arrays"):
+            found.add("dtype-change")
+    return frozenset(found)
+
+
 def compare(
     previous: Mapping[str, Any],
     current: Mapping[str, Any],

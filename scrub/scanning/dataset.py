@@ -313,6 +313,23 @@ class DatasetScan:
         self.aggregate.notes += notes
         if issues is None:  # not measured (the notes say why)
             return
+        # the check table lists the drift checks that had something to compare, not all seven
+        from scrub.profile.drift import DRIFT_CHECKS, compared_checks
+        from scrub.scanning.drift import profile_of
+
+        several = self.aggregate.dataset is not None
+        previous = profile_of(record or {}, path, absolute_place(path), several) or {}
+        compared = compared_checks(previous, self.aggregate.profile or {})
+        selected = set(self.options.selection.select or ())
+        for idle in sorted(set(DRIFT_CHECKS) - compared):
+            if not self.aggregate.by_check.get(idle):
+                self.aggregate.by_check.pop(idle, None)
+            if idle in selected:
+                self.aggregate.notes.append(
+                    f"{self.options.origin('select')} {idle}: compared nothing: neither this scan's "
+                    "profile nor the baseline's holds what it measures"
+                )
+        self.checks = [check for check in self.checks if check.id not in DRIFT_CHECKS or check.id in compared]
         for issue in issues:
             self.aggregate.add_issue(issue)  # its severity as --check-severity sets it
         self.drift = [
