@@ -1,7 +1,8 @@
 """Calibrate the drift thresholds (docs/drift.md): false alarms on resamples, and planted shifts.
 
 For each family, a synthetic dataset of N records (N = 1,000 and 10,000) is profiled as scrub
-profiles it (KLL sketches at k=200, 101 quantiles; exact counts), then compared
+profiles it (`scrub.profile.sketches.Numeric`, sampled as a scan samples: rows and
+the images' levels of a large dataset by index; 101 quantiles, exact counts), then compared
 (`scrub.profile.drift.compare`, the default thresholds) with the profile of:
 
 * a bootstrap resample of it (the same data; what must raise nothing, of any id): R times;
@@ -27,30 +28,24 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from datasketches import kll_floats_sketch
 
+from scrub.profile.collect import ProfileSettings
 from scrub.profile.drift import DriftThresholds, bin_masses, compare, js_distance, psi
+from scrub.profile.sketches import Numeric
 
-RANKS = [i / 100 for i in range(101)]
+
+def numeric(values: np.ndarray, stride: int = 1) -> dict[str, Any]:
+    """A Numeric as a scan's profile states it (`scrub.profile.sketches.Numeric`: exact
+    quantiles up to 8,192 values, a KLL sketch beyond), of every ``stride``-th value by index
+    (the scan's sample: `ProfileSettings`)."""
+    numeric = Numeric()
+    numeric.add(np.asarray(values)[::stride])
+    return numeric.to_dict()
 
 
-def numeric(values: np.ndarray) -> dict[str, Any]:
-    """A Numeric of the profile's form, its quantiles from a KLL sketch (k=200) as the profile's."""
-    values = np.asarray(values, dtype=np.float32)
-    finite = values[np.isfinite(values)]
-    sketch = kll_floats_sketch(200)
-    if finite.size:
-        sketch.update(finite)
-    return {
-        "count": int(finite.size),
-        "nan": int(np.isnan(values).sum()),
-        "inf": int(np.isinf(values).sum()),
-        "zero": int((finite == 0).sum()),
-        "min": float(finite.min()) if finite.size else None,
-        "max": float(finite.max()) if finite.size else None,
-        "mean": float(finite.mean()) if finite.size else None,
-        "quantiles": [float(q) for q in sketch.get_quantiles(RANKS)] if finite.size else [],
-    }
+def sampling(n: int) -> ProfileSettings:
+    """How a scan samples a dataset of ``n`` records (rows, sequences, images' levels)."""
+    return ProfileSettings.of(n, None, False)
 
 
 def histogram(values: np.ndarray) -> dict[str, int]:
@@ -104,8 +99,8 @@ def profile_arrays(data: dict[str, np.ndarray]) -> dict[str, Any]:
             str(width): {
                 "records": n,
                 "dtypes": {str(rows.dtype): n},
-                "row": numeric(rows.ravel()),
-                "features": {str(i): numeric(rows[:, i]) for i in range(width)},
+                "row": numeric(rows[:: sampling(n).stride].ravel()),
+                "features": {str(i): numeric(rows[:, i], sampling(n).stride) for i in range(width)},
                 "positions": width,
             }
         },
@@ -133,8 +128,8 @@ def profile_images(data: dict[str, np.ndarray]) -> dict[str, Any]:
             "height": numeric(data["height"]),
             "modes": histogram(data["modes"]),
             "formats": {"JPEG": n},
-            "brightness": numeric(data["brightness"]),
-            "contrast": numeric(data["contrast"]),
+            "brightness": numeric(data["brightness"], sampling(n).image_stride),
+            "contrast": numeric(data["contrast"], sampling(n).image_stride),
         },
     }
 
