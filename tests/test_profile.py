@@ -282,7 +282,7 @@ def test_partition_profiles_pickle_and_merge_like_one():
     assert Quantiles.rank_error() < RANK_TOLERANCE
 
 
-def test_a_jpeg_decode_s_pixels_give_what_their_histogram_gives():
+def test_jpeg_pixels_and_histograms_give_the_same_levels():
     """A JPEG's levels come as its 1/8 decode's pixels (moments from the stacked pixels, one
     histogram for the block), other formats' as histograms: the two paths agree."""
     from scrub.checks.imagedecode import ImageLevels

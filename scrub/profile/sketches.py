@@ -25,14 +25,15 @@ RANKS = np.linspace(0.0, 1.0, 101)
 #: values a `Numeric` holds, at most, before it counts and sketches them at once: one vectorized
 #: update costs what ~10 scalar ones do, and a sketch made for a few values costs more than they
 #: do; a Numeric that never held more states exact quantiles. A dataset's sample of rows or
-#: sequences (`scrub.profile.collect.ROWS_SAMPLED`) is no larger, so its features and lengths
-#: are never sketched at all
+#: sequences (`scrub.profile.collect.ROWS_SAMPLED`) is no larger, so sampled lengths and value
+#: labels are never sketched (an array group's features are, all columns at once:
+#: `sketch_columns`)
 PENDING = 8192
 
 
 def _kll() -> Any:
     """DataSketches' KLL sketch class, imported on first use: a scan whose Numerics each hold
-    at most `PENDING` values (every sampled feature) never pays the import (milliseconds)."""
+    at most `PENDING` values (a token store's sampled lengths, say) never pays the import."""
     from datasketches import kll_doubles_sketch
 
     return kll_doubles_sketch
@@ -264,10 +265,9 @@ class Numeric:
 
 def sketch_columns(numerics: Sequence[Numeric], block: np.ndarray) -> None:
     """Count and sketch each column of ``block`` (rows, columns) into its Numeric, as
-    `Numeric.sketch` would one at a time, but with a few calls for all the columns: a scan on
-    threads waits on every call that lets go of the interpreter (docs/benchmarks.md, "The
-    profile's cost"), and one column's ~10 calls, times 32 or 256 columns, were most of the
-    profile's cost there."""
+    `Numeric.sketch` would one at a time, but with a few calls for all the columns rather than
+    ~10 for each: over 32 or 256 columns of a few thousand sampled rows, the calls, not the
+    values, were the cost (docs/benchmarks.md, "The profile's cost")."""
     if not len(block) or not numerics:
         return
     if block.dtype.kind == "c":
