@@ -215,6 +215,9 @@ class BatchFacts(TypedDict, total=False):
 
     masks: np.ndarray  # the rows' (n, H, W) segmentation masks, where the labels are masks
     profile: Any  # the numeric checks' one profile of the batch (`scrub.checks.numeric.profile`)
+    #: the names of a table's columns, in the order of a row's elements (a Parquet table's): the
+    #: profile names its features by them as well as by position
+    columns: tuple[str, ...]
 
 
 @dataclass(slots=True)

@@ -412,3 +412,26 @@ def test_the_check_table_lists_the_drift_checks_that_compared_something(tmp_path
         "value-drift",
         "size-drift",
     }
+
+
+def test_a_table_column_that_moved_is_named_by_its_column(tmp_path):
+    """A Parquet table of scalar columns: the profile keeps the columns' names beside their
+    positions, and a drift of one says which column it is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def table(path: Path, data: np.ndarray) -> Path:
+        pq.write_table(pa.table({f"col_{i}": data[:, i] for i in range(data.shape[1])}), path)
+        return path
+
+    data, _ = rows()
+    first, manifest = night(tmp_path, "monday", table(tmp_path / "monday.parquet", data))
+    group = first.summary.profile["arrays"][str(FEATURES)]
+    assert group["names"] == {str(i): f"col_{i}" for i in range(FEATURES)}
+    moved = data.copy()
+    moved[:, 3] += 2 * moved[:, 3].std()
+    result, _ = night(tmp_path, "tuesday", table(tmp_path / "tuesday.parquet", moved), manifest)
+    (found,) = [f for f in result.summary.drift if f["feature"] == "arrays.8.features.3"]
+    assert found["message"].startswith("arrays.8.features.3 (column col_3): ")
+    details = manifest_lines(tmp_path / "tuesday.scrub.jsonl")
+    assert any(line.get("details", {}).get("column") == "col_3" for line in details)

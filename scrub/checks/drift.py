@@ -91,7 +91,8 @@ reader_check(
         of value labels (`labels.values`), or of images' brightness and contrast
         (`images.brightness`), over ten equiprobable bins from the baseline's quantiles, above the
         `value` threshold (default 0.1) and what sampling explains (details: `previous_median`,
-        `current_median`, `previous_mean`, `current_mean`, `threshold`, `sampling_floor`).
+        `current_median`, `previous_mean`, `current_mean`, `threshold`, `sampling_floor`; `column`:
+        a table column's name, where the feature is one, also said in the message).
     Why it breaks training:
         A feature whose scale or offset changed (a unit changed upstream, a normalization applied
         twice, a sensor that reports zeros) feeds the model inputs it was not fitted to; the

@@ -50,7 +50,7 @@ class ArrayGroup:
     merge adopts the other's), or until the profile is finished, then sketched all columns at
     once (`sketch_columns`): per partition, one block set aside."""
 
-    __slots__ = ("records", "dtypes", "row", "features", "positions", "_held", "_size")
+    __slots__ = ("records", "dtypes", "row", "features", "positions", "names", "_held", "_size")
 
     def __init__(self, positions: int, thin: int = 1) -> None:
         self.records = 0
@@ -59,6 +59,8 @@ class ArrayGroup:
         self.positions = positions
         profiled = positions if positions <= EVERY_FEATURE else FEATURES
         self.features = [Numeric(thin) for _ in range(profiled)]
+        #: the names of the row's elements where the reader knows them (a table's columns)
+        self.names: tuple[str, ...] | None = None
         self._held: list[np.ndarray] = []  # (rows, features) blocks
         self._size = 0
 
@@ -79,6 +81,8 @@ class ArrayGroup:
 
     def merge(self, other: "ArrayGroup") -> None:
         self.records += other.records
+        if self.names is None:
+            self.names = other.names
         self.dtypes.update(other.dtypes)
         self.row.merge(other.row)
         for mine, theirs in zip(self.features, other.features):
@@ -91,22 +95,25 @@ class ArrayGroup:
 
     def to_dict(self) -> dict[str, Any]:
         self.flush()
-        return {
+        form = {
             "records": self.records,
             "dtypes": dict(sorted(self.dtypes.items())),
             "row": self.row.to_dict(),
             "features": {str(i): feature.to_dict() for i, feature in enumerate(self.features)},
             "positions": self.positions,
         }
+        if self.names is not None:
+            form["names"] = {str(i): name for i, name in enumerate(self.names[: len(self.features)])}
+        return form
 
     def __getstate__(self) -> tuple:
         held = None
         if self._held:
             held = self._held[0] if len(self._held) == 1 else np.concatenate(self._held)
-        return (self.records, self.dtypes, self.row, self.features, self.positions, held)
+        return (self.records, self.dtypes, self.row, self.features, self.positions, self.names, held)
 
     def __setstate__(self, state: tuple) -> None:
-        self.records, self.dtypes, self.row, self.features, self.positions, held = state
+        self.records, self.dtypes, self.row, self.features, self.positions, self.names, held = state
         self._held = [] if held is None else [held]
         self._size = 0 if held is None else len(held)
 

@@ -191,6 +191,8 @@ class Collector:
             self.profile.arrays_left_out += count
             return
         group.records += count
+        if group.names is None and "columns" in batch.meta:
+            group.names = tuple(batch.meta["columns"])
         dtype = data.dtype
         dtype_name = self._dtype_names.get(dtype)
         if dtype_name is None:

@@ -280,11 +280,12 @@ class _Comparison:
             # the rows sketched (each gives its first positions to `features`) are its sample size
             rows = (_rows_sketched(before, features_before), _rows_sketched(now, features_now))
             self.numbers(f"arrays.{group}.row", before.get("row"), now.get("row"), "value", rows)
+            names = {**(before.get("names") or {}), **(now.get("names") or {})}
             for position in sorted(set(features_before) | set(features_now), key=_natural):
                 feature = f"arrays.{group}.features.{position}"
                 one, other = features_before.get(position), features_now.get(position)
                 if not self.one_sided(feature, one, other):
-                    self.numbers(feature, one, other, "value")
+                    self.numbers(feature, one, other, "value", named=names.get(position))
 
     def changed(
         self, feature: str, what: str, previous: Mapping[str, int], current: Mapping[str, int]
@@ -518,9 +519,11 @@ class _Comparison:
         current: Mapping[str, Any] | None,
         family: str,
         records: tuple[int, int] | None = None,
+        named: str | None = None,
     ) -> None:
         """The Jensen-Shannon distance of two Numerics over the baseline's deciles; ``records``:
-        the sample sizes when fewer than the values counted (values that come several a record)."""
+        the sample sizes when fewer than the values counted (values that come several a record);
+        ``named``: the feature's name in the data (a table's column), said beside its place."""
         if self.exact_only:
             return
         if previous is None or current is None:
@@ -550,7 +553,8 @@ class _Comparison:
                 feature,
                 distance,
                 limit,
-                f"{feature}: {_centres(previous, current, median_before, median_now)} "
+                f"{feature}{f' (column {named})' if named else ''}: "
+                f"{_centres(previous, current, median_before, median_now)} "
                 f"(range {_range(current, quantiles_now)}, baseline "
                 f"{_range(previous, quantiles_before)}): Jensen-Shannon distance "
                 f"{distance:.3f} > {limit:.3f}" + _floor_said(limit, threshold),
@@ -562,6 +566,7 @@ class _Comparison:
                     "current_mean": current.get("mean"),
                     "family_threshold": threshold,
                     "sampling_floor": floor if floor > threshold else None,
+                    **({"column": named} if named else {}),
                 },
             )
         )

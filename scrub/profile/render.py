@@ -112,7 +112,9 @@ def _arrays(group: str, facts: Mapping[str, Any]) -> list[str]:
         f"positions 0-{len(features) - 1} of {positions}" if len(features) < positions else "every position"
     )
     lines = ["", f"arrays {group}: {facts.get('records', 0):,} rows ({dtypes}); {shown}"]
-    return lines + _numerics({"row": facts.get("row") or {}, **{f"[{i}]": v for i, v in features.items()}})
+    names = facts.get("names") or {}
+    named = {f"[{i}] {names.get(i, '')}".rstrip(): numeric for i, numeric in features.items()}
+    return lines + _numerics({"row": facts.get("row") or {}, **named})
 
 
 def _images(images: Mapping[str, Any]) -> list[str]:

@@ -51,7 +51,7 @@ from scrub.readers.base import DatasetInfo, Reader, shared_sniff
 from scrub.readers.savedtodisk import damaged_descriptions, is_saved_to_disk, missing_data_file
 from scrub.readers.tokenfields import ATTENTION, CHAT_FIELDS, IDS, LABELS, TEXT_FIELDS, fill_record
 from scrub.readers.values import use_array
-from scrub.records import Batch, Carries, Record
+from scrub.records import Batch, BatchFacts, Carries, Record
 from scrub.storage import Location, is_url, list_objects, location, open_binary, open_random, read_head
 
 PARQUET_MAGIC = b"PAR1"
@@ -665,8 +665,10 @@ class ParquetReader(Reader[RowGroups]):
                 floats = _floats(table.column(columns.label))
             if columns.kind == "table":
                 block = np.column_stack([_floats(table.column(name)) for name in columns.data])
-            else:
-                block = _fixed_rows(table.column(columns.data[0]))
+                named = BatchFacts(columns=tuple(columns.data))
+                yield Batch(partition.source, first_row, offset, block, floats, named)
+                return
+            block = _fixed_rows(table.column(columns.data[0]))
             yield Batch(partition.source, first_row, offset, block, floats)
             return
         labels = self._labels(table)
