@@ -700,3 +700,13 @@ def test_a_run_of_several_datasets_marks_each_drift_in_its_own_section(tmp_path)
         if "dataset" in c.get("classname")
     ]
     assert f"value-drift {paths[1]}: arrays.6.features.1" in names
+
+
+def test_a_tables_features_are_labelled_by_their_column_names():
+    rng = np.random.default_rng(7)
+    profile = rows_profile(rng.normal(size=(200, 3)), {"0": 200})
+    profile["arrays"]["3"]["names"] = {"0": "price", "1": "qty", "2": "<b>tax</b>"}
+    drawn, _ = profile_section(profile, None, [])
+    assert ">price</text>" in drawn and ">qty</text>" in drawn
+    assert "&lt;b&gt;tax&lt;/b&gt;</text>" in drawn and "<b>tax" not in drawn  # escaped
+    assert "position 0</text>" not in drawn

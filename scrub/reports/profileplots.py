@@ -584,11 +584,12 @@ def _arrays(plots: Plots, arrays: Mapping[str, Any] | None, before: Mapping[str,
                 f"{dtype} ({n:,})" for dtype, n in (then.get("dtypes") or {}).items()
             )
         features = facts.get("features") or {}
+        names = facts.get("names") or {}  # a table's column names, where the reader knows them
         strips = [Strip(f"arrays.{group}.row", "whole row", facts.get("row"), (then or {}).get("row"))]
         strips += [
             Strip(
                 f"arrays.{group}.features.{position}",
-                f"position {position}",
+                names.get(position) or f"position {position}",
                 numeric,
                 ((then or {}).get("features") or {}).get(position),
             )
