@@ -35,13 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import benchdata  # noqa: E402 - beside this script
-from bench_hdf5 import _cpu, tree_rss  # noqa: E402
+from bench_hdf5 import _cpu, timed  # noqa: E402
 
 #: Columns of ``current.parquet`` moved by this many of their standard deviations.
 SHIFTED = {3: 0.5, 11: 0.75, 19: 1.0, 27: 1.5, 35: 2.0, 47: 0.5, 58: 0.75, 69: 1.0, 80: 1.5, 91: 2.0}
@@ -164,40 +160,6 @@ print(json.dumps({"flagged": flagged, "possible": possible, "methods": methods,
 """
 
 
-def timed(command: list[str], limit: float) -> tuple[float, int, str | None]:
-    """Wall seconds, peak RSS of the process tree (sampled every 20 ms) and stdout of one run;
-    a run past ``limit`` seconds is stopped (its process group killed): stdout None."""
-    peak = 0
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, tree_rss(process.pid))
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        out, err = process.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        done.set()
-        sampler.join()
-        return time.perf_counter() - start, peak, None
-    seconds = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if process.returncode not in (0, 1):
-        raise RuntimeError(f"{command[:4]} failed ({process.returncode}): {err.strip()[-800:]}")
-    return seconds, peak, out
-
-
 def scrub_flagged(manifest: Path, names: list[str]) -> tuple[list[str], list[str]]:
     """The columns scrub's drift findings name (an element position is the table's column of that
     place: the float columns stacked in the schema's order), and the other features it named."""
@@ -279,9 +241,9 @@ def main() -> int:
         for name, command in commands.items():
             if name in stopped:  # past the limit once: not run again
                 continue
-            seconds, peak, out = timed(command, args.limit)
+            seconds, peak, out = timed(command, limit=args.limit)
             runs[name].append((seconds, peak))
-            if out is None:
+            if out is None:  # stopped at the limit
                 stopped.add(name)
             elif out.strip():
                 outputs[name] = json.loads(out.strip().splitlines()[-1])

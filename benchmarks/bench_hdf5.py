@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -95,8 +96,11 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def timed(command: list[str], shell: bool = False) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS of the process tree (sampled every 20 ms), stdout."""
+def timed(
+    command: list[str], shell: bool = False, limit: float | None = None
+) -> tuple[float, int, str | None]:
+    """Wall seconds, peak RSS of the process tree (sampled every 20 ms), stdout. A run past
+    ``limit`` seconds (None: no limit) is stopped, its process group killed: stdout None then."""
     peak = 0
     start = time.perf_counter()
     process = subprocess.Popen(
@@ -105,6 +109,7 @@ def timed(command: list[str], shell: bool = False) -> tuple[float, int, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=limit is not None,
     )
     done = threading.Event()
 
@@ -116,12 +121,19 @@ def timed(command: list[str], shell: bool = False) -> tuple[float, int, str]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = process.communicate()
+    try:
+        out, err = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        done.set()
+        sampler.join()
+        return time.perf_counter() - start, peak, None
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
     if process.returncode not in (0, 1):
-        raise RuntimeError(f"{command[:4]} failed ({process.returncode}): {err.strip()[-500:]}")
+        raise RuntimeError(f"{command[:4]} failed ({process.returncode}): {err.strip()[-800:]}")
     return seconds, peak, out
 
 
