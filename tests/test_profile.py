@@ -21,7 +21,7 @@ from scrub.manifest import scan_record_path
 from scrub.profile import PartitionProfile, collect, finish_profile, load_profile
 from scrub.profile.collect import ROWS_SAMPLED
 from scrub.profile.render import profiles_in
-from scrub.profile.sketches import RANKS, Numeric, Quantiles, TopCounts
+from scrub.profile.sketches import RANKS, Numeric, Quantiles, TopCounts, describe_columns
 
 #: a quantile's rank may be off by the KLL sketch's error (~1.3% at k=200, 99% confidence)
 RANK_TOLERANCE = 0.02
@@ -282,6 +282,33 @@ def test_partition_profiles_pickle_and_merge_like_one():
     assert Quantiles.rank_error() < RANK_TOLERANCE
 
 
+@pytest.mark.parametrize(
+    "rows, dtype",
+    [(1, "float32"), (3, "float32"), (100, "float32"), (999, "float64"), (8192, "float32")]
+    + [(300, dtype) for dtype in ("int16", "uint8", "int64", "bool", "float16", "complex64")],
+)
+def test_columns_described_at_once_equal_one_numeric_each(rows, dtype):
+    """A sample of at most `PENDING` rows is stated with a few calls for all its columns
+    (`describe_columns`, sorted in their own dtype): what a Numeric given each column states,
+    to the last bit."""
+    rng = np.random.default_rng(rows)
+    block = (rng.normal(size=(rows, 5)) * 50).astype(dtype)
+    block[:, 3] = 0
+    if rows > 2 and block.dtype.kind in "fc":
+        block[0, 1], block[1, 2] = np.nan, -np.inf
+    described = describe_columns(block, 4)
+    assert len(described) == 4
+    for column, stated in enumerate(described):
+        alone = Numeric()
+        alone.add(block[:, column])
+        expected = alone.to_dict()
+        assert stated["quantiles"] == expected["quantiles"]
+        assert stated["mean"] == pytest.approx(expected["mean"])
+        assert {k: v for k, v in stated.items() if k != "mean"} == {
+            k: v for k, v in expected.items() if k != "mean"
+        }
+
+
 def test_jpeg_pixels_and_histograms_give_the_same_levels():
     """A JPEG's levels come as its 1/8 decode's pixels (moments from the stacked pixels, one
     histogram for the block), other formats' as histograms: the two paths agree."""
@@ -357,7 +384,10 @@ def test_sharded_run_on_processes_equals_the_single_process_profile(tmp_path):
     stride = math.ceil(40000 / ROWS_SAMPLED)
     assert stride > 1
     sampled = data[::stride].astype(np.float64)
-    expected = {f"/arrays/6/features/{i}": sampled[:, i] for i in range(6)} | {"/arrays/6/row": sampled}
+    # a sampled row gives `row` one of its elements, at a position set by its index
+    indices = np.arange(0, 40000, stride)
+    pooled = sampled[np.arange(len(sampled)), (indices * 7919) % 6]
+    expected = {f"/arrays/6/features/{i}": sampled[:, i] for i in range(6)} | {"/arrays/6/row": pooled}
     assert sorted(where for where, _ in quantiles_sharded) == sorted(expected)
     for (where, one), (_, other) in zip(quantiles_single, quantiles_sharded):
         assert_quantiles_match(one, expected[where].reshape(-1))  # each within the sketch's error

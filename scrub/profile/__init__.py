@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scrub.profile.sketches import PENDING, Numeric, TopCounts, sketch_columns
+from scrub.profile.sketches import PENDING, Numeric, TopCounts, describe_columns, sketch_columns
 
 __all__ = ["PROFILE_VERSION", "PartitionProfile", "finish_profile", "load_profile"]
 
@@ -47,8 +47,9 @@ class ArrayGroup:
     """The rows of one shape: how many, their dtypes, their values pooled and per position.
 
     The sampled rows' first positions are held as blocks until more than `PENDING` rows are (a
-    merge adopts the other's), or until the profile is finished, then sketched all columns at
-    once (`sketch_columns`): per partition, one block set aside."""
+    merge adopts the other's), then sketched all columns at once (`sketch_columns`); a sample of
+    at most `PENDING` rows (every dataset's, at `ROWS_SAMPLED`) is stated exactly when the
+    profile is finished (`describe_columns`), as a Numeric of that many values is."""
 
     __slots__ = ("records", "dtypes", "row", "features", "positions", "names", "_held", "_size")
 
@@ -94,12 +95,19 @@ class ArrayGroup:
                 self.flush()
 
     def to_dict(self) -> dict[str, Any]:
-        self.flush()
+        if self._held and self._size <= PENDING and all(feature.empty for feature in self.features):
+            # every row sampled is still held (the sample is at most `PENDING` rows): exact, as
+            # a Numeric of that many values is
+            held = self._held[0] if len(self._held) == 1 else np.concatenate(self._held)
+            features = describe_columns(held, len(self.features))
+        else:
+            self.flush()
+            features = [feature.to_dict() for feature in self.features]
         form = {
             "records": self.records,
             "dtypes": dict(sorted(self.dtypes.items())),
             "row": self.row.to_dict(),
-            "features": {str(i): feature.to_dict() for i, feature in enumerate(self.features)},
+            "features": {str(i): feature for i, feature in enumerate(features)},
             "positions": self.positions,
         }
         if self.names is not None:

@@ -30,24 +30,29 @@ ROWS_SAMPLED = 8192
 #: quantiles move by less than the sketch's own error, and the drift floor follows the count
 #: sampled (docs/drift.md)
 IMAGES_SAMPLED = 4096
-#: the values of the sampled rows pooled into an array group's ``row`` quantiles, at most (a
-#: wide row gives some of its elements, a different set each row)
+#: the values of the rows of a dataset read whole (one of at most `ROWS_SAMPLED` rows) pooled
+#: into an array group's ``row`` quantiles, at most (a wide row gives some of its elements, a
+#: different set each row). A sampled dataset's rows give one element each instead: drift counts
+#: a row's elements as one sample (they come together), so more of them would buy little, and
+#: at most `ROWS_SAMPLED` values are stated exactly, with no sketch to make (docs/profile.md)
 VALUES_SAMPLED = 1 << 18
 #: token ids of the sampled sequences counted for ``top_ids``, about (each sampled sequence
 #: gives a run of them, at least `SEQUENCE_IDS_MIN`): enough to rank the most frequent ids of a
 #: Zipf-like vocabulary (the 64th of a 50,000-id one holds ~0.2% of the tokens: ~130 of them)
 TOKENS_SAMPLED = 1 << 16
 SEQUENCE_IDS_MIN = 4
-#: the fewest elements of each sampled row that go into ``row``
+#: the fewest elements of each row of a dataset read whole that go into ``row``
 ROW_ELEMENTS_MIN = 16
 #: a dataset of at least this many records has its sampled rows' values thinned by `THIN` on their way
 #: into the sketches (`Quantiles.update`): 4,096 values a feature still, for a k=200 sketch
 THIN_FROM = ROWS_SAMPLED
 THIN = 4
-#: rows this wide or narrower are set aside whole when sampled; of wider ones, only what is sketched
-WIDE_ROW = 256
-#: sampled rows of a group gathered before they are sketched (one update per feature per block)
+#: sampled rows of a group held before they are sketched (one update per feature for all of them),
+#: at most; and their bytes, at most
 PENDING_ROWS = 4096
+PENDING_BYTES = 4 << 20
+#: positions of the elements of sampled rows `Collector._pooled` keeps at hand, at most
+WHERE_CACHED = 1 << 16
 #: token ids gathered before they are counted
 PENDING_TOKENS = 1 << 16
 
@@ -75,7 +80,7 @@ class ProfileSettings:
     def of(cls, records: int, labels: str | None, boxes: bool) -> "ProfileSettings":
         stride = max(1, math.ceil(records / ROWS_SAMPLED))
         sampled = max(1, math.ceil(records / stride))
-        elements = max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled)
+        elements = max(ROW_ELEMENTS_MIN, VALUES_SAMPLED // sampled) if stride == 1 else 1
         ids = max(SEQUENCE_IDS_MIN, TOKENS_SAMPLED // sampled)
         thin = THIN if records >= THIN_FROM else 1
         return cls(stride, elements, labels, boxes, ids, thin, max(1, math.ceil(records / IMAGES_SAMPLED)))
@@ -86,21 +91,39 @@ class ProfileSettings:
         return self.image_stride == 1 or index is None or index % self.image_stride == 0
 
 
+class HeldRows:
+    """A group's sampled rows not yet sketched: their first positions, and the elements each
+    gives to ``row`` (or the whole row, where it gives all of them), copied into buffers as they
+    come (a reader may reuse its own) and sketched once the buffers are full. A block read gives
+    a few rows, and what is made per block (arrays, NumPy calls) costs the scan more than their
+    values do (docs/benchmarks.md, "The profile's cost")."""
+
+    __slots__ = ("features", "pooled", "count", "dtype")
+
+    def __init__(self, features: int, pooled: int | None, dtype: np.dtype) -> None:
+        width = features + (pooled or 0)
+        capacity = min(PENDING_ROWS, max(1, PENDING_BYTES // max(1, width * dtype.itemsize)))
+        self.features = np.empty((capacity, features), dtype)
+        self.pooled = None if pooled is None else np.empty((capacity, pooled), dtype)
+        self.count = 0
+        self.dtype = dtype
+
+
 class Collector:
     """Fills one partition's (or piece's) profile; `finish` hands it over."""
 
     def __init__(self, settings: ProfileSettings) -> None:
         self.settings = settings
         self.profile = PartitionProfile()
-        #: group name -> sampled rows not yet sketched: (narrow rows whole, or a wide row's first
-        #: positions; a wide row's elements for ``row``, else None; the first one's index)
-        self._rows: dict[str, list[tuple[np.ndarray, np.ndarray | None, int]]] = {}
+        #: group name -> its sampled rows not yet sketched
+        self._held: dict[str, HeldRows] = {}
         #: row shape -> (its group's name, the group), and dtype -> its name: looked up per block
         self._shapes: dict[tuple, tuple[str, ArrayGroup | None]] = {}
         self._dtype_names: dict[Any, str] = {}
-        #: row width -> the positions `_pooled` shifts (the same for every row of that width)
-        self._picked: dict[int, np.ndarray] = {}
-        self._row_count: dict[str, int] = {}
+        #: (row width, rows, the first row's shift) -> the positions `_pooled` takes: blocks of
+        #: as many rows, whose first rows' indices differ by a multiple of the width, take the same
+        self._where: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._where_size = 0
         self._ids: list[np.ndarray] = []
         #: value labels of the sampled rows of blocks, counted and sketched at the end (`finish`)
         self._labels: list[np.ndarray] = []
@@ -208,7 +231,9 @@ class Collector:
         if first >= count:
             return
         sampled = data[first::stride]
-        self._pend(name, sampled.reshape(len(sampled), -1), batch.start + first, group)
+        if sampled.ndim != 2:
+            sampled = sampled.reshape(len(sampled), -1)
+        self._pend(name, sampled, batch.start + first, group)
         if labels is not None and self.settings.labels == "value":
             self._labels.append(np.array(labels[first::stride], dtype=np.float64))
 
@@ -241,50 +266,57 @@ class Collector:
     # -- sketching in blocks
 
     def _pend(self, name: str, rows: np.ndarray, first: int, group: ArrayGroup) -> None:
-        """Set sampled rows aside (copies: a reader may reuse its buffer), the first of them
-        at index ``first`` of its source. Narrow rows are kept whole; of a wide row, only what
-        the sketches take: its first positions and its elements for ``row``."""
+        """Copy what the sketches take of sampled rows into the group's held rows, the first of
+        them at index ``first`` of its source; sketch them when they are full."""
         width = rows.shape[1]
-        if width <= WIDE_ROW:
-            kept: tuple[np.ndarray, np.ndarray | None] = (np.array(rows), None)
-        else:
-            indices = first + np.arange(len(rows), dtype=np.int64) * self.settings.stride
-            kept = (np.array(rows[:, : len(group.features)]), self._pooled(rows, indices))
-        self._rows.setdefault(name, []).append((*kept, first))
-        self._row_count[name] = self._row_count.get(name, 0) + len(rows)
-        if self._row_count[name] >= PENDING_ROWS:
+        held = self._held.get(name)
+        if held is None or held.dtype != rows.dtype:  # another dtype: its own buffers
             self._sketch_rows(name, group)
+            elements = self.settings.row_elements
+            pooled = None if elements >= width else elements  # None: a row gives all its elements
+            kept = width if pooled is None else len(group.features)
+            held = self._held[name] = HeldRows(kept, pooled, rows.dtype)
+        stride = self.settings.stride
+        done = 0
+        while done < len(rows):
+            count = held.count
+            taken = min(len(held.features) - count, len(rows) - done)
+            part = rows if taken == len(rows) else rows[done : done + taken]
+            held.features[count : count + taken] = part[:, : held.features.shape[1]]
+            if held.pooled is not None:
+                held.pooled[count : count + taken] = self._pooled(part, first + done * stride)
+            held.count += taken
+            done += taken
+            if held.count == len(held.features):
+                self._sketch_rows(name, group)
 
-    def _pooled(self, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
-        """The elements of each row that go into ``row``: all of them, or `row_elements` spread
-        evenly and shifted by the row's index (a different set from each row; the same set of
-        the same row however the dataset is partitioned)."""
-        width = rows.shape[1]
-        elements = self.settings.row_elements
-        if elements >= width:
-            return rows
-        picked = self._picked.get(width)
-        if picked is None:
-            picked = self._picked[width] = (np.arange(elements) * (width / elements)).astype(np.int64)
-        columns = picked + ((indices * 7919) % width)[:, None]
-        columns %= width
-        return rows[np.arange(len(rows))[:, None], columns]
+    def _pooled(self, rows: np.ndarray, first: int) -> np.ndarray:
+        """The `row_elements` elements of each of ``rows`` (the first at index ``first`` of its
+        source, the others every ``stride`` after it) that go into ``row``: spread evenly over it
+        and shifted by its index (a different set from each row; the same set of the same row
+        however the dataset is partitioned)."""
+        count, width = rows.shape
+        key = (width, count, first * 7919 % width)  # what the positions depend on
+        where = self._where.get(key)
+        if where is None:
+            elements = self.settings.row_elements
+            picked = (np.arange(elements) * (width / elements)).astype(np.int64)
+            indices = first + np.arange(count, dtype=np.int64) * self.settings.stride
+            where = (np.arange(count)[:, None], (picked + (indices * 7919 % width)[:, None]) % width)
+            if self._where_size + where[1].size <= WHERE_CACHED:
+                self._where[key] = where
+                self._where_size += where[1].size
+        return rows[where]
 
     def _sketch_rows(self, name: str, group: ArrayGroup) -> None:
-        pending = self._rows.pop(name, [])
-        self._row_count.pop(name, None)
-        if not pending:
+        """The group's held rows into its sketches (the first positions copied: the group keeps
+        them; the buffers are filled again)."""
+        held = self._held.get(name)
+        if held is None or not held.count:
             return
-        blocks = np.concatenate([block for block, _, _ in pending])
-        features = np.ascontiguousarray(blocks[:, : len(group.features)])
-        if pending[0][1] is not None:  # wide rows: their elements were picked as they came
-            group.add_rows(features, np.concatenate([pooled for _, pooled, _ in pending]))
-            return
-        stride = self.settings.stride
-        indices = np.concatenate(
-            [first + np.arange(len(block), dtype=np.int64) * stride for block, _, first in pending]
-        )
-        group.add_rows(features, self._pooled(blocks, indices))
+        count, held.count = held.count, 0
+        features = np.array(held.features[:count, : len(group.features)])
+        group.add_rows(features, held.features[:count] if held.pooled is None else held.pooled[:count])
 
     def _count_ids(self, ids: np.ndarray) -> None:
         self._ids.append(ids)
@@ -301,8 +333,9 @@ class Collector:
 
     def finish(self, records: int) -> PartitionProfile:
         """The partition's profile, every pending value sketched; ``records``: all it read."""
-        for name in list(self._rows):
+        for name in list(self._held):
             self._sketch_rows(name, self.profile.arrays[name])
+        self._held = {}
         self._flush_ids()
         if self._labels:
             self.profile.label_values.add(np.concatenate(self._labels))

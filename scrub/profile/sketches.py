@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -202,9 +203,14 @@ class Numeric:
             self.total += float(values.sum(dtype=np.float64))
         return values
 
+    @property
+    def empty(self) -> bool:
+        """Nothing seen (most of a partition's Numerics: an HDF5 file has no images)."""
+        return not (self.count or self.nan or self.inf or self._held)
+
     def merge(self, other: "Numeric") -> None:
-        if not (other.count or other.nan or other.inf or other._held):
-            return  # nothing seen (most of a partition's Numerics: an HDF5 file has no images)
+        if other.empty:
+            return
         self.count += other.count
         self.nan += other.nan
         self.inf += other.inf
@@ -268,38 +274,92 @@ def sketch_columns(numerics: Sequence[Numeric], block: np.ndarray) -> None:
     `Numeric.sketch` would one at a time, but with a few calls for all the columns rather than
     ~10 for each: over 32 or 256 columns of a few thousand sampled rows, the calls, not the
     values, were the cost (docs/benchmarks.md, "The profile's cost")."""
-    if not len(block) or not numerics:
+    columns = _Columns.of(block, len(numerics))
+    if columns is None:
         return
-    if block.dtype.kind == "c":
-        block = np.abs(block)  # a complex value by its magnitude
-    values = np.array(block[:, : len(numerics)].T, dtype=np.float64)  # (columns, rows), our own
-    finite = np.isfinite(values)
-    rows = values.shape[1]
-    if finite.all():
-        nan = inf = np.zeros(len(values), np.int64)
-    else:
-        nan = np.count_nonzero(np.isnan(values), axis=1)
-        inf = rows - np.count_nonzero(finite, axis=1) - nan
-        values[~finite] = np.nan  # sorted last
-    values.sort(axis=1)
-    counts = rows - nan - inf
-    zeros = np.count_nonzero(values == 0, axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        totals = np.nansum(values, axis=1)
     for column, numeric in enumerate(numerics):
-        numeric.nan += int(nan[column])
-        numeric.inf += int(inf[column])
-        count = int(counts[column])
-        if not count:
-            continue
-        ordered = values[column, :count]
-        numeric.count += count
-        numeric.zero += int(zeros[column])
-        low, high = float(ordered[0]), float(ordered[-1])
-        numeric.low = low if numeric.low is None else min(numeric.low, low)
-        numeric.high = high if numeric.high is None else max(numeric.high, high)
-        numeric.total += float(totals[column])
-        numeric.quantiles.update(ordered, numeric.thin, ordered=True)
+        ordered = columns.count_into(numeric, column)
+        if ordered.size:
+            numeric.quantiles.update(ordered, numeric.thin, ordered=True)
+
+
+def describe_columns(block: np.ndarray, count: int) -> list[dict[str, Any]]:
+    """The Numeric form (`Numeric.to_dict`) of each of the first ``count`` columns of ``block``
+    (rows, columns), with exact quantiles: what one Numeric given each column states, as a
+    Numeric of at most `PENDING` values does, with a few calls for all the columns."""
+    columns = _Columns.of(block, count)
+    if columns is None:
+        return [Numeric().to_dict() for _ in range(count)]
+    numerics = [Numeric() for _ in range(count)]
+    ordered = [columns.count_into(numeric, column) for column, numeric in enumerate(numerics)]
+    if len({part.size for part in ordered}) == 1 and ordered[0].size:  # as many each: one call
+        stated = columns.values[:, _ranked(ordered[0].size)].tolist()
+    else:
+        stated = [part[_ranked(part.size)].tolist() if part.size else [] for part in ordered]
+    return [numeric._as_dict(quantiles) for numeric, quantiles in zip(numerics, stated)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The counts of each column of a block of rows, and its finite values sorted."""
+
+    values: np.ndarray  # (columns, rows), each column's finite values sorted first, NaN after
+    nan: np.ndarray
+    inf: np.ndarray
+    counts: np.ndarray  # finite values
+    zeros: np.ndarray
+    totals: np.ndarray
+
+    @classmethod
+    def of(cls, block: np.ndarray, count: int) -> "_Columns | None":
+        """The first ``count`` columns of ``block`` (rows, columns); None for no values."""
+        if not len(block) or not count:
+            return None
+        if block.dtype.kind == "c":
+            block = np.abs(block)  # a complex value by its magnitude
+        # (columns, rows), our own copy, sorted in its own dtype (float32: half the bytes to
+        # sort), then made float64: the order is the same
+        values = np.array(block[:, :count].T)
+        if values.dtype.kind not in "fiu":
+            values = values.astype(np.float64)
+        finite = np.isfinite(values)
+        rows = values.shape[1]
+        if finite.all():
+            nan = inf = np.zeros(len(values), np.int64)
+        else:
+            nan = np.count_nonzero(np.isnan(values), axis=1)
+            inf = rows - np.count_nonzero(finite, axis=1) - nan
+            values[~finite] = np.nan  # sorted last
+        values.sort(axis=1)
+        values = values.astype(np.float64, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            totals = np.nansum(values, axis=1)
+        return cls(values, nan, inf, rows - nan - inf, np.count_nonzero(values == 0, axis=1), totals)
+
+    def count_into(self, numeric: Numeric, column: int) -> np.ndarray:
+        """Add column ``column``'s counts to ``numeric``; return its finite values, sorted."""
+        numeric.nan += int(self.nan[column])
+        numeric.inf += int(self.inf[column])
+        count = int(self.counts[column])
+        ordered = self.values[column, :count]
+        if count:
+            numeric.count += count
+            numeric.zero += int(self.zeros[column])
+            low, high = float(ordered[0]), float(ordered[-1])
+            numeric.low = low if numeric.low is None else min(numeric.low, low)
+            numeric.high = high if numeric.high is None else max(numeric.high, high)
+            numeric.total += float(self.totals[column])
+        return ordered
+
+
+def _ranked(count: int) -> np.ndarray:
+    """The positions in ``count`` sorted values of the values at `RANKS`: NumPy's own
+    ``inverted_cdf`` arithmetic (`exact_quantiles`), so that the two agree to the last bit."""
+    index = count * RANKS - 1
+    previous = np.floor(index)
+    positions = np.where(index - previous == 0, previous, previous + 1).astype(np.intp)
+    positions[positions < 0] = 0
+    return positions
 
 
 def exact_quantiles(values: np.ndarray) -> list[float]:
