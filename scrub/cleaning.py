@@ -359,7 +359,7 @@ def _refuse_one_cause(
         ):
             continue  # a drift from the baseline names no record: it sets none aside (`Verdicts`)
         first.setdefault(issue.check, issue.message)
-        if issue.key == "*" or issue.index is None:
+        if issue.index is None:  # the file as a whole (key `*`; a record keyed `*` has an index)
             whole_file.add(issue.check)
             continue
         source = sources.setdefault(issue.source, len(sources))

@@ -575,3 +575,20 @@ def test_scrub_restore_puts_one_record_back_then_refuses_a_changed_source(tmp_pa
     (source / "cat" / "cat_000.jpg").write_bytes(b"changed")
     changed = run(app, ["restore", quarantine])
     assert changed.exit_code == 2 and "changed since the fix" in changed.output, changed.output
+
+
+def test_a_record_keyed_star_is_a_record_not_its_whole_file(tmp_path):
+    """`*` is the key of a finding about a file as a whole (index None); an LMDB record may be
+    keyed `*` too: its finding sets that record aside, not every record (found by Hypothesis)."""
+    import io
+
+    nan = io.BytesIO()
+    np.save(nan, np.array([1.0, np.nan]))
+    path = tmp_path / "db.lmdb"
+    environment = lmdb.open(str(path), subdir=False, map_size=1 << 24)
+    with environment.begin(write=True) as transaction:
+        transaction.put(b"\x00", image_bytes(1, fmt="PNG", size=16))
+        transaction.put(b"*", nan.getvalue())
+    environment.close()
+    result = scrub.fix(path, quarantine=True, scheduler="sync")
+    assert result.report["kept"] == 1 and result.report["quarantined"] == 1

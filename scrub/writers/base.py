@@ -59,7 +59,7 @@ class Verdicts:
                 continue
             if not issue.severity.at_least(threshold):
                 continue
-            if issue.key == "*" or issue.index is None:
+            if issue.index is None:  # the file as a whole (key `*`; a record keyed `*` has an index)
                 verdicts.files.add(issue.source)
             else:
                 verdicts.records.add((issue.source, issue.index))
