@@ -25,7 +25,15 @@ import numpy as np
 from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
 from scrub.checks.contract import names_no_record
-from scrub.errors import ExitCode, OutputError, ScrubError, UnopenedDataset, UnusableDataset, UsageError
+from scrub.errors import (
+    ExitCode,
+    OutputError,
+    ScrubError,
+    UnopenedDataset,
+    UnusableDataset,
+    UsageError,
+    first_line,
+)
 from scrub.fingerprint import fingerprint
 from scrub.fixoutputs import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
 from scrub.manifest import (
@@ -34,13 +42,15 @@ from scrub.manifest import (
     write_scan_record,
 )
 from scrub.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
-from scrub.options import FixOptions, merged
+from scrub.options import FixOptions, ScanOptions, Selection, merged
 from scrub.outputs import free_bytes, scratch_directory, write_failure
-from scrub.records import Severity
+from scrub.paths import EVALUATION, TRAINING, split_roles
+from scrub.records import Issue, Severity
 from scrub.reuse import reused_verdicts, with_scan_reading
 from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.storage import Location, is_url, location
 from scrub.summary import Progress
+from scrub.wording import counted
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 
 
@@ -73,6 +83,7 @@ def fix(
     out_folder: Location | None = None,
     quarantine_folder: Location | None = None,
     extra_notes: Sequence[str] = (),
+    found: Sequence[Issue] = (),
     **keywords: Any,
 ) -> FixResult:
     """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
@@ -88,7 +99,8 @@ def fix(
 
     ``out_folder`` and ``quarantine_folder`` put the default-named outputs in those folders
     instead of beside the source (`fix_many` under ``--out DIR``); ``extra_notes`` go into the
-    report's notes (`scrub.restoring` says what it restored).
+    report's notes (`scrub.restoring` says what it restored); ``found``: issues of the dataset's
+    records that its own scan cannot find (`fix_many` of a run's splits: `split-leak`).
     """
     started = time.perf_counter()
     if options is None or keywords:
@@ -154,7 +166,12 @@ def fix(
                     notes += [moved] if moved else []
                 try:
                     scan_result = scan_dataset(
-                        dataset, scan_options, progress=progress, started=started, manifest=manifest
+                        dataset,
+                        scan_options,
+                        progress=progress,
+                        started=started,
+                        manifest=manifest,
+                        found=found,
                     )
                 except OutputError as error:  # name the manifest where it would have been, not its staging
                     final = outputs.final_manifest
@@ -280,6 +297,7 @@ def fix_many(
     results = []
     unopened: list[str] = []
     storage = options.scan.read.storage
+    leaks, leak_notes = split_leaks(datasets, options)
     for path, own in datasets:
         own = replace(
             own,
@@ -296,6 +314,8 @@ def fix_many(
                 quarantine_folder=location(options.quarantine_dir, storage)
                 if options.quarantine_dir
                 else None,
+                extra_notes=leak_notes.get(str(path), ()),
+                found=leaks.get(str(path), ()),
             )
         except UnopenedDataset as error:
             if len(datasets) == 1:
@@ -313,6 +333,48 @@ def fix_many(
             f"({fixed}): {'; '.join(unopened)}"
         )
     return results
+
+
+def split_leaks(
+    datasets: Sequence[tuple[str | Path, FixOptions]], options: FixOptions
+) -> tuple[dict[str, list[Issue]], dict[str, list[str]]]:
+    """Where the datasets are a run's splits (`scrub.paths.split_roles`): the `split-leak`
+    findings of each evaluation split, by its path as given, and a note for its report. `fix`
+    scans one dataset at a time, and no one of them alone holds what a leak is, so the splits
+    are first read together in a pass of their own with that check alone."""
+    from scrub.api import scan_many
+
+    paths = [str(path) for path, _ in datasets]
+    roles = split_roles(paths)
+    if not any(roles) or any("split-leak" in own.scan.selection.ignored for _, own in datasets):
+        return {}, {}
+    if options.scan.selection.select is not None and "split-leak" not in options.scan.selection.select:
+        return {}, {}
+    alone = Selection(select=("split-leak",), plugins=options.scan.selection.plugins)
+    passes = [
+        (path, ScanOptions(read=own.scan.read, checks=own.scan.checks, selection=alone, profile=False))
+        for path, own in datasets
+    ]
+    training = ", ".join(path for path, role in zip(paths, roles) if role == TRAINING)
+    try:
+        run = replace(options.scan, manifest=None, baseline=None, cache=None, profile=False)
+        result = scan_many(passes, run)
+    except ScrubError as error:  # a split that cannot be read: its own fix says so
+        said = f"split-leak: not compared with the training splits ({training}): {first_line(error)}"
+        return {}, {path: [said] for path, role in zip(paths, roles) if role == EVALUATION}
+    leaks: dict[str, list[Issue]] = {path: [] for path in paths}
+    for issue in result.issues():
+        if issue.check == "split-leak" and issue.dataset in leaks:
+            leaks[issue.dataset].append(issue)
+    notes = {
+        path: [
+            f"split-leak: compared with the training split{'s' if ',' in training else ''} ({training}) "
+            f"in a pass of its own: {counted(len(leaks[path]), 'record')} also in one"
+        ]
+        for path, role in zip(paths, roles)
+        if role == EVALUATION
+    }
+    return leaks, notes
 
 
 #: `fix` refuses a cleaned copy from which one check alone sets aside more than this share of

@@ -1,5 +1,6 @@
 """Where a path lies relative to a folder: the one test every reader, writer and output uses;
-and a key's extension, as every record's checks ask it.
+a key's extension, as every record's checks ask it; and the split a dataset's name makes it
+(`split_of`), as a run of several datasets and a folder of splits ask it.
 
 Both paths are compared as given, component by component (``/data/train`` is not inside
 ``/data/tr``); callers resolve symlinks first (``os.path.realpath``) where a link could lead
@@ -10,8 +11,10 @@ accident of string prefixes.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import PurePath
+from typing import Any
 
 
 def is_within(path: str | PurePath, folder: str | PurePath, *, itself: bool = True) -> bool:
@@ -62,3 +65,33 @@ def common_folder(paths: Sequence[str]) -> str:
 def absolute_place(path: str) -> str:
     """A dataset's path made absolute from the working directory; a URL as it is."""
     return path if "://" in path else os.path.abspath(path)
+
+
+TRAINING = "train"
+EVALUATION = "evaluation"
+#: the words of a dataset's name that make it a training split
+TRAINING_WORDS = frozenset({"train", "training"})
+#: ... and an evaluation split (validation and test alike: a leak into either falsifies its metric)
+EVALUATION_WORDS = frozenset(
+    {"val", "valid", "validation", "dev", "test", "testing", "eval", "evaluation", "holdout", "heldout"}
+)
+
+
+def split_of(path: Any) -> str | None:
+    """`TRAINING` or `EVALUATION` from the last part of a dataset's path, split into words at
+    ``. _ -`` and spaces (``train``, ``val.h5``, ``test-000001.tar``, ``imagenet_val``); None for a
+    name with neither kind of word, or with both (``trainval``, ``train_val``: no telling)."""
+    words = set(re.split(r"[._\-\s]+", PurePath(str(path).rstrip("/")).name.lower()))
+    training, evaluation = bool(words & TRAINING_WORDS), bool(words & EVALUATION_WORDS)
+    if training == evaluation:
+        return None
+    return TRAINING if training else EVALUATION
+
+
+def split_roles(paths: Sequence[Any]) -> list[str | None]:
+    """Each dataset's split, where the run holds both a training and an evaluation split (else
+    none: there is nothing to compare)."""
+    roles = [split_of(path) for path in paths]
+    if TRAINING not in roles or EVALUATION not in roles:
+        return [None] * len(roles)
+    return roles

@@ -68,6 +68,9 @@ class Carries(str, Enum):
     CONTRACT = "contract"  # a --contract to check (`scrub.checks.contract`)
     TRAINING_RUN = "training run"  # the NaN guard's findings
     SEVERAL_DATASETS = "several datasets"
+    #: the run holds a training split and an evaluation split (datasets named train, val, test:
+    #: `scrub.scanning.splits`), and this dataset is one of them
+    SPLITS = "splits"
     #: a dataset of several files (a folder or list of HDF5 or Parquet files), each of which can
     #: be unreadable on its own while the others are read
     SEVERAL_FILES = "several files"
@@ -100,6 +103,9 @@ _DESCRIBED = {
     Carries.TOKENS: "token sequences or texts",
     Carries.FRAMES: "checksummed record frames (TFRecord)",
     Carries.SEVERAL_FILES: "second file (a folder or a list of files has several)",
+    Carries.SPLITS: (
+        "training split and evaluation split in the run (datasets named train and val, validation, test...)"
+    ),
     Carries.SEQUENCES: "training sequences (a packed store's documents are not: their trainer packs them)",
 }
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)

@@ -14,6 +14,7 @@ import numpy as np
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
 from scrub.checks.base import (
     BINCOUNT_LIMIT,
+    COLUMN_KINDS,
     RARE_KEPT,
     Check,
     CheckOptions,
@@ -97,7 +98,7 @@ class PartitionWork:
                 if collector is not None:  # once per block read: it samples a few sequences of it
                     collector.tokens(item)
                 for rows in item.slices(CHECK_ROWS):
-                    self._check_tokens(rows, plan, result, encoder)
+                    self._check_tokens(rows, plan, columns, result, encoder)
                     if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                         encoder.flush(result)
                 offset += len(item)
@@ -270,13 +271,20 @@ class PartitionWork:
             result.offsets.append(batch.offset + row)
 
     def _check_tokens(
-        self, batch: Batch, plan: "_Plan", result: PartitionResult, encoder: Encoder | None
+        self, batch: Batch, plan: "_Plan", columns: Columns, result: PartitionResult, encoder: Encoder | None
     ) -> None:
         """Token sequences of a flat store (`TokenRows`): the token checks' vectorized forms
         (`scrub.checks.tokenbatch`) over the whole batch; a token check with a record form only
         (a plugin's) runs on each sequence as a record of input ids. Checks of any record
-        (`empty-record`) leave token sequences to the token checks, as their record forms do."""
+        (`empty-record`) leave token sequences to the token checks, as their record forms do;
+        the split checks collect their column of the sequences (`split-leak`: their ids)."""
         tally_token_rows(cast(TokenRows, batch.data).lengths, result.stats)
+        for check in plan.dataset:
+            if check.kind == "split" and check.collect_batch is not None:
+                rows, values = check.collect_batch(batch)
+                offsets, collected = columns[check.id]
+                offsets.append(batch.offset + rows)
+                collected.append(values)
         for check in plan.tokens:
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
@@ -324,7 +332,7 @@ class _Plan:
         # Array values of record datasets get the checks that exist only in batch form; the
         # others (labels, empty-record) already ran on the record.
         self.numeric = [c for c in self.batch if c.func is None and c.needs not in LABEL_NEEDS]
-        self.dataset = [c for c in checks if c.kind == "dataset"]
+        self.dataset = [c for c in checks if c.kind in COLUMN_KINDS]
         #: on token sequences (`TokenRows`): the token checks' batch forms, and those with a
         #: record form only
         self.tokens = [c for c in self.batch if c.needs in TOKEN_NEEDS]

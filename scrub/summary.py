@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scrub.baseline import Baseline
-from scrub.checks.base import Check, CheckOptions, make_issue
+from scrub.checks.base import COLUMN_KINDS, Check, CheckOptions, Finding, make_issue
 from scrub.checks.contract import names_no_record
 from scrub.columnstores import column_store
 from scrub.manifest import ManifestWriter
@@ -96,7 +96,9 @@ class ScanAggregate:
         self.stats: dict[str, Counter] = defaultdict(Counter)
         self.numeric: dict[str, NumericStats] = {}
         self.moments: dict[str, Moments] = {}  # for the replay's standardization
-        self.columns = {c.id: column_store(c) for c in self.checks if c.kind == "dataset"}
+        #: the columns of the dataset checks, and of the split checks (judged with the run's
+        #: other splits: `scrub.scanning.splits`)
+        self.columns = {c.id: column_store(c) for c in self.checks if c.kind in COLUMN_KINDS}
         #: what the scan wants said about the dataset as a whole (see `Summary.notes`)
         self.notes: list[str] = []
         #: the partitions' profiles merged as they come (None: ``--no-profile``)
@@ -213,19 +215,31 @@ class ScanAggregate:
             self.notes += [
                 f"{check.id}: {finding.message}" for position, finding in judgement if position is None
             ]
-            judgement = [(position, finding) for position, finding in judgement if position is not None]
-            positions = [position for position, _ in judgement]
-            identities = locate(positions)
-            hashes = contents(positions) if contents is not None else [None] * len(positions)
-            marked: dict[tuple[str, int], list[int]] = defaultdict(list)  # (severity, partition) -> offsets
-            for (source, key, index), content, (position, finding) in zip(identities, hashes, judgement):
-                issue = make_issue(check.id, source, key, index, finding)
-                issue.content = content
-                self.add_issue(issue, placed=True, partition=int(position[0]))
-                marked[issue.severity.value, int(position[0])].append(int(position[1]))
-            for (severity, partition), offsets in marked.items():
-                self._mark(severity, partition, np.asarray(offsets))
+            placed = [(position, finding) for position, finding in judgement if position is not None]
+            self.add_findings(check.id, placed, locate, contents)
             self.columns[check.id] = column_store(check)  # free the memory
+
+    def add_findings(
+        self,
+        check_id: str,
+        judgement: Sequence[tuple[tuple[int, int], Finding]],
+        locate: Callable[[Sequence[tuple[int, int]]], list[tuple[str, str, int]]],
+        contents: Callable[[Sequence[tuple[int, int]]], list[str | None]] | None = None,
+    ) -> None:
+        """Findings of check ``check_id`` on records at (partition, offset) positions: named
+        (``locate``; ``contents``: the content hashes of records keyed by position, their
+        identity across scans), streamed, counted and marked."""
+        positions = [position for position, _ in judgement]
+        identities = locate(positions)
+        hashes = contents(positions) if contents is not None else [None] * len(positions)
+        marked: dict[tuple[str, int], list[int]] = defaultdict(list)  # (severity, partition) -> offsets
+        for (source, key, index), content, (position, finding) in zip(identities, hashes, judgement):
+            issue = make_issue(check_id, source, key, index, finding)
+            issue.content = content
+            self.add_issue(issue, placed=True, partition=int(position[0]))
+            marked[issue.severity.value, int(position[0])].append(int(position[1]))
+        for (severity, partition), offsets in marked.items():
+            self._mark(severity, partition, np.asarray(offsets))
 
     def finish_profile(self, labels: str | None) -> dict[str, Any] | None:
         """The dataset's profile (`scrub.profile`), finished from the merged partitions' and the

@@ -15,6 +15,7 @@ from scrub.checks import (  # noqa: F401 - registration
     masks,
     numeric,
     replay,
+    splits,
     tokenbatch,
     tokens,
 )

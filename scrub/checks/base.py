@@ -30,7 +30,10 @@ from scrub.records import Carries, Issue, Record, Severity
 #: docs/checks.md and a test that fails when one is missing).
 DOC_SECTIONS = ("What it finds", "Why it breaks training", "Example", "What fix does")
 
-CheckKind = Literal["reader", "record", "dataset"]
+CheckKind = Literal["reader", "record", "dataset", "split"]
+#: the kinds of check that collect a column of one value a record (`Check.collect`): a dataset
+#: check judges its dataset's, a split check the columns of the run's splits together
+COLUMN_KINDS = ("dataset", "split")
 
 #: the ignore index of each kind of label, as PyTorch's segmentation references and Hugging
 #: Face's language-model losses use them (``--ignore-index auto``)
@@ -142,6 +145,10 @@ class Column:
     #: a ``"category"`` column's (codes, names): ``values[i] == names[codes[i]]``
     categories: tuple[np.ndarray, list] | None = None
 
+    def in_dataset_order(self) -> np.ndarray:
+        """Indices that sort the entries into dataset order (partition, offset)."""
+        return np.lexsort((self.positions[:, 1], self.positions[:, 0]))
+
     def factorized(self) -> tuple[np.ndarray, list]:
         """(codes, names) of the values, names in first-seen order: a few distinct values among
         many rows are then judged per name, without sorting the rows' Python strings (a sort that
@@ -207,6 +214,27 @@ def dataset_check(
     def decorate(func: Callable) -> Callable:
         doc = inspect.getdoc(func) or ""
         _register(Check(id, severity, "dataset", Carries(needs), doc, func, collect, dtype))
+        return func
+
+    return decorate
+
+
+def split_check(
+    id: str,
+    severity: Severity,
+    collect: Callable[[Record], Any],
+    dtype: str,
+    needs: Carries | str = Carries.SPLITS,
+) -> Callable:
+    """Register ``judge(train, evaluation) -> list[(row, (training column, row), Finding)]``, a
+    check of a run's splits: ``collect`` as a dataset check's, once per record of each split;
+    ``judge`` gets the training splits' columns and one evaluation split's, and names the rows
+    of the evaluation split it flags, each with the training record it concerns
+    (`scrub.scanning.splits` runs it once every dataset of the run is scanned)."""
+
+    def decorate(func: Callable) -> Callable:
+        doc = inspect.getdoc(func) or ""
+        _register(Check(id, severity, "split", Carries(needs), doc, func, collect, dtype))
         return func
 
     return decorate

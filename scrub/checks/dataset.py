@@ -26,11 +26,6 @@ from scrub.records import Batch, Carries, Record, Severity
 Judgement = list[tuple[Position, Finding]]
 
 
-def _dataset_order(column: Column) -> np.ndarray:
-    """Indices that sort a column's entries into dataset order (partition, offset)."""
-    return np.lexsort((column.positions[:, 1], column.positions[:, 0]))
-
-
 def _positions(column: Column, indices: Sequence[int] | np.ndarray) -> list[Position]:
     rows = column.positions[np.asarray(indices, dtype=np.intp)].tolist()
     return [(partition, offset) for partition, offset in rows]
@@ -58,7 +53,7 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
     """
     if len(column.values) == 0:
         return []
-    order = _dataset_order(column)
+    order = column.in_dataset_order()
     values = column.values[order]
     # A stable sort by digest keeps dataset order inside each group of equal digests.
     by_digest = order[np.argsort(values, kind="stable")]

@@ -31,7 +31,7 @@ except (ImportError, AttributeError):
 from scrub.errors import UnusableDataset, UsageError
 from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.outputs import is_output_name
-from scrub.paths import extension
+from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
 
@@ -730,13 +730,20 @@ def _collection(path: Path) -> list[Path] | None:
     environments, LevelDB databases: `Reader.database_folder`), or files that are datasets of
     more than one format (HDF5 files beside ``.npy`` files: no reader takes them as one dataset,
     and the one that takes the folder would pass over the rest), or files each of which is a
-    dataset of its own (`Reader.files_are_datasets`: nanoGPT's ``train.bin`` and ``val.bin``)."""
+    dataset of its own (`Reader.files_are_datasets`: nanoGPT's ``train.bin`` and ``val.bin``), or
+    folders that are splits: a training split beside an evaluation split (``train/`` and
+    ``val/``: `scrub.paths.split_of`), which a scan compares (`split-leak`) and which the image
+    folders' reader may not take as the classes of one dataset (`_one_dataset`). (Files named as
+    splits, ``train.h5`` beside ``val.h5``, stay the files of one dataset where a reader takes
+    them so: name them to compare them, ``data/*``.)"""
     databases = [cls for cls in map(reader_class, format_names(plugins=False)) if cls.database_folder]
     if not path.is_dir() or any(cls.sniff(path) for cls in databases):
         return None
     children = sorted(child for child in path.iterdir() if not child.name.startswith("."))
     if any(child.is_dir() and any(cls.sniff(child) for cls in databases) for child in children):
         return children
+    if any(split_roles([child.name for child in children if child.is_dir()])) and not _one_dataset(path):
+        return children  # train/ beside val/: splits
     endings = {name: reader_class(name).file_suffixes for name in format_names(plugins=False)}
     formats: set[str] = set()
     for child in children:  # a flat folder of images may hold a million: names, and a stat per format
@@ -749,6 +756,14 @@ def _collection(path: Path) -> list[Path] | None:
     if any(reader_class(name).files_are_datasets for name in formats):
         return children
     return None
+
+
+def _one_dataset(path: Path) -> bool:
+    """Whether a reader other than the image folders' takes ``path`` as one dataset whose parts
+    are its folders (an MDS tree of indexes, a Hugging Face ``DatasetDict``): its splits are its
+    own. The image folders' reader takes any folder, its sub-folders as classes, which splits
+    are not."""
+    return any(reader_class(name).sniff(path) for name in format_names(plugins=False) if name != "images")
 
 
 def is_dataset(path: Path) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 
 from scrub import pipeline
 from scrub.baseline import Baseline
-from scrub.checks.base import CheckOptions
+from scrub.checks.base import COLUMN_KINDS, CheckOptions
 from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
@@ -64,8 +64,11 @@ class DatasetScan:
         baseline: Baseline | None,
         progress: Callable[[Progress], None] | None,
         label: str | None = None,
+        split: str | None = None,
     ) -> None:
         self.dataset, self.options = dataset, options
+        #: the dataset's split in its run (`scrub.scanning.splits`), None outside a run of splits
+        self.split = split
         info, reader = dataset.info, dataset.reader
         self.replay = options.replay
         self.checking = replace(options.checks, labelled=info.labelled)
@@ -92,6 +95,7 @@ class DatasetScan:
             | ({Carries.CONTRACT} if options.checks.contract is not None else set())
             | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
             | ({labels} if info.labelled else set())
+            | ({Carries.SPLITS} if split is not None else set())
         )
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
@@ -239,10 +243,8 @@ class DatasetScan:
                 dataset.reader, dataset.partitions, dataset.info.root, read=self._read_versions()
             )
             self._versions.clear()
-        reader, partitions, info = dataset.reader, dataset.partitions, dataset.info
-        aggregate.finish_dataset_checks(
-            _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
-        )
+        info = dataset.info
+        aggregate.finish_dataset_checks(*self.identities())
         self._note_the_range()
         self._note_idle_selections()
         checks, origin = self.options.checks, self.options.origin
@@ -270,6 +272,12 @@ class DatasetScan:
             )
         self._drift()
         self._contract()
+
+    def identities(self) -> tuple[Callable, Callable | None]:
+        """How findings name records by position: their (source, key, index), and, where keys
+        are positions, their content hashes (their identity across scans)."""
+        reader, partitions = self.dataset.reader, self.dataset.partitions
+        return _locator(reader, partitions), _contents(reader, partitions) if reader.positional_keys else None
 
     def _contract(self) -> None:
         """With ``--contract``: each rule the dataset as a whole breaks is a dataset-level issue
@@ -465,7 +473,7 @@ def _open_cache(
         )
     )
     assert options.cache is not None  # opened only when --cache is given
-    cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind == "dataset"])
+    cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind in COLUMN_KINDS])
     if options.replay is not None:
         cache.notes.append(
             "cache: --dummy-loss reads every record for the replay, so no stored result was reused"

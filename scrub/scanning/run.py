@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,12 @@ from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.opening import OpenedDataset
 from scrub.options import RunOptions, ScanOptions
 from scrub.outputs import scratch_directory
+from scrub.paths import split_roles
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.scanning.dataset import DatasetScan, Tasks
+from scrub.scanning.splits import describe_splits, judge_splits
 from scrub.summary import Progress, ScanAggregate, Summary
 
 
@@ -172,8 +174,11 @@ def scan_dataset(
     progress: Callable[[Progress], None] | None = None,
     started: float | None = None,
     manifest: str | Path | None = None,
+    found: Sequence[Issue] = (),
 ) -> ScanResult:
-    """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options'."""
+    """Scan a dataset `open_dataset` opened (see `scan`); ``manifest`` overrides the options';
+    ``found``: issues of its records found by a run it was part of (`fix` of a run's splits:
+    `split-leak`), written and counted with the scan's own."""
     return scan_opened(
         [dataset],
         [options],
@@ -183,6 +188,7 @@ def scan_dataset(
         [],
         manifest,
         several=False,
+        found=[found],
     )
 
 
@@ -197,11 +203,13 @@ def scan_opened(
     *,
     several: bool,
     unopened: Sequence[Unopened] = (),
+    found: Sequence[Sequence[Issue]] = (),
 ) -> ScanResult:
     """Scan opened datasets in one run: their tasks share one pool, their issues one manifest.
     ``several``: the run named its datasets as several (paths, a pattern, a folder of datasets),
     so every issue names its dataset and the summary has a part per dataset, even if one;
-    ``unopened``: the datasets of the run that could not be opened, each an error of its own."""
+    ``unopened``: the datasets of the run that could not be opened, each an error of its own;
+    ``found``: per dataset, issues of its records found elsewhere (`scan_dataset`)."""
     baseline = Baseline.load(options.baseline) if options.baseline is not None else None
     manifest = manifest if manifest is not None else options.manifest
     keepalive = None
@@ -211,6 +219,7 @@ def scan_opened(
     combined = _CombinedProgress(progress, len(datasets)) if several and progress is not None else None
     scans: list[DatasetScan] = []
     writer = ManifestWriter(Path(manifest))
+    roles = split_roles([dataset.path for dataset in datasets]) if several else [None] * len(datasets)
     try:
         for number, (dataset, dataset_options) in enumerate(zip(datasets, own)):
             scans.append(
@@ -221,6 +230,7 @@ def scan_opened(
                     baseline,
                     combined.of(number) if combined else progress,
                     str(dataset.path) if several else None,
+                    roles[number],
                 )
             )
         unreadable = [_unreadable_aggregate(dataset, options, writer, baseline) for dataset in unopened]
@@ -240,6 +250,10 @@ def scan_opened(
             ) from error
         for scan in scans:
             scan.finish(plan)
+        judge_splits(scans)
+        for scan, issues in zip(scans, found):
+            for issue in issues:
+                scan.aggregate.add_issue(replace(issue, dataset=None))
         compared = scans[0].aggregate.finish_baseline(options.baseline)
     except BaseException:
         writer.discard()
@@ -249,6 +263,9 @@ def scan_opened(
     parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
     for unread, aggregate in zip(unopened, unreadable):  # each in its place among the datasets named
         parts.insert(unread.position, unread.summary(aggregate, options, plan))
+    splits = describe_splits(scans)
+    if splits is not None:
+        notes.append(splits)
     summary = (
         parts[0]
         if not several

@@ -1,0 +1,130 @@
+"""Checks of a run's splits: a record of an evaluation split that is also in a training split.
+
+A record's content identity is a 128-bit XXH3 digest of what it holds, whatever its key or file
+name (`content_identity`): an encoded file by its bytes (the digest `duplicate` compares), a
+token sequence by its ids, a text by its normalized form (`normalized_text`), an array value
+or an array row by its dtype, shape and bytes. The identities of each split are a column of 16
+bytes a record; `split_leak` matches an evaluation split's against the training splits' by
+sorting, so a run costs a sort of its records' identities, not a comparison of every pair.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from typing import cast
+
+import numpy as np
+import xxhash
+
+from scrub.checks.base import Column, batch_collector, split_check
+from scrub.records import Batch, Pieces, Record, Severity, TextParts, TokenRows
+
+#: a leaked record: (its row in the evaluation split's column, (the training split's number, the
+#: row of its copy in that split's column)); the first copy in the run's order of the splits
+Leak = tuple[int, tuple[int, int]]
+
+
+def normalized_text(text: str) -> str:
+    """A text as two copies of one document compare: Unicode NFC, case folded, every run of
+    whitespace one space, none at either end."""
+    return " ".join(unicodedata.normalize("NFC", text).casefold().split())
+
+
+def content_identity(record: Record) -> bytes | None:
+    """16 bytes naming what ``record`` holds (None: nothing to name, it could not be read)."""
+    digest = record.meta.get("digest")  # an encoded file's bytes (`scrub.checks.properties`)
+    if digest is not None:
+        return digest
+    payload, kind = record.payload, record.meta.get("kind")
+    if payload is None:
+        return None
+    if kind == "tokens":
+        return _tokens_identity(cast(np.ndarray, payload))
+    if kind == "text":
+        parts = cast(TextParts, payload)
+        text = "\x1f".join(f"{role}\x1e{normalized_text(part)}" for role, part, _ in parts)
+        return xxhash.xxh3_128_digest(b"text\0" + text.encode())
+    if isinstance(payload, np.ndarray):
+        return _array_identity(payload)
+    return None
+
+
+def _tokens_identity(ids: np.ndarray) -> bytes:
+    """A sequence's identity: its ids as int64, whatever dtype its store keeps them in."""
+    return xxhash.xxh3_128_digest(b"tokens\0" + np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+
+
+def _array_identity(value: np.ndarray) -> bytes:
+    return xxhash.xxh3_128_digest(
+        _array_header(value.dtype, value.shape) + np.ascontiguousarray(value).tobytes()
+    )
+
+
+def _array_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """What an array's identity holds besides its bytes: equal bytes of another dtype or shape
+    are other values."""
+    return f"{dtype.str}{tuple(shape)}\0".encode()
+
+
+@split_check("split-leak", Severity.ERROR, collect=content_identity, dtype="S16")
+def split_leak(train: Sequence[Column], evaluation: Column) -> list[Leak]:
+    """A record of an evaluation split (val, test) holds what a record of a training split holds.
+
+    What it finds:
+        In a run of several datasets named as splits (`train`, `val`/`valid`/`validation`/`dev`,
+        `test`/`eval`/`holdout`: a folder per split, a file per split, or the children of one
+        folder), each record of an evaluation split whose content identity equals a training
+        record's: the same bytes for encoded files (images, documents in LMDB, WebDataset,
+        TFRecord, Parquet image columns), the same ids for token sequences (JSON Lines, token
+        columns, MDS, a Megatron or nanoGPT store's documents or windows), the same normalized
+        text (Unicode NFC, case folded, whitespace collapsed) for texts, the same dtype, shape
+        and values for array values and rows. Details name the training record; records that
+        could not be read are counted in a note, not compared.
+    Why it breaks training:
+        A test record the model was trained on is answered from memory: every metric on the
+        evaluation split overstates what the model does on new data, and model selection on a
+        leaked validation split picks the model that memorized best (3.25% of CIFAR-10's test
+        set has a near-duplicate in its training set; more than 4% of common validation sets
+        overlap C4's training text).
+    Example:
+        `val/cat/0042.jpg` has the same bytes as `train/cat/1337.jpg`.
+    What fix does:
+        `fix` of the evaluation split removes (or quarantines) the leaked record: the
+        evaluation split is the one whose worth the leak destroys, and the training split keeps
+        its data. The training copy is named in the details, for a user who would rather
+        remove that one.
+    """
+    if not len(evaluation.values) or not any(len(column.values) for column in train):
+        return []
+    # every training record, split after split, each split in dataset order; a stable sort by
+    # identity then keeps the first copy of an identity first
+    orders = [column.in_dataset_order() for column in train]
+    values = np.concatenate([column.values[order] for column, order in zip(train, orders)])
+    owners = np.concatenate([np.full(len(order), number) for number, order in enumerate(orders)])
+    rows = np.concatenate(orders)
+    by_identity = np.argsort(values, kind="stable")
+    known = values[by_identity]
+    found = np.searchsorted(known, evaluation.values)
+    found[found == len(known)] = 0
+    leaked = np.flatnonzero(known[found] == evaluation.values)
+    firsts = by_identity[found[leaked]]
+    return [
+        (row, (owner, train_row))
+        for row, owner, train_row in zip(leaked.tolist(), owners[firsts].tolist(), rows[firsts].tolist())
+    ]
+
+
+@batch_collector("split-leak")
+def _row_identities(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Each array row's identity (a row too large to hold, read in pieces, has none)."""
+    if isinstance(batch.data, TokenRows):  # a flat store's sequences: by their ids
+        sequences = batch.data
+        identities = [_tokens_identity(sequences[row]) for row in range(len(sequences))]
+        return np.arange(len(sequences)), np.array(identities, dtype="S16")
+    if isinstance(batch.data, Pieces):
+        return np.empty(0, np.intp), np.empty(0, "S16")
+    rows = np.ascontiguousarray(batch.data)
+    header = _array_header(rows.dtype, rows.shape[1:])
+    identities = [xxhash.xxh3_128_digest(header + row.tobytes()) for row in rows]
+    return np.arange(len(rows)), np.array(identities, dtype="S16")

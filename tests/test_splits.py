@@ -1,0 +1,234 @@
+"""A run's splits: a record of an evaluation split that is also in a training split is a
+`split-leak` error naming both, in every format whose records carry content; `fix` of the
+splits removes it from the evaluation split, which then rescans clean."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SAMPLES
+from PIL import Image
+
+import scrub
+from scrub.paths import EVALUATION, TRAINING, split_of, split_roles
+
+
+def photos(folder: Path, count: int, seed: int) -> list[Path]:
+    """``count`` distinct noisy JPEGs in two class folders."""
+    rng = np.random.default_rng(seed)
+    made = []
+    for number in range(count):
+        path = folder / ("cat" if number % 2 else "dog") / f"{seed}-{number:03d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(path, quality=90)
+        made.append(path)
+    return made
+
+
+@pytest.fixture
+def splits(tmp_path: Path) -> Path:
+    """data/train, data/val, data/test: two training images copied into val and test (under other
+    names), and a copy inside train itself (a duplicate, not a leak)."""
+    data = tmp_path / "data"
+    train = photos(data / "train", 20, 1)
+    photos(data / "val", 6, 2)
+    photos(data / "test", 6, 3)
+    shutil.copy(train[3], data / "val" / "cat" / "renamed.jpg")
+    shutil.copy(train[8], data / "test" / "dog" / "copy-of-8.jpg")
+    shutil.copy(train[5], data / "train" / "cat" / "twice.jpg")
+    return data
+
+
+def leaks(result) -> dict[tuple[str, str], dict]:
+    return {(Path(i.dataset).name, i.key): i.details for i in result.issues() if i.check == "split-leak"}
+
+
+def test_split_names():
+    assert [split_of(name) for name in ("train", "training", "val", "validation", "test.h5", "dev")] == [
+        TRAINING,
+        TRAINING,
+        EVALUATION,
+        EVALUATION,
+        EVALUATION,
+        EVALUATION,
+    ]
+    assert split_of("imagenet_val") == split_of("test-000001.tar") == split_of("data/valid/") == EVALUATION
+    assert split_of("train-0.h5") == split_of("s3://bucket/train") == TRAINING
+    for neither in ("trainval", "train_val", "images", "latest", "contest"):
+        assert split_of(neither) is None
+    assert split_roles(["train", "val", "extra"]) == [TRAINING, EVALUATION, None]
+    assert split_roles(["val", "test"]) == [None, None]  # no training split: nothing to compare
+
+
+def test_a_folder_of_splits_is_scanned_as_splits_and_names_each_leak(splits):
+    result = scrub.scan(splits)
+    assert [Path(part.path).name for part in result.summary.parts] == ["test", "train", "val"]
+    found = leaks(result)
+    assert set(found) == {("val", "cat/renamed.jpg"), ("test", "dog/copy-of-8.jpg")}
+    train = found[("val", "cat/renamed.jpg")]["train"]
+    assert Path(train["dataset"]).name == "train" and train["key"] == "cat/1-003.jpg"
+    assert found[("test", "dog/copy-of-8.jpg")]["train"]["key"] == "dog/1-008.jpg"
+    issue = next(i for i in result.issues() if i.check == "split-leak")
+    assert issue.severity.value == "error" and "also in the training split train" in issue.message
+    # the copy inside train stays a duplicate (a warning), not a leak
+    duplicates = [(Path(i.dataset).name, i.key) for i in result.issues() if i.check == "duplicate"]
+    assert duplicates == [("train", "cat/twice.jpg")]
+    said = "each evaluation split (test, val) is compared with the training split (train)"
+    assert any(said in note for note in result.summary.notes)
+    assert result.exit_code() == 1
+
+
+def test_the_classes_of_one_dataset_are_not_splits(tmp_path):
+    photos(tmp_path / "animals", 8, 4)
+    result = scrub.scan(tmp_path / "animals")
+    assert result.summary.dataset.classes == ["cat", "dog"]
+    assert "split-leak" not in result.summary.checks
+
+
+def test_fix_of_the_splits_removes_the_leak_from_the_evaluation_split(splits, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "fix", str(splits), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "split-leak: compared with the training split" in done.stdout
+    kept = {path.relative_to(out).as_posix() for path in out.rglob("*.jpg")}
+    assert "val.clean/cat/renamed.jpg" not in kept and "test.clean/dog/copy-of-8.jpg" not in kept
+    assert "train.clean/cat/1-003.jpg" in kept and "train.clean/dog/1-008.jpg" in kept  # train keeps its data
+    assert len([k for k in kept if k.startswith("train.clean/")]) == 21
+    assert len([k for k in kept if k.startswith("val.clean/")]) == 6  # 7 less the leak
+    rescanned = scrub.scan([out / "train.clean", out / "val.clean", out / "test.clean"])
+    assert leaks(rescanned) == {} and rescanned.exit_code() == 0
+
+
+def test_texts_leak_by_their_normalized_form(tmp_path):
+    def write(path: Path, texts: list[str]) -> None:
+        path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+
+    decomposed = unicodedata.normalize("NFD", "Café au lait, s'il vous plaît.")
+    write(tmp_path / "train.jsonl", ["The quick brown fox.", "Café au lait, s'il vous plaît.", "Nothing."])
+    write(
+        tmp_path / "test.jsonl",
+        ["  the QUICK\tbrown\n fox. ", decomposed, "The quick brown fox!", "A new sentence."],
+    )
+    found = leaks(scrub.scan([tmp_path / "train.jsonl", tmp_path / "test.jsonl"]))
+    # keys are line numbers; punctuation is content
+    assert set(found) == {("test.jsonl", "1"), ("test.jsonl", "2")}
+    assert found[("test.jsonl", "1")]["train"]["key"] == "1"
+
+
+def test_array_rows_leak_by_dtype_shape_and_values(tmp_path):
+    import h5py
+
+    rng = np.random.default_rng(5)
+    train = rng.normal(size=(300, 8)).astype(np.float32)
+    val = rng.normal(size=(50, 8)).astype(np.float32)
+    val[[4, 17]] = train[[10, 250]]
+    for name, rows in (("train.h5", train), ("val.h5", val), ("test.h5", val.astype(np.float64))):
+        with h5py.File(tmp_path / name, "w") as f:
+            f["data"] = rows
+    found = leaks(scrub.scan([tmp_path / "train.h5", tmp_path / "val.h5", tmp_path / "test.h5"]))
+    assert set(found) == {("val.h5", "4"), ("val.h5", "17")}  # float64 rows are other values
+    assert found[("val.h5", "17")]["train"]["index"] == 250
+
+
+def test_token_sequences_leak_by_their_ids(tmp_path):
+    def write(path: Path, rows: list[list[int]]) -> None:
+        path.write_text("".join(json.dumps({"input_ids": ids}) + "\n" for ids in rows))
+
+    write(tmp_path / "train.jsonl", [[1, 2, 3, 4], [5, 6, 7], [8, 9]])
+    write(tmp_path / "validation.jsonl", [[5, 6, 7], [5, 6, 7, 8], [9, 8]])
+    found = leaks(scrub.scan([tmp_path / "train.jsonl", tmp_path / "validation.jsonl"], vocab_size=16))
+    assert set(found) == {("validation.jsonl", "1")}
+    assert found[("validation.jsonl", "1")]["train"]["key"] == "2"
+
+
+#: samples whose dataset is whole in itself (copied as a training and an evaluation split) and
+#: the options they are scanned with
+SELF_CONTAINED = [
+    ("images", "", {}),
+    ("hdf5", "train.h5", {}),
+    ("numpy", "features.npy", {}),
+    ("lmdb", "datum_lmdb", {}),
+    ("webdataset", "", {"num_classes": 10}),
+    ("parquet", "train.parquet", {}),
+    ("jsonl", "train.jsonl", {"vocab_size": 1000}),
+    ("tfrecord", "", {"num_classes": 10}),
+    ("segmentation", "", {"num_classes": 5}),
+    ("yolo", "", {}),
+    ("mds", "", {"vocab_size": 1000}),
+    ("megatron", "my_text_document", {"vocab_size": 1000, "max_length": 64}),
+]
+
+
+@pytest.mark.parametrize("copy, path, options", SELF_CONTAINED, ids=[c for c, _, _ in SELF_CONTAINED])
+def test_every_record_of_a_copied_split_leaks_or_is_said_not_compared(copy, path, options, tmp_path):
+    """A dataset copied whole into an evaluation split: each of its records is a leak, except
+    those with nothing to name (unreadable ones), which a note counts."""
+    if copy == "parquet":
+        pytest.importorskip("pyarrow")
+    source = SAMPLES / copy / path
+    made = []
+    for role in ("train", "val"):
+        if copy == "megatron":
+            (tmp_path / role).mkdir()
+            for suffix in (".bin", ".idx"):
+                shutil.copy(source.with_suffix(suffix), tmp_path / role / f"{role}_text_document{suffix}")
+            made.append(tmp_path / role / f"{role}_text_document")
+        elif source.is_dir():
+            shutil.copytree(source, tmp_path / f"{role}_{copy}", symlinks=True)
+            made.append(tmp_path / f"{role}_{copy}")
+        else:
+            shutil.copy(source, tmp_path / f"{role}{''.join(source.suffixes)}")
+            made.append(tmp_path / f"{role}{''.join(source.suffixes)}")
+    result = scrub.scan(made, scheduler="threads", **options)
+    val = result.summary.parts[1]
+    leaked = [i for i in result.issues() if i.check == "split-leak"]
+    assert all(Path(i.dataset).name == made[1].name for i in leaked)
+    unnamed = [n for n in val.notes if n.startswith("split-leak: no content identity for ")]
+    not_compared = int(unnamed[0].split(" for ")[1].split(" record")[0].replace(",", "")) if unnamed else 0
+    assert len(leaked) + not_compared == val.records
+    assert len(leaked) >= val.records // 2
+
+
+def test_split_leak_selected_where_there_are_no_splits_is_one_line_and_exit_2(tmp_path):
+    photos(tmp_path / "a", 4, 6)
+    photos(tmp_path / "b", 4, 7)
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "scan", str(tmp_path / "a"), str(tmp_path / "b")]
+        + ["--select", "split-leak"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "split-leak cannot run on" in done.stderr and "training split and evaluation split" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_evaluation_split_of_a_dataset_run_alone_is_not_compared(splits):
+    result = scrub.scan(splits / "val")
+    assert "split-leak" not in result.summary.checks and leaks(result) == {}
+
+
+def test_windows_of_a_token_store_leak_by_their_ids(tmp_path):
+    """nanoGPT's train.bin beside val.bin: a folder of splits whose records are windows of
+    --max-length tokens; a window of val that is one of train's is a leak."""
+    folder = tmp_path / "nano"
+    folder.mkdir()
+    rng = np.random.default_rng(8)
+    train = rng.integers(0, 1000, 64 * 10).astype(np.uint16)
+    train.tofile(folder / "train.bin")
+    val = np.concatenate([rng.integers(0, 1000, 64 * 3), train[64 * 4 : 64 * 5]]).astype(np.uint16)
+    val.tofile(folder / "val.bin")
+    found = leaks(scrub.scan(folder, max_length=64, vocab_size=1000))
+    assert list(found) == [("val.bin", "3")]
+    assert found[("val.bin", "3")]["train"]["index"] == 4
