@@ -210,6 +210,17 @@ SHARED: dict[str, Key] = {
             help="An image with a side shorter than this many pixels is a tiny-image (error).",
         ),
         Key(
+            "near-distance",
+            "checks",
+            "int",
+            minimum=0,
+            help=(
+                "split-leak: an image of an evaluation split within this many bits (of 64) of a training "
+                "image's perceptual hash is a leak (re-encoded, resized, brightened copies); 0: exact "
+                "copies only (default 6)."
+            ),
+        ),
+        Key(
             "max-aspect-ratio",
             "checks",
             "float",

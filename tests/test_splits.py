@@ -4,6 +4,7 @@ splits removes it from the evaluation split, which then rescans clean."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SAMPLES
-from PIL import Image
+from PIL import Image, ImageEnhance
 
 import scrub
 from scrub.paths import EVALUATION, TRAINING, split_of, split_roles
@@ -232,3 +233,142 @@ def test_windows_of_a_token_store_leak_by_their_ids(tmp_path):
     found = leaks(scrub.scan(folder, max_length=64, vocab_size=1000))
     assert list(found) == [("val.bin", "3")]
     assert found[("val.bin", "3")]["train"]["index"] == 4
+
+
+# --------------------------------------------------------------------------------------------
+# Near copies of images: perceptual hashes
+
+
+def scene(seed: int, size: int = 256) -> Image.Image:
+    """A photograph-like picture: smooth colour fields, a few discs, sensor noise."""
+    rng = np.random.default_rng(seed)
+    field = Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).resize(
+        (size, size), Image.Resampling.BICUBIC
+    )
+    pixels = np.asarray(field).astype(np.float64)
+    rows, columns = np.mgrid[:size, :size]
+    for _ in range(4):
+        x, y = rng.integers(0, size, 2)
+        radius = int(rng.integers(size // 10, size // 4))
+        pixels[(columns - x) ** 2 + (rows - y) ** 2 < radius * radius] = rng.integers(0, 255, 3)
+    pixels += rng.normal(0, 6, pixels.shape)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def encoded(image: Image.Image, fmt: str = "JPEG", quality: int = 90) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **({"quality": quality} if fmt == "JPEG" else {}))
+    return buffer.getvalue()
+
+
+def defined_phash(image: Image.Image) -> int:
+    """pHash by its definition, written out apart from scrub's: grayscale, Lanczos to 32 x 32,
+    DCT-II of the rows then the columns, the 8 x 8 lowest frequencies above their median."""
+    pixels = np.asarray(image.convert("L").resize((32, 32), Image.Resampling.LANCZOS), np.float64)
+    n = np.arange(32)
+    low = np.empty((8, 8))
+    for u in range(8):
+        for v in range(8):  # sum over x, y of pixel(x, y) cos((2x + 1) u pi / 64) cos((2y + 1) v pi / 64)
+            low[u, v] = np.cos(np.pi * (2 * n + 1) * u / 64) @ pixels @ np.cos(np.pi * (2 * n + 1) * v / 64)
+    bits = "".join("1" if value > np.median(low) else "0" for value in low.reshape(-1))
+    return int(bits, 2)
+
+
+def test_the_perceptual_hash_follows_its_definition():
+    """From the decode that judges the image: a PNG's is the definition's, bit for bit; a JPEG's
+    comes from its reduced decode, a few bits from the full image's."""
+    from scrub.checks.imagedecode import inspect_image
+
+    for seed in range(6):
+        picture = scene(seed, size=(256, 600, 48)[seed % 3])
+        png = inspect_image(encoded(picture, "PNG"), None, perceptual=True)
+        assert png.phash == defined_phash(picture)
+        data = encoded(picture)
+        jpeg = inspect_image(data, None, perceptual=True)
+        assert (
+            jpeg.phash is not None
+            and bin(jpeg.phash ^ defined_phash(Image.open(io.BytesIO(data)))).count("1") <= 6
+        )
+    assert inspect_image(encoded(scene(1)), None).phash is None  # made only when asked
+    constant = Image.new("RGB", (64, 64), (9, 9, 9))
+    assert inspect_image(encoded(constant, "PNG"), None, perceptual=True).phash == 0  # names nothing
+
+
+def test_the_perceptual_hash_agrees_with_imagehash():
+    imagehash = pytest.importorskip("imagehash")
+    from scrub.checks.imagedecode import inspect_image
+
+    for seed in range(4):
+        picture = scene(seed)
+        theirs = int(str(imagehash.phash(picture)), 16)
+        assert inspect_image(encoded(picture, "PNG"), None, perceptual=True).phash == theirs
+
+
+def test_near_pairs_equal_a_brute_force_search():
+    from scrub.checks.perceptual import near_pairs
+
+    rng = np.random.default_rng(9)
+    known = rng.integers(0, 1 << 63, 3000, dtype=np.int64).astype(np.uint64)
+    queries = rng.integers(0, 1 << 63, 2000, dtype=np.int64).astype(np.uint64)
+    flips = rng.integers(0, 63, (100, 3)).astype(np.uint64)
+    queries[:100] = known[rng.integers(0, 3000, 100)]
+    for bit in range(3):
+        queries[:100] ^= np.left_shift(np.uint64(1), flips[:, bit])
+    queries[100:110] = known[:10]
+    queries[110] = known[5] = 0  # NO_HASH: never a match
+    for radius in (0, 2, 6, 10):
+        found, nearest, distance = near_pairs(known, queries, radius)
+        table = np.bitwise_count(queries[:, None] ^ known[None, :]).astype(int)
+        table[:, known == 0] = 99
+        table[queries == 0, :] = 99
+        expected = np.flatnonzero(table.min(axis=1) <= radius)
+        assert found.tolist() == expected.tolist()
+        assert nearest.tolist() == table.argmin(axis=1)[expected].tolist()  # the first of equals
+        assert distance.tolist() == table.min(axis=1)[expected].tolist()
+
+
+@pytest.fixture
+def near_splits(tmp_path: Path) -> Path:
+    """train: 12 pictures; val: seven changed copies of train's first seven and five others."""
+    data = tmp_path / "data"
+    (data / "train" / "a").mkdir(parents=True)
+    (data / "val" / "a").mkdir(parents=True)
+    pictures = [scene(seed) for seed in range(12)]
+    for number, picture in enumerate(pictures):
+        (data / "train" / "a" / f"{number:02d}.jpg").write_bytes(encoded(picture))
+    w, h = pictures[0].size
+    changed = {
+        "q50.jpg": encoded(pictures[0], quality=50),
+        "half.jpg": encoded(pictures[1].resize((w // 2, h // 2))),
+        "nine-tenths.jpg": encoded(pictures[2].resize((w * 9 // 10, h * 9 // 10))),
+        "cropped.jpg": encoded(pictures[3].crop((5, 5, w - 5, h - 5))),  # 2% a side
+        "darker.jpg": encoded(ImageEnhance.Brightness(pictures[4]).enhance(0.9)),
+        "brighter.jpg": encoded(ImageEnhance.Brightness(pictures[5]).enhance(1.1)),
+        "as.png": encoded(pictures[6], "PNG"),
+    }
+    for name, data_bytes in changed.items():
+        (data / "val" / "a" / name).write_bytes(data_bytes)
+    for seed in range(100, 105):
+        (data / "val" / "a" / f"other-{seed}.jpg").write_bytes(encoded(scene(seed)))
+    return data
+
+
+def test_changed_copies_of_training_images_leak_and_other_images_do_not(near_splits):
+    found = leaks(scrub.scan(near_splits))
+    expected = {
+        "a/q50.jpg": "a/00.jpg",
+        "a/half.jpg": "a/01.jpg",
+        "a/nine-tenths.jpg": "a/02.jpg",
+        "a/cropped.jpg": "a/03.jpg",
+        "a/darker.jpg": "a/04.jpg",
+        "a/brighter.jpg": "a/05.jpg",
+        "a/as.png": "a/06.jpg",
+    }
+    assert {key: details["train"]["key"] for (_, key), details in found.items()} == expected
+    assert all(d["match"] == "perceptual" and 0 <= d["distance"] <= 6 for d in found.values())
+
+
+def test_near_distance_zero_finds_exact_copies_only(near_splits):
+    shutil.copy(near_splits / "train" / "a" / "07.jpg", near_splits / "val" / "a" / "same.jpg")
+    found = leaks(scrub.scan(near_splits, near_distance=0))
+    assert list(found) == [("val", "a/same.jpg")] and found[("val", "a/same.jpg")]["match"] == "exact"

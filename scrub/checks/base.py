@@ -90,6 +90,12 @@ class CheckOptions:
     #: an encoded image whose long side is more than this many times its short side is an
     #: `extreme-aspect-ratio`
     max_aspect_ratio: float = 10.0
+    #: an image of an evaluation split within this many bits of a training image's perceptual
+    #: hash is a `split-leak` (``--near-distance``; 0: exact copies only)
+    near_distance: int = 6
+    #: the scan makes each image's perceptual hash (a split check compares them): set by the scan
+    #: (`scrub.scanning.dataset.DatasetScan`), not an option
+    perceptual_hashes: bool = False
 
     @property
     def mask_ignore_index(self) -> int | None:
@@ -226,11 +232,12 @@ def split_check(
     dtype: str,
     needs: Carries | str = Carries.SPLITS,
 ) -> Callable:
-    """Register ``judge(train, evaluation) -> list[(row, (training column, row), Finding)]``, a
-    check of a run's splits: ``collect`` as a dataset check's, once per record of each split;
+    """Register ``judge(train, evaluation, options) -> [(row, (training split, row), distance)]``,
+    a check of a run's splits: ``collect`` as a dataset check's, once per record of each split;
     ``judge`` gets the training splits' columns and one evaluation split's, and names the rows
-    of the evaluation split it flags, each with the training record it concerns
-    (`scrub.scanning.splits` runs it once every dataset of the run is scanned)."""
+    of the evaluation split it flags, each with the training record it concerns and how far
+    apart they are (None: the same) (`scrub.scanning.splits` runs it once every dataset of the
+    run is scanned, and words the findings)."""
 
     def decorate(func: Callable) -> Callable:
         doc = inspect.getdoc(func) or ""

@@ -131,6 +131,9 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageFile
 
+from scrub.checks.perceptual import SIDE as PHASH_SIDE
+from scrub.checks.perceptual import phash
+
 __all__ = ["ImageFacts", "inspect_image", "uniform_colour"]
 
 
@@ -155,6 +158,10 @@ class ImageFacts:
     #: that judged it (`uniform_colour`); None when two pixels differ, for images whose pixels
     #: are numbers (`pixels`: the numeric checks judge those), and for images not decoded
     constant: tuple[int, ...] | None = field(default=None, compare=False)
+    #: the first frame's 64-bit perceptual hash (`scrub.checks.perceptual.phash`), made from the
+    #: decode that judged it when asked (a split check compares images by it); None when not
+    #: asked, for an image not decoded, and for images whose pixels are numbers
+    phash: int | None = field(default=None, compare=False)
 
 
 class ImageLevels(NamedTuple):
@@ -173,9 +180,12 @@ class ImageLevels(NamedTuple):
 NUMERIC_MODES = frozenset({"F", "I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
-def inspect_image(data: bytes, max_pixels: int | None, levels: bool = False) -> ImageFacts:
+def inspect_image(
+    data: bytes, max_pixels: int | None, levels: bool = False, perceptual: bool = False
+) -> ImageFacts:
     """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``;
-    with `levels`, keep the decode's pixel levels (`ImageLevels`) for the dataset's profile.
+    with `levels`, keep the decode's pixel levels (`ImageLevels`) for the dataset's profile; with
+    `perceptual`, its perceptual hash (`ImageFacts.phash`).
 
     Never raises for bad input (empty, garbage, truncated, hostile headers): every failure is
     reported in `ImageFacts.error`.
@@ -187,8 +197,8 @@ def inspect_image(data: bytes, max_pixels: int | None, levels: bool = False) -> 
     if not data:
         return ImageFacts(None, None, None, None, "empty file")
     if data[:2] == _SOI:
-        return _inspect_jpeg(data, limit, levels)
-    return _inspect_other(data, limit, levels)
+        return _inspect_jpeg(data, limit, levels, perceptual)
+    return _inspect_other(data, limit, levels, perceptual)
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,7 +318,9 @@ def _next_marker(data: bytes, pos: int) -> tuple[int | None, int]:
 _PLAIN_MODES = {1: "L", 3: "RGB", 4: "CMYK"}  # Pillow's mode for 8-bit JPEGs by component count
 
 
-def _inspect_jpeg(data: bytes, limit: int | None, levels: bool = False) -> ImageFacts:
+def _inspect_jpeg(
+    data: bytes, limit: int | None, levels: bool = False, perceptual: bool = False
+) -> ImageFacts:
     """Header facts from Pillow (or the SOF marker when Pillow cannot parse it), then libjpeg.
 
     A plain JPEG (8-bit, 1/3/4 components, no MPF index) skips Pillow: its header parse is a
@@ -331,7 +343,10 @@ def _inspect_jpeg(data: bytes, limit: int | None, levels: bool = False) -> Image
         gray = decoded if levels and _is_gray(decoded) else None
         kept = ImageLevels(gray, None, None) if gray is not None else None
         constant = _jpeg_constant(data, decoded) if error is None else None
-        return ImageFacts("JPEG", mode, sof.width, sof.height, error, levels=kept, constant=constant)
+        hashed = _jpeg_phash(data, decoded) if perceptual and error is None else None
+        return ImageFacts(
+            "JPEG", mode, sof.width, sof.height, error, levels=kept, constant=constant, phash=hashed
+        )
     image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
         fmt, mode, (width, height) = image.format, image.mode, image.size
@@ -350,7 +365,8 @@ def _inspect_jpeg(data: bytes, limit: int | None, levels: bool = False) -> Image
     if error is None and image is None:
         error = open_error  # libjpeg can read it, but Pillow-based loaders cannot open it
     constant = _jpeg_constant(data, decoded) if error is None else None
-    return ImageFacts(fmt, mode, width, height, error, constant=constant)
+    hashed = _jpeg_phash(data, decoded) if perceptual and error is None else None
+    return ImageFacts(fmt, mode, width, height, error, constant=constant, phash=hashed)
 
 
 def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
@@ -401,6 +417,22 @@ def _verify_jpeg_with_pillow(data: bytes) -> tuple[str | None, Any]:
     except Exception as exc:
         return _message(exc), None
     return None, image
+
+
+def _jpeg_phash(data: bytes, decoded: Any) -> int | None:
+    """A JPEG's perceptual hash from the reduced decode that judged it, where that is grayscale
+    and at least `PHASH_SIDE` pixels a side; else from Pillow's decode reduced no further
+    than that (a small image, or one decoded in colour or by the fallback)."""
+    try:
+        if _is_gray(decoded) and min(decoded.shape[:2]) >= PHASH_SIDE:
+            return phash(decoded.reshape(decoded.shape[0], decoded.shape[1]))
+        image, _ = _open(data, _JPEG_FORMATS)
+        if image is None:
+            return None
+        image.draft("L", (PHASH_SIDE, PHASH_SIDE))
+        return phash(image.convert("L"))
+    except Exception:  # the verdict stands; the image has no hash
+        return None
 
 
 def _jpeg_constant(data: bytes, decoded: Any) -> tuple[int, ...] | None:
@@ -489,26 +521,29 @@ def _mpo_streams(data: bytes, image: Any) -> list[bytes]:
 # Everything else Pillow can open
 
 
-def _inspect_other(data: bytes, limit: int | None, levels: bool = False) -> ImageFacts:
+def _inspect_other(
+    data: bytes, limit: int | None, levels: bool = False, perceptual: bool = False
+) -> ImageFacts:
     image, open_error = _open(data)
     if image is None:
         return ImageFacts(None, None, None, None, open_error)
     fmt, mode, (width, height) = image.format, image.mode, image.size
     if _exceeds(width, height, limit):
         return ImageFacts(fmt, mode, width, height, None, bomb=True)
-    error, bomb, pixels, kept, constant = _decode_frames(data, image, limit, levels)
+    error, bomb, pixels, kept, constant, hashed = _decode_frames(data, image, limit, levels, perceptual)
     if error or bomb:
         return ImageFacts(fmt, mode, width, height, error, bomb)
-    return ImageFacts(fmt, mode, width, height, error, bomb, pixels, kept, constant)
+    return ImageFacts(fmt, mode, width, height, error, bomb, pixels, kept, constant, hashed)
 
 
 def _decode_frames(
-    data: bytes, image: Any, limit: int | None, levels: bool = False
-) -> tuple[str | None, bool, Any, Any, tuple[int, ...] | None]:
+    data: bytes, image: Any, limit: int | None, levels: bool = False, perceptual: bool = False
+) -> tuple[str | None, bool, Any, Any, tuple[int, ...] | None, int | None]:
     """(error, bomb, the first frame's numeric pixels or None, with `levels` its `ImageLevels`
-    or None, its colour when every pixel has the same (`uniform_colour`) or None) after the
-    plugin's own verify() (PNG: CRCs) and load() of every frame."""
-    pixels = kept = constant = None
+    or None, its colour when every pixel has the same (`uniform_colour`) or None, with
+    `perceptual` its perceptual hash or None) after the plugin's own verify() (PNG: CRCs) and
+    load() of every frame."""
+    pixels = kept = constant = hashed = None
     try:
         if type(image).verify is not ImageFile.ImageFile.verify:
             _plugin_verify(data)
@@ -517,7 +552,7 @@ def _decode_frames(
                 image.seek(frame)
                 frame_width, frame_height = image.size
                 if _exceeds(frame_width, frame_height, limit):
-                    return None, True, None, None, None
+                    return None, True, None, None, None, None
             image.load()
             if frame == 0 and image.mode in NUMERIC_MODES:
                 pixels = np.array(image)  # a copy: the image object moves on to the next frame
@@ -525,11 +560,21 @@ def _decode_frames(
                 constant = uniform_colour(image)
                 if levels:
                     kept = _frame_levels(image)
+                if perceptual:
+                    hashed = _frame_phash(image)
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
-        return None, True, None, None, None
+        return None, True, None, None, None, None
     except Exception as exc:
-        return _message(exc), False, None, None, None
-    return None, False, pixels, kept, constant
+        return _message(exc), False, None, None, None, None
+    return None, False, pixels, kept, constant, hashed
+
+
+def _frame_phash(image: Any) -> int | None:
+    """A decoded 8-bit frame's perceptual hash, from its grayscale (Pillow's ``L``)."""
+    try:
+        return phash(image.convert("L"))
+    except Exception:  # a mode Pillow cannot convert: no hash (the verdict stands)
+        return None
 
 
 #: 8-bit modes whose bands are levels as they are (a palette image's are indices: converted)

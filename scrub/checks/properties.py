@@ -28,7 +28,9 @@ def annotate(record: Record, options: CheckOptions, levels: bool = False) -> Non
         return
     record.meta["digest"] = xxhash.xxh3_128_digest(payload)
     if record.meta.get("kind") == "image":
-        record.meta["image"] = inspect_image(bytes(payload), options.max_pixels, levels)
+        record.meta["image"] = inspect_image(
+            bytes(payload), options.max_pixels, levels, options.perceptual_hashes
+        )
     mask = record.meta.get("mask")
     if mask is not None:
         record.meta["mask_facts"] = inspect_mask(mask, options.mask_palette)

@@ -1,4 +1,5 @@
-"""Checks of a run's splits: a record of an evaluation split that is also in a training split.
+"""Checks of a run's splits: a record of an evaluation split that is also in a training split,
+or an image that is nearly one of its images (`scrub.checks.perceptual`).
 
 A record's content identity is a 128-bit XXH3 digest of what it holds, whatever its key or file
 name (`content_identity`): an encoded file by its bytes (the digest `duplicate` compares), a
@@ -17,12 +18,20 @@ from typing import cast
 import numpy as np
 import xxhash
 
-from scrub.checks.base import Column, batch_collector, split_check
+from scrub.checks.base import CheckOptions, Column, batch_collector, split_check
+from scrub.checks.perceptual import NO_HASH, near_pairs
 from scrub.records import Batch, Pieces, Record, Severity, TextParts, TokenRows
 
 #: a leaked record: (its row in the evaluation split's column, (the training split's number, the
-#: row of its copy in that split's column)); the first copy in the run's order of the splits
-Leak = tuple[int, tuple[int, int]]
+#: row of its copy in that split's column), None for an exact copy or the perceptual hashes'
+#: distance in bits); the first copy in the run's order of the splits
+Leak = tuple[int, tuple[int, int], int | None]
+#: a record's column value: its content identity (16 bytes), then its perceptual hash (8 bytes,
+#: big-endian; `NO_HASH` for a record that is no image, or whose image has no hash)
+IDENTITY_BYTES = 24
+
+
+_NO_HASH = NO_HASH.to_bytes(8, "big")
 
 
 def normalized_text(text: str) -> str:
@@ -50,6 +59,16 @@ def content_identity(record: Record) -> bytes | None:
     return None
 
 
+def split_identity(record: Record) -> bytes | None:
+    """What `split-leak` collects of a record: its content identity and its perceptual hash."""
+    identity = content_identity(record)
+    if identity is None:
+        return None
+    facts = record.meta.get("image")
+    hashed = getattr(facts, "phash", None) or NO_HASH
+    return identity + hashed.to_bytes(8, "big")
+
+
 def _tokens_identity(ids: np.ndarray) -> bytes:
     """A sequence's identity: its ids as int64, whatever dtype its store keeps them in."""
     return xxhash.xxh3_128_digest(b"tokens\0" + np.ascontiguousarray(ids, dtype=np.int64).tobytes())
@@ -67,8 +86,8 @@ def _array_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return f"{dtype.str}{tuple(shape)}\0".encode()
 
 
-@split_check("split-leak", Severity.ERROR, collect=content_identity, dtype="S16")
-def split_leak(train: Sequence[Column], evaluation: Column) -> list[Leak]:
+@split_check("split-leak", Severity.ERROR, collect=split_identity, dtype=f"S{IDENTITY_BYTES}")
+def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOptions) -> list[Leak]:
     """A record of an evaluation split (val, test) holds what a record of a training split holds.
 
     What it finds:
@@ -79,7 +98,10 @@ def split_leak(train: Sequence[Column], evaluation: Column) -> list[Leak]:
         TFRecord, Parquet image columns), the same ids for token sequences (JSON Lines, token
         columns, MDS, a Megatron or nanoGPT store's documents or windows), the same normalized
         text (Unicode NFC, case folded, whitespace collapsed) for texts, the same dtype, shape
-        and values for array values and rows. Details name the training record; records that
+        and values for array values and rows; and an image whose perceptual hash (pHash, from
+        the decode that judges it) is within `--near-distance` bits (default 6) of a training
+        image's: a re-encoded, resized or brightened copy. Details name the training record
+        (`train`), `match` (`exact` or `perceptual`) and the `distance` in bits; records that
         could not be read are counted in a note, not compared.
     Why it breaks training:
         A test record the model was trained on is answered from memory: every metric on the
@@ -97,22 +119,37 @@ def split_leak(train: Sequence[Column], evaluation: Column) -> list[Leak]:
     """
     if not len(evaluation.values) or not any(len(column.values) for column in train):
         return []
-    # every training record, split after split, each split in dataset order; a stable sort by
-    # identity then keeps the first copy of an identity first
+    # every training record, split after split, each split in dataset order: the first copy of
+    # an identity is first after a stable sort, and the first of equally near hashes
     orders = [column.in_dataset_order() for column in train]
-    values = np.concatenate([column.values[order] for column, order in zip(train, orders)])
+    known, known_hashes = _parts(
+        np.concatenate([column.values[order] for column, order in zip(train, orders)])
+    )
     owners = np.concatenate([np.full(len(order), number) for number, order in enumerate(orders)])
     rows = np.concatenate(orders)
-    by_identity = np.argsort(values, kind="stable")
-    known = values[by_identity]
-    found = np.searchsorted(known, evaluation.values)
-    found[found == len(known)] = 0
-    leaked = np.flatnonzero(known[found] == evaluation.values)
-    firsts = by_identity[found[leaked]]
-    return [
-        (row, (owner, train_row))
-        for row, owner, train_row in zip(leaked.tolist(), owners[firsts].tolist(), rows[firsts].tolist())
+    identities, hashes = _parts(evaluation.values)
+    by_identity = np.argsort(known, kind="stable")
+    ordered = known[by_identity]
+    found = np.searchsorted(ordered, identities)
+    found[found == len(ordered)] = 0
+    exact = ordered[found] == identities
+    matches: list[tuple[int, int, int | None]] = [
+        (int(row), int(by_identity[found[row]]), None) for row in np.flatnonzero(exact)
     ]
+    if options.near_distance:
+        rest = np.flatnonzero(~exact)
+        near, nearest, distance = near_pairs(known_hashes, hashes[rest], options.near_distance)
+        matches += [(int(rest[n]), int(k), int(d)) for n, k, d in zip(near, nearest, distance)]
+    return sorted((row, (int(owners[first]), int(rows[first])), distance) for row, first, distance in matches)
+
+
+def _parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A column's content identities (``S16``) and perceptual hashes (uint64, `NO_HASH` where
+    the record has none)."""
+    packed = np.frombuffer(values.tobytes(), np.uint8).reshape(len(values), IDENTITY_BYTES)
+    identities = np.ascontiguousarray(packed[:, :16]).view("S16").reshape(-1)
+    hashes = np.ascontiguousarray(packed[:, 16:]).view(">u8").reshape(-1).astype(np.uint64)
+    return identities, hashes
 
 
 @batch_collector("split-leak")
@@ -120,11 +157,11 @@ def _row_identities(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     """Each array row's identity (a row too large to hold, read in pieces, has none)."""
     if isinstance(batch.data, TokenRows):  # a flat store's sequences: by their ids
         sequences = batch.data
-        identities = [_tokens_identity(sequences[row]) for row in range(len(sequences))]
-        return np.arange(len(sequences)), np.array(identities, dtype="S16")
+        identities = [_tokens_identity(sequences[row]) + _NO_HASH for row in range(len(sequences))]
+        return np.arange(len(sequences)), np.array(identities, dtype=f"S{IDENTITY_BYTES}")
     if isinstance(batch.data, Pieces):
-        return np.empty(0, np.intp), np.empty(0, "S16")
+        return np.empty(0, np.intp), np.empty(0, f"S{IDENTITY_BYTES}")
     rows = np.ascontiguousarray(batch.data)
     header = _array_header(rows.dtype, rows.shape[1:])
-    identities = [xxhash.xxh3_128_digest(header + row.tobytes()) for row in rows]
-    return np.arange(len(rows)), np.array(identities, dtype="S16")
+    identities = [xxhash.xxh3_128_digest(header + row.tobytes()) + _NO_HASH for row in rows]
+    return np.arange(len(rows)), np.array(identities, dtype=f"S{IDENTITY_BYTES}")

@@ -107,6 +107,9 @@ class DatasetScan:
         contract = options.checks.contract
         held = contract.checks() if contract is not None else frozenset()
         self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
+        if self.checking.near_distance and any(c.kind == "split" for c in self.checks):
+            # images are compared across the splits by their perceptual hashes as well
+            self.checking = replace(self.checking, perceptual_hashes=Carries.IMAGE in reader.provides)
         self.cache: ResultCache | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)

@@ -40,14 +40,14 @@ def judge_splits(scans: Sequence[DatasetScan]) -> None:
             if scan.split != EVALUATION or check not in scan.checks:
                 continue
             column = scan.aggregate.columns[check.id].column()
-            leaks = check.func(columns, column)
-            copies = _locate_copies(training, columns, [copy for _, copy in leaks])
+            leaks = check.func(columns, column, scan.checking)
+            copies = _locate_copies(training, columns, [copy for _, copy, _ in leaks])
             judgement = [
                 (
                     (int(column.positions[row][0]), int(column.positions[row][1])),
-                    _finding(training[owner], copy),
+                    _finding(training[owner], copy, distance),
                 )
-                for (row, (owner, _)), copy in zip(leaks, copies)
+                for (row, (owner, _), distance), copy in zip(leaks, copies)
             ]
             locate, contents = scan.identities()
             scan.aggregate.add_findings(check.id, judgement, locate, contents)
@@ -76,12 +76,22 @@ def _locate_copies(
     return found
 
 
-def _finding(training: DatasetScan, copy: tuple[str, str, int]) -> Finding:
+def _finding(training: DatasetScan, copy: tuple[str, str, int], distance: int | None) -> Finding:
+    """An exact copy (``distance`` None), or an image whose perceptual hash is ``distance`` bits
+    from the training image's."""
     source, key, index = copy
     name = _name(training)
+    details: dict[str, Any] = {
+        "train": {"dataset": str(training.dataset.path), "source": source, "key": key, "index": index},
+        "match": "exact" if distance is None else "perceptual",
+    }
+    if distance is None:
+        return Finding(f"also in the training split {name}: {key}", details)
+    details["distance"] = distance
     return Finding(
-        f"also in the training split {name}: {key}",
-        {"train": {"dataset": str(training.dataset.path), "source": source, "key": key, "index": index}},
+        f"nearly the same image as {key} of the training split {name} (perceptual hashes {distance} "
+        "bits apart)",
+        details,
     )
 
 
