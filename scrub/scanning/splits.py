@@ -29,17 +29,21 @@ def describe_splits(scans: Sequence[DatasetScan]) -> str | None:
 
 def judge_splits(scans: Sequence[DatasetScan]) -> None:
     """Judge each split check over the run's splits: every evaluation split's column against the
-    training splits' columns; the findings go to the evaluation split's records."""
+    training splits' columns; the findings go to the evaluation split's records. The columns
+    leave the aggregates (their memory goes once the run's findings are made)."""
     checks = {check.id: check for scan in scans if scan.split for check in scan.checks}
     checks = {name: check for name, check in checks.items() if check.kind == "split"}
     for check in checks.values():
         assert check.func is not None  # a split check's judge
-        training = [scan for scan in scans if scan.split == TRAINING and check in scan.checks]
-        columns = [scan.aggregate.columns[check.id].column() for scan in training]
-        for scan in scans:
-            if scan.split != EVALUATION or check not in scan.checks:
+        judged = [scan for scan in scans if scan.split and check in scan.checks]
+        column_of = {scan: scan.aggregate.columns.pop(check.id).column() for scan in judged}
+        training = [scan for scan in judged if scan.split == TRAINING]
+        columns = [column_of[scan] for scan in training]
+        for scan in judged:
+            _note_unnamed(scan, check.id, len(column_of[scan].values))
+            if scan.split != EVALUATION:
                 continue
-            column = scan.aggregate.columns[check.id].column()
+            column = column_of[scan]
             leaks = check.func(columns, column, scan.checking)
             copies = _locate_copies(training, columns, [copy for _, copy, _ in leaks])
             judgement = [
@@ -51,10 +55,6 @@ def judge_splits(scans: Sequence[DatasetScan]) -> None:
             ]
             locate, contents = scan.identities()
             scan.aggregate.add_findings(check.id, judgement, locate, contents)
-        for scan in scans:
-            if check.id in scan.aggregate.columns:
-                _note_unnamed(scan, check.id, len(scan.aggregate.columns[check.id].column().values))
-                del scan.aggregate.columns[check.id]  # free the memory
 
 
 def _locate_copies(
