@@ -13,6 +13,7 @@ import numpy as np
 
 from scrub import checks as _catalogue  # noqa: F401 - registers the built-in checks
 from scrub.checks.base import (
+    COLUMN_KINDS,
     Check,
 )
 from scrub.readers.base import Reader
@@ -79,7 +80,7 @@ class Reuse:
 
     def __init__(self, reader: Reader, checks: Sequence[Check]) -> None:
         self.reader = reader
-        self.dataset = [c for c in checks if c.kind == "dataset"]
+        self.dataset = [c for c in checks if c.kind in COLUMN_KINDS]  # the cache's columns, in order
         self.ids = {c.id for c in checks}
         self._decoded: dict[bytes, tuple] = {}
 

@@ -146,6 +146,9 @@ class PartitionWork:
         own = PartitionResult(result.partition)
         own_columns: Columns = {check_id: ([], []) for check_id in columns}
         self._check_record(record, offset, plan, own_columns, [], own)
+        for check in plan.dataset:  # what the cache keeps is the column's own value
+            if check.pack is not None and own_columns[check.id][1]:
+                own_columns[check.id] = (own_columns[check.id][0], list(check.pack(own_columns[check.id][1])))
         if not any(issue.check in NOT_REUSABLE for issue in own.issues):
             # the digest of the bytes read (None for an array value: the driver hashed the value)
             values = [found[0] if found else None for _, found in own_columns.values()]
@@ -419,6 +422,9 @@ def finish_columns(result: PartitionResult, columns: Columns, dataset_checks) ->
     """Pack a partition's collected columns as the aggregate takes them."""
     result.columns = {name: _packed(offsets, values) for name, (offsets, values) in columns.items()}
     for check in dataset_checks:
+        if check.pack is not None and isinstance(result.columns.get(check.id, (None, None))[1], list):
+            offsets, values = result.columns[check.id]
+            result.columns[check.id] = (offsets, check.pack(values))
         if check.column_dtype in ("rare", "magnitude") and check.id in result.columns:
             offsets, values = result.columns[check.id][:2]
             result.columns[check.id] = rare_only(offsets, values, check.column_dtype)

@@ -18,6 +18,7 @@ from conftest import SAMPLES
 from PIL import Image, ImageEnhance
 
 import scrub
+from scrub.checks.splits import pack_identities
 from scrub.paths import EVALUATION, TRAINING, split_of, split_roles
 
 
@@ -274,6 +275,19 @@ def defined_phash(image: Image.Image) -> int:
     return int(bits, 2)
 
 
+def hashed(data: bytes) -> int | None:
+    """The perceptual hash a run of splits makes of an encoded image (None: none)."""
+    from scrub.checks.imagedecode import inspect_image
+    from scrub.checks.splits import IDENTITY_BYTES
+
+    facts = inspect_image(data, None, perceptual=True)
+    if facts.reduced is None:
+        return None
+    column = pack_identities([(b"i" * 16, facts.reduced)])
+    assert column.dtype.itemsize == IDENTITY_BYTES
+    return int.from_bytes(column.tobytes()[16:], "big")
+
+
 def test_the_perceptual_hash_follows_its_definition():
     """From the decode that judges the image: a PNG's is the definition's, bit for bit; a JPEG's
     comes from its reduced decode, a few bits from the full image's."""
@@ -281,27 +295,30 @@ def test_the_perceptual_hash_follows_its_definition():
 
     for seed in range(6):
         picture = scene(seed, size=(256, 600, 48)[seed % 3])
-        png = inspect_image(encoded(picture, "PNG"), None, perceptual=True)
-        assert png.phash == defined_phash(picture)
+        assert hashed(encoded(picture, "PNG")) == defined_phash(picture)
         data = encoded(picture)
-        jpeg = inspect_image(data, None, perceptual=True)
-        assert (
-            jpeg.phash is not None
-            and bin(jpeg.phash ^ defined_phash(Image.open(io.BytesIO(data)))).count("1") <= 6
-        )
-    assert inspect_image(encoded(scene(1)), None).phash is None  # made only when asked
+        jpeg = hashed(data)
+        assert jpeg is not None and bin(jpeg ^ defined_phash(Image.open(io.BytesIO(data)))).count("1") <= 6
+    assert inspect_image(encoded(scene(1)), None).reduced is None  # made only when asked
     constant = Image.new("RGB", (64, 64), (9, 9, 9))
-    assert inspect_image(encoded(constant, "PNG"), None, perceptual=True).phash == 0  # names nothing
+    assert hashed(encoded(constant, "PNG")) == 0  # names nothing
+
+
+def test_a_partitions_hashes_made_at_once_equal_each_made_alone():
+    from scrub.checks.perceptual import phash, phashes
+
+    grays = np.random.default_rng(3).integers(0, 255, (50, 32, 32), dtype=np.uint8)
+    grays[7] = 40
+    assert phashes(grays).tolist() == [phash(gray) for gray in grays]
+    assert phash(grays[7]) == 0
 
 
 def test_the_perceptual_hash_agrees_with_imagehash():
     imagehash = pytest.importorskip("imagehash")
-    from scrub.checks.imagedecode import inspect_image
 
     for seed in range(4):
         picture = scene(seed)
-        theirs = int(str(imagehash.phash(picture)), 16)
-        assert inspect_image(encoded(picture, "PNG"), None, perceptual=True).phash == theirs
+        assert hashed(encoded(picture, "PNG")) == int(str(imagehash.phash(picture)), 16)
 
 
 def test_near_pairs_equal_a_brute_force_search():
@@ -372,3 +389,10 @@ def test_near_distance_zero_finds_exact_copies_only(near_splits):
     shutil.copy(near_splits / "train" / "a" / "07.jpg", near_splits / "val" / "a" / "same.jpg")
     found = leaks(scrub.scan(near_splits, near_distance=0))
     assert list(found) == [("val", "a/same.jpg")] and found[("val", "a/same.jpg")]["match"] == "exact"
+
+
+def test_a_cached_rescan_of_the_splits_finds_the_same_leaks(near_splits, tmp_path):
+    first = leaks(scrub.scan(near_splits, cache=tmp_path / "cache"))
+    again = scrub.scan(near_splits, cache=tmp_path / "cache")
+    assert leaks(again) == first and len(first) == 7
+    assert all(part.cache["reused"] == part.records for part in again.summary.parts)

@@ -126,6 +126,9 @@ class Check:
     column_dtype: str | None = None
     batch: Callable[..., Any] | None = None  # the vectorized form, over a Batch of rows
     collect_batch: Callable[..., Any] | None = None  # dataset checks: (rows, values) of a Batch
+    #: a partition's values collected record by record into its column, in one call (where
+    #: making each record's value alone costs more: a batch of perceptual hashes)
+    pack: Callable[[list], Any] | None = None
 
     @property
     def summary(self) -> str:
@@ -216,13 +219,7 @@ def dataset_check(
     ``(None, finding)`` for what concerns the dataset rather than a record: it becomes a note in
     the summary, so that a rule that does not apply says why.
     """
-
-    def decorate(func: Callable) -> Callable:
-        doc = inspect.getdoc(func) or ""
-        _register(Check(id, severity, "dataset", Carries(needs), doc, func, collect, dtype))
-        return func
-
-    return decorate
+    return _column_check("dataset", id, severity, collect, dtype, needs)
 
 
 def split_check(
@@ -231,17 +228,32 @@ def split_check(
     collect: Callable[[Record], Any],
     dtype: str,
     needs: Carries | str = Carries.SPLITS,
+    pack: Callable[[list], Any] | None = None,
 ) -> Callable:
     """Register ``judge(train, evaluation, options) -> [(row, (training split, row), distance)]``,
     a check of a run's splits: ``collect`` as a dataset check's, once per record of each split;
+    ``pack``: what turns a partition's collected values into its column (`Check.pack`);
     ``judge`` gets the training splits' columns and one evaluation split's, and names the rows
     of the evaluation split it flags, each with the training record it concerns and how far
     apart they are (None: the same) (`scrub.scanning.splits` runs it once every dataset of the
     run is scanned, and words the findings)."""
+    return _column_check("split", id, severity, collect, dtype, needs, pack)
+
+
+def _column_check(
+    kind: CheckKind,
+    id: str,
+    severity: Severity,
+    collect: Callable[[Record], Any],
+    dtype: str,
+    needs: Carries | str,
+    pack: Callable[[list], Any] | None = None,
+) -> Callable:
+    """The decorator that registers a check of a kind that collects a column (`COLUMN_KINDS`)."""
 
     def decorate(func: Callable) -> Callable:
         doc = inspect.getdoc(func) or ""
-        _register(Check(id, severity, "split", Carries(needs), doc, func, collect, dtype))
+        _register(Check(id, severity, kind, Carries(needs), doc, func, collect, dtype, pack=pack))
         return func
 
     return decorate

@@ -132,7 +132,7 @@ import simplejpeg
 from PIL import Image, ImageFile
 
 from scrub.checks.perceptual import SIDE as PHASH_SIDE
-from scrub.checks.perceptual import phash
+from scrub.checks.perceptual import reduced
 
 __all__ = ["ImageFacts", "inspect_image", "uniform_colour"]
 
@@ -158,10 +158,11 @@ class ImageFacts:
     #: that judged it (`uniform_colour`); None when two pixels differ, for images whose pixels
     #: are numbers (`pixels`: the numeric checks judge those), and for images not decoded
     constant: tuple[int, ...] | None = field(default=None, compare=False)
-    #: the first frame's 64-bit perceptual hash (`scrub.checks.perceptual.phash`), made from the
-    #: decode that judged it when asked (a split check compares images by it); None when not
-    #: asked, for an image not decoded, and for images whose pixels are numbers
-    phash: int | None = field(default=None, compare=False)
+    #: the first frame's 32 x 32 grayscale that its perceptual hash is made of
+    #: (`scrub.checks.perceptual.reduced`), from the decode that judged it, when asked (a split
+    #: check compares images by their hashes, made a partition at a time); None when not asked,
+    #: for an image not decoded, and for images whose pixels are numbers
+    reduced: Any = field(default=None, compare=False, repr=False)
 
 
 class ImageLevels(NamedTuple):
@@ -185,7 +186,7 @@ def inspect_image(
 ) -> ImageFacts:
     """Identify `data` and decode all of it; `max_pixels` None means ``Image.MAX_IMAGE_PIXELS``;
     with `levels`, keep the decode's pixel levels (`ImageLevels`) for the dataset's profile; with
-    `perceptual`, its perceptual hash (`ImageFacts.phash`).
+    `perceptual`, what its perceptual hash is made of (`ImageFacts.reduced`).
 
     Never raises for bad input (empty, garbage, truncated, hostile headers): every failure is
     reported in `ImageFacts.error`.
@@ -343,9 +344,9 @@ def _inspect_jpeg(
         gray = decoded if levels and _is_gray(decoded) else None
         kept = ImageLevels(gray, None, None) if gray is not None else None
         constant = _jpeg_constant(data, decoded) if error is None else None
-        hashed = _jpeg_phash(data, decoded) if perceptual and error is None else None
+        hashed = _jpeg_reduced(data, decoded) if perceptual and error is None else None
         return ImageFacts(
-            "JPEG", mode, sof.width, sof.height, error, levels=kept, constant=constant, phash=hashed
+            "JPEG", mode, sof.width, sof.height, error, levels=kept, constant=constant, reduced=hashed
         )
     image, open_error = _open(data, _JPEG_FORMATS)  # not TGA & co., which take any bytes
     if image is not None:
@@ -365,8 +366,8 @@ def _inspect_jpeg(
     if error is None and image is None:
         error = open_error  # libjpeg can read it, but Pillow-based loaders cannot open it
     constant = _jpeg_constant(data, decoded) if error is None else None
-    hashed = _jpeg_phash(data, decoded) if perceptual and error is None else None
-    return ImageFacts(fmt, mode, width, height, error, constant=constant, phash=hashed)
+    hashed = _jpeg_reduced(data, decoded) if perceptual and error is None else None
+    return ImageFacts(fmt, mode, width, height, error, constant=constant, reduced=hashed)
 
 
 def _jpeg_size(data: bytes, sof: _Sof | None) -> tuple[int, int] | str:
@@ -419,18 +420,20 @@ def _verify_jpeg_with_pillow(data: bytes) -> tuple[str | None, Any]:
     return None, image
 
 
-def _jpeg_phash(data: bytes, decoded: Any) -> int | None:
-    """A JPEG's perceptual hash from the reduced decode that judged it, where that is grayscale
-    and at least `PHASH_SIDE` pixels a side; else from Pillow's decode reduced no further
-    than that (a small image, or one decoded in colour or by the fallback)."""
+def _jpeg_reduced(data: bytes, decoded: Any) -> Any:
+    """What a JPEG's perceptual hash is made of, from the reduced decode that judged it where
+    that is grayscale and at least `PHASH_SIDE` pixels a side; else from Pillow's decode reduced
+    no further than that (a small image, or one decoded in colour or by the fallback)."""
     try:
+        if isinstance(decoded, np.ndarray) and decoded.shape == (PHASH_SIDE, PHASH_SIDE, 1):
+            return decoded[:, :, 0]  # a 256-pixel JPEG's 1/8 decode: the size a hash is made of
         if _is_gray(decoded) and min(decoded.shape[:2]) >= PHASH_SIDE:
-            return phash(decoded.reshape(decoded.shape[0], decoded.shape[1]))
+            return reduced(decoded.reshape(decoded.shape[0], decoded.shape[1]))
         image, _ = _open(data, _JPEG_FORMATS)
         if image is None:
             return None
         image.draft("L", (PHASH_SIDE, PHASH_SIDE))
-        return phash(image.convert("L"))
+        return reduced(image.convert("L"))
     except Exception:  # the verdict stands; the image has no hash
         return None
 
@@ -538,10 +541,10 @@ def _inspect_other(
 
 def _decode_frames(
     data: bytes, image: Any, limit: int | None, levels: bool = False, perceptual: bool = False
-) -> tuple[str | None, bool, Any, Any, tuple[int, ...] | None, int | None]:
+) -> tuple[str | None, bool, Any, Any, tuple[int, ...] | None, Any]:
     """(error, bomb, the first frame's numeric pixels or None, with `levels` its `ImageLevels`
     or None, its colour when every pixel has the same (`uniform_colour`) or None, with
-    `perceptual` its perceptual hash or None) after the plugin's own verify() (PNG: CRCs) and
+    `perceptual` what its perceptual hash is made of or None) after the plugin's own verify() (PNG: CRCs) and
     load() of every frame."""
     pixels = kept = constant = hashed = None
     try:
@@ -561,7 +564,7 @@ def _decode_frames(
                 if levels:
                     kept = _frame_levels(image)
                 if perceptual:
-                    hashed = _frame_phash(image)
+                    hashed = _frame_reduced(image)
     except Image.DecompressionBombError:  # Pillow's own check inside seek(), above 2x its limit
         return None, True, None, None, None, None
     except Exception as exc:
@@ -569,10 +572,10 @@ def _decode_frames(
     return None, False, pixels, kept, constant, hashed
 
 
-def _frame_phash(image: Any) -> int | None:
-    """A decoded 8-bit frame's perceptual hash, from its grayscale (Pillow's ``L``)."""
+def _frame_reduced(image: Any) -> Any:
+    """What a decoded 8-bit frame's perceptual hash is made of, from its grayscale (``L``)."""
     try:
-        return phash(image.convert("L"))
+        return reduced(image.convert("L"))
     except Exception:  # a mode Pillow cannot convert: no hash (the verdict stands)
         return None
 

@@ -22,6 +22,7 @@ from PIL import Image
 #: the side of the grayscale image the DCT is taken of, and of the block of frequencies kept
 SIDE = 32
 LOW = 8
+MIDDLE = LOW * LOW // 2
 #: what a record without a hash holds in its column (a constant image's hash is 0 too: it names
 #: nothing that another image could be near)
 NO_HASH = 0
@@ -32,17 +33,34 @@ _DCT = np.cos(np.pi * (2 * np.arange(SIDE)[None, :] + 1) * np.arange(LOW)[:, Non
 PAIRS_PER_STEP = 1 << 22
 
 
-def phash(gray: np.ndarray | Image.Image) -> int:
-    """The pHash of a grayscale image (a 2-D uint8 array or an ``L`` image of any size)."""
+def reduced(gray: np.ndarray | Image.Image) -> np.ndarray:
+    """The 32 x 32 grayscale a hash is made of (uint8), from a grayscale image of any size (a 2-D
+    uint8 array or an ``L`` image): resized with Pillow's Lanczos unless it is that size."""
+    if isinstance(gray, np.ndarray) and gray.shape == (SIDE, SIDE):
+        return np.asarray(gray, np.uint8)
     image = gray if isinstance(gray, Image.Image) else Image.fromarray(np.asarray(gray, np.uint8))
     if image.size != (SIDE, SIDE):
         image = image.resize((SIDE, SIDE), Image.Resampling.LANCZOS)
-    pixels = np.asarray(image, np.float64)
-    if pixels.min() == pixels.max():  # no frequency but the mean: its bits would be rounding noise
-        return NO_HASH
-    low = _DCT @ pixels @ _DCT.T
-    bits = low.reshape(-1) > np.median(low)
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+    return np.asarray(image, np.uint8)
+
+
+def phashes(grays: np.ndarray) -> np.ndarray:
+    """The pHash (uint64) of each of ``grays`` ((n, 32, 32) uint8, from `reduced`), all at once:
+    a partition's images are hashed with a few NumPy calls, not a few per image (each call costs
+    a scan of small JPEGs more than the arithmetic does)."""
+    grays = np.asarray(grays, np.uint8).reshape(-1, SIDE, SIDE)
+    low = (_DCT @ grays.astype(np.float64) @ _DCT.T).reshape(len(grays), LOW * LOW)
+    ordered = np.sort(low, axis=1)
+    bits = low > ((ordered[:, MIDDLE - 1] + ordered[:, MIDDLE]) / 2)[:, None]  # above the median
+    hashed = np.packbits(bits, axis=1).view(">u8").reshape(-1).astype(np.uint64)
+    flat = grays.reshape(len(grays), -1)
+    hashed[flat.min(axis=1) == flat.max(axis=1)] = NO_HASH  # constant: its bits would be noise
+    return hashed
+
+
+def phash(gray: np.ndarray | Image.Image) -> int:
+    """The pHash of one grayscale image of any size (`phashes` of its `reduced` form)."""
+    return int(phashes(reduced(gray)[None])[0])
 
 
 def distances(first: np.ndarray, second: np.ndarray) -> np.ndarray:

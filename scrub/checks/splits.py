@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from scrub.checks.base import CheckOptions, Column, batch_collector, split_check
-from scrub.checks.perceptual import NO_HASH, near_pairs
+from scrub.checks.perceptual import NO_HASH, near_pairs, phashes
 from scrub.records import Batch, Pieces, Record, Severity, TextParts, TokenRows
 
 #: a leaked record: (its row in the evaluation split's column, (the training split's number, the
@@ -59,14 +59,35 @@ def content_identity(record: Record) -> bytes | None:
     return None
 
 
-def split_identity(record: Record) -> bytes | None:
-    """What `split-leak` collects of a record: its content identity and its perceptual hash."""
+def split_identity(record: Record) -> bytes | tuple[bytes, np.ndarray] | None:
+    """What `split-leak` collects of a record: its content identity, with what an image's
+    perceptual hash is made of (`pack_identities` makes the hashes a partition at a time)."""
     identity = content_identity(record)
     if identity is None:
         return None
-    facts = record.meta.get("image")
-    hashed = getattr(facts, "phash", None) or NO_HASH
-    return identity + hashed.to_bytes(8, "big")
+    gray = getattr(record.meta.get("image"), "reduced", None)
+    return identity + _NO_HASH if gray is None else (identity, gray)
+
+
+def pack_identities(values: list) -> np.ndarray:
+    """A partition's `split_identity` values as its column: each identity and its record's
+    perceptual hash (`NO_HASH` where it has none), the images' hashed in one call."""
+    images = [number for number, value in enumerate(values) if isinstance(value, tuple)]
+    if len(images) == len(values):  # every record an image (the common case): no loop of bytes
+        packed = np.empty((len(values), IDENTITY_BYTES), np.uint8)
+        packed[:, :16] = np.frombuffer(b"".join([value[0] for value in values]), np.uint8).reshape(-1, 16)
+        hashes = phashes(np.stack([value[1] for value in values]))
+        packed[:, 16:] = hashes.astype(">u8").view(np.uint8).reshape(-1, 8)
+        return packed.view(f"S{IDENTITY_BYTES}").reshape(-1)
+    column = np.empty(len(values), f"S{IDENTITY_BYTES}")
+    for number, value in enumerate(values):
+        if not isinstance(value, tuple):
+            column[number] = value
+    if images:
+        hashes = phashes(np.stack([values[number][1] for number in images]))
+        for number, hashed in zip(images, hashes.tolist()):
+            column[number] = values[number][0] + hashed.to_bytes(8, "big")
+    return column
 
 
 def _tokens_identity(ids: np.ndarray) -> bytes:
@@ -86,7 +107,9 @@ def _array_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return f"{dtype.str}{tuple(shape)}\0".encode()
 
 
-@split_check("split-leak", Severity.ERROR, collect=split_identity, dtype=f"S{IDENTITY_BYTES}")
+@split_check(
+    "split-leak", Severity.ERROR, collect=split_identity, dtype=f"S{IDENTITY_BYTES}", pack=pack_identities
+)
 def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOptions) -> list[Leak]:
     """A record of an evaluation split (val, test) holds what a record of a training split holds.
 
