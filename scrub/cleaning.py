@@ -24,6 +24,7 @@ import numpy as np
 
 from scrub.bucketoutputs import BucketOutput
 from scrub.cache import holds_results
+from scrub.checks.base import Finding, make_issue
 from scrub.checks.contract import names_no_record
 from scrub.errors import (
     ExitCode,
@@ -364,17 +365,45 @@ def split_leaks(
         return {}, {path: [said] for path, role in zip(paths, roles) if role == EVALUATION}
     leaks: dict[str, list[Issue]] = {path: [] for path in paths}
     for issue in result.issues():
-        if issue.check == "split-leak" and issue.dataset in leaks:
+        if issue.check != "split-leak" or issue.dataset not in leaks:
+            continue
+        if options.leak_side == TRAINING:
+            issue = _training_side(issue)
+        if issue.dataset in leaks:
             leaks[issue.dataset].append(issue)
+    side = EVALUATION if options.leak_side != TRAINING else TRAINING
     notes = {
         path: [
             f"split-leak: compared with the training split{'s' if ',' in training else ''} ({training}) "
-            f"in a pass of its own: {counted(len(leaks[path]), 'record')} also in one"
+            f"in a pass of its own: {counted(len(leaks[path]), 'record')} set aside from this "
+            f"{'training' if side == TRAINING else 'evaluation'} split (--leak-side {options.leak_side})"
         ]
         for path, role in zip(paths, roles)
-        if role == EVALUATION
+        if role == side
     }
     return leaks, notes
+
+
+def _training_side(issue: Issue) -> Issue:
+    """A leak found on an evaluation record, turned onto the training record it copies (``fix
+    --leak-side train``): the training split loses the record, the evaluation split stays whole."""
+    details = dict(issue.details)
+    copy = details.pop("train")
+    details["evaluation"] = {
+        "dataset": issue.dataset,
+        "source": issue.source,
+        "key": issue.key,
+        "index": issue.index,
+    }
+    found = make_issue(
+        "split-leak",
+        copy["source"],
+        copy["key"],
+        copy["index"],
+        Finding(f"also in the evaluation split {Path(str(issue.dataset)).name}: {issue.key}", details),
+    )
+    found.dataset = copy["dataset"]
+    return found
 
 
 #: `fix` refuses a cleaned copy from which one check alone sets aside more than this share of

@@ -16,6 +16,8 @@ from scrub.optionkey import Key
 
 FAIL_ON = ("error", "warning", "new", "never")
 FIX_SEVERITIES = ("error", "warning")
+#: which split `fix` sets a leaked record aside from (`scrub.cleaning.split_leaks`)
+LEAK_SIDES = ("evaluation", "train")
 #: what --check-severity may set a check to
 SEVERITY_LEVELS = ("error", "warning", "ignore")
 
@@ -503,6 +505,17 @@ SHARED: dict[str, Key] = {
             "str",
             choices=FIX_SEVERITIES,
             help="Quarantine records with an issue at or above this severity.",
+        ),
+        Key(
+            "leak-side",
+            "fix",
+            "str",
+            choices=LEAK_SIDES,
+            help=(
+                "Fixing a run's splits: set a leaked record (split-leak) aside from the evaluation split "
+                "(default: its metric is what the leak falsifies) or from the training split (train: "
+                "the evaluation split stays whole, as published)."
+            ),
         ),
         Key(
             "allow-majority",

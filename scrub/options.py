@@ -173,6 +173,9 @@ class FixOptions:
     severity: str = "error"  # quarantine records with an issue at or above this
     #: write the cleaned copy although one check sets more than half of the records aside
     allow_majority: bool = False
+    #: which split of a run's splits a `split-leak` sets its record aside from: "evaluation"
+    #: (the split whose metric the leak falsifies) or "train"
+    leak_side: str = "evaluation"
     force: bool = False
     link: bool = False
 

@@ -396,3 +396,18 @@ def test_a_cached_rescan_of_the_splits_finds_the_same_leaks(near_splits, tmp_pat
     again = scrub.scan(near_splits, cache=tmp_path / "cache")
     assert leaks(again) == first and len(first) == 7
     assert all(part.cache["reused"] == part.records for part in again.summary.parts)
+
+
+def test_fix_leak_side_train_keeps_the_evaluation_split_whole(splits, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "fix", str(splits), "--out", str(out), "--leak-side", "train"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "set aside from this training split (--leak-side train)" in done.stdout
+    kept = {path.relative_to(out).as_posix() for path in out.rglob("*.jpg")}
+    assert "val.clean/cat/renamed.jpg" in kept and "test.clean/dog/copy-of-8.jpg" in kept
+    assert "train.clean/cat/1-003.jpg" not in kept and "train.clean/dog/1-008.jpg" not in kept
+    assert len([k for k in kept if k.startswith("train.clean/")]) == 19

@@ -4,9 +4,11 @@ or an image that is nearly one of its images (`scrub.checks.perceptual`).
 A record's content identity is a 128-bit XXH3 digest of what it holds, whatever its key or file
 name (`content_identity`): an encoded file by its bytes (the digest `duplicate` compares), a
 token sequence by its ids, a text by its normalized form (`normalized_text`), an array value
-or an array row by its dtype, shape and bytes. The identities of each split are a column of 16
-bytes a record; `split_leak` matches an evaluation split's against the training splits' by
-sorting, so a run costs a sort of its records' identities, not a comparison of every pair.
+or an array row by its dtype, shape and bytes; an image has a perceptual hash as well. The
+identities of each split are a column of 24 bytes a record (`IDENTITY_BYTES`); `split_leak`
+matches an evaluation split's against the training splits' by sorting, and the hashes by bands
+(`scrub.checks.perceptual.near_pairs`), so a run costs a sort of its records' identities and
+the pairs of hashes that share a band, not a comparison of every pair.
 """
 
 from __future__ import annotations
@@ -137,8 +139,8 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     What fix does:
         `fix` of the evaluation split removes (or quarantines) the leaked record: the
         evaluation split is the one whose worth the leak destroys, and the training split keeps
-        its data. The training copy is named in the details, for a user who would rather
-        remove that one.
+        its data. `fix --leak-side train` removes the training copy instead, and keeps the
+        evaluation split whole.
     """
     if not len(evaluation.values) or not any(len(column.values) for column in train):
         return []
