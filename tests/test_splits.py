@@ -411,3 +411,15 @@ def test_fix_leak_side_train_keeps_the_evaluation_split_whole(splits, tmp_path):
     assert "val.clean/cat/renamed.jpg" in kept and "test.clean/dog/copy-of-8.jpg" in kept
     assert "train.clean/cat/1-003.jpg" not in kept and "train.clean/dog/1-008.jpg" not in kept
     assert len([k for k in kept if k.startswith("train.clean/")]) == 19
+
+
+def test_hamming_distances_without_numpy_2s_bitwise_count(monkeypatch):
+    """NumPy before 2.0 has no ``bitwise_count``: the byte table gives the same distances."""
+    from scrub.checks.perceptual import distances
+
+    rng = np.random.default_rng(4)
+    first, second = (rng.integers(0, 1 << 63, (20, 30), dtype=np.int64).astype(np.uint64) for _ in range(2))
+    expected = distances(first, second)
+    monkeypatch.delattr(np, "bitwise_count")
+    assert distances(first, second).tolist() == expected.tolist()
+    assert expected.shape == (20, 30) and expected.max() <= 64

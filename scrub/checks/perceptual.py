@@ -63,9 +63,16 @@ def phash(gray: np.ndarray | Image.Image) -> int:
     return int(phashes(reduced(gray)[None])[0])
 
 
+#: the bits set in each byte value (NumPy before 2.0 has no ``bitwise_count``)
+_BITS_SET = np.array([bin(value).count("1") for value in range(256)], np.int64)
+
+
 def distances(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Hamming distances of two arrays of 64-bit hashes, element by element."""
-    return np.bitwise_count(np.bitwise_xor(first, second)).astype(np.int64)
+    different = np.bitwise_xor(first, second).astype(np.uint64)
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(different).astype(np.int64)
+    return _BITS_SET[different.reshape(-1).view(np.uint8).reshape(*different.shape, 8)].sum(axis=-1)
 
 
 def _bands(radius: int) -> Iterator[tuple[int, np.uint64]]:
