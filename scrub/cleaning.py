@@ -371,7 +371,7 @@ def split_leaks(
             issue = _training_side(issue)
         if issue.dataset in leaks:
             leaks[issue.dataset].append(issue)
-    side = EVALUATION if options.leak_side != TRAINING else TRAINING
+    side = options.leak_side  # `scrub.keys.LEAK_SIDES`: the split names
     notes = {
         path: [
             f"split-leak: compared with the training split{'s' if ',' in training else ''} ({training}) "

@@ -13,11 +13,12 @@ from scrub.checks.labels import LABEL_KINDS
 from scrub.checks.numeric import NORMALIZATIONS, PRECISIONS
 from scrub.formats import FORMAT_KEYS, load_plugins
 from scrub.optionkey import Key
+from scrub.paths import EVALUATION, TRAINING
 
 FAIL_ON = ("error", "warning", "new", "never")
 FIX_SEVERITIES = ("error", "warning")
 #: which split `fix` sets a leaked record aside from (`scrub.cleaning.split_leaks`)
-LEAK_SIDES = ("evaluation", "train")
+LEAK_SIDES = (EVALUATION, TRAINING)
 #: what --check-severity may set a check to
 SEVERITY_LEVELS = ("error", "warning", "ignore")
 

@@ -226,12 +226,7 @@ class PartitionWork:
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
             )
-        for check in dataset_checks:
-            if check.collect_batch is not None:
-                rows, values = check.collect_batch(batch)
-                offsets, collected = columns[check.id]
-                offsets.append(batch.offset + rows)
-                collected.append(values)
+        _collect_batch(dataset_checks, batch, columns)
         if batch.keys is None:  # rows of an array dataset (array values were tallied as records)
             result.stats["shapes"]["x".join(map(str, batch.data.shape[1:]))] += len(batch)
         if "masks" in batch.meta:  # the per-class pixel histogram of (N, H, W) masks
@@ -282,12 +277,7 @@ class PartitionWork:
         (`empty-record`) leave token sequences to the token checks, as their record forms do;
         the split checks collect their column of the sequences (`split-leak`: their ids)."""
         tally_token_rows(cast(TokenRows, batch.data).lengths, result.stats)
-        for check in plan.dataset:
-            if check.kind == "split" and check.collect_batch is not None:
-                rows, values = check.collect_batch(batch)
-                offsets, collected = columns[check.id]
-                offsets.append(batch.offset + rows)
-                collected.append(values)
+        _collect_batch([check for check in plan.dataset if check.kind == "split"], batch, columns)
         for check in plan.tokens:
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder
@@ -416,6 +406,18 @@ def _internal_error(check: Check, record: Record | Batch, error: Exception) -> S
     key = getattr(record, "key", None) or getattr(record, "start", "?")
     where = record.source if record.source == key else f"{record.source}:{key}"  # a file is its own source
     return ScrubError(f"internal error: check {check.id} failed on {where}: {error!r}")
+
+
+def _collect_batch(checks: Sequence[Check], batch: Batch, columns: Columns) -> None:
+    """The column values of a batch's rows (`Check.collect_batch`) of each of ``checks`` that
+    collects them, at the rows' offsets."""
+    for check in checks:
+        if check.collect_batch is None:
+            continue
+        rows, values = check.collect_batch(batch)
+        offsets, collected = columns[check.id]
+        offsets.append(batch.offset + rows)
+        collected.append(values)
 
 
 def finish_columns(result: PartitionResult, columns: Columns, dataset_checks) -> None:

@@ -77,8 +77,13 @@ class ArrayGroup:
     def flush(self) -> None:
         if not self._held:
             return
-        held, self._held, self._size = self._held, [], 0
-        sketch_columns(self.features, held[0] if len(held) == 1 else np.concatenate(held))
+        held = self._joined()
+        self._held, self._size = [], 0
+        sketch_columns(self.features, held)
+
+    def _joined(self) -> np.ndarray:
+        """The held blocks as one (rows, features) block (there must be some)."""
+        return self._held[0] if len(self._held) == 1 else np.concatenate(self._held)
 
     def merge(self, other: "ArrayGroup") -> None:
         self.records += other.records
@@ -98,8 +103,7 @@ class ArrayGroup:
         if self._held and self._size <= PENDING and all(feature.empty for feature in self.features):
             # every row sampled is still held (the sample is at most `PENDING` rows): exact, as
             # a Numeric of that many values is
-            held = self._held[0] if len(self._held) == 1 else np.concatenate(self._held)
-            features = describe_columns(held, len(self.features))
+            features = describe_columns(self._joined(), len(self.features))
         else:
             self.flush()
             features = [feature.to_dict() for feature in self.features]
@@ -115,9 +119,7 @@ class ArrayGroup:
         return form
 
     def __getstate__(self) -> tuple:
-        held = None
-        if self._held:
-            held = self._held[0] if len(self._held) == 1 else np.concatenate(self._held)
+        held = self._joined() if self._held else None
         return (self.records, self.dtypes, self.row, self.features, self.positions, self.names, held)
 
     def __setstate__(self, state: tuple) -> None:

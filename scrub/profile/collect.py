@@ -98,7 +98,7 @@ class HeldRows:
     a few rows, and what is made per block (arrays, NumPy calls) costs the scan more than their
     values do (docs/benchmarks.md, "The profile's cost")."""
 
-    __slots__ = ("features", "pooled", "count", "dtype")
+    __slots__ = ("features", "pooled", "count")
 
     def __init__(self, features: int, pooled: int | None, dtype: np.dtype) -> None:
         width = features + (pooled or 0)
@@ -106,7 +106,6 @@ class HeldRows:
         self.features = np.empty((capacity, features), dtype)
         self.pooled = None if pooled is None else np.empty((capacity, pooled), dtype)
         self.count = 0
-        self.dtype = dtype
 
 
 class Collector:
@@ -270,7 +269,7 @@ class Collector:
         them at index ``first`` of its source; sketch them when they are full."""
         width = rows.shape[1]
         held = self._held.get(name)
-        if held is None or held.dtype != rows.dtype:  # another dtype: its own buffers
+        if held is None or held.features.dtype != rows.dtype:  # another dtype: its own buffers
             self._sketch_rows(name, group)
             elements = self.settings.row_elements
             pooled = None if elements >= width else elements  # None: a row gives all its elements
