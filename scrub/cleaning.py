@@ -85,6 +85,7 @@ def fix(
     quarantine_folder: Location | None = None,
     extra_notes: Sequence[str] = (),
     found: Sequence[Issue] = (),
+    splits: bool = False,
     **keywords: Any,
 ) -> FixResult:
     """Write a cleaned copy of the dataset at ``path`` without the records that have an issue at
@@ -101,12 +102,18 @@ def fix(
     ``out_folder`` and ``quarantine_folder`` put the default-named outputs in those folders
     instead of beside the source (`fix_many` under ``--out DIR``); ``extra_notes`` go into the
     report's notes (`scrub.restoring` says what it restored); ``found``: issues of the dataset's
-    records that its own scan cannot find (`fix_many` of a run's splits: `split-leak`).
+    records that its own scan cannot find (`fix_many` of a run's splits: `split-leak`);
+    ``splits``: the dataset is one of such a run's splits (else ``--leak-side`` cannot apply).
     """
     started = time.perf_counter()
     if options is None or keywords:
         options = merged(options if options is not None else FixOptions(), keywords)
     notes: list[str] = []
+    if options.leak_side != FixOptions().leak_side and not splits:
+        notes.append(
+            f"{options.scan.origin('leak-side')} {options.leak_side}: not used: {path} is not one of a run's "
+            "splits (a training and an evaluation split fixed together)"
+        )
     if options.manifest:  # read the records as the reused scan read them (`with_scan_reading`)
         options, notes = with_scan_reading(options)
     scan_options = options.scan
@@ -317,6 +324,7 @@ def fix_many(
                 else None,
                 extra_notes=leak_notes.get(str(path), ()),
                 found=leaks.get(str(path), ()),
+                splits=str(path) in leaks,
             )
         except UnopenedDataset as error:
             if len(datasets) == 1:

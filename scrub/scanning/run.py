@@ -30,7 +30,7 @@ from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.scanning.dataset import DatasetScan, Tasks
-from scrub.scanning.splits import describe_splits, judge_splits
+from scrub.scanning.splits import describe_splits, judge_splits, unused_near_distance
 from scrub.summary import Progress, ScanAggregate, Summary
 
 
@@ -251,6 +251,9 @@ def scan_opened(
         for scan in scans:
             scan.finish(plan)
         judge_splits(scans)
+        unused = unused_near_distance(scans, options)
+        if unused is not None:
+            (notes if several else scans[0].aggregate.notes).append(unused)
         for scan, issues in zip(scans, found):
             for issue in issues:
                 scan.aggregate.add_issue(replace(issue, dataset=None))

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from scrub.checks.base import Finding
+from scrub.checks.base import CheckOptions, Finding
 from scrub.paths import EVALUATION, TRAINING
 from scrub.wording import counted
 
 if TYPE_CHECKING:
+    from scrub.options import ScanOptions
     from scrub.scanning.dataset import DatasetScan
 
 
@@ -24,6 +25,17 @@ def describe_splits(scans: Sequence[DatasetScan]) -> str | None:
     return (
         f"splits: each evaluation split ({', '.join(names[EVALUATION])}) is compared with the training "
         f"split{'s' if len(names[TRAINING]) > 1 else ''} ({', '.join(names[TRAINING])})"
+    )
+
+
+def unused_near_distance(scans: Sequence[DatasetScan], options: ScanOptions) -> str | None:
+    """``--near-distance`` set where no image of a run's splits is hashed: said, not passed over."""
+    distance = options.checks.near_distance
+    if distance == CheckOptions().near_distance or any(scan.checking.perceptual_hashes for scan in scans):
+        return None
+    return (
+        f"{options.origin('near-distance')} {distance}: not used: it compares the images of a run's "
+        "splits (a training and an evaluation split), and this run has none"
     )
 
 
