@@ -14,6 +14,8 @@ mean are rounding noise).
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,8 +31,10 @@ NO_HASH = 0
 #: the 8 lowest rows of the DCT-II matrix of size 32 (scipy's unnormalized ``dct``, up to a
 #: factor that the median threshold ignores)
 _DCT = np.cos(np.pi * (2 * np.arange(SIDE)[None, :] + 1) * np.arange(LOW)[:, None] / (2 * SIDE))
+#: the checks that compare images by their hashes: a scan makes the hashes when one of them runs
+COMPARES_IMAGES = frozenset({"near-duplicate", "split-leak"})
 #: candidate pairs one step of `near_pairs` looks at, at most (its memory: ~40 bytes a pair)
-PAIRS_PER_STEP = 1 << 22
+PAIRS_PER_STEP = 1 << 18
 
 
 def reduced(gray: np.ndarray | Image.Image) -> np.ndarray:
@@ -75,60 +79,137 @@ def distances(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return _BITS_SET[different.reshape(-1).view(np.uint8).reshape(*different.shape, 8)].sum(axis=-1)
 
 
-def _bands(radius: int) -> Iterator[tuple[int, np.uint64]]:
-    """(shift, mask) of each of ``radius + 1`` bands of the 64 bits: two hashes within
-    ``radius`` bits of each other agree on at least one band (pigeonhole)."""
-    count = radius + 1
-    edges = np.linspace(0, 64, count + 1).round().astype(int)
-    for low, high in zip(edges[:-1], edges[1:]):
-        yield int(low), np.uint64((1 << int(high - low)) - 1)
+#: the widest band `near_pairs` looks up in a table of all its values (2^22 entries: 32 MiB)
+MAX_BAND_BITS = 22
+#: the relative costs `_layout` weighs (measured on NumPy arrays of a million): a probe of one
+#: query, a candidate pair compared, an entry of a band's table, one probe's pass over the queries
+PROBE_COST, PAIR_COST, TABLE_COST, PASS_COST = 2.0, 1.0, 0.1, 5000.0
 
 
 def near_pairs(
-    known: np.ndarray, queries: np.ndarray, radius: int
+    known: np.ndarray, queries: np.ndarray, radius: int, earlier: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each of ``queries`` (uint64 hashes) within ``radius`` bits of one of ``known``: its
-    index, the index of the nearest known hash (the first of equals), and the distance. Known
-    hashes are looked up by bands (multi-index hashing: `_bands`), so the cost follows the pairs
-    that agree on a band, not every pair; `NO_HASH` matches nothing."""
-    best = np.full(len(queries), radius + 1, np.int64)
-    match = np.full(len(queries), -1, np.int64)
+    index, the index of the nearest known hash (the first of equals), and the distance; `NO_HASH`
+    matches nothing. ``earlier``: the hashes of one column looked up in itself (``queries`` is
+    ``known``), each among those before it only, so that an image is paired with an earlier one
+    and never with itself.
+
+    Multi-index hashing (Norouzi et al., 2012): the 64 bits are cut into bands; two hashes within
+    ``radius`` bits differ in at most ``radius // bands`` bits of one band (pigeonhole), so each
+    query's band is probed at its own value and at every value that many bits away, in a table
+    of the known hashes' band values. The cost follows the pairs that agree on a probe, not every
+    pair; `_layout` picks the bands for the sizes at hand."""
     usable_known = np.flatnonzero(known != NO_HASH)
     usable_queries = np.flatnonzero(queries != NO_HASH)
+    nearest = _Nearest(known, queries, radius, earlier, usable_queries)
     if radius < 0 or not len(usable_known) or not len(usable_queries):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    for shift, mask in _bands(min(radius, 63)):
-        keys = (known[usable_known] >> np.uint64(shift)) & mask
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        wanted = (queries[usable_queries] >> np.uint64(shift)) & mask
-        starts = np.searchsorted(sorted_keys, wanted, side="left")
-        counts = np.searchsorted(sorted_keys, wanted, side="right") - starts
+    edges, flips = _layout(min(radius, 63), len(usable_known), len(usable_queries))
+    for low, high in zip(edges[:-1], edges[1:]):
+        width = high - low
+        band = np.uint64((1 << width) - 1)
+        keys = ((known[usable_known] >> np.uint64(low)) & band).astype(np.int64)
+        order = usable_known[np.argsort(keys, kind="stable")]
+        starts = np.zeros((1 << width) + 1, np.int64)
+        np.cumsum(np.bincount(keys, minlength=1 << width), out=starts[1:])
+        values = ((queries[usable_queries] >> np.uint64(low)) & band).astype(np.int64)
+        for mask in _masks(width, flips):
+            wanted = values ^ mask
+            first = starts[wanted]
+            counts = starts[wanted + 1] - first
+            probed = np.flatnonzero(counts)  # most probes of a wide band find nothing
+            nearest.compare(order, probed, first[probed], counts[probed])
+    return nearest.found()
+
+
+def _within(width: int, flips: int) -> int:
+    """How many values of ``width`` bits are at most ``flips`` bits from one of them."""
+    return sum(math.comb(width, count) for count in range(min(flips, width) + 1))
+
+
+def _masks(width: int, flips: int) -> list[int]:
+    """Each value of ``width`` bits with at most ``flips`` bits set: XORed with a band's value,
+    one of the values within ``flips`` bits of it."""
+    return [
+        sum(1 << bit for bit in bits)
+        for count in range(min(flips, width) + 1)
+        for bits in itertools.combinations(range(width), count)
+    ]
+
+
+def _layout(radius: int, known: int, queries: int) -> tuple[list[int], int]:
+    """The band edges and the bits a probe flips that cost least for ``known`` hashes and
+    ``queries`` (`PROBE_COST`...): fewer, wider bands cost more probes and fewer candidate pairs."""
+    choices = []
+    for count in range(-(-64 // MAX_BAND_BITS), max(radius + 1, 4) + 1):
+        edges = np.linspace(0, 64, count + 1).round().astype(int).tolist()
+        widths = [high - low for low, high in zip(edges[:-1], edges[1:])]
+        flips = radius // count
+        probed = sum(_within(width, flips) for width in widths)
+        share = sum(_within(width, flips) / (1 << width) for width in widths)
+        cost = (
+            probed * (queries * PROBE_COST + PASS_COST)
+            + known * queries * share * PAIR_COST
+            + sum(1 << width for width in widths) * TABLE_COST
+        )
+        choices.append((cost, edges, flips))
+    _, edges, flips = min(choices, key=lambda choice: choice[0])
+    return edges, flips
+
+
+class _Nearest:
+    """Each query's nearest known hash within the radius (among equals, the first), kept as
+    the probes of `near_pairs` bring candidates."""
+
+    def __init__(
+        self, known: np.ndarray, queries: np.ndarray, radius: int, earlier: bool, usable: np.ndarray
+    ) -> None:
+        self.known, self.queries, self.radius, self.earlier, self.usable = (
+            known,
+            queries,
+            radius,
+            earlier,
+            usable,
+        )
+        self.best = np.full(len(queries), radius + 1, np.int64)
+        self.match = np.full(len(queries), -1, np.int64)
+
+    def compare(
+        self, candidates: np.ndarray, probed: np.ndarray, starts: np.ndarray, counts: np.ndarray
+    ) -> None:
+        """Compare the ``probed`` usable queries, each with its ``counts`` known rows from
+        ``starts`` in ``candidates``, a step of at most `PAIRS_PER_STEP` pairs at a time."""
         for chunk in _steps(counts):
             step_counts = counts[chunk]
             total = int(step_counts.sum())
-            if not total:
-                continue
-            query = np.repeat(chunk, step_counts)
+            query = np.repeat(probed[chunk], step_counts)
             offsets = np.arange(total) - np.repeat(np.cumsum(step_counts) - step_counts, step_counts)
-            candidate = usable_known[order[np.repeat(starts[chunk], step_counts) + offsets]]
-            found = distances(queries[usable_queries[query]], known[candidate])
-            near = found <= radius
-            rows, found, candidate = usable_queries[query[near]], found[near], candidate[near]
-            if not len(rows):
-                continue
-            # each query's nearest in this step (among equals, the first known), then against
-            # what the steps before found
-            ranked = np.lexsort((candidate, found, rows))
-            rows, found, candidate = rows[ranked], found[ranked], candidate[ranked]
-            first = np.ones(len(rows), bool)
-            first[1:] = rows[1:] != rows[:-1]
-            rows, found, candidate = rows[first], found[first], candidate[first]
-            better = (found < best[rows]) | ((found == best[rows]) & (candidate < match[rows]))
-            best[rows[better]] = found[better]
-            match[rows[better]] = candidate[better]
-    hit = np.flatnonzero(match >= 0)
-    return hit, match[hit], best[hit]
+            candidate = candidates[np.repeat(starts[chunk], step_counts) + offsets]
+            rows = self.usable[query]
+            found = distances(self.queries[rows], self.known[candidate])
+            near = found <= self.radius
+            if self.earlier:
+                near &= candidate < rows
+            self._keep(rows[near], found[near], candidate[near])
+
+    def _keep(self, rows: np.ndarray, found: np.ndarray, candidate: np.ndarray) -> None:
+        """Each query's nearest in a step, then against what the steps before found."""
+        if not len(rows):
+            return
+        ranked = np.lexsort((candidate, found, rows))
+        rows, found, candidate = rows[ranked], found[ranked], candidate[ranked]
+        first = np.ones(len(rows), bool)
+        first[1:] = rows[1:] != rows[:-1]
+        rows, found, candidate = rows[first], found[first], candidate[first]
+        best, match = self.best[rows], self.match[rows]
+        better = (found < best) | ((found == best) & (candidate < match))
+        self.best[rows[better]] = found[better]
+        self.match[rows[better]] = candidate[better]
+
+    def found(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        hit = np.flatnonzero(self.match >= 0)
+        return hit, self.match[hit], self.best[hit]
 
 
 def _steps(counts: np.ndarray) -> Iterator[np.ndarray]:
