@@ -218,9 +218,9 @@ SHARED: dict[str, Key] = {
             "int",
             minimum=0,
             help=(
-                "split-leak: an image of an evaluation split within this many bits (of 64) of a training "
-                "image's perceptual hash is a leak (re-encoded, resized, brightened copies); 0: exact "
-                "copies only (default 6)."
+                "Images whose perceptual hashes are within this many bits (of 64) are copies (re-encoded, "
+                "resized, brightened): a near-duplicate in a dataset, a split-leak from a training to an "
+                "evaluation split; 0: exact copies only (default 6)."
             ),
         ),
         Key(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import REPO, manifest_lines
@@ -25,11 +26,11 @@ def scrub_bin() -> Path:
 
 
 def jpeg(path: Path, colour: tuple[int, int, int]) -> bytes:
-    """A 32x32 JPEG of ``colour`` with a darker square in it (one colour alone is constant-image)."""
+    """A 32x32 JPEG of random blocks drawn from ``colour``: each colour another picture (one
+    colour alone is constant-image; one drawing in other colours, a near-duplicate)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    image = Image.new("RGB", (32, 32), colour)
-    image.paste(tuple(c // 2 for c in colour), (8, 8, 24, 24))
-    image.save(path, "JPEG")
+    blocks = np.random.default_rng(list(colour)).integers(0, 256, (4, 4, 3), dtype=np.uint8)
+    Image.fromarray(blocks).resize((32, 32), Image.Resampling.NEAREST).save(path, "JPEG")
     return path.read_bytes()
 
 

@@ -90,11 +90,12 @@ class CheckOptions:
     #: an encoded image whose long side is more than this many times its short side is an
     #: `extreme-aspect-ratio`
     max_aspect_ratio: float = 10.0
-    #: an image of an evaluation split within this many bits of a training image's perceptual
-    #: hash is a `split-leak` (``--near-distance``; 0: exact copies only)
+    #: an image within this many bits of an earlier image's perceptual hash is a
+    #: `near-duplicate`, of a training image's a `split-leak` (``--near-distance``; 0: exact
+    #: copies only)
     near_distance: int = 6
-    #: the scan makes each image's perceptual hash (a split check compares them): set by the scan
-    #: (`scrub.scanning.dataset.DatasetScan`), not an option
+    #: the scan makes each image's perceptual hash (`near-duplicate` and `split-leak` compare
+    #: them): set by the scan (`scrub.scanning.dataset.DatasetScan`), not an option
     perceptual_hashes: bool = False
 
     @property
@@ -209,6 +210,7 @@ def dataset_check(
     collect: Callable[[Record], Any],
     dtype: str,
     needs: Carries | str = Carries.ANY,
+    pack: Callable[[list], Any] | None = None,
 ) -> Callable:
     """Register ``judge(column, options, locate) -> list[(position, Finding)]``.
 
@@ -217,9 +219,9 @@ def dataset_check(
     ``"rare"`` to keep a histogram of numbers plus the positions of their rare values only, or
     ``"magnitude"`` for the same over 9%-wide bins of positive magnitudes. ``judge`` may return
     ``(None, finding)`` for what concerns the dataset rather than a record: it becomes a note in
-    the summary, so that a rule that does not apply says why.
+    the summary, so that a rule that does not apply says why. ``pack``: as a split check's.
     """
-    return _column_check("dataset", id, severity, collect, dtype, needs)
+    return _column_check("dataset", id, severity, collect, dtype, needs, pack)
 
 
 def split_check(

@@ -21,6 +21,8 @@ from scrub.checks.base import (
     dataset_check,
 )
 from scrub.checks.labels import integer_label, integral_labels
+from scrub.checks.perceptual import NO_HASH, near_pairs
+from scrub.checks.splits import IDENTITY_BYTES, identity_parts, image_identity, pack_identities
 from scrub.records import Batch, Carries, Record, Severity
 
 Judgement = list[tuple[Position, Finding]]
@@ -78,6 +80,66 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
                 ),
             )
         )
+    return judgement
+
+
+@dataset_check(
+    "near-duplicate",
+    Severity.WARNING,
+    collect=image_identity,
+    dtype=f"S{IDENTITY_BYTES}",
+    needs=Carries.IMAGE,
+    pack=pack_identities,
+)
+def near_duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
+    """An image that is nearly another image of the dataset: a re-encoded, resized or
+    brightened copy; details name the group's first image.
+
+    What it finds:
+        Images whose perceptual hashes (pHash, from the decode that judges each image) are
+        within `--near-distance` bits (default 6) of an earlier image's, in dataset order, and
+        whose bytes differ (copies with the same bytes are `duplicate`'s). Each is flagged with
+        the nearest earlier image (`first`, the first of equals) and the hashes' `distance` in
+        bits; the images linked this way form a group (`group`: its `first` image, never
+        flagged, and its `size`). Constant images have no hash and are not compared;
+        `--near-distance 0` turns the check off.
+    Why it breaks training:
+        Copies over-weight some samples, and the same picture under two labels teaches the
+        model a contradiction; within an evaluation split they count one answer several times.
+        A copy across the splits is `split-leak`, an error.
+    Example:
+        `cat/0100.jpg` is `cat/0007.png` saved as a JPEG at quality 75, resized to half.
+    What fix does:
+        Nothing by default (a warning); with `--check-severity near-duplicate=error` (or
+        `fix --severity warning`) the later images of each group are quarantined and the first
+        kept.
+    """
+    if not options.near_distance or not len(column.values):
+        return []
+    order = column.in_dataset_order()
+    identities, hashes = identity_parts(column.values[order])
+    firsts = np.unique(identities, return_index=True)[1]
+    compared = np.full(len(hashes), NO_HASH, np.uint64)
+    compared[firsts] = hashes[firsts]  # a later copy of the same bytes is `duplicate`'s
+    rows, earlier, apart = near_pairs(compared, compared, options.near_distance, earlier=True)
+    if not len(rows):
+        return []
+    leader_of = np.arange(len(hashes))
+    for row, nearest in zip(rows.tolist(), earlier.tolist()):  # ascending: an earlier row's is final
+        leader_of[row] = leader_of[nearest]
+    leaders = leader_of[rows]
+    sizes = (np.bincount(leaders, minlength=len(hashes)) + 1)[leaders].tolist()
+    nearest_named = locate(_positions(column, order[earlier]))
+    leaders_named = locate(_positions(column, order[leaders]))
+    judgement: Judgement = []
+    for position, near, leader, distance, size in zip(
+        _positions(column, order[rows]), nearest_named, leaders_named, apart.tolist(), sizes
+    ):
+        first = dict(zip(("source", "key", "index"), near))
+        group = {"first": dict(zip(("source", "key", "index"), leader)), "size": size}
+        led = "" if leader == near else f" led by {leader[1]}"
+        message = f"nearly the same image as {near[1]} ({distance} bits apart; a group of {size}{led})"
+        judgement.append((position, Finding(message, {"first": first, "distance": distance, "group": group})))
     return judgement
 
 

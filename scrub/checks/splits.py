@@ -61,6 +61,14 @@ def content_identity(record: Record) -> bytes | None:
     return None
 
 
+def image_identity(record: Record) -> tuple[bytes, np.ndarray] | None:
+    """What `near-duplicate` collects of an image: its content identity and what its perceptual
+    hash is made of (None: no image, or no hash made of it)."""
+    gray: np.ndarray | None = getattr(record.meta.get("image"), "reduced", None)
+    identity = content_identity(record) if gray is not None else None
+    return None if identity is None or gray is None else (identity, gray)
+
+
 def split_identity(record: Record) -> bytes | tuple[bytes, np.ndarray] | None:
     """What `split-leak` collects of a record: its content identity, with what an image's
     perceptual hash is made of (`pack_identities` makes the hashes a partition at a time)."""
@@ -75,7 +83,7 @@ def pack_identities(values: list) -> np.ndarray:
     """A partition's `split_identity` values as its column: each identity and its record's
     perceptual hash (`NO_HASH` where it has none), the images' hashed in one call."""
     images = [number for number, value in enumerate(values) if isinstance(value, tuple)]
-    if len(images) == len(values):  # every record an image (the common case): no loop of bytes
+    if images and len(images) == len(values):  # every record an image (the common case): no loop of bytes
         packed = np.empty((len(values), IDENTITY_BYTES), np.uint8)
         packed[:, :16] = np.frombuffer(b"".join([value[0] for value in values]), np.uint8).reshape(-1, 16)
         hashes = phashes(np.stack([value[1] for value in values]))
@@ -147,12 +155,12 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     # every training record, split after split, each split in dataset order: the first copy of
     # an identity is first after a stable sort, and the first of equally near hashes
     orders = [column.in_dataset_order() for column in train]
-    known, known_hashes = _parts(
+    known, known_hashes = identity_parts(
         np.concatenate([column.values[order] for column, order in zip(train, orders)])
     )
     owners = np.concatenate([np.full(len(order), number) for number, order in enumerate(orders)])
     rows = np.concatenate(orders)
-    identities, hashes = _parts(evaluation.values)
+    identities, hashes = identity_parts(evaluation.values)
     by_identity = np.argsort(known, kind="stable")
     ordered = known[by_identity]
     found = np.searchsorted(ordered, identities)
@@ -168,7 +176,7 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     return sorted((row, (int(owners[first]), int(rows[first])), distance) for row, first, distance in matches)
 
 
-def _parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def identity_parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A column's content identities (``S16``) and perceptual hashes (uint64, `NO_HASH` where
     the record has none)."""
     packed = np.frombuffer(values.tobytes(), np.uint8).reshape(len(values), IDENTITY_BYTES)

@@ -17,6 +17,7 @@ from scrub.checks.base import COLUMN_KINDS, CheckOptions
 from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
+from scrub.checks.perceptual import COMPARES_IMAGES
 from scrub.checks.tokens import dtype_overflows, token_notes
 from scrub.encoding import Encoding
 from scrub.errors import (
@@ -107,8 +108,8 @@ class DatasetScan:
         contract = options.checks.contract
         held = contract.checks() if contract is not None else frozenset()
         self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
-        if self.checking.near_distance and any(c.kind == "split" for c in self.checks):
-            # images are compared across the splits by their perceptual hashes as well
+        if self.checking.near_distance and any(c.id in COMPARES_IMAGES for c in self.checks):
+            # images are compared by their perceptual hashes as well as their bytes
             self.checking = replace(self.checking, perceptual_hashes=Carries.IMAGE in reader.provides)
         self.cache: ResultCache | None
         self.cache, cache_notes = (

@@ -29,13 +29,13 @@ def describe_splits(scans: Sequence[DatasetScan]) -> str | None:
 
 
 def unused_near_distance(scans: Sequence[DatasetScan], options: ScanOptions) -> str | None:
-    """``--near-distance`` set where no image of a run's splits is hashed: said, not passed over."""
+    """``--near-distance`` set where no image is hashed: said, not passed over."""
     distance = options.checks.near_distance
     if distance == CheckOptions().near_distance or any(scan.checking.perceptual_hashes for scan in scans):
         return None
     return (
-        f"{options.origin('near-distance')} {distance}: not used: it compares the images of a run's "
-        "splits (a training and an evaluation split), and this run has none"
+        f"{options.origin('near-distance')} {distance}: not used: it compares images (near-duplicate, "
+        "split-leak), and this run compared none"
     )
 
 
