@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from scrub.errors import ScrubError
 from scrub.outputs import write_atomically
-from scrub.reports.findings import Findings, collect
+from scrub.reports.findings import THUMBNAILS, Findings, collect
 
 if TYPE_CHECKING:
     from scrub.options import ScanOptions
@@ -31,10 +31,6 @@ class Scanned(Protocol):
 
     @property
     def findings(self) -> Findings | None: ...
-
-
-#: thumbnails of quarantined images in the HTML report, at most
-THUMBNAILS = 200
 
 
 def write_reports(result: Scanned, options: ScanOptions, exit_code: int) -> Findings:

@@ -2,18 +2,21 @@
 
 Order: against a baseline, the issues that are new or reappeared come first (they are what a
 nightly job fails on, and a person reading a report wants them named, not the first ten known
-ones in dataset order); then the others. Within each, dataset order: the dataset (of a run of
-several), the partition (a reader lists its partitions in dataset order), then the record's
-index. The partition comes before the index because some formats number records per file (a
-folder of Parquet or HDF5 files: ``part-00001.parquet:880`` is after every row of
-``part-00000.parquet``). Without a baseline every issue ranks the same, so the order is dataset
-order. Issues read back from a manifest carry no partition: they are ordered by dataset and index.
+ones in dataset order); then the others. Within each, leaks between splits (`split-leak`) come
+first: a copied test record makes every metric of the run wrong, whatever else it found. Then
+dataset order: the dataset (of a run of several), the partition (a reader lists its partitions
+in dataset order), then the record's index. The partition comes before the index because some
+formats number records per file (a folder of Parquet or HDF5 files: ``part-00001.parquet:880``
+is after every row of ``part-00000.parquet``). Without a baseline and without leaks every issue
+ranks the same, so the order is dataset order. Issues read back from a manifest carry no
+partition: they are ordered by dataset and index.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,15 @@ DRIFT_CHECKS = NOT_RECORDS
 #: a contract's checks (`scrub.checks.contract`) all start with this; those with key ``*``
 #: concern the dataset as a whole, the others name a record
 CONTRACT_PREFIX = "contract-"
+#: thumbnails of quarantined images in the HTML report, at most (and of each of its sections of
+#: paired records)
+THUMBNAILS = 200
+#: a record of an evaluation split that copies a training record: what reports name first
+LEAK_CHECK = "split-leak"
+#: checks whose finding pairs its record with another one (a leak's training record in
+#: ``details.train``, a copy's ``details.first``): the HTML report shows the two side by side,
+#: so the collector keeps as many of their issues as it keeps thumbnails
+PAIRED_CHECKS = frozenset({LEAK_CHECK, "duplicate", "near-duplicate"})
 #: drift and contract findings on the dataset as a whole a report names one by one, at most:
 #: a few per feature in practice, capped so that a report's size stays bounded whatever happens
 DATASET_FINDINGS = 500
@@ -110,6 +122,10 @@ class Findings:
     #: `DATASET_FINDINGS`, and how many there were
     dataset_findings: list[Issue] = field(default_factory=list)
     dataset_finding_count: int = 0
+    #: check of `PAIRED_CHECKS` -> its first issues in report order, details and all (``keys``
+    #: names the first ``per_check`` of them): as many as thumbnails are looked for, at least
+    #: ``per_check``
+    pairs: dict[str, list[Issue]] = field(default_factory=dict)
 
     @property
     def more_errors(self) -> int:
@@ -127,6 +143,46 @@ def record_name(issue: Issue) -> str:
     return f"{issue.dataset}:{name}"
 
 
+def partner(issue: Issue) -> Issue | None:
+    """The record a finding pairs ``issue``'s record with, as an issue on it (what `record_name`
+    and the HTML report's thumbnails need): a leak's training record (``details.train``, of the
+    training dataset; its evaluation record, ``details.evaluation``, when the finding is on the
+    training record), a copy's first (``details.first``, of the same dataset); None for other
+    checks, and where the details do not name one."""
+    details = issue.details or {}
+    if issue.check == LEAK_CHECK:  # on the training record with ``fix --leak-side train``
+        other = details.get("train", details.get("evaluation"))
+        dataset = other.get("dataset") if isinstance(other, dict) else None
+    elif issue.check in PAIRED_CHECKS:
+        other, dataset = details.get("first"), issue.dataset
+    else:
+        return None
+    if not isinstance(other, dict) or other.get("key") is None:
+        return None
+    key = str(other["key"])
+    index = other.get("index")
+    return Issue(
+        str(other.get("source") or key),
+        key,
+        index if isinstance(index, int) else None,
+        issue.check,
+        issue.severity,
+        "",
+        dataset=None if dataset is None else str(dataset),
+    )
+
+
+def partner_name(issue: Issue) -> str | None:
+    """How reports name the record `partner` pairs ``issue``'s record with (None: none)."""
+    other = partner(issue)
+    return None if other is None else record_name(other)
+
+
+def leaks_first(checks: Iterable[str]) -> list[str]:
+    """``checks`` in their order, but for `split-leak` first: how reports list the checks."""
+    return sorted(checks, key=lambda check: check != LEAK_CHECK)
+
+
 def mark(status: str | None) -> str:
     """How reports mark an issue of this baseline status: ``new`` or ``reappeared``, else ""."""
     return status if status in MARKED else ""
@@ -138,9 +194,14 @@ def _rank(status: str | None) -> int:
     return 0 if status in MARKED else 1
 
 
+def _ranks(status: str | None, check: str) -> tuple[int, int]:
+    """`_rank`, then 0 for a leak between splits and 1 for the rest: what reports name first."""
+    return _rank(status), 0 if check == LEAK_CHECK else 1
+
+
 def _order(issue: Issue, partition: int) -> tuple:
     return (
-        _rank(issue.status),
+        *_ranks(issue.status, issue.check),
         issue.dataset or "",
         partition,
         issue.index if issue.index is not None else -1,
@@ -203,12 +264,17 @@ class Collector:
     ) -> bool:
         """Whether an issue of ``check`` on record ``index`` (of baseline ``status``) may be
         kept: False when it comes after every one kept, so that its object need not be built."""
-        rank, at = _rank(status), (self.partition, index)
-        if not _after_all(rank, dataset, at, self.keys.get(check, []), self.per_check):
+        rank, at = _ranks(status, check), (self.partition, index)
+        if not _after_all(rank, dataset, at, self.keys.get(check, []), self.kept_per_check(check)):
             return True
         return severity is Severity.ERROR and not _after_all(
             rank, dataset, at, self.errors, max(self.show, self.images)
         )
+
+    def kept_per_check(self, check: str) -> int:
+        """How many issues of ``check`` are kept: ``per_check``, and as many as thumbnails for
+        a check whose findings the HTML report shows as pairs (`PAIRED_CHECKS`)."""
+        return max(self.per_check, self.images) if check in PAIRED_CHECKS else self.per_check
 
     def keep(self, issue: Issue, partition: int | None = None) -> None:
         """Keep an issue (counted already; of ``partition``, by default the collector's) if it
@@ -219,14 +285,15 @@ class Collector:
         if heap is None:
             heap = self.keys[issue.check] = []
         wanted = max(self.show, self.images) if severity == "error" else 0
-        if _after(issue, partition, heap, self.per_check) and (
+        limit = self.kept_per_check(issue.check)
+        if _after(issue, partition, heap, limit) and (
             not wanted or _after(issue, partition, self.errors, wanted)
         ):
             return  # the fast path of a dense partition: after every issue kept, nothing to build
         order = _order(issue, partition)
-        if len(heap) < self.per_check or order < heap[0][0].order:
+        if len(heap) < limit or order < heap[0][0].order:
             self.counter += 1
-            _keep(heap, order, self.counter, issue, self.per_check)
+            _keep(heap, order, self.counter, issue, limit)
         if wanted and (len(self.errors) < wanted or order < self.errors[0][0].order):
             self.counter += 1
             _keep(self.errors, order, self.counter, issue, wanted)
@@ -247,7 +314,8 @@ class Collector:
         for check, heap in other.keys.items():
             for order, _, issue in heap:
                 self.counter += 1
-                _keep(self.keys.setdefault(check, []), order.order, self.counter, issue, self.per_check)
+                limit = self.kept_per_check(check)
+                _keep(self.keys.setdefault(check, []), order.order, self.counter, issue, limit)
         for order, _, issue in other.errors:
             self.counter += 1
             _keep(self.errors, order.order, self.counter, issue, max(self.show, self.images))
@@ -269,6 +337,9 @@ class Collector:
         found.quarantined = ranked[: self.images]
         for check, heap in sorted(self.keys.items()):
             kept = [item[2] for item in sorted(heap, key=lambda item: item[0].order)]
+            if check in PAIRED_CHECKS:
+                found.pairs[check] = kept
+            kept = kept[: self.per_check]
             found.keys[check] = [record_name(issue) for issue in kept]
             found.key_marks[check] = [mark(issue.status) for issue in kept]
         return found
@@ -282,11 +353,14 @@ def _after(issue: Issue, partition: int, heap: list, limit: int) -> bool:
         return True
     if issue.index is None:
         return False
-    return _after_all(_rank(issue.status), issue.dataset, (partition, issue.index), heap, limit)
+    rank = _ranks(issue.status, issue.check)
+    return _after_all(rank, issue.dataset, (partition, issue.index), heap, limit)
 
 
-def _after_all(rank: int, dataset: str | None, at: tuple[int, int], heap: list, limit: int) -> bool:
-    """Whether the record ``at`` (partition, index) of ``dataset``, of `_rank` ``rank``, comes
+def _after_all(
+    rank: tuple[int, int], dataset: str | None, at: tuple[int, int], heap: list, limit: int
+) -> bool:
+    """Whether the record ``at`` (partition, index) of ``dataset``, of `_ranks` ``rank``, comes
     after every issue of a full ``heap``: a later rank always does; the same rank, by a later
     place in the same dataset (another dataset may sort either side: no fast answer)."""
     if limit <= 0:
@@ -294,9 +368,9 @@ def _after_all(rank: int, dataset: str | None, at: tuple[int, int], heap: list, 
     if len(heap) < limit:
         return False
     last = heap[0][0].order
-    if rank != last[0]:
-        return rank > last[0]
-    return (dataset or "") == last[1] and at > (last[2], last[3])
+    if rank != last[:2]:
+        return rank > last[:2]
+    return (dataset or "") == last[2] and at > (last[3], last[4])
 
 
 def _keep(heap: list, order: tuple, counter: int, issue: Issue, limit: int) -> None:

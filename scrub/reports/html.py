@@ -4,6 +4,11 @@ No script, no CDN, no web font: inline CSS and inline SVG only, so the file open
 artifact, an e-mail or a laptop without network. Its size is capped (`MAX_BYTES`): thumbnails
 are added until the cap, then counted as "N more not shown". Thumbnails are decoded in a child
 process (`scrub.reports.thumbnails`), never in this one.
+
+Findings that pair two records come before the other records: each leak between splits (an
+evaluation record beside the training record it copies) and each group of copies within a
+dataset (its first record beside the later ones), as thumbnails where the records are image
+files, else as their names.
 """
 
 from __future__ import annotations
@@ -12,18 +17,22 @@ import html
 import math
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scrub.paths import is_within
 from scrub.pipeline import DEFAULT_TIMEOUT
 from scrub.records import Issue, Severity
 from scrub.reports.findings import (
     CONTRACT_PREFIX,
+    LEAK_CHECK,
+    THUMBNAILS,
     Findings,
     describe_finding,
     is_dataset_finding,
     mark,
+    partner,
     record_name,
 )
 from scrub.reports.profileplots import MAX_PROFILE_BYTES, baseline_record, profile_section
@@ -31,9 +40,13 @@ from scrub.reports.profileplots import STYLE as PROFILE_STYLE
 from scrub.summary import Summary
 from scrub.wording import counted
 
+if TYPE_CHECKING:
+    from scrub.reports.thumbnails import Thumbnail
+
 MAX_BYTES = 5 * 2**20
 MAX_BARS = 100  # label histogram: bars drawn at most
 NO_PREVIEW = frozenset({"unsafe-path", "decompression-bomb"})  # never opened for a thumbnail
+COPY_CHECKS = ("duplicate", "near-duplicate")  # a copy within a dataset, paired with its first
 ERROR, WARNING, GOOD = "#c0392b", "#d68910", "#1e8449"
 
 STYLE = """
@@ -53,6 +66,9 @@ figcaption { font-size: 11px; word-break: break-all; }
 background: #c0392b; font: 600 11px/16px system-ui, sans-serif; } .badge.reappeared { background: #8e44ad; }
 .badge.partial { background: #d68910; margin-top: 2px; }
 #errors td:first-child, #dataset-findings td:first-child { white-space: nowrap; }
+figure.side { margin: 0; width: 150px; } figure.side img { width: 96px; height: 96px; object-fit: contain;
+  background: #f3f3f3; display: block; }
+#leaks td, #duplicates td { vertical-align: top; }
 """
 
 
@@ -97,38 +113,47 @@ def render(
     profiles, anchors = _profiles(summary, findings)
     if findings.dataset_findings:
         parts.append(_dataset_findings(summary, findings, anchors))
+    pairs_at = len(parts)  # the leaks and copies go here; made once the rest is, in the room it leaves
     labels = summary.stats.get("labels") or {}
     if labels and not any(part.profile and "labels" in part.profile for part in summary.parts or [summary]):
         parts.append(_histogram(labels))  # without a profile (--no-profile): its class shares are drawn
     if summary.datasets:
         parts.append(_ranges(summary.datasets))
-    parts.append(profiles)
-    errors = [i for i in findings.errors if not is_dataset_finding(i)]  # those have their own table
-    if errors:
-        rows = "".join(
-            f"<tr><td>{_badge(i.status)}<code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td>"
-            f"<td>{_e(i.message)}</td></tr>"
-            for i in errors
-        )
-        more = (
-            f"<p class=muted>and {counted(findings.more_errors, 'more error')} in the manifest</p>"
-            if findings.more_errors
-            else ""
-        )
-        first = " <span class=muted>(new and reappeared first)</span>" if summary.baseline is not None else ""
-        parts.append(
-            f"<h2>First records with errors{first}</h2><table id=errors><tr><th>record</th><th>check</th>"
-            f"<th>message</th></tr>{rows}</table>{more}"
-        )
+    parts += [profiles, _errors(summary, findings)]
     budget = (
         MAX_BYTES - sum(len(part.encode()) for part in parts) - 4096
     )  # the footer and "more" fit in 4 KiB
+    pairs = _pairs(summary, findings, budget, timeout)
+    parts.insert(pairs_at, pairs)
+    budget -= len(pairs.encode())
     parts.append(_thumbnails(summary, findings, budget, timeout))
     parts.append(
         f"<p class=muted>Manifest: <code>{_e(manifest)}</code> &middot; scrub "
         f"{_e(_version())}</p></body></html>"
     )
     return "\n".join(parts)
+
+
+def _errors(summary: Summary, findings: Findings) -> str:
+    """The "First records with errors" table ("" when there are none)."""
+    errors = [i for i in findings.errors if not is_dataset_finding(i)]  # those have their own table
+    if not errors:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_badge(i.status)}<code>{_e(record_name(i))}</code></td><td><code>{_e(i.check)}</code></td>"
+        f"<td>{_e(i.message)}</td></tr>"
+        for i in errors
+    )
+    more = (
+        f"<p class=muted>and {counted(findings.more_errors, 'more error')} in the manifest</p>"
+        if findings.more_errors
+        else ""
+    )
+    first = " <span class=muted>(new and reappeared first)</span>" if summary.baseline is not None else ""
+    return (
+        f"<h2>First records with errors{first}</h2><table id=errors><tr><th>record</th><th>check</th>"
+        f"<th>message</th></tr>{rows}</table>{more}"
+    )
 
 
 def _profiles(summary: Summary, findings: Findings) -> tuple[str, dict[int, str]]:
@@ -335,63 +360,190 @@ def _thumbnails(summary: Summary, findings: Findings, budget: int, timeout: floa
     bytes; records that are not image files get a caption only. The images are decoded in a
     child process (`scrub.reports.thumbnails`), never here; what decodes of a truncated one is
     shown, marked partial."""
-    if not findings.quarantined:
-        return ""
-    from scrub.errors import ScrubError
-    from scrub.reports.thumbnails import make_thumbnails
-
-    files = summary.dataset.image_root is not None  # a record's key names its image file there
-    root = os.path.realpath(summary.dataset.image_root or summary.dataset.root)
     shown: list[Issue] = []  # each record once
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str | None, str, str]] = set()
     for issue in findings.quarantined:
-        if (issue.source, issue.key) not in seen and not is_dataset_finding(issue):  # no record to show
-            seen.add((issue.source, issue.key))
+        place = (issue.dataset, issue.source, issue.key)
+        if place not in seen and not is_dataset_finding(issue):  # no record to show
+            seen.add(place)
             shown.append(issue)
     if not shown:
         return ""
-    paths = {  # issue number -> its image file, for those a thumbnail may be made of
-        number: path
-        for number, issue in enumerate(shown)
-        if files and issue.check not in NO_PREVIEW and (path := _inside(root, issue.key))
-    }
-    unmade = ""
-    try:
-        made = dict(
-            zip(paths, make_thumbnails(list(paths.values()), summary.options.get("max_pixels"), timeout))
-        )
-    except ScrubError as error:
-        made, unmade = {}, f"<p class=muted>no previews: {_e(error)}</p>"
-    figures, used, left_out = [], 0, 0
-    for number, issue in enumerate(shown):
-        image = made.get(number)
-        picture, partial = "<div class=none>no preview</div>", ""
-        if image is not None and image.partial is None:
-            picture = f"<img alt='{_e(issue.key)}' src='data:image/jpeg;base64,{image.jpeg}'>"
-        elif image is not None:  # what decodes of a truncated image, marked
-            why = image.partial or ""
-            picture = (
-                f"<img class=partial alt='{_e(issue.key)}' title='partial: {_e(why)}' "
-                f"src='data:image/jpeg;base64,{image.jpeg}'><span class='badge partial'>partial</span>"
-            )
-            partial = f"<br><span class=muted>partial: {_e(why[:120])}</span>"
-        figure = (
-            f"<figure>{picture}<figcaption>{_badge(issue.status)}<code>{_e(record_name(issue))}</code><br>"
-            f"{_e(issue.check)}: "
+    roots = _image_roots(summary)
+    files = [None if issue.check in NO_PREVIEW else _record_file(roots, issue) for issue in shown]
+    made, unmade = _previews(files, summary, timeout)
+    figures = []
+    for issue, path in zip(shown, files):
+        picture, partial = _picture(made.get(path or ""), issue.key)
+        figures.append(
+            f"<figure>{picture or '<div class=none>no preview</div>'}<figcaption>{_badge(issue.status)}"
+            f"<code>{_e(record_name(issue))}</code><br>{_e(issue.check)}: "
             f"{_e(issue.message[:160])}{partial}</figcaption></figure>"
         )
-        size = len(figure.encode())
-        if used + size > budget:
-            left_out += 1
-            continue
-        figures.append(figure)
-        used += size
+    fit = _within(figures, budget)
+    left_out = len(figures) - len(fit)
     more = (
         f"<p class=muted>{left_out:,} more not shown (the report stays under {MAX_BYTES // 2**20} MB)</p>"
         if left_out
         else ""
     )
-    return f"<h2>Quarantined records</h2>{unmade}<div id=thumbnails class=grid>{''.join(figures)}</div>{more}"
+    grid = "".join(figures[number] for number in fit)
+    return f"<h2>Quarantined records</h2>{unmade}<div id=thumbnails class=grid>{grid}</div>{more}"
+
+
+def _pairs(summary: Summary, findings: Findings, budget: int, timeout: float) -> str:
+    """The "Leaks between splits" and "Duplicate groups" sections, within ``budget`` bytes, the
+    leaks first: each record beside the one its finding pairs it with (`findings.partner`), as
+    thumbnails where both are image files (made in one child process), else by name."""
+    leaks = [(issue, partner(issue)) for issue in findings.pairs.get(LEAK_CHECK, [])[:THUMBNAILS]]
+    copies = [(issue, partner(issue)) for check in COPY_CHECKS for issue in findings.pairs.get(check, [])]
+    copies = copies[:THUMBNAILS]
+    if not leaks and not copies:
+        return ""
+    roots = _image_roots(summary)
+    made, unmade = _previews(
+        (_record_file(roots, record) for pair in leaks + copies for record in pair if record is not None),
+        summary,
+        timeout,
+    )
+
+    def side(issue: Issue | None, caption: str = "") -> str:
+        return _side(issue, made.get(_record_file(roots, issue) or "") if issue else None, caption)
+
+    leak_rows = [
+        (
+            f"<tr><td>{side(leak)}</td><td>{side(train)}</td><td>{_e(leak.details.get('match', ''))}</td>"
+            f"<td class=n>{_e(leak.details.get('distance', '–'))}</td></tr>",
+            1,
+        )
+        for leak, train in leaks
+    ]
+    leak_table = _pair_table(
+        "Leaks between splits",
+        "leaks",
+        "<th>evaluation record</th><th>training record</th><th>match</th><th class=n>distance (bits)</th>",
+        leak_rows,
+        _total(findings, [LEAK_CHECK]) - len(leaks),
+        budget,
+    )
+    groups: dict[tuple[str | None, str, str], tuple[Issue | None, list[str]]] = {}
+    for copy, first in copies:
+        place = (copy.dataset, first.source, first.key) if first else (copy.dataset, copy.source, copy.key)
+        distance = copy.details.get("distance")
+        caption = copy.check + ("" if distance is None else f", {distance} bits apart")
+        groups.setdefault(place, (first, []))[1].append(side(copy, caption))
+    group_rows = [
+        (f"<tr><td>{side(first)}</td><td><div class=grid>{''.join(later)}</div></td></tr>", len(later))
+        for first, later in groups.values()
+    ]
+    copy_table = _pair_table(
+        "Duplicate groups",
+        "duplicates",
+        "<th>first record</th><th>its copies</th>",
+        group_rows,
+        _total(findings, COPY_CHECKS) - len(copies),
+        budget - len(leak_table.encode()),
+    )
+    return unmade + leak_table + copy_table
+
+
+def _pair_table(
+    title: str, anchor: str, head: str, rows: list[tuple[str, int]], unlisted: int, budget: int
+) -> str:
+    """A section of paired records: its table of ``rows`` (each with how many findings it
+    shows) within ``budget`` bytes, and how many findings it leaves to the manifest (``unlisted``
+    past the cap, and those of the rows left out)."""
+    if not rows:
+        return ""
+    fit = _within([row for row, _ in rows], budget - 1024)  # the heading and "more" fit in 1 KiB
+    kept = [rows[number][0] for number in fit]
+    more = unlisted + sum(findings for _, findings in rows) - sum(rows[number][1] for number in fit)
+    said = (
+        f"<p class=muted>and {counted(more, 'more finding')} not shown (the manifest lists each one)</p>"
+        if more > 0
+        else ""
+    )
+    table = f"<table id={anchor}><tr>{head}</tr>{''.join(kept)}</table>" if kept else ""
+    return f"<h2>{_e(title)}</h2>{table}{said}"
+
+
+def _side(issue: Issue | None, image: Thumbnail | None, caption: str = "") -> str:
+    """One record of a pair: its thumbnail (if any) over its name and ``caption``; a record a
+    finding names without details to find it by is "unknown"."""
+    if issue is None:
+        return "<span class=muted>unknown</span>"
+    picture, partial = _picture(image, issue.key)
+    below = f"<br><span class=muted>{_e(caption)}</span>" if caption else ""
+    return (
+        f"<figure class=side>{picture}<figcaption>{_badge(issue.status)}<code>{_e(record_name(issue))}</code>"
+        f"{below}{partial}</figcaption></figure>"
+    )
+
+
+def _total(findings: Findings, checks: Iterable[str]) -> int:
+    """How many issues of ``checks`` the scan found (resolved baseline lines are not)."""
+    return sum(sum(findings.statuses.get(check, {}).values()) for check in checks)
+
+
+def _picture(image: Thumbnail | None, key: str) -> tuple[str, str]:
+    """A thumbnail as an inline ``<img>`` ("" where there is none), and a caption's note when
+    it shows only what decodes of a truncated image (then marked partial)."""
+    if image is None:
+        return "", ""
+    if image.partial is None:
+        return f"<img alt='{_e(key)}' src='data:image/jpeg;base64,{image.jpeg}'>", ""
+    why = image.partial
+    return (
+        f"<img class=partial alt='{_e(key)}' title='partial: {_e(why)}' "
+        f"src='data:image/jpeg;base64,{image.jpeg}'><span class='badge partial'>partial</span>",
+        f"<br><span class=muted>partial: {_e(why[:120])}</span>",
+    )
+
+
+def _previews(
+    files: Iterable[str | None], summary: Summary, timeout: float
+) -> tuple[dict[str, Thumbnail], str]:
+    """The thumbnail of each image file that decodes (each file decoded once, in a child
+    process under the scan's limits), and a note when no child process could start."""
+    from scrub.errors import ScrubError
+    from scrub.reports.thumbnails import make_thumbnails
+
+    paths = list(dict.fromkeys(path for path in files if path is not None))
+    try:
+        made = make_thumbnails(paths, summary.options.get("max_pixels"), timeout)
+    except ScrubError as error:
+        return {}, f"<p class=muted>no previews: {_e(error)}</p>"
+    return {path: image for path, image in zip(paths, made) if image is not None}, ""
+
+
+def _within(pieces: list[str], budget: int) -> list[int]:
+    """The numbers of the pieces of HTML that fit in ``budget`` bytes, in order (a large one
+    left out lets a smaller one after it in)."""
+    fit, used = [], 0
+    for number, piece in enumerate(pieces):
+        size = len(piece.encode())
+        if used + size <= budget:
+            fit.append(number)
+            used += size
+    return fit
+
+
+def _image_roots(summary: Summary) -> dict[str | None, str]:
+    """Where the keys of each scanned dataset whose records are image files name them: the
+    dataset's path as issues name it (None in a run of one dataset) -> its real image folder."""
+    roots: dict[str | None, str] = {}
+    for part in summary.parts or [summary]:
+        if part.dataset.image_root is not None:
+            names = [part.path, part.absolute_path] + ([] if summary.parts else [None])
+            roots.update(dict.fromkeys(names, os.path.realpath(part.dataset.image_root)))
+    return roots
+
+
+def _record_file(roots: Mapping[str | None, str], issue: Issue) -> str | None:
+    """The image file of ``issue``'s record, where its dataset's records are image files (a run
+    of one dataset has one root, whatever its issues name)."""
+    root = roots.get(issue.dataset) or roots.get(None)
+    return None if root is None else _inside(root, issue.key)
 
 
 def _inside(root: str, key: str) -> str | None:

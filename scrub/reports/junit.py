@@ -10,6 +10,9 @@ Drift and contract findings on the dataset as a whole (`findings.is_dataset_find
 testcase of their own (classname ``scrub.<dataset>.dataset``, name ``<check> <feature>``), failing
 by the same rule, so that a CI page names the feature that moved; their check's own testcase
 counts only the records it flagged.
+
+A leak between splits (`split-leak`) comes first: its testcase is the suite's first, and it names
+each leaked evaluation record with the training record it copies.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import PurePath
 
-from scrub.reports.findings import MARKED, Findings, describe_finding
+from scrub.reports.findings import (
+    LEAK_CHECK,
+    MARKED,
+    Findings,
+    describe_finding,
+    leaks_first,
+    partner_name,
+)
 from scrub.summary import Summary
 
 
@@ -63,9 +73,6 @@ def _named(keys: list[str], marks: list[str], statuses: Mapping[str, int]) -> st
 
 
 def render(summary: Summary, findings: Findings, fail_on: str) -> str:
-    from scrub.checks import REGISTRY
-
-    overrides = summary.options.get("check_severity") or {}
     name = PurePath(summary.path).name or summary.path
     suite = ElementTree.Element(
         "testsuite",
@@ -73,60 +80,14 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
         tests=str(len(summary.checks)),
         time=f"{summary.seconds:.3f}",
     )
-    failures = 0
     #: each dataset finding's (status, severity), by check: its own testcase, out of its check's
     on_dataset: dict[str, Counter] = {}
     for issue in findings.dataset_findings:
         on_dataset.setdefault(issue.check, Counter())[(issue.status or "found", issue.severity.value)] += 1
-    for check in summary.checks:
-        severity = overrides.get(check, REGISTRY[check].severity.value)
-        case = ElementTree.SubElement(suite, "testcase", classname=f"scrub.{name}", name=check, time="0")
-        counts = Counter(findings.severities.get(check, {}))
-        counts.subtract(on_dataset.get(check, Counter()))
-        counts = +counts  # the records it flagged, without the dataset findings
-        apart = sum(on_dataset.get(check, Counter()).values())
-        count = summary.issues_by_check.get(check, 0) - apart
-        statuses: Mapping[str, int] = findings.statuses.get(check, {})
-        if apart:  # the dataset's own finding is named in its testcase, not as a record
-            statuses = +(Counter(statuses) - Counter(status for status, _ in on_dataset[check].elements()))
-        keys, marks = findings.keys.get(check, []), findings.key_marks.get(check, [])
-        if apart:
-            kept = [(key, label) for key, label in zip(keys, marks) if not key.endswith("*")]
-            keys, marks = [key for key, _ in kept], [label for _, label in kept]
-        by_severity = {
-            level: sum(n for (_, s), n in counts.items() if s == level) for level in ("error", "warning")
-        }
-        described = (
-            ", ".join(f"{n:,} {level}{'s' if n != 1 else ''}" for level, n in by_severity.items() if n)
-            or f"0 {severity}s"
-        )
-        if summary.baseline is not None:
-            described += (
-                " ("
-                + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting"))
-                + ")"
-            )
-        marks = marks or [""] * len(keys)  # new and reappeared come first
-        shown = "\n".join(f"{key} ({label})" if label else key for key, label in zip(keys, marks)) + (
-            f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else ""
-        )
-        if failing(counts, fail_on):
-            failures += 1
-            message = f"{check}: {described}{_named(keys, marks, statuses)}"
-            failure = ElementTree.SubElement(case, "failure", message=message, type=severity)
-            failure.text = (
-                f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: "
-                f"{summary.manifest}"
-            )
-        elif count:
-            ElementTree.SubElement(
-                case, "system-out"
-            ).text = f"{described} (not failing with --fail-on {fail_on}):\n{shown}"
-        elif apart:
-            ElementTree.SubElement(case, "system-out").text = (
-                f"{apart} finding{'s' if apart != 1 else ''} on the dataset as a whole: each is a testcase "
-                f"of scrub.{name}.dataset"
-            )
+    failures = sum(
+        _check_case(suite, check, summary, findings, fail_on, on_dataset.get(check, Counter()))
+        for check in leaks_first(summary.checks)
+    )
     failures += _dataset_cases(suite, summary, findings, fail_on, name)
     tests = len(summary.checks) + len(findings.dataset_findings)
     suite.set("tests", str(tests))
@@ -136,6 +97,89 @@ def render(summary: Summary, findings: Findings, fail_on: str) -> str:
     suites.append(suite)
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _check_case(
+    suite: ElementTree.Element,
+    check: str,
+    summary: Summary,
+    findings: Findings,
+    fail_on: str,
+    on_dataset: Counter,
+) -> bool:
+    """The testcase of ``check`` (``on_dataset``: its findings on the dataset as a whole, by
+    (status, severity), each a testcase of its own); returns whether it fails."""
+    from scrub.checks import REGISTRY
+
+    name = PurePath(summary.path).name or summary.path
+    severity = (summary.options.get("check_severity") or {}).get(check, REGISTRY[check].severity.value)
+    case = ElementTree.SubElement(suite, "testcase", classname=f"scrub.{name}", name=check, time="0")
+    counts = Counter(findings.severities.get(check, {}))
+    counts.subtract(on_dataset)
+    counts = +counts  # the records it flagged, without the dataset findings
+    apart = sum(on_dataset.values())
+    count = summary.issues_by_check.get(check, 0) - apart
+    statuses: Mapping[str, int] = findings.statuses.get(check, {})
+    if apart:  # the dataset's own finding is named in its testcase, not as a record
+        statuses = +(Counter(statuses) - Counter(status for status, _ in on_dataset.elements()))
+    keys, marks = _keys(check, findings)
+    if apart:
+        kept = [(key, label) for key, label in zip(keys, marks) if not key.endswith("*")]
+        keys, marks = [key for key, _ in kept], [label for _, label in kept]
+    by_severity = {
+        level: sum(n for (_, s), n in counts.items() if s == level) for level in ("error", "warning")
+    }
+    described = (
+        ", ".join(f"{n:,} {level}{'s' if n != 1 else ''}" for level, n in by_severity.items() if n)
+        or f"0 {severity}s"
+    )
+    if summary.baseline is not None:
+        described += (
+            " (" + ", ".join(f"{statuses.get(s, 0)} {s}" for s in ("new", "reappeared", "persisting")) + ")"
+        )
+    marks = marks or [""] * len(keys)  # new and reappeared come first
+    shown = "\n".join(f"{key} ({label})" if label else key for key, label in zip(keys, marks)) + (
+        f"\n... and {count - len(keys):,} more in the manifest" if count > len(keys) else ""
+    )
+    if failing(counts, fail_on):
+        named = _named(keys, marks, statuses) or _first(check, keys)
+        failure = ElementTree.SubElement(
+            case, "failure", message=f"{check}: {described}{named}", type=severity
+        )
+        failure.text = (
+            f"{REGISTRY[check].summary}\n{described}; first records:\n{shown}\nmanifest: {summary.manifest}"
+        )
+        return True
+    if count:
+        ElementTree.SubElement(
+            case, "system-out"
+        ).text = f"{described} (not failing with --fail-on {fail_on}):\n{shown}"
+    elif apart:
+        ElementTree.SubElement(case, "system-out").text = (
+            f"{apart} finding{'s' if apart != 1 else ''} on the dataset as a whole: each is a testcase "
+            f"of scrub.{name}.dataset"
+        )
+    return False
+
+
+def _keys(check: str, findings: Findings) -> tuple[list[str], list[str]]:
+    """The first records ``check`` flagged and their marks; a leak's each with the training
+    record it copies (``val:cat/1.jpg (training record: train:cat/9.jpg)``)."""
+    keys, marks = findings.keys.get(check, []), findings.key_marks.get(check, [])
+    leaks = findings.pairs.get(check, []) if check == LEAK_CHECK else []
+    if len(leaks) < len(keys):  # findings made without their details
+        return keys, marks
+    named = [(key, partner_name(issue)) for key, issue in zip(keys, leaks)]
+    return [key if other is None else f"{key} (training record: {other})" for key, other in named], marks
+
+
+def _first(check: str, keys: list[str]) -> str:
+    """A leak's failure message names its first record pair (the one line a CI page shows),
+    within `MESSAGE_NAMES` characters; "" for other checks."""
+    if check != LEAK_CHECK or not keys:
+        return ""
+    first = keys[0] if len(keys[0]) <= MESSAGE_NAMES else keys[0][: MESSAGE_NAMES - 1] + "…"
+    return f"; first: {first}"
 
 
 def _dataset_cases(

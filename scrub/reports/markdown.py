@@ -1,8 +1,21 @@
-"""`--summary-md`: a short Markdown summary for CI pages (GitHub's job summary, GitLab, PRs)."""
+"""`--summary-md`: a short Markdown summary for CI pages (GitHub's job summary, GitLab, PRs).
+
+Leaks between splits come first, in the counts and among the records (`findings` keeps them
+first), each naming the evaluation record and the training record it copies."""
 
 from __future__ import annotations
 
-from scrub.reports.findings import Findings, describe_finding, is_dataset_finding, mark, record_name
+from scrub.records import Issue
+from scrub.reports.findings import (
+    LEAK_CHECK,
+    Findings,
+    describe_finding,
+    is_dataset_finding,
+    leaks_first,
+    mark,
+    partner_name,
+    record_name,
+)
 from scrub.summary import Summary
 from scrub.wording import counted
 
@@ -34,7 +47,8 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
             f"{counts['reappeared']:,} reappeared, {counts['resolved']:,} resolved.",
             "",
         ]
-    found = {check: n for check, n in sorted(summary.issues_by_check.items()) if n}
+    by_check = summary.issues_by_check
+    found = {check: by_check[check] for check in leaks_first(sorted(by_check)) if by_check[check]}
     if found:
         overrides = summary.options.get("check_severity") or {}
         from scrub.checks import REGISTRY
@@ -56,14 +70,19 @@ def render(summary: Summary, findings: Findings, fail_on: str, exit_code: int) -
             lines += ["| record | check | message |", "|---|---|---|"]
         for issue in errors:
             status = f" {_status(issue.status)} |" if with_status else ""
-            lines.append(
-                f"| `{_cell(record_name(issue))}` |{status} `{issue.check}` | {_cell(issue.message)} |"
-            )
+            lines.append(f"| {_record(issue)} |{status} `{issue.check}` | {_cell(issue.message)} |")
         if findings.more_errors:
             lines.append(f"\nand {counted(findings.more_errors, 'more error')} in the manifest")
         lines.append("")
     lines.append(f"Manifest: `{_cell(summary.manifest)}`")
     return "\n".join(lines) + "\n"
+
+
+def _record(issue: Issue) -> str:
+    """A record's cell: its name; a leak's also names the training record it copies."""
+    name = f"`{_cell(record_name(issue))}`"
+    other = partner_name(issue) if issue.check == LEAK_CHECK else None
+    return name if other is None else f"{name} (training record: `{_cell(other)}`)"
 
 
 def _dataset_findings(summary: Summary, findings: Findings) -> list[str]:
