@@ -312,6 +312,8 @@ def fix_many(
             out=None,
             quarantine_dir=None,
             quarantine=own.quarantine or options.quarantine_dir is not None,
+            # the splits' pass compared them with the kept ones (--against): not once more alone
+            scan=replace(own.scan, against=None) if str(path) in leaks else own.scan,
         )
         try:
             result = fix(

@@ -423,6 +423,15 @@ SHARED: dict[str, Key] = {
             ),
         ),
         Key(
+            "against",
+            "scan",
+            "path",
+            help=(
+                "Compare the evaluation splits with the training splits kept in this folder by earlier "
+                "runs as well (split-leak), then keep this run's training splits there."
+            ),
+        ),
+        Key(
             "profile",
             "scan",
             "bool",

@@ -108,6 +108,8 @@ class ScanOptions:
     #: (family, threshold) pairs laid over the drift defaults (`drift_thresholds`)
     drift_threshold: tuple[tuple[str, float], ...] = ()
     cache: Path | None = None
+    #: a store of the training splits earlier runs kept (`scrub.scanning.history`)
+    against: Path | None = None
     quiet: bool = False
     show: int = 10  # records with errors the console names
     junit: Path | None = None

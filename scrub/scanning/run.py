@@ -25,11 +25,12 @@ from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
 from scrub.opening import OpenedDataset
 from scrub.options import RunOptions, ScanOptions
 from scrub.outputs import scratch_directory
-from scrub.paths import split_roles
+from scrub.paths import split_of, split_roles
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.scanning.dataset import DatasetScan, Tasks
+from scrub.scanning.history import History
 from scrub.scanning.splits import describe_splits, judge_splits, unused_near_distance
 from scrub.summary import Progress, ScanAggregate, Summary
 
@@ -219,7 +220,10 @@ def scan_opened(
     combined = _CombinedProgress(progress, len(datasets)) if several and progress is not None else None
     scans: list[DatasetScan] = []
     writer = ManifestWriter(Path(manifest))
-    roles = split_roles([dataset.path for dataset in datasets]) if several else [None] * len(datasets)
+    history = (
+        History.open(options.against, options.origin("against")) if options.against is not None else None
+    )
+    roles = _roles(datasets, several, history)
     try:
         for number, (dataset, dataset_options) in enumerate(zip(datasets, own)):
             scans.append(
@@ -250,7 +254,7 @@ def scan_opened(
             ) from error
         for scan in scans:
             scan.finish(plan)
-        judge_splits(scans)
+        kept = judge_splits(scans, history)
         unused = unused_near_distance(scans, options)
         if unused is not None:
             (notes if several else scans[0].aggregate.notes).append(unused)
@@ -266,9 +270,9 @@ def scan_opened(
     parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
     for unread, aggregate in zip(unopened, unreadable):  # each in its place among the datasets named
         parts.insert(unread.position, unread.summary(aggregate, options, plan))
-    splits = describe_splits(scans)
-    if splits is not None:
-        notes.append(splits)
+    splits = describe_splits(scans, kept)
+    run_notes = notes if several else parts[0].notes
+    run_notes += ([splits] if splits is not None else []) + (history.notes if history is not None else [])
     summary = (
         parts[0]
         if not several
@@ -279,6 +283,21 @@ def scan_opened(
     for aggregate in [scan.aggregate for scan in scans[1:]] + unreadable:
         collector.merge(aggregate.collector)
     return ScanResult(summary, manifest_path, keepalive, collector.finish())
+
+
+def _roles(datasets: Sequence[OpenedDataset], several: bool, history: History | None) -> list[str | None]:
+    """Each dataset's split: in a run of both kinds (`split_roles`), or by its name alone
+    against a store of kept training splits (a dataset named as neither is said, not compared)."""
+    if history is None:
+        return split_roles([dataset.path for dataset in datasets]) if several else [None] * len(datasets)
+    roles = [split_of(dataset.path) for dataset in datasets]
+    for dataset, role in zip(datasets, roles):
+        if role is None:
+            history.notes.append(
+                f"{history.given} {history.folder}: {dataset.path} is named as no split (train, val, "
+                "test...): not compared, not kept"
+            )
+    return roles
 
 
 def _run(scans: Sequence[DatasetScan], tasks: Sequence[Tasks], plan: pipeline.Plan) -> None:

@@ -5,26 +5,33 @@ dataset of the run is scanned."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from scrub.checks.base import CheckOptions, Finding
+from scrub.checks.base import CheckOptions, Finding, Position
 from scrub.paths import EVALUATION, TRAINING
 from scrub.wording import counted
 
 if TYPE_CHECKING:
     from scrub.options import ScanOptions
     from scrub.scanning.dataset import DatasetScan
+    from scrub.scanning.history import History
+
+#: the split check whose columns a store of kept training splits holds (``--against``)
+KEPT = "split-leak"
 
 
-def describe_splits(scans: Sequence[DatasetScan]) -> str | None:
-    """The run's note on what its split checks compare (None: the run has no splits)."""
+def describe_splits(scans: Sequence[DatasetScan], kept: Sequence[str] = ()) -> str | None:
+    """The run's note on what its split checks compare (None: the run has no splits);
+    ``kept``: the names of the training splits earlier runs kept (``--against``)."""
     names = {role: [_name(scan) for scan in scans if scan.split == role] for role in (TRAINING, EVALUATION)}
-    if not names[TRAINING]:
+    training = names[TRAINING] + [f"{name} (kept)" for name in kept]
+    if not training or not names[EVALUATION]:
         return None
     return (
         f"splits: each evaluation split ({', '.join(names[EVALUATION])}) is compared with the training "
-        f"split{'s' if len(names[TRAINING]) > 1 else ''} ({', '.join(names[TRAINING])})"
+        f"split{'s' if len(training) > 1 else ''} ({', '.join(training)})"
     )
 
 
@@ -39,25 +46,75 @@ def unused_near_distance(scans: Sequence[DatasetScan], options: ScanOptions) -> 
     )
 
 
-def judge_splits(scans: Sequence[DatasetScan]) -> None:
+class TrainingSplit(Protocol):
+    """A training split as a split check's judgement sees it: scanned in this run
+    (`ScannedSplit`) or kept by an earlier one (`scrub.scanning.history.KeptSplit`)."""
+
+    column: Any
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def locate(self, positions: Sequence[Position]) -> list[tuple[str, str, int]]: ...
+
+
+@dataclass
+class ScannedSplit:
+    """A training split of this run, with its column."""
+
+    scan: DatasetScan
+    column: Any
+
+    @property
+    def path(self) -> str:
+        return str(self.scan.dataset.path)
+
+    @property
+    def name(self) -> str:
+        return _name(self.scan)
+
+    def locate(self, positions: Sequence[Position]) -> list[tuple[str, str, int]]:
+        locate, _ = self.scan.identities()
+        return [tuple(identity) for identity in locate(positions)]
+
+
+def judge_splits(scans: Sequence[DatasetScan], history: History | None = None) -> list[str]:
     """Judge each split check over the run's splits: every evaluation split's column against the
-    training splits' columns; the findings go to the evaluation split's records. The columns
-    leave the aggregates (their memory goes once the run's findings are made)."""
+    training splits' columns (with ``history``, the kept ones too; then this run's training
+    splits are kept); the findings go to the evaluation split's records. The columns leave the
+    aggregates (their memory goes once the run's findings are made). Returns the names of the
+    kept training splits compared."""
     checks = {check.id: check for scan in scans if scan.split for check in scan.checks}
     checks = {name: check for name, check in checks.items() if check.kind == "split"}
+    kept_names: list[str] = []
     for check in checks.values():
         assert check.func is not None  # a split check's judge
         judged = [scan for scan in scans if scan.split and check in scan.checks]
         column_of = {scan: scan.aggregate.columns.pop(check.id).column() for scan in judged}
-        training = [scan for scan in judged if scan.split == TRAINING]
-        columns = [column_of[scan] for scan in training]
+        training: list[TrainingSplit] = [
+            ScannedSplit(scan, column_of[scan]) for scan in judged if scan.split == TRAINING
+        ]
+        kept = (
+            history.kept([str(scan.dataset.path) for scan in scans]) if history and check.id == KEPT else []
+        )
+        training += kept
+        kept_names += [split.name for split in kept]
+        if history is not None and check.id == KEPT and not training:
+            history.notes.append(
+                f"{history.given} {history.folder}: holds no training split yet, nor does this run: "
+                "the evaluation splits were compared with nothing"
+            )
+        columns = [split.column for split in training]
         for scan in judged:
             _note_unnamed(scan, check.id, len(column_of[scan].values))
             if scan.split != EVALUATION:
                 continue
             column = column_of[scan]
             leaks = check.func(columns, column, scan.checking)
-            copies = _locate_copies(training, columns, [copy for _, copy, _ in leaks])
+            copies = _locate_copies(training, [copy for _, copy, _ in leaks])
             judgement = [
                 (
                     (int(column.positions[row][0]), int(column.positions[row][1])),
@@ -67,10 +124,19 @@ def judge_splits(scans: Sequence[DatasetScan]) -> None:
             ]
             locate, contents = scan.identities()
             scan.aggregate.add_findings(check.id, judgement, locate, contents)
+        if history is not None and check.id == KEPT:
+            for split in training[: len(training) - len(kept)]:
+                assert isinstance(split, ScannedSplit)
+                kept_records = history.keep(split.path, split.column, split.scan.identities()[0])
+                history.notes.append(
+                    f"{history.given} {history.folder}: kept the training split {split.name} "
+                    f"({counted(kept_records, 'record')}) for later runs"
+                )
+    return kept_names
 
 
 def _locate_copies(
-    training: Sequence[DatasetScan], columns: Sequence[Any], copies: Sequence[tuple[int, int]]
+    training: Sequence[TrainingSplit], copies: Sequence[tuple[int, int]]
 ) -> list[tuple[str, str, int]]:
     """The identity (source, key, index) of each training copy, located split by split."""
     by_owner: dict[int, list[int]] = {}
@@ -79,24 +145,29 @@ def _locate_copies(
     found: list[Any] = [None] * len(copies)
     for owner, numbers in by_owner.items():
         positions = [
-            (int(columns[owner].positions[copies[n][1]][0]), int(columns[owner].positions[copies[n][1]][1]))
+            (
+                int(training[owner].column.positions[copies[n][1]][0]),
+                int(training[owner].column.positions[copies[n][1]][1]),
+            )
             for n in numbers
         ]
-        locate, _ = training[owner].identities()
-        for number, identity in zip(numbers, locate(positions)):
+        for number, identity in zip(numbers, training[owner].locate(positions)):
             found[number] = tuple(identity)
     return found
 
 
-def _finding(training: DatasetScan, copy: tuple[str, str, int], distance: int | None) -> Finding:
+def _finding(training: TrainingSplit, copy: tuple[str, str, int], distance: int | None) -> Finding:
     """An exact copy (``distance`` None), or an image whose perceptual hash is ``distance`` bits
-    from the training image's."""
+    from the training image's (of a split kept by an earlier run: ``train.kept``, when)."""
     source, key, index = copy
-    name = _name(training)
+    name = training.name
     details: dict[str, Any] = {
-        "train": {"dataset": str(training.dataset.path), "source": source, "key": key, "index": index},
+        "train": {"dataset": training.path, "source": source, "key": key, "index": index},
         "match": "exact" if distance is None else "perceptual",
     }
+    saved = getattr(training, "saved", None)
+    if saved is not None:
+        details["train"]["kept"] = saved
     if distance is None:
         return Finding(f"also in the training split {name}: {key}", details)
     details["distance"] = distance
