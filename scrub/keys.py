@@ -224,6 +224,18 @@ SHARED: dict[str, Key] = {
             ),
         ),
         Key(
+            "near-text",
+            "checks",
+            "float",
+            minimum=0,
+            maximum=1,
+            help=(
+                "split-leak: a text of an evaluation split whose estimated Jaccard similarity (MinHash of "
+                "5-word shingles) to a training text is at least this is a leak (0: off, the default; "
+                "0.8 is usual)."
+            ),
+        ),
+        Key(
             "max-aspect-ratio",
             "checks",
             "float",

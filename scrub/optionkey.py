@@ -18,6 +18,7 @@ class Key:
     kind: str
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
     #: may be set per dataset under [paths."GLOB"] (it concerns what a record is or how it is judged)
     per_path: bool = False
     #: the flag's help (the commands are built from `KEYS`: `scrub.cli`); ``{formats}`` stands

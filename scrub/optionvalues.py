@@ -100,6 +100,8 @@ def coerce(key: Key, value: Any, where: str) -> Any:
         raise UsageError(f"{where}: {value!r} is not one of {', '.join(key.choices)}")
     if key.minimum is not None and value < key.minimum:
         raise UsageError(f"{where}: must be at least {key.minimum:g}, got {value!r}")
+    if key.maximum is not None and value > key.maximum:
+        raise UsageError(f"{where}: must be at most {key.maximum:g}, got {value!r}")
     return value
 
 

@@ -103,6 +103,7 @@ def test_every_key_lands_in_the_model(tmp_path):
         extra |= {"baseline": "b"} if name in ("fail-on", "drift-threshold") else {}
         extra |= {"scheduler": "tcp://127.0.0.1:8786"} if name == "cluster-wait" else {}
         value = str(model_config) if name == "tokenizer" else value  # read when the options are built
+        value = min(value, key.maximum) if key.maximum is not None else value
         if name == "contract":  # read when the options are built too
             value = tmp_path / "scrub.contract.toml"
             value.write_text("[records]\nmin = 1\n")

@@ -94,6 +94,9 @@ class CheckOptions:
     #: `near-duplicate`, of a training image's a `split-leak` (``--near-distance``; 0: exact
     #: copies only)
     near_distance: int = 6
+    #: a text of an evaluation split whose estimated Jaccard similarity to a training text is at
+    #: least this is a `split-leak` (``--near-text``; 0: texts compared exactly only)
+    near_text: float = 0.0
     #: the scan makes each image's perceptual hash (`near-duplicate` and `split-leak` compare
     #: them): set by the scan (`scrub.scanning.dataset.DatasetScan`), not an option
     perceptual_hashes: bool = False

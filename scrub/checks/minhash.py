@@ -33,12 +33,11 @@ costs a comparison, never a finding.
 from __future__ import annotations
 
 import itertools
+import unicodedata
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import xxhash
-
-from scrub.checks.splits import normalized_text
 
 #: words a shingle holds (datatrove's and Lee et al.'s 5-grams; 3 would pair more templated
 #: texts, 8 would miss copies with an edit every few dozen words)
@@ -66,6 +65,12 @@ SHINGLES_PER_STEP = 1 << 12
 CANDIDATES_PER_STEP = 1 << 12
 
 _MASK32 = 0xFFFFFFFF
+
+
+def normalized_text(text: str) -> str:
+    """A text as two copies of one document compare: Unicode NFC, case folded, every run of
+    whitespace one space, none at either end."""
+    return " ".join(unicodedata.normalize("NFC", text).casefold().split())
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> list[str]:

@@ -13,33 +13,39 @@ the pairs of hashes that share a band, not a comparison of every pair.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
-from typing import cast
+from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 import xxhash
 
-from scrub.checks.base import CheckOptions, Column, batch_collector, split_check
+from scrub.checks.base import Check, CheckOptions, Column, batch_collector, split_check
+from scrub.checks.minhash import (
+    NO_SIGNATURE,
+    NUM_PERM,
+    band_keys,
+    near_text_pairs,
+    normalized_text,
+    signatures,
+)
 from scrub.checks.perceptual import NO_HASH, near_pairs, phashes
 from scrub.records import Batch, Pieces, Record, Severity, TextParts, TokenRows
 
 #: a leaked record: (its row in the evaluation split's column, (the training split's number, the
-#: row of its copy in that split's column), None for an exact copy or the perceptual hashes'
-#: distance in bits); the first copy in the run's order of the splits
-Leak = tuple[int, tuple[int, int], int | None]
+#: row of its copy in that split's column), None for an exact copy, the perceptual hashes'
+#: distance in bits (an int), or the texts' estimated Jaccard similarity (a float)); the first
+#: copy in the run's order of the splits
+Leak = tuple[int, tuple[int, int], int | float | None]
 #: a record's column value: its content identity (16 bytes), then its perceptual hash (8 bytes,
 #: big-endian; `NO_HASH` for a record that is no image, or whose image has no hash)
 IDENTITY_BYTES = 24
+#: with ``--near-text``, what follows: the record's MinHash signature (`scrub.checks.minhash`,
+#: 128 uint32 values; `NO_SIGNATURE` for a record that is no text)
+SIGNATURE_BYTES = 512
 
 
 _NO_HASH = NO_HASH.to_bytes(8, "big")
-
-
-def normalized_text(text: str) -> str:
-    """A text as two copies of one document compare: Unicode NFC, case folded, every run of
-    whitespace one space, none at either end."""
-    return " ".join(unicodedata.normalize("NFC", text).casefold().split())
 
 
 def content_identity(record: Record) -> bytes | None:
@@ -100,6 +106,43 @@ def pack_identities(values: list) -> np.ndarray:
     return column
 
 
+def text_split_identity(record: Record) -> bytes | tuple[bytes, Any] | None:
+    """`split_identity`, and of a text what its MinHash signature is made of (``--near-text``):
+    its identity and its parts' text."""
+    if record.meta.get("kind") == "text" and record.payload is not None:
+        identity = content_identity(record)
+        if identity is not None:
+            return identity, "\n".join(part for _, part, _ in cast(TextParts, record.payload))
+    return split_identity(record)
+
+
+def pack_text_identities(values: list) -> np.ndarray:
+    """`pack_identities`, each identity followed by its record's MinHash signature
+    (`scrub.checks.minhash`; `NO_SIGNATURE` for a record that is no text), the texts' made in
+    one call: a column of `IDENTITY_BYTES` + `SIGNATURE_BYTES` a record."""
+    texts = [
+        number
+        for number, value in enumerate(values)
+        if isinstance(value, tuple) and isinstance(value[1], str)
+    ]
+    base = pack_identities(
+        [values[n][0] + _NO_HASH if n in set(texts) else values[n] for n in range(len(values))]
+    )
+    packed = np.empty((len(values), IDENTITY_BYTES + SIGNATURE_BYTES), np.uint8)
+    packed[:, :IDENTITY_BYTES] = np.frombuffer(base.tobytes(), np.uint8).reshape(-1, IDENTITY_BYTES)
+    signed = np.full((len(values), NUM_PERM), NO_SIGNATURE, np.uint32)
+    if texts:
+        signed[texts] = signatures([values[number][1] for number in texts])
+    packed[:, IDENTITY_BYTES:] = signed.view(np.uint8).reshape(len(values), SIGNATURE_BYTES)
+    return packed.view(f"S{IDENTITY_BYTES + SIGNATURE_BYTES}").reshape(-1)
+
+
+def with_text_signatures(check: Check) -> Check:
+    """`split-leak` as ``--near-text`` runs it: its column holds each text's MinHash signature."""
+    width = IDENTITY_BYTES + SIGNATURE_BYTES
+    return replace(check, collect=text_split_identity, pack=pack_text_identities, column_dtype=f"S{width}")
+
+
 def _tokens_identity(ids: np.ndarray) -> bytes:
     """A sequence's identity: its ids as int64, whatever dtype its store keeps them in."""
     return xxhash.xxh3_128_digest(b"tokens\0" + np.ascontiguousarray(ids, dtype=np.int64).tobytes())
@@ -133,9 +176,11 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
         text (Unicode NFC, case folded, whitespace collapsed) for texts, the same dtype, shape
         and values for array values and rows; and an image whose perceptual hash (pHash, from
         the decode that judges it) is within `--near-distance` bits (default 6) of a training
-        image's: a re-encoded, resized or brightened copy. Details name the training record
-        (`train`), `match` (`exact` or `perceptual`) and the `distance` in bits; records that
-        could not be read are counted in a note, not compared.
+        image's: a re-encoded, resized or brightened copy; with `--near-text J`, a text whose
+        estimated Jaccard similarity (MinHash of 5-word shingles) to a training text is at
+        least J. Details name the training record (`train`), `match` (`exact`, `perceptual` or
+        `minhash`), the `distance` in bits or the `similarity`; records that could not be read
+        are counted in a note, not compared.
     Why it breaks training:
         A test record the model was trained on is answered from memory: every metric on the
         evaluation split overstates what the model does on new data, and model selection on a
@@ -155,34 +200,70 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     # every training record, split after split, each split in dataset order: the first copy of
     # an identity is first after a stable sort, and the first of equally near hashes
     orders = [column.in_dataset_order() for column in train]
-    known, known_hashes = identity_parts(
-        np.concatenate([column.values[order] for column, order in zip(train, orders)])
-    )
+    parts = [identity_parts(column.values[order]) for column, order in zip(train, orders)]
+    known, known_hashes = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     owners = np.concatenate([np.full(len(order), number) for number, order in enumerate(orders)])
     rows = np.concatenate(orders)
-    identities, hashes = identity_parts(evaluation.values)
+    identities, hashes, signed = identity_parts(evaluation.values)
     by_identity = np.argsort(known, kind="stable")
     ordered = known[by_identity]
     found = np.searchsorted(ordered, identities)
     found[found == len(ordered)] = 0
     exact = ordered[found] == identities
-    matches: list[tuple[int, int, int | None]] = [
+    matches: list[tuple[int, int, int | float | None]] = [
         (int(row), int(by_identity[found[row]]), None) for row in np.flatnonzero(exact)
     ]
+    rest = np.flatnonzero(~exact)
     if options.near_distance:
-        rest = np.flatnonzero(~exact)
         near, nearest, distance = near_pairs(known_hashes, hashes[rest], options.near_distance)
         matches += [(int(rest[n]), int(k), int(d)) for n, k, d in zip(near, nearest, distance)]
+        rest = np.setdiff1d(rest, rest[near])
+    if options.near_text and signed is not None:
+        matches += _near_texts(parts, signed, rest, options.near_text)
     return sorted((row, (int(owners[first]), int(rows[first])), distance) for row, first, distance in matches)
 
 
-def identity_parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A column's content identities (``S16``) and perceptual hashes (uint64, `NO_HASH` where
-    the record has none)."""
-    packed = np.frombuffer(values.tobytes(), np.uint8).reshape(len(values), IDENTITY_BYTES)
+def _near_texts(
+    parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    signed: np.ndarray,
+    rest: np.ndarray,
+    threshold: float,
+) -> list[tuple[int, int, int | float | None]]:
+    """The evaluation texts of rows ``rest`` (signatures ``signed``) whose estimated Jaccard
+    similarity to a training text (the training splits' `identity_parts`, one after the other)
+    is at least ``threshold``: (row, its nearest, the estimate)."""
+    known = np.concatenate(
+        [
+            part[2]
+            if part[2] is not None
+            else np.full((len(part[0]), signed.shape[1]), NO_SIGNATURE, np.uint32)
+            for part in parts
+        ]
+    )
+    if not len(known) or not len(rest):
+        return []
+    queries = signed[rest]
+    near, nearest, similarity = near_text_pairs(
+        band_keys(known), known, band_keys(queries), queries, threshold
+    )
+    return [(int(rest[n]), int(k), round(float(j), 3)) for n, k, j in zip(near, nearest, similarity)]
+
+
+def identity_parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A column's content identities (``S16``), perceptual hashes (uint64, `NO_HASH` where the
+    record has none) and, in a column of ``--near-text``, MinHash signatures ((n, 128) uint32;
+    else None)."""
+    width = values.dtype.itemsize if len(values) else IDENTITY_BYTES
+    packed = np.frombuffer(values.tobytes(), np.uint8).reshape(len(values), width)
     identities = np.ascontiguousarray(packed[:, :16]).view("S16").reshape(-1)
-    hashes = np.ascontiguousarray(packed[:, 16:]).view(">u8").reshape(-1).astype(np.uint64)
-    return identities, hashes
+    hashes = np.ascontiguousarray(packed[:, 16:IDENTITY_BYTES]).view(">u8").reshape(-1).astype(np.uint64)
+    signed = None
+    if width == IDENTITY_BYTES + SIGNATURE_BYTES:
+        signed = np.ascontiguousarray(packed[:, IDENTITY_BYTES:]).view(np.uint32).reshape(len(values), -1)
+        # a value packed without one (a batch's rows) is zero-padded to the column's width: no
+        # signature (a signature's 128 values are never all 0 but by a 2^-4096 chance)
+        signed[~signed.any(axis=1)] = NO_SIGNATURE
+    return identities, hashes, signed
 
 
 @batch_collector("split-leak")

@@ -31,7 +31,7 @@ from scrub.records import Issue, Severity
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.scanning.dataset import DatasetScan, Tasks
 from scrub.scanning.history import History
-from scrub.scanning.splits import describe_splits, judge_splits, unused_near_distance
+from scrub.scanning.splits import describe_splits, judge_splits, unused_comparisons
 from scrub.summary import Progress, ScanAggregate, Summary
 
 
@@ -255,9 +255,7 @@ def scan_opened(
         for scan in scans:
             scan.finish(plan)
         kept = judge_splits(scans, history)
-        unused = unused_near_distance(scans, options)
-        if unused is not None:
-            (notes if several else scans[0].aggregate.notes).append(unused)
+        (notes if several else scans[0].aggregate.notes).extend(unused_comparisons(scans, options))
         for scan, issues in zip(scans, found):
             for issue in issues:
                 scan.aggregate.add_issue(replace(issue, dataset=None))

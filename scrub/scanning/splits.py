@@ -10,6 +10,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrub.checks.base import CheckOptions, Finding, Position
+from scrub.checks.splits import IDENTITY_BYTES, SIGNATURE_BYTES
 from scrub.paths import EVALUATION, TRAINING
 from scrub.wording import counted
 
@@ -35,15 +36,25 @@ def describe_splits(scans: Sequence[DatasetScan], kept: Sequence[str] = ()) -> s
     )
 
 
-def unused_near_distance(scans: Sequence[DatasetScan], options: ScanOptions) -> str | None:
-    """``--near-distance`` set where no image is hashed: said, not passed over."""
+def unused_comparisons(scans: Sequence[DatasetScan], options: ScanOptions) -> list[str]:
+    """``--near-distance`` set where no image is hashed, ``--near-text`` where no split's texts
+    are signed: each said, not passed over."""
+    unused = []
     distance = options.checks.near_distance
-    if distance == CheckOptions().near_distance or any(scan.checking.perceptual_hashes for scan in scans):
-        return None
-    return (
-        f"{options.origin('near-distance')} {distance}: not used: it compares images (near-duplicate, "
-        "split-leak), and this run compared none"
-    )
+    if distance != CheckOptions().near_distance and not any(
+        scan.checking.perceptual_hashes for scan in scans
+    ):
+        unused.append(
+            f"{options.origin('near-distance')} {distance}: not used: it compares images (near-duplicate, "
+            "split-leak), and this run compared none"
+        )
+    signing = f"S{IDENTITY_BYTES + SIGNATURE_BYTES}"
+    if options.checks.near_text and not any(c.column_dtype == signing for scan in scans for c in scan.checks):
+        unused.append(
+            f"{options.origin('near-text')} {options.checks.near_text:g}: not used: it compares the texts of "
+            "a run's splits (JSON Lines text, chat, prompt and completion), and this run has no such splits"
+        )
+    return unused
 
 
 class TrainingSplit(Protocol):
@@ -156,9 +167,10 @@ def _locate_copies(
     return found
 
 
-def _finding(training: TrainingSplit, copy: tuple[str, str, int], distance: int | None) -> Finding:
-    """An exact copy (``distance`` None), or an image whose perceptual hash is ``distance`` bits
-    from the training image's (of a split kept by an earlier run: ``train.kept``, when)."""
+def _finding(training: TrainingSplit, copy: tuple[str, str, int], distance: int | float | None) -> Finding:
+    """An exact copy (``distance`` None), an image whose perceptual hash is ``distance`` bits
+    from the training image's, or a text whose estimated Jaccard similarity is ``distance`` (a
+    float) (of a split kept by an earlier run: ``train.kept``, when)."""
     source, key, index = copy
     name = training.name
     details: dict[str, Any] = {
@@ -170,6 +182,13 @@ def _finding(training: TrainingSplit, copy: tuple[str, str, int], distance: int 
         details["train"]["kept"] = saved
     if distance is None:
         return Finding(f"also in the training split {name}: {key}", details)
+    if isinstance(distance, float):
+        details.update(match="minhash", similarity=distance)
+        return Finding(
+            f"nearly the same text as {key} of the training split {name} (estimated Jaccard similarity "
+            f"{distance:.2f})",
+            details,
+        )
     details["distance"] = distance
     return Finding(
         f"nearly the same image as {key} of the training split {name} (perceptual hashes {distance} "
