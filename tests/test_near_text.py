@@ -115,3 +115,12 @@ def test_token_rows_of_a_store_are_compared_exactly_with_near_text_on(tmp_path):
         max_length=64,
     )
     assert found.summary.records == 8 and not leaks(found)
+
+
+def test_the_html_report_says_how_near_each_leaked_text_is(texts):
+    report = texts / "report.html"
+    command = ["scan", texts / "train.jsonl", texts / "test.jsonl", "--near-text", "0.8", "--html", report]
+    subprocess.run([sys.executable, "-m", "scrub", *map(str, command)], capture_output=True, cwd=texts)
+    page = report.read_text()
+    assert "Leaks between splits" in page and page.count("<td class=n>Jaccard 0.") == 2
+    assert page.count("<td class=n>–</td>") == 1  # the exact copy

@@ -413,7 +413,7 @@ def _pairs(summary: Summary, findings: Findings, budget: int, timeout: float) ->
     leak_rows = [
         (
             f"<tr><td>{side(leak)}</td><td>{side(train)}</td><td>{_e(leak.details.get('match', ''))}</td>"
-            f"<td class=n>{_e(leak.details.get('distance', '–'))}</td></tr>",
+            f"<td class=n>{_e(_nearness(leak.details))}</td></tr>",
             1,
         )
         for leak, train in leaks
@@ -421,7 +421,7 @@ def _pairs(summary: Summary, findings: Findings, budget: int, timeout: float) ->
     leak_table = _pair_table(
         "Leaks between splits",
         "leaks",
-        "<th>evaluation record</th><th>training record</th><th>match</th><th class=n>distance (bits)</th>",
+        "<th>evaluation record</th><th>training record</th><th>match</th><th class=n>how near</th>",
         leak_rows,
         _total(findings, [LEAK_CHECK]) - len(leaks),
         budget,
@@ -445,6 +445,16 @@ def _pairs(summary: Summary, findings: Findings, budget: int, timeout: float) ->
         budget - len(leak_table.encode()),
     )
     return unmade + leak_table + copy_table
+
+
+def _nearness(details: Mapping) -> str:
+    """How near a leaked record is to its training copy: its hash's distance in bits, its text's
+    estimated similarity, or "–" for an exact copy."""
+    if "distance" in details:
+        return f"{details['distance']} bits"
+    if "similarity" in details:
+        return f"Jaccard {details['similarity']}"
+    return "–"
 
 
 def _pair_table(
