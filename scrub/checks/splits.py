@@ -1,5 +1,6 @@
 """Checks of a run's splits: a record of an evaluation split that is also in a training split,
-or an image that is nearly one of its images (`scrub.checks.perceptual`).
+an image that is nearly one of its images (`scrub.checks.perceptual`), or (``--near-text``) a
+text that nearly is one of its texts (`scrub.checks.minhash`).
 
 A record's content identity is a 128-bit XXH3 digest of what it holds, whatever its key or file
 name (`content_identity`): an encoded file by its bytes (the digest `duplicate` compares), a
@@ -8,7 +9,8 @@ or an array row by its dtype, shape and bytes; an image has a perceptual hash as
 identities of each split are a column of 24 bytes a record (`IDENTITY_BYTES`); `split_leak`
 matches an evaluation split's against the training splits' by sorting, and the hashes by bands
 (`scrub.checks.perceptual.near_pairs`), so a run costs a sort of its records' identities and
-the pairs of hashes that share a band, not a comparison of every pair.
+the pairs of hashes that share a band, not a comparison of every pair. With ``--near-text``
+each value also holds its text's MinHash signature (`SIGNATURE_BYTES`), looked up by LSH bands.
 """
 
 from __future__ import annotations
@@ -125,8 +127,9 @@ def pack_text_identities(values: list) -> np.ndarray:
         for number, value in enumerate(values)
         if isinstance(value, tuple) and isinstance(value[1], str)
     ]
+    is_text = set(texts)
     base = pack_identities(
-        [values[n][0] + _NO_HASH if n in set(texts) else values[n] for n in range(len(values))]
+        [value[0] + _NO_HASH if number in is_text else value for number, value in enumerate(values)]
     )
     packed = np.empty((len(values), IDENTITY_BYTES + SIGNATURE_BYTES), np.uint8)
     packed[:, :IDENTITY_BYTES] = np.frombuffer(base.tobytes(), np.uint8).reshape(-1, IDENTITY_BYTES)
