@@ -72,16 +72,32 @@ def scan(
     started = time.perf_counter()
     options = options_of(options, keywords)
     if isinstance(path, (str, Path)) and not _names_several(path, options):
-        return scan_one(path, options, progress=progress, started=started)
+        return _reported(scan_one(path, options, progress=progress, started=started), options)
     found = expand_datasets([path] if isinstance(path, (str, Path)) else path, options.read)
     note = found.note()
-    return scan_many(
+    scanned = scan_many(
         [(p, options) for p in found.paths],
         options,
         progress=progress,
         started=started,
         notes=[note] if note else [],
     )
+    return _reported(scanned, options)
+
+
+def _reported(result: ScanResult, options: ScanOptions) -> ScanResult:
+    """Write the reports the options name (``json``, ``junit``, ``html``, ``summary_md``), as
+    `scrub scan` does: an option given is acted on, never passed over."""
+    if options.json is None and not (options.junit or options.html or options.summary_md):
+        return result
+    from scrub.console import write_json
+    from scrub.reports import write_reports
+
+    code = int(result.exit_code(options.fail_on))
+    write_json(options.json, result.summary.to_dict() | {"fail_on": options.fail_on, "exit_code": code})
+    if options.junit or options.html or options.summary_md:
+        write_reports(result, options, code)
+    return result
 
 
 def scan_one(

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from PIL import Image, ImageFile
 from typer.testing import CliRunner
 
+import scrub
 from scrub.cli import app
 from scrub.records import Issue, Severity
 from scrub.reports.findings import Collector, collect, record_name
@@ -585,3 +586,17 @@ def test_html_thumbnails_show_the_images_of_pair_and_box_datasets(tmp_path, data
     figures = re.findall(r"<figure>(.*?)</figure>", report.read_text(), re.S)
     shown = [figure for figure in figures if f"<code>{key}</code>" in figure]
     assert shown and "data:image/jpeg;base64," in shown[0], shown
+
+
+def test_the_api_writes_the_reports_its_options_name(tmp_path):
+    """`scrub.scan(..., html=...)` writes what `scrub scan --html` writes: an option given is
+    acted on, never passed over."""
+    wanted = {name: tmp_path / f"report.{suffix}" for name, suffix in REPORT_SUFFIXES.items()}
+    result = scrub.scan(SAMPLES / "images", manifest=tmp_path / "m.jsonl", **wanted)
+    assert all(path.stat().st_size > 0 for path in wanted.values())
+    assert json.loads(wanted["json"].read_text())["exit_code"] == int(result.exit_code())
+    assert "<testsuite" in wanted["junit"].read_text() and "<html" in wanted["html"].read_text()
+
+
+#: each report option of the API and the file it names
+REPORT_SUFFIXES = {"json": "json", "junit": "xml", "html": "html", "summary_md": "md"}
