@@ -99,7 +99,7 @@ def test_token_rows_of_a_store_are_compared_exactly_with_near_text_on(tmp_path):
     values = np.array(
         [b"a" * 16 + b"\0" * 8, b"b" * 16 + b"\0" * 8], dtype=f"S{IDENTITY_BYTES + SIGNATURE_BYTES}"
     )
-    _, _, signed = identity_parts(values)
+    _, _, _, signed = identity_parts(values)
     assert signed is not None and (signed == 0xFFFFFFFF).all()
     from test_megatron import write_pair
 

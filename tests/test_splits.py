@@ -346,7 +346,7 @@ def test_near_pairs_equal_a_brute_force_search():
 
 @pytest.fixture
 def near_splits(tmp_path: Path) -> Path:
-    """train: 12 pictures; val: seven changed copies of train's first seven and five others."""
+    """train: 12 pictures; val: changed copies of train's first seven and of its last, and five others."""
     data = tmp_path / "data"
     (data / "train" / "a").mkdir(parents=True)
     (data / "val" / "a").mkdir(parents=True)
@@ -362,6 +362,7 @@ def near_splits(tmp_path: Path) -> Path:
         "darker.jpg": encoded(ImageEnhance.Brightness(pictures[4]).enhance(0.9)),
         "brighter.jpg": encoded(ImageEnhance.Brightness(pictures[5]).enhance(1.1)),
         "as.png": encoded(pictures[6], "PNG"),
+        "cropped-more.jpg": encoded(pictures[11].crop((13, 13, w - 13, h - 13))),  # 5% a side
     }
     for name, data_bytes in changed.items():
         (data / "val" / "a" / name).write_bytes(data_bytes)
@@ -380,9 +381,34 @@ def test_changed_copies_of_training_images_leak_and_other_images_do_not(near_spl
         "a/darker.jpg": "a/04.jpg",
         "a/brighter.jpg": "a/05.jpg",
         "a/as.png": "a/06.jpg",
+        "a/cropped-more.jpg": "a/11.jpg",  # near the hash of train's central crop, not its whole
     }
     assert {key: details["train"]["key"] for (_, key), details in found.items()} == expected
     assert all(d["match"] == "perceptual" and 0 <= d["distance"] <= 6 for d in found.values())
+
+
+def test_a_training_images_central_crops_are_hashed_from_its_own_grayscale():
+    """`crop_phashes` resample the 32 x 32 grayscale the whole image's hash is made of: within a
+    few bits of the hash of the image cut by `CROPS` a side; a packed column holds them after
+    the hash, and a value packed before (a cached one) stays as it is."""
+    from scrub.checks.perceptual import CROPS, crop_phashes, distances, phash, reduced
+    from scrub.checks.splits import CROP_BYTES, IDENTITY_BYTES, identity_parts, pack_identities
+
+    for seed in range(8):
+        picture = scene(seed).convert("L")
+        w, h = picture.size
+        made = crop_phashes(reduced(picture)[None])[0]
+        for share, hashed in zip(CROPS, made):
+            cut = round(w * share), round(h * share)
+            cropped = phash(picture.crop((*cut, w - cut[0], h - cut[1])))
+            assert distances(np.uint64(cropped), hashed) <= 4, (seed, share)
+    gray = reduced(scene(3).convert("L"))
+    column = pack_identities([(b"i" * 16, gray)], crops=True)
+    assert column.dtype.itemsize == IDENTITY_BYTES + CROP_BYTES
+    _, _, crops, _ = identity_parts(column)
+    assert crops is not None and crops[0].tolist() == crop_phashes(gray[None])[0].tolist()
+    again = pack_identities([column[0].tobytes(), b"t" * 16 + b"\0" * 8], crops=True)
+    assert again.tobytes() == column.tobytes() + b"t" * 16 + b"\0" * 24
 
 
 def test_near_distance_zero_finds_exact_copies_only(near_splits):
@@ -394,7 +420,7 @@ def test_near_distance_zero_finds_exact_copies_only(near_splits):
 def test_a_cached_rescan_of_the_splits_finds_the_same_leaks(near_splits, tmp_path):
     first = leaks(scrub.scan(near_splits, cache=tmp_path / "cache"))
     again = scrub.scan(near_splits, cache=tmp_path / "cache")
-    assert leaks(again) == first and len(first) == 7
+    assert leaks(again) == first and len(first) == 8
     assert all(part.cache["reused"] == part.records for part in again.summary.parts)
 
 

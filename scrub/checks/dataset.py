@@ -117,7 +117,7 @@ def near_duplicate(column: Column, options: CheckOptions, locate: Locate) -> Jud
     if not options.near_distance or not len(column.values):
         return []
     order = column.in_dataset_order()
-    identities, hashes, _ = identity_parts(column.values[order])
+    identities, hashes, _, _ = identity_parts(column.values[order])
     firsts = np.unique(identities, return_index=True)[1]
     compared = np.full(len(hashes), NO_HASH, np.uint64)
     compared[firsts] = hashes[firsts]  # a later copy of the same bytes is `duplicate`'s

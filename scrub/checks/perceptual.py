@@ -48,12 +48,48 @@ def reduced(gray: np.ndarray | Image.Image) -> np.ndarray:
     return np.asarray(image, np.uint8)
 
 
+#: the share of each side a training image's central crops leave out (`crop_phashes`): a copy
+#: cut by about that much a side is near the crop's hash, where it is ~13 bits from the whole
+#: image's at 5% (docs/checks.md, "Changed copies of images")
+CROPS = (0.025, 0.05)
+
+
+def _zoom(share: float) -> np.ndarray:
+    """The (`SIDE`, `SIDE`) matrix that resamples a row of `SIDE` pixels to its central part
+    without ``share`` of each end, stretched back to `SIDE` pixels (linear interpolation)."""
+    centres = share * SIDE + (np.arange(SIDE) + 0.5) * (1 - 2 * share) - 0.5
+    lower = np.clip(np.floor(centres).astype(int), 0, SIDE - 1)
+    upper = np.clip(lower + 1, 0, SIDE - 1)
+    weight = centres - np.floor(centres)
+    matrix = np.zeros((SIDE, SIDE))
+    matrix[np.arange(SIDE), lower] += 1 - weight
+    matrix[np.arange(SIDE), upper] += weight
+    return matrix
+
+
+#: the DCT of each central crop (`CROPS`) of a 32 x 32 grayscale: the crop resampled, then
+#: transformed, in one matrix
+_CROP_DCTS = [_DCT @ _zoom(share) for share in CROPS]
+
+
+def crop_phashes(grays: np.ndarray) -> np.ndarray:
+    """The pHash ((n, len(`CROPS`)) uint64) of each central crop of each of ``grays`` ((n, 32, 32)
+    uint8, from `reduced`): the crop resampled from the 32 x 32 grayscale the image's own hash is
+    made of, so that it costs a hash, not a second decode or resize."""
+    grays = np.asarray(grays, np.uint8).reshape(-1, SIDE, SIDE)
+    return np.stack([_hashed(transform, grays) for transform in _CROP_DCTS], axis=1)
+
+
 def phashes(grays: np.ndarray) -> np.ndarray:
     """The pHash (uint64) of each of ``grays`` ((n, 32, 32) uint8, from `reduced`), all at once:
     a partition's images are hashed with a few NumPy calls, not a few per image (each call costs
     a scan of small JPEGs more than the arithmetic does)."""
-    grays = np.asarray(grays, np.uint8).reshape(-1, SIDE, SIDE)
-    low = (_DCT @ grays.astype(np.float64) @ _DCT.T).reshape(len(grays), LOW * LOW)
+    return _hashed(_DCT, np.asarray(grays, np.uint8).reshape(-1, SIDE, SIDE))
+
+
+def _hashed(transform: np.ndarray, grays: np.ndarray) -> np.ndarray:
+    """`phashes` with ``transform`` (8 x 32) as the rows' and the columns' DCT."""
+    low = (transform @ grays.astype(np.float64) @ transform.T).reshape(len(grays), LOW * LOW)
     ordered = np.sort(low, axis=1)
     bits = low > ((ordered[:, MIDDLE - 1] + ordered[:, MIDDLE]) / 2)[:, None]  # above the median
     hashed = np.packbits(bits, axis=1).view(">u8").reshape(-1).astype(np.uint64)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -25,13 +26,12 @@ import xxhash
 from scrub.checks.base import Check, CheckOptions, Column, batch_collector, split_check
 from scrub.checks.minhash import (
     NO_SIGNATURE,
-    NUM_PERM,
     band_keys,
     near_text_pairs,
     normalized_text,
     signatures,
 )
-from scrub.checks.perceptual import NO_HASH, near_pairs, phashes
+from scrub.checks.perceptual import CROPS, NO_HASH, crop_phashes, near_pairs, phashes
 from scrub.records import Batch, Pieces, Record, Severity, TextParts, TokenRows
 
 #: a leaked record: (its row in the evaluation split's column, (the training split's number, the
@@ -45,6 +45,11 @@ IDENTITY_BYTES = 24
 #: with ``--near-text``, what follows: the record's MinHash signature (`scrub.checks.minhash`,
 #: 128 uint32 values; `NO_SIGNATURE` for a record that is no text)
 SIGNATURE_BYTES = 512
+#: in a training split's column, what follows the hash: the hashes of its image's central crops
+#: (`scrub.checks.perceptual.CROPS`, 8 bytes each; `NO_HASH` for a record that is no image)
+CROP_BYTES = 8 * len(CROPS)
+#: a column's parts (`identity_parts`)
+Parts = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]
 
 
 _NO_HASH = NO_HASH.to_bytes(8, "big")
@@ -87,63 +92,88 @@ def split_identity(record: Record) -> bytes | tuple[bytes, np.ndarray] | None:
     return identity + _NO_HASH if gray is None else (identity, gray)
 
 
-def pack_identities(values: list) -> np.ndarray:
+def pack_identities(values: list, crops: bool = False) -> np.ndarray:
     """A partition's `split_identity` values as its column: each identity and its record's
-    perceptual hash (`NO_HASH` where it has none), the images' hashed in one call."""
+    perceptual hash (`NO_HASH` where it has none), the images' hashed in one call; with
+    ``crops``, each image's hashes of its central crops too (`CROP_BYTES` more a record,
+    `crop_phashes`). A value already packed (a cached record's) is kept."""
+    width = IDENTITY_BYTES + (CROP_BYTES if crops else 0)
+    packed = _packed_bytes(values, width)
     images = [number for number, value in enumerate(values) if isinstance(value, tuple)]
-    if images and len(images) == len(values):  # every record an image (the common case): no loop of bytes
-        packed = np.empty((len(values), IDENTITY_BYTES), np.uint8)
-        packed[:, :16] = np.frombuffer(b"".join([value[0] for value in values]), np.uint8).reshape(-1, 16)
-        hashes = phashes(np.stack([value[1] for value in values]))
-        packed[:, 16:] = hashes.astype(">u8").view(np.uint8).reshape(-1, 8)
-        return packed.view(f"S{IDENTITY_BYTES}").reshape(-1)
-    column = np.empty(len(values), f"S{IDENTITY_BYTES}")
-    for number, value in enumerate(values):
-        if not isinstance(value, tuple):
-            column[number] = value
-    if images:
-        hashes = phashes(np.stack([values[number][1] for number in images]))
-        for number, hashed in zip(images, hashes.tolist()):
-            column[number] = values[number][0] + hashed.to_bytes(8, "big")
-    return column
+    if not images:
+        return packed.view(f"S{width}").reshape(-1)
+    joined = b"".join([values[number][0] for number in images])
+    packed[images, :16] = np.frombuffer(joined, np.uint8).reshape(-1, 16)
+    grays = np.stack([values[number][1] for number in images])
+    packed[images, 16:IDENTITY_BYTES] = _hash_bytes(phashes(grays))
+    if crops:
+        packed[images, IDENTITY_BYTES:] = _hash_bytes(crop_phashes(grays))
+    return packed.view(f"S{width}").reshape(-1)
 
 
-def text_split_identity(record: Record) -> bytes | tuple[bytes, Any] | None:
-    """`split_identity`, and of a text what its MinHash signature is made of (``--near-text``):
-    its identity and its parts' text."""
-    if record.meta.get("kind") == "text" and record.payload is not None:
+def _packed_bytes(values: list, width: int) -> np.ndarray:
+    """Rows of ``width`` bytes (a writable (n, ``width``) uint8 array): each value that is bytes
+    already (packed, or an identity with its `NO_HASH`) zero-padded to the width (a zero hash is
+    `NO_HASH`, a zero signature none), the others zero for their packing."""
+    rows = np.array([value if isinstance(value, bytes) else b"" for value in values], f"S{width}")
+    return np.frombuffer(rows.tobytes(), np.uint8).reshape(len(values), width).copy()
+
+
+def _hash_bytes(hashes: np.ndarray) -> np.ndarray:
+    """Hashes (uint64, a row of them each or one each) as big-endian bytes, a row a record."""
+    return hashes.astype(">u8").view(np.uint8).reshape(len(hashes), -1)
+
+
+def collect_split(record: Record, texts: bool = False) -> Any:
+    """What `split-leak` collects of a record in a variant of its column (`split_variant`):
+    `split_identity` (the crops' hashes are made from the same grayscale); with ``texts``, a
+    text's identity and its parts' text (its MinHash signature's making)."""
+    if texts and record.meta.get("kind") == "text" and record.payload is not None:
         identity = content_identity(record)
         if identity is not None:
             return identity, "\n".join(part for _, part, _ in cast(TextParts, record.payload))
     return split_identity(record)
 
 
-def pack_text_identities(values: list) -> np.ndarray:
-    """`pack_identities`, each identity followed by its record's MinHash signature
-    (`scrub.checks.minhash`; `NO_SIGNATURE` for a record that is no text), the texts' made in
-    one call: a column of `IDENTITY_BYTES` + `SIGNATURE_BYTES` a record."""
-    texts = [
-        number
-        for number, value in enumerate(values)
-        if isinstance(value, tuple) and isinstance(value[1], str)
-    ]
-    is_text = set(texts)
-    base = pack_identities(
-        [value[0] + _NO_HASH if number in is_text else value for number, value in enumerate(values)]
+def pack_split(values: list, crops: bool = False, texts: bool = False) -> np.ndarray:
+    """`pack_identities` of a variant's values; with ``texts``, each identity followed by its
+    record's MinHash signature (`scrub.checks.minhash`; `NO_SIGNATURE` for a record that is no
+    text), the texts' made in one call."""
+    base = IDENTITY_BYTES + (CROP_BYTES if crops else 0)
+    width = base + (SIGNATURE_BYTES if texts else 0)
+    packed = _packed_bytes(values, width)
+    tuples = [number for number, value in enumerate(values) if isinstance(value, tuple)]
+    signed = [number for number in tuples if isinstance(values[number][1], str)]
+    images = [number for number in tuples if not isinstance(values[number][1], str)]
+    if images:
+        column = pack_identities([values[number] for number in images], crops)
+        packed[images, :base] = np.frombuffer(column.tobytes(), np.uint8).reshape(len(images), base)
+    if signed:
+        joined = b"".join([values[number][0] for number in signed])
+        packed[signed, :16] = np.frombuffer(joined, np.uint8).reshape(-1, 16)
+        made = signatures([values[number][1] for number in signed])
+        packed[signed, base:] = made.view(np.uint8).reshape(len(signed), SIGNATURE_BYTES)
+    return packed.view(f"S{width}").reshape(-1)
+
+
+def split_variant(check: Check, crops: bool, texts: bool) -> Check:
+    """`split-leak` with a wider column: ``crops``, a training split's images hashed at their
+    central crops too (a cropped copy is near a crop's hash, not the whole image's); ``texts``
+    (``--near-text``), each text's MinHash signature."""
+    width = IDENTITY_BYTES + (CROP_BYTES if crops else 0) + (SIGNATURE_BYTES if texts else 0)
+    return replace(
+        check,
+        collect=partial(collect_split, texts=texts),
+        pack=partial(pack_split, crops=crops, texts=texts),
+        column_dtype=f"S{width}",
     )
-    packed = np.empty((len(values), IDENTITY_BYTES + SIGNATURE_BYTES), np.uint8)
-    packed[:, :IDENTITY_BYTES] = np.frombuffer(base.tobytes(), np.uint8).reshape(-1, IDENTITY_BYTES)
-    signed = np.full((len(values), NUM_PERM), NO_SIGNATURE, np.uint32)
-    if texts:
-        signed[texts] = signatures([values[number][1] for number in texts])
-    packed[:, IDENTITY_BYTES:] = signed.view(np.uint8).reshape(len(values), SIGNATURE_BYTES)
-    return packed.view(f"S{IDENTITY_BYTES + SIGNATURE_BYTES}").reshape(-1)
 
 
-def with_text_signatures(check: Check) -> Check:
-    """`split-leak` as ``--near-text`` runs it: its column holds each text's MinHash signature."""
-    width = IDENTITY_BYTES + SIGNATURE_BYTES
-    return replace(check, collect=text_split_identity, pack=pack_text_identities, column_dtype=f"S{width}")
+def column_layout(width: int) -> tuple[bool, bool]:
+    """Whether a `split-leak` column of values ``width`` bytes wide holds central crops' hashes,
+    and MinHash signatures (`split_variant`)."""
+    texts = width >= IDENTITY_BYTES + SIGNATURE_BYTES
+    return width - (SIGNATURE_BYTES if texts else 0) == IDENTITY_BYTES + CROP_BYTES, texts
 
 
 def _tokens_identity(ids: np.ndarray) -> bytes:
@@ -179,7 +209,8 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
         text (Unicode NFC, case folded, whitespace collapsed) for texts, the same dtype, shape
         and values for array values and rows; and an image whose perceptual hash (pHash, from
         the decode that judges it) is within `--near-distance` bits (default 6) of a training
-        image's: a re-encoded, resized or brightened copy; with `--near-text J`, a text whose
+        image's (or of its central crops': a training image is hashed at 2.5% and 5% off each
+        side too): a re-encoded, resized, cropped or brightened copy; with `--near-text J`, a text whose
         estimated Jaccard similarity (MinHash of 5-word shingles) to a training text is at
         least J. Details name the training record (`train`), `match` (`exact`, `perceptual` or
         `minhash`), the `distance` in bits or the `similarity`; records that could not be read
@@ -205,9 +236,12 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     orders = [column.in_dataset_order() for column in train]
     parts = [identity_parts(column.values[order]) for column, order in zip(train, orders)]
     known, known_hashes = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    # each training image at its central crops as well: a cropped copy is near one of them
+    crops = np.concatenate([_crops_of(part) for part in parts])
+    looked_up = np.concatenate([known_hashes, crops.T.reshape(-1)])
     owners = np.concatenate([np.full(len(order), number) for number, order in enumerate(orders)])
     rows = np.concatenate(orders)
-    identities, hashes, signed = identity_parts(evaluation.values)
+    identities, hashes, _, signed = identity_parts(evaluation.values)
     by_identity = np.argsort(known, kind="stable")
     ordered = known[by_identity]
     found = np.searchsorted(ordered, identities)
@@ -218,7 +252,8 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     ]
     rest = np.flatnonzero(~exact)
     if options.near_distance:
-        near, nearest, distance = near_pairs(known_hashes, hashes[rest], options.near_distance)
+        near, nearest, distance = near_pairs(looked_up, hashes[rest], options.near_distance)
+        nearest %= len(known_hashes)  # a crop's hash names its image
         matches += [(int(rest[n]), int(k), int(d)) for n, k, d in zip(near, nearest, distance)]
         rest = np.setdiff1d(rest, rest[near])
     if options.near_text and signed is not None:
@@ -226,8 +261,13 @@ def split_leak(train: Sequence[Column], evaluation: Column, options: CheckOption
     return sorted((row, (int(owners[first]), int(rows[first])), distance) for row, first, distance in matches)
 
 
+def _crops_of(part: Parts) -> np.ndarray:
+    """A column's hashes of its images' central crops (`NO_HASH` in a column without them)."""
+    return part[2] if part[2] is not None else np.full((len(part[0]), len(CROPS)), NO_HASH, np.uint64)
+
+
 def _near_texts(
-    parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    parts: Sequence[Parts],
     signed: np.ndarray,
     rest: np.ndarray,
     threshold: float,
@@ -237,8 +277,8 @@ def _near_texts(
     is at least ``threshold``: (row, its nearest, the estimate)."""
     known = np.concatenate(
         [
-            part[2]
-            if part[2] is not None
+            part[3]
+            if part[3] is not None
             else np.full((len(part[0]), signed.shape[1]), NO_SIGNATURE, np.uint32)
             for part in parts
         ]
@@ -252,21 +292,30 @@ def _near_texts(
     return [(int(rest[n]), int(k), round(float(j), 3)) for n, k, j in zip(near, nearest, similarity)]
 
 
-def identity_parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def identity_parts(values: np.ndarray) -> Parts:
     """A column's content identities (``S16``), perceptual hashes (uint64, `NO_HASH` where the
-    record has none) and, in a column of ``--near-text``, MinHash signatures ((n, 128) uint32;
-    else None)."""
+    record has none), the hashes of its images' central crops ((n, 2) uint64; None in a column
+    without them) and its texts' MinHash signatures ((n, 128) uint32; None in a column without
+    them): `column_layout`."""
     width = values.dtype.itemsize if len(values) else IDENTITY_BYTES
     packed = np.frombuffer(values.tobytes(), np.uint8).reshape(len(values), width)
     identities = np.ascontiguousarray(packed[:, :16]).view("S16").reshape(-1)
     hashes = np.ascontiguousarray(packed[:, 16:IDENTITY_BYTES]).view(">u8").reshape(-1).astype(np.uint64)
-    signed = None
-    if width == IDENTITY_BYTES + SIGNATURE_BYTES:
-        signed = np.ascontiguousarray(packed[:, IDENTITY_BYTES:]).view(np.uint32).reshape(len(values), -1)
+    with_crops, with_texts = column_layout(width)
+    crops = signed = None
+    if with_crops:
+        cropped = np.ascontiguousarray(packed[:, IDENTITY_BYTES : IDENTITY_BYTES + CROP_BYTES])
+        crops = cropped.view(">u8").reshape(len(values), -1).astype(np.uint64)
+    if with_texts:
+        signed = (
+            np.ascontiguousarray(packed[:, width - SIGNATURE_BYTES :])
+            .view(np.uint32)
+            .reshape(len(values), -1)
+        )
         # a value packed without one (a batch's rows) is zero-padded to the column's width: no
         # signature (a signature's 128 values are never all 0 but by a 2^-4096 chance)
         signed[~signed.any(axis=1)] = NO_SIGNATURE
-    return identities, hashes, signed
+    return identities, hashes, crops, signed
 
 
 @batch_collector("split-leak")

@@ -18,7 +18,7 @@ from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
 from scrub.checks.perceptual import COMPARES_IMAGES
-from scrub.checks.splits import with_text_signatures
+from scrub.checks.splits import split_variant
 from scrub.checks.tokens import dtype_overflows, token_notes
 from scrub.encoding import Encoding
 from scrub.errors import (
@@ -28,6 +28,7 @@ from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter
 from scrub.opening import OpenedDataset
 from scrub.options import ReplayOptions, ScanOptions
+from scrub.paths import TRAINING
 from scrub.profile import PartitionProfile
 from scrub.profile.collect import ProfileSettings
 from scrub.readers.base import Reader
@@ -109,9 +110,12 @@ class DatasetScan:
         contract = options.checks.contract
         held = contract.checks() if contract is not None else frozenset()
         self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
-        if self.checking.near_text and Carries.TOKENS in reader.provides:
-            # texts are compared across the splits by their MinHash signatures as well
-            self.checks = [with_text_signatures(c) if c.kind == "split" else c for c in self.checks]
+        # a training split's images are hashed at their central crops too (a cropped copy in an
+        # evaluation split is near one of them); texts are signed with --near-text
+        crops = split == TRAINING and bool(self.checking.near_distance) and Carries.IMAGE in reader.provides
+        texts = bool(self.checking.near_text) and Carries.TOKENS in reader.provides
+        if crops or texts:
+            self.checks = [split_variant(c, crops, texts) if c.kind == "split" else c for c in self.checks]
         if self.checking.near_distance and any(c.id in COMPARES_IMAGES for c in self.checks):
             # images are compared by their perceptual hashes as well as their bytes
             self.checking = replace(self.checking, perceptual_hashes=Carries.IMAGE in reader.provides)

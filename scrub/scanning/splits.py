@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from scrub.checks.base import CheckOptions, Finding, Position
-from scrub.checks.splits import IDENTITY_BYTES, SIGNATURE_BYTES
+from scrub.checks.splits import column_layout
 from scrub.paths import EVALUATION, TRAINING
 from scrub.wording import counted
 
@@ -48,8 +50,12 @@ def unused_comparisons(scans: Sequence[DatasetScan], options: ScanOptions) -> li
             f"{options.origin('near-distance')} {distance}: not used: it compares images (near-duplicate, "
             "split-leak), and this run compared none"
         )
-    signing = f"S{IDENTITY_BYTES + SIGNATURE_BYTES}"
-    if options.checks.near_text and not any(c.column_dtype == signing for scan in scans for c in scan.checks):
+    signing = any(
+        c.kind == "split" and column_layout(np.dtype(c.column_dtype).itemsize)[1]
+        for s in scans
+        for c in s.checks
+    )
+    if options.checks.near_text and not signing:
         unused.append(
             f"{options.origin('near-text')} {options.checks.near_text:g}: not used: it compares the texts of "
             "a run's splits (JSON Lines text, chat, prompt and completion), and this run has no such splits"
@@ -103,7 +109,7 @@ def judge_splits(scans: Sequence[DatasetScan], history: History | None = None) -
     kept_names: list[str] = []
     for check in checks.values():
         assert check.func is not None  # a split check's judge
-        judged = [scan for scan in scans if scan.split and check in scan.checks]
+        judged = [scan for scan in scans if scan.split and check.id in {c.id for c in scan.checks}]
         column_of = {scan: scan.aggregate.columns.pop(check.id).column() for scan in judged}
         training: list[TrainingSplit] = [
             ScannedSplit(scan, column_of[scan]) for scan in judged if scan.split == TRAINING
