@@ -85,11 +85,11 @@ def image_identity(record: Record) -> tuple[bytes, np.ndarray] | None:
 def split_identity(record: Record) -> bytes | tuple[bytes, np.ndarray] | None:
     """What `split-leak` collects of a record: its content identity, with what an image's
     perceptual hash is made of (`pack_identities` makes the hashes a partition at a time)."""
+    image = image_identity(record)
+    if image is not None:
+        return image
     identity = content_identity(record)
-    if identity is None:
-        return None
-    gray = getattr(record.meta.get("image"), "reduced", None)
-    return identity + _NO_HASH if gray is None else (identity, gray)
+    return None if identity is None else identity + _NO_HASH
 
 
 def pack_identities(values: list, crops: bool = False) -> np.ndarray:

@@ -39,7 +39,7 @@ class KeptSplit:
     """A training split as an earlier run kept it."""
 
     path: str  # the dataset, absolute, as that run read it
-    saved: str  # when (UTC, ISO 8601)
+    kept: str  # when (UTC, ISO 8601)
     column: Column  # its `split-leak` column, positions (0, row) in dataset order
     file: Path
 

@@ -75,6 +75,10 @@ class TrainingSplit(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def kept(self) -> str | None:
+        """When an earlier run kept it (UTC, ISO 8601); None for a split of this run."""
+
     def locate(self, positions: Sequence[Position]) -> list[tuple[str, str, int]]: ...
 
 
@@ -92,6 +96,10 @@ class ScannedSplit:
     @property
     def name(self) -> str:
         return _name(self.scan)
+
+    @property
+    def kept(self) -> str | None:
+        return None
 
     def locate(self, positions: Sequence[Position]) -> list[tuple[str, str, int]]:
         locate, _ = self.scan.identities()
@@ -183,9 +191,8 @@ def _finding(training: TrainingSplit, copy: tuple[str, str, int], distance: int 
         "train": {"dataset": training.path, "source": source, "key": key, "index": index},
         "match": "exact" if distance is None else "perceptual",
     }
-    saved = getattr(training, "saved", None)
-    if saved is not None:
-        details["train"]["kept"] = saved
+    if training.kept is not None:
+        details["train"]["kept"] = training.kept
     if distance is None:
         return Finding(f"also in the training split {name}: {key}", details)
     if isinstance(distance, float):
