@@ -56,7 +56,7 @@ from scrub.storage import is_url
 if TYPE_CHECKING:
     from scrub.readers.base import CacheEntry
 
-MAGIC = b"scrub-cache 2\n"
+MAGIC = b"scrub-cache 3\n"
 SUFFIX = ".scrubcache"
 MAX_FILES = 64
 NO_STAT = (-1, -1, -1)  # a record that is not a file of its own (an LMDB value)

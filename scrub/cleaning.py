@@ -110,10 +110,13 @@ def fix(
         options = merged(options if options is not None else FixOptions(), keywords)
     notes: list[str] = []
     if options.leak_side != FixOptions().leak_side and not splits:
-        notes.append(
-            f"{options.scan.origin('leak-side')} {options.leak_side}: not used: {path} is not one of a run's "
-            "splits (a training and an evaluation split fixed together)"
+        why = (
+            f"the training copies of its leaks are kept in {options.scan.against}, which this fix does "
+            "not hold: its leaked records are set aside from it"
+            if options.scan.against is not None
+            else "it is not one of a run's splits (a training and an evaluation split fixed together)"
         )
+        notes.append(f"{options.scan.origin('leak-side')} {options.leak_side}: not used on {path}: {why}")
     if options.manifest:  # read the records as the reused scan read them (`with_scan_reading`)
         options, notes = with_scan_reading(options)
     scan_options = options.scan
@@ -374,15 +377,22 @@ def split_leaks(
         said = f"split-leak: not compared with the training splits ({training}): {first_line(error)}"
         return {}, {path: [said] for path, role in zip(paths, roles) if role == EVALUATION}
     leaks: dict[str, list[Issue]] = {path: [] for path in paths}
+    #: by evaluation split, its leaks whose training copy only a kept split holds (--against):
+    #: with --leak-side train no dataset of this fix holds the copy, so the leak is set aside
+    #: from the evaluation split, as a fix of that split alone does
+    elsewhere: Counter[str] = Counter()
     for issue in result.issues():
         if issue.check != "split-leak" or issue.dataset not in leaks:
             continue
         if options.leak_side == TRAINING:
-            issue = _training_side(issue)
-        if issue.dataset in leaks:
-            leaks[issue.dataset].append(issue)
+            turned = _training_side(issue)
+            if turned.dataset in leaks:
+                issue = turned
+            else:
+                elsewhere[str(issue.dataset)] += 1
+        leaks[str(issue.dataset)].append(issue)
     side = options.leak_side  # `scrub.keys.LEAK_SIDES`: the split names
-    notes = {
+    notes: dict[str, list[str]] = {
         path: [
             f"split-leak: compared with the training split{'s' if ',' in training else ''} ({training}) "
             f"in a pass of its own: {counted(len(leaks[path]), 'record')} set aside from this "
@@ -391,6 +401,13 @@ def split_leaks(
         for path, role in zip(paths, roles)
         if role == side
     }
+    for path, count in elsewhere.items():
+        notes.setdefault(path, []).append(
+            f"split-leak: {counted(count, 'record')} of this evaluation split copy records of "
+            f"training splits kept in {options.scan.against}, which this fix does not hold: set "
+            f"aside from this evaluation split (--leak-side {options.leak_side} applies to the "
+            "training splits fixed with it)"
+        )
     return leaks, notes
 
 

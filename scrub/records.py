@@ -74,6 +74,8 @@ class Carries(str, Enum):
     #: a dataset of several files (a folder or list of HDF5 or Parquet files), each of which can
     #: be unreadable on its own while the others are read
     SEVERAL_FILES = "several files"
+    #: ``--near-text`` is set and the dataset's records carry token data, among them texts
+    NEAR_TEXTS = "near texts"
 
     def __str__(self) -> str:
         return self.value
@@ -106,6 +108,7 @@ _DESCRIBED = {
     Carries.SPLITS: (
         "training split and evaluation split in the run (datasets named train and val, validation, test...)"
     ),
+    Carries.NEAR_TEXTS: "texts to compare (--near-text, on JSON Lines text, chat, prompt and completion)",
     Carries.SEQUENCES: "training sequences (a packed store's documents are not: their trainer packs them)",
 }
 #: each severity's name, looked up without the enum's property (a dense scan does it per finding)
@@ -224,6 +227,9 @@ class BatchFacts(TypedDict, total=False):
     #: the names of a table's columns, in the order of a row's elements (a Parquet table's): the
     #: profile names its features by them as well as by position
     columns: tuple[str, ...]
+    #: each row's content identity (``S16``), made once for the checks that collect it
+    #: (`scrub.checks.splits.row_identities`)
+    identities: np.ndarray
 
 
 @dataclass(slots=True)

@@ -275,9 +275,10 @@ class PartitionWork:
         (`scrub.checks.tokenbatch`) over the whole batch; a token check with a record form only
         (a plugin's) runs on each sequence as a record of input ids. Checks of any record
         (`empty-record`) leave token sequences to the token checks, as their record forms do;
-        the split checks collect their column of the sequences (`split-leak`: their ids)."""
+        the column checks that apply to token data collect their column of the sequences
+        (`duplicate`, `split-leak`: their ids' identities)."""
         tally_token_rows(cast(TokenRows, batch.data).lengths, result.stats)
-        _collect_batch([check for check in plan.dataset if check.kind == "split"], batch, columns)
+        _collect_batch(plan.dataset, batch, columns)
         for check in plan.tokens:
             self._add_found(
                 batch, check, _run_check(check, batch, self.options, check.batch), result, encoder

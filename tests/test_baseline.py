@@ -117,8 +117,8 @@ def test_shifted_hdf5_rows_keep_their_identity_by_content(tmp_path):
     scrub.scan(path, manifest=old)
     assert all(line["content"].startswith("xxh3:") for line in manifest_lines(old))
     shifted = np.concatenate(
-        [np.arange(9, 18, dtype=np.float32).reshape(3, 3), data]
-    )  # regenerated: 3 rows on top
+        [np.arange(109, 118, dtype=np.float32).reshape(3, 3), data]
+    )  # regenerated: 3 new rows on top
     shifted[0, 0] = np.nan  # and one new bad row
     with h5py.File(path, "w") as file:
         file.create_dataset("data", data=shifted)

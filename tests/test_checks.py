@@ -154,7 +154,10 @@ def test_label_outlier_across_partitions_with_bounded_memory(tmp_path):
     labels = np.arange(5000) % 10
     labels[4321] = 8000
     with h5py.File(tmp_path / "d.h5", "w") as file:
-        file.create_dataset("data", data=np.ones((5000, 2), dtype=np.float32) * [1, 2])  # not constant rows
+        rows = (
+            np.ones((5000, 2), dtype=np.float32) * [1, 2] + np.arange(5000, dtype=np.float32)[:, None] / 5000
+        )
+        file.create_dataset("data", data=rows)  # neither constant rows nor rows repeated
         file.create_dataset("label", data=labels.astype(np.float32))
     result = scrub.scan(tmp_path / "d.h5", partition_size=700, scheduler="sync")
     assert findings(result) == {("4321", "label-outlier")}

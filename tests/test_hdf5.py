@@ -106,7 +106,9 @@ def test_flagged_rows_match_a_reference_at_every_chunk_edge(tmp_path):
 
 
 def test_nonfinite_details(tmp_path):
-    data = np.ones((4, 6), dtype=np.float64) * np.arange(1, 7)  # rows 1..6: not constant-row
+    data = (
+        np.ones((4, 6), dtype=np.float64) * np.arange(1, 7) + np.arange(4)[:, None]
+    )  # distinct, not constant
     data[1, [2, 4]] = np.nan
     data[1, 5] = -np.inf
     result = scrub.scan(write_h5(tmp_path / "d.h5", data))
@@ -117,6 +119,7 @@ def test_nonfinite_details(tmp_path):
 
 def test_integer_data_and_label_shapes(tmp_path):
     data = np.zeros((6, 4), dtype=np.uint16) + np.arange(7, 11, dtype=np.uint16)  # not constant-row
+    data[:, 0] += np.arange(6, dtype=np.uint16)  # nor a row repeated (`duplicate`)
     data[2, 1] = 65535  # beyond float16's largest finite value
     labels = np.array([[0], [1], [2], [3], [12], [1]], dtype=np.int64)  # shape (N, 1)
     result = scrub.scan(write_h5(tmp_path / "d.h5", data, labels), num_classes=10)
@@ -129,6 +132,7 @@ def test_integer_data_and_label_shapes(tmp_path):
 
 def test_custom_keys_and_unlabelled_files(tmp_path):
     data = np.ones((5, 3), dtype=np.float32) * np.arange(1, 4, dtype=np.float32)  # not constant-row
+    data += np.arange(5, dtype=np.float32)[:, None]  # nor a row repeated (`duplicate`)
     data[4] = np.nan
     path = write_h5(tmp_path / "d.h5", np.zeros((1, 1)), features=data, targets=np.arange(5.0))
     result = scrub.scan(path, data_key="features", label_key="targets")
@@ -147,7 +151,7 @@ def test_links_outside_the_root_are_reported_and_not_read(tmp_path):
     root = tmp_path / "ds"
     root.mkdir()
     write_h5(tmp_path / "outside.h5", np.full((3, 2), np.nan))
-    write_h5(root / "inside.h5", np.ones((3, 2)) * [1, 2])  # rows 1, 2: not constant-row
+    write_h5(root / "inside.h5", np.ones((3, 2)) * [1, 2] + [[0], [1], [2]])  # not constant, not repeated
     with h5py.File(root / "external.h5", "w") as file:
         file["data"] = h5py.ExternalLink("../outside.h5", "data")
     with h5py.File(root / "followed.h5", "w") as file:
@@ -163,6 +167,8 @@ def test_links_outside_the_root_are_reported_and_not_read(tmp_path):
         ("external.h5", "*", "unsafe-path"),
         ("virtual.h5", "*", "unsafe-path"),
         ("rawfile.h5", "*", "unsafe-path"),
+        # followed.h5 links inside.h5's rows, read first: the dataset holds each row twice
+        *(("inside.h5", str(row), "duplicate") for row in range(3)),
     }
     assert result.summary.records == 6  # followed.h5 and inside.h5
 

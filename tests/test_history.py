@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +98,53 @@ def test_fix_against_the_store_sets_the_leaks_aside_and_the_copy_rescans_clean(n
         f"new-{n}.jpg" for n in range(60, 64)
     ]
     assert not leaks(scrub.scan(nights / "clean", against=store))
+
+
+def test_fix_leak_side_train_says_the_kept_training_copies_are_not_its_own(nights):
+    """The training copies of a leak into the store are in no dataset of the fix: the leak is set
+    aside from the evaluation split, as without the option, and the report says why."""
+    store = nights / "store"
+    scrub.scan(nights / "train", against=store)
+    alone = scrub.fix(nights / "test", out=nights / "alone", against=store, leak_side="train")
+    assert alone.report["kept"] == 4
+    assert any(
+        note.startswith("--leak-side train: not used on ") and f"kept in {store}, which this fix" in note
+        for note in alone.report["notes"]
+    )
+    tonight = nights / "tonight" / "train"  # fixed with a training split that holds no copy
+    tonight.mkdir(parents=True)
+    for seed in range(70, 73):
+        (tonight / f"{seed}.jpg").write_bytes(encoded(scene(seed)))
+    done = subprocess.run(
+        [sys.executable, "-m", "scrub", "fix", str(tonight), str(nights / "test")]
+        + ["--out", str(nights / "fixed"), "--against", str(store), "--leak-side", "train"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "split-leak: 2 records of this evaluation split copy records of training splits kept" in (
+        " ".join(done.stdout.split())
+    )
+    assert len(list((nights / "fixed" / "test.clean").rglob("*.jpg"))) == 4
+    assert len(list((nights / "fixed" / "train.clean").rglob("*.jpg"))) == 3
+
+
+def test_a_split_kept_by_another_versions_identities_is_said_and_skipped(nights):
+    store = nights / "store"
+    scrub.scan(nights / "train", against=store)
+    (kept,) = store.glob("*.split.npz")
+    with np.load(kept) as stored:
+        arrays = dict(stored)
+    meta = json.loads(str(arrays["meta"]))
+    arrays["meta"] = np.array(json.dumps({**meta, "identity_version": 1}))
+    with kept.open("wb") as file:
+        np.savez(file, **arrays)
+    later = scrub.scan(nights / "test", against=store)
+    assert not leaks(later)
+    assert any(
+        f"{kept.name} keeps {meta['dataset']} by another version's content identities" in note
+        for note in later.summary.notes
+    )
 
 
 def test_what_cannot_be_compared_is_said(nights):

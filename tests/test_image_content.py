@@ -260,7 +260,7 @@ def test_constant_rows_of_any_dtype(tmp_path, dtype):
 
 def test_rows_of_one_value_have_no_spread_to_judge(tmp_path):
     path = tmp_path / "column.npy"
-    np.save(path, np.array([[3.0], [3.0], [0.0]], np.float32))
+    np.save(path, np.array([[3.0], [4.0], [0.0]], np.float32))
     assert findings(scrub.scan(path, scheduler="sync")) == {("2", "zero-norm")}
 
 

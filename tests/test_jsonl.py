@@ -21,7 +21,8 @@ VOCAB = 1000
 
 def good(i: int) -> dict:
     """A clean record of one of the four kinds, by ``i``."""
-    ids = [(7 * i + k) % VOCAB for k in range(1, 9)]
+    # the first two ids spell i: no two records are the same sequence (a `duplicate`)
+    ids = [i % VOCAB, i // VOCAB % VOCAB] + [(7 * i + k) % VOCAB for k in range(3, 9)]
     return [
         {"text": f"Document {i}."},
         {"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]},
@@ -37,7 +38,7 @@ PLANTED: dict[int, tuple[str, str]] = {
     8: (json.dumps({"input_ids": [1, 2, 3], "labels": [-100, -100, -100]}), "no-supervised-tokens"),
     11: (json.dumps({"input_ids": [1, VOCAB, 3]}), "token-out-of-range"),
     14: (
-        json.dumps({"input_ids": [1, 2, 3], "labels": [1, 2, 3], "attention_mask": [0, 0, 0]}),
+        json.dumps({"input_ids": [4, 5, 6], "labels": [4, 5, 6], "attention_mask": [0, 0, 0]}),
         "empty-attention",
     ),
     16: ("[1, 2, 3]", "malformed-record"),
@@ -146,7 +147,7 @@ def test_a_compressed_file_is_read_and_written_compressed(tmp_path, suffix):
 def test_a_folder_of_files_is_a_folder_of_cleaned_files(tmp_path):
     folder = tmp_path / "corpus"
     write_jsonl(folder / "data" / "train-0.jsonl")
-    write_jsonl(folder / "data" / "train-1.jsonl.gz", [json.dumps(good(i)) for i in range(6)])
+    write_jsonl(folder / "data" / "train-1.jsonl.gz", [json.dumps(good(i)) for i in range(100, 106)])
     (folder / "README.md").write_text("# corpus\n")
     result = scrub.scan(folder, vocab_size=VOCAB, scheduler="sync")
     assert found(result) == expected("data/train-0.jsonl")

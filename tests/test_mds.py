@@ -46,16 +46,17 @@ def streaming_base():
     return streaming.base
 
 
-def write_sft(folder: Path, rows: int = 12, **options) -> None:
+def write_sft(folder: Path, rows: int = 12, first: int = 0, **options) -> None:
     """A tokenized SFT set: input_ids (int32), labels (int64), and a text column not checked;
-    sample 3 holds id 5000 (>= the vocabulary of 1000), sample 5's labels are all -100."""
+    sample 3 holds id 5000 (>= the vocabulary of 1000), sample 5's labels are all -100; the ids
+    of sample n start at ``first`` + n (sets of other ``first`` share no sequence)."""
     streaming = streaming_base()
     columns = {"input_ids": "ndarray:int32", "labels": "ndarray:int64", "source": "str"}
     with streaming.MDSWriter(
         out=str(folder), columns=columns, size_limit=options.pop("size_limit", 500), **options
     ) as out:
         for row in range(rows):
-            ids = (np.arange(6, dtype=np.int32) + row) % 1000
+            ids = (np.arange(6, dtype=np.int32) + first + row) % 1000
             labels = ids.astype(np.int64)
             if row == 3:
                 ids[2] = 5000
@@ -211,7 +212,7 @@ def test_folders_of_datasets_and_merged_indexes(tmp_path):
 
     root = tmp_path / "splits"
     write_sft(root / "train")
-    write_sft(root / "val", rows=4)
+    write_sft(root / "val", rows=4, first=100)
     result = scrub.scan(root, scheduler="sync", vocab_size=1000)
     assert result.summary.records == 16
     keys = {(source.split("/")[0], key, check) for source, key, check in found(result)}

@@ -85,10 +85,64 @@ def test_fix_sets_the_edited_copies_aside_and_the_copy_rescans_clean(texts):
     assert not leaks(rescanned)
 
 
-def test_near_text_where_no_split_holds_texts_is_said_and_out_of_range_is_exit_2(texts):
-    alone = scrub.scan(texts / "test.jsonl", near_text=0.8)
-    assert any(note.startswith("--near-text 0.8: not used") for note in alone.summary.notes)
+def test_near_text_where_no_text_is_read_is_said_and_out_of_range_is_exit_2(texts, tmp_path):
+    tokens = tmp_path / "tokens.jsonl"
+    tokens.write_text("".join(json.dumps({"input_ids": [n, n + 1, 3]}) + "\n" for n in range(5)))
+    ids_only = scrub.scan(tokens, near_text=0.8, vocab_size=100)
+    assert "near-duplicate-text: no record is a text (JSON Lines text, chat, prompt and completion): " in (
+        " ".join(ids_only.summary.notes)
+    )
+    images = scrub.scan(Path(__file__).parent.parent / "sample_data" / "images", near_text=0.8)
+    assert any(note.startswith("--near-text 0.8: not used") for note in images.summary.notes)
     assert "at most 1" in one_line_error("scan", texts / "test.jsonl", "--near-text", "1.5")
+
+
+def near_copies(result) -> dict[str, tuple[str, float, dict]]:
+    return {
+        issue.key: (issue.details["first"]["key"], issue.details["similarity"], issue.details["group"])
+        for issue in result.issues()
+        if issue.check == "near-duplicate-text"
+    }
+
+
+@pytest.fixture
+def edited_corpus(tmp_path: Path) -> Path:
+    """30 documents, then an edited copy of document 3, one of that copy, an edited copy of
+    document 7 and an exact copy of document 5."""
+    lines = [document(number) for number in range(30)]
+    lines += [edited(lines[3], 40), edited(lines[3], 40, 150), edited(lines[7], 10, 90), lines[5]]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+    return path
+
+
+def test_edited_copies_inside_one_dataset_are_near_duplicate_text_in_groups(edited_corpus):
+    result = scrub.scan(edited_corpus, near_text=0.8)
+    found = near_copies(result)
+    assert set(found) == {"31", "32", "33"}  # keys are line numbers
+    assert found["31"][0] == "4" and found["33"][0] == "8"
+    assert found["32"][0] in ("4", "31") and found["32"][2] == {
+        "first": {"source": "corpus.jsonl", "key": "4", "index": 3},
+        "size": 3,
+    }
+    assert all(0.8 <= similarity < 1 for _, similarity, _ in found.values())
+    exact = [issue.key for issue in result.issues() if issue.check == "duplicate"]
+    assert exact == ["34"]  # the same text is duplicate's, never also a near copy
+    off = scrub.scan(edited_corpus)
+    assert "near-duplicate-text" not in off.summary.checks and not near_copies(off)
+
+
+def test_fix_sets_the_near_copies_aside_and_the_copy_rescans_clean(edited_corpus, tmp_path):
+    fixed = scrub.fix(
+        edited_corpus,
+        out=tmp_path / "clean.jsonl",
+        near_text=0.8,
+        check_severity=["near-duplicate-text=error"],
+    )
+    assert fixed.verified and fixed.report["kept"] == 31
+    lines = [json.loads(line)["text"] for line in (tmp_path / "clean.jsonl").read_text().splitlines()]
+    assert lines == [document(number) for number in range(30)] + [document(5)]
+    assert not near_copies(scrub.scan(tmp_path / "clean.jsonl", near_text=0.8))
 
 
 def test_token_rows_of_a_store_are_compared_exactly_with_near_text_on(tmp_path):
@@ -124,3 +178,15 @@ def test_the_html_report_says_how_near_each_leaked_text_is(texts):
     page = report.read_text()
     assert "Leaks between splits" in page and page.count("<td class=n>Jaccard 0.") == 2
     assert page.count("<td class=n>–</td>") == 1  # the exact copy
+
+
+def test_the_html_report_groups_near_copies_of_texts_with_their_first(edited_corpus):
+    report = edited_corpus.parent / "report.html"
+    command = ["scan", edited_corpus, "--near-text", "0.8", "--html", report]
+    subprocess.run(
+        [sys.executable, "-m", "scrub", *map(str, command)], capture_output=True, cwd=edited_corpus.parent
+    )
+    page = report.read_text()
+    assert "Duplicate groups" in page
+    assert page.count("near-duplicate-text, Jaccard 0.") == 3
+    assert page.count("<span class=muted>duplicate</span>") == 1  # the exact copy: duplicate's

@@ -31,7 +31,8 @@ def run(*arguments: object):
 
 def write_h5(path: Path, nan_row: int | None = None, data_key: str = "data") -> np.ndarray:
     """A file of 20 rows of 4 floats with class labels; ``nan_row``: a NaN in that row."""
-    data = np.random.default_rng(len(path.name)).normal(size=(20, 4)).astype(np.float32)
+    seed = int.from_bytes(path.name.encode(), "little")  # files of other names hold other rows
+    data = np.random.default_rng(seed).normal(size=(20, 4)).astype(np.float32)
     if nan_row is not None:
         data[nan_row, 1] = np.nan
     with h5py.File(path, "w") as file:
@@ -124,9 +125,12 @@ def test_an_unreadable_file_of_an_hdf5_list_leaves_the_cleaned_list(tmp_path):
 
 
 def write_parquet(path: Path, rows: int = 10, nan_row: int | None = None) -> None:
+    """Rows (x, 2x) from x = 1 (no all-zero row: `zero-norm`); a file whose name starts with c
+    from x = 1, others from a start of their own (no row of one file repeats another's)."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    values = np.arange(1, rows + 1, dtype=np.float64)  # no all-zero row (`zero-norm`)
+    start = 1 if path.name.startswith("c") else 100 * ord(path.name[0])
+    values = np.arange(start, start + rows, dtype=np.float64)
     if nan_row is not None:
         values[nan_row] = np.nan
     pq.write_table(pa.table({"x": values, "y": values * 2, "label": np.arange(rows) % 3}), path)
@@ -167,7 +171,8 @@ def shard(path: Path, count: int = 4, nan_sample: int | None = None) -> None:
     """A WebDataset shard of ``.npy`` + ``.cls`` samples, written with tarfile."""
     with tarfile.open(path, "w") as tar:
         for number in range(count):
-            values = np.arange(4, dtype=np.float32) + number + 1.0  # distinct values: not constant-row
+            shard_number = int(path.stem.rsplit("-", 1)[-1])  # other shards, other values: no duplicate
+            values = np.arange(4, dtype=np.float32) + number + 1.0 + 10 * shard_number  # not constant-row
             if number == nan_sample:
                 values[0] = np.nan
             buffer = io.BytesIO()
@@ -215,7 +220,7 @@ def test_a_file_that_is_not_tfrecord_is_a_finding_and_its_bytes_go_to_the_quaran
         for number in range(5):
             writer.write(
                 {
-                    "features": (np.arange(3, dtype=np.float32) + number + 1.0, "float"),
+                    "features": (np.arange(3, dtype=np.float32) + number + 1.0 + 10 * ord(name[0]), "float"),
                     "label": (number % 2, "int"),
                 }
             )

@@ -7,7 +7,9 @@ with `--ignore`). `label-outlier` keeps a label histogram and the positions of r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +23,19 @@ from scrub.checks.base import (
     dataset_check,
 )
 from scrub.checks.labels import integer_label, integral_labels
+from scrub.checks.minhash import NO_SIGNATURE, band_keys, near_text_pairs
 from scrub.checks.perceptual import NO_HASH, near_pairs
-from scrub.checks.splits import IDENTITY_BYTES, identity_parts, image_identity, pack_identities
+from scrub.checks.splits import (
+    IDENTITY_BYTES,
+    SIGNATURE_BYTES,
+    collect_split,
+    content_identity,
+    identity_parts,
+    image_identity,
+    pack_identities,
+    pack_split,
+    row_identities,
+)
 from scrub.records import Batch, Carries, Record, Severity
 
 Judgement = list[tuple[Position, Finding]]
@@ -33,33 +46,38 @@ def _positions(column: Column, indices: Sequence[int] | np.ndarray) -> list[Posi
     return [(partition, offset) for partition, offset in rows]
 
 
-def _digest(record: Record) -> bytes | None:
-    return record.meta.get("digest")
-
-
-@dataset_check("duplicate", Severity.WARNING, collect=_digest, dtype="S16", needs=Carries.BYTES)
+@dataset_check("duplicate", Severity.WARNING, collect=content_identity, dtype="S16")
 def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgement:
-    """Byte-identical content stored under another key; details name the first one.
+    """A record that holds what an earlier record of the dataset holds, under another key;
+    details name the first one.
 
     What it finds:
-        Records whose bytes are identical (128-bit XXH3 digest) to an earlier record's. The
-        first occurrence, in dataset order, is not flagged; every later copy is.
+        Records whose content identity (a 128-bit XXH3 digest of what they hold) equals an
+        earlier record's: the same bytes for encoded files (images, LMDB and LevelDB values,
+        WebDataset samples, TFRecord examples), the same values (dtype, shape and bytes) for
+        array values and the rows of HDF5, NumPy and Parquet arrays, the same ids for token
+        sequences (JSON Lines, token columns, MDS, a Megatron or nanoGPT store's documents or
+        windows), the same normalized text (Unicode NFC, case folded, whitespace collapsed) for
+        texts. The first occurrence, in dataset order, is not flagged; every later copy is,
+        with the first (`first`). Empty records (`empty-record`) are not compared.
     Why it breaks training:
-        Duplicates over-weight some samples, and a copy that sits in both the training and the
-        validation split leaks the answer and inflates the validation score.
+        Duplicates over-weight some samples (a document repeated a thousand times in a corpus
+        is memorized), and a copy that sits in both the training and the validation split
+        leaks the answer and inflates the validation score (`split-leak`).
     Example:
-        `cat/0100.jpg` has the same bytes as `cat/0007.jpg`.
+        `cat/0100.jpg` has the same content as `cat/0007.jpg`; row 5120 of `train.h5` holds
+        the values of row 17.
     What fix does:
-        Nothing by default (a warning); with `--severity warning` the later copies are
-        quarantined and the first kept.
+        Nothing by default (a warning); with `--severity warning` (or `--check-severity
+        duplicate=error`) the later copies are quarantined and the first kept.
     """
     if len(column.values) == 0:
         return []
     order = column.in_dataset_order()
     values = column.values[order]
-    # A stable sort by digest keeps dataset order inside each group of equal digests.
-    by_digest = order[np.argsort(values, kind="stable")]
-    sorted_values = column.values[by_digest]
+    # A stable sort by identity keeps dataset order inside each group of equal identities.
+    by_identity = order[np.argsort(values, kind="stable")]
+    sorted_values = column.values[by_identity]
     same_as_previous = np.zeros(len(sorted_values), dtype=bool)
     same_as_previous[1:] = sorted_values[1:] == sorted_values[:-1]
     if not same_as_previous.any():
@@ -67,20 +85,28 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
     group_starts = np.flatnonzero(~same_as_previous)
     group_ids = np.cumsum(~same_as_previous) - 1
     duplicates = np.flatnonzero(same_as_previous)
-    firsts = by_digest[group_starts[group_ids[duplicates]]]
+    firsts = by_identity[group_starts[group_ids[duplicates]]]
     first_identities = locate(_positions(column, firsts))
     judgement: Judgement = []
-    for position, (source, key, index) in zip(_positions(column, by_digest[duplicates]), first_identities):
+    for position, (source, key, index) in zip(_positions(column, by_identity[duplicates]), first_identities):
         judgement.append(
             (
                 position,
                 Finding(
-                    f"same bytes as {key}",
+                    f"same content as {key}",
                     {"first": {"source": source, "key": key, "index": index}},
                 ),
             )
         )
     return judgement
+
+
+@batch_collector("duplicate")
+def _row_identities(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's identity (`row_identities`); a row of nothing has none."""
+    identities = row_identities(batch)
+    rows = np.flatnonzero(identities != b"")
+    return rows, identities[rows]
 
 
 @dataset_check(
@@ -122,24 +148,112 @@ def near_duplicate(column: Column, options: CheckOptions, locate: Locate) -> Jud
     compared = np.full(len(hashes), NO_HASH, np.uint64)
     compared[firsts] = hashes[firsts]  # a later copy of the same bytes is `duplicate`'s
     rows, earlier, apart = near_pairs(compared, compared, options.near_distance, earlier=True)
+    return _near_copies(
+        column,
+        locate,
+        order,
+        (rows, earlier),
+        {"distance": apart.tolist()},
+        lambda near, distance: f"nearly the same image as {near} ({distance} bits apart",
+    )
+
+
+def _text_signing(record: Record) -> Any:
+    """What `near-duplicate-text` collects of a text: its identity and its parts' text (the
+    signatures are made a partition at a time: `pack_split`); nothing of another record."""
+    return collect_split(record, texts=True) if record.meta.get("kind") == "text" else None
+
+
+@dataset_check(
+    "near-duplicate-text",
+    Severity.WARNING,
+    collect=_text_signing,
+    dtype=f"S{IDENTITY_BYTES + SIGNATURE_BYTES}",
+    needs=Carries.NEAR_TEXTS,
+    pack=partial(pack_split, texts=True),
+)
+def near_duplicate_text(column: Column, options: CheckOptions, locate: Locate) -> list:
+    """With `--near-text J`: a text that is nearly another text of the dataset, an edited copy;
+    details name the group's first text.
+
+    What it finds:
+        Texts (JSON Lines `text`, chat messages, prompt and completion) whose estimated Jaccard
+        similarity (MinHash of 5-word shingles of the normalized text, as `split-leak` compares
+        texts) to an earlier text of the dataset, in dataset order, is at least J, and whose
+        normalized texts differ (the same text is `duplicate`'s). Each is flagged with the most
+        similar earlier text (`first`, the first of equals) and the `similarity`; the texts
+        linked this way form a group (`group`: its `first` text, never flagged, and its
+        `size`). It runs with `--near-text` only (signing a text costs ~0.25 ms); a dataset
+        without texts (token ids only) says so in a note.
+    Why it breaks training:
+        Near copies over-weight what they repeat (a page mirrored with a changed header, a
+        template filled alike), which a language model memorizes; inside an evaluation split
+        they count one answer several times. A near copy across the splits is `split-leak`,
+        an error.
+    Example:
+        line 812 of `sft.jsonl` is line 40 with two words changed (similarity 0.91).
+    What fix does:
+        Nothing by default (a warning); with `--check-severity near-duplicate-text=error` (or
+        `fix --severity warning`) the later texts of each group are quarantined and the first
+        kept.
+    """
+    if not options.near_text:
+        return []
+    if not len(column.values):
+        said = "no record is a text (JSON Lines text, chat, prompt and completion): --near-text compared none"
+        return [(None, Finding(said, {}))]
+    order = column.in_dataset_order()
+    identities, _, _, signed = identity_parts(column.values[order])
+    assert signed is not None  # the column's values hold signatures
+    firsts = np.unique(identities, return_index=True)[1]
+    compared = np.full_like(signed, NO_SIGNATURE)
+    compared[firsts] = signed[firsts]  # a later copy of the same text is `duplicate`'s
+    keys = band_keys(compared)
+    rows, earlier, similarity = near_text_pairs(
+        keys, compared, keys, compared, options.near_text, earlier=True
+    )
+    return _near_copies(
+        column,
+        locate,
+        order,
+        (rows, earlier),
+        {"similarity": [round(float(value), 3) for value in similarity]},
+        lambda near, value: f"nearly the same text as {near} (estimated Jaccard similarity {value:g}",
+    )
+
+
+def _near_copies(
+    column: Column,
+    locate: Locate,
+    order: np.ndarray,
+    pairs: tuple[np.ndarray, np.ndarray],
+    measured: dict[str, list],
+    describe: Callable[[str, Any], str],
+) -> Judgement:
+    """The findings of near copies: ``pairs`` (rows in dataset order ``order``, ascending, and
+    the nearest earlier row of each), how near each is (``measured``: its one detail's name and
+    values), and ``describe`` (the message's start, from the nearest record's key and the
+    value). Records linked this way form groups, each led by its first record."""
+    rows, earlier = pairs
     if not len(rows):
         return []
-    leader_of = np.arange(len(hashes))
+    ((name, values),) = measured.items()
+    leader_of = np.arange(len(order))
     for row, nearest in zip(rows.tolist(), earlier.tolist()):  # ascending: an earlier row's is final
         leader_of[row] = leader_of[nearest]
     leaders = leader_of[rows]
-    sizes = (np.bincount(leaders, minlength=len(hashes)) + 1)[leaders].tolist()
+    sizes = (np.bincount(leaders, minlength=len(order)) + 1)[leaders].tolist()
     nearest_named = locate(_positions(column, order[earlier]))
     leaders_named = locate(_positions(column, order[leaders]))
     judgement: Judgement = []
-    for position, near, leader, distance, size in zip(
-        _positions(column, order[rows]), nearest_named, leaders_named, apart.tolist(), sizes
+    for position, near, leader, value, size in zip(
+        _positions(column, order[rows]), nearest_named, leaders_named, values, sizes
     ):
         first = dict(zip(("source", "key", "index"), near))
         group = {"first": dict(zip(("source", "key", "index"), leader)), "size": size}
         led = "" if leader == near else f" led by {leader[1]}"
-        message = f"nearly the same image as {near[1]} ({distance} bits apart; a group of {size}{led})"
-        judgement.append((position, Finding(message, {"first": first, "distance": distance, "group": group})))
+        message = f"{describe(near[1], value)}; a group of {size}{led})"
+        judgement.append((position, Finding(message, {"first": first, name: value, "group": group})))
     return judgement
 
 

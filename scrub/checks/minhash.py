@@ -163,6 +163,7 @@ def near_text_pairs(
     query_keys: np.ndarray,
     query_signatures: np.ndarray,
     threshold: float = THRESHOLD,
+    earlier: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each query text with a known text whose estimated Jaccard similarity is at least
     ``threshold``: its index, the index of the most similar known text (the first of equals),
@@ -170,7 +171,9 @@ def near_text_pairs(
     known texts that share a band's key (`band_keys`) with the query, so the cost follows the
     pairs that share a band, not every pair; a text with `NO_SIGNATURE` matches nothing, and of
     known texts with one signature only the first is compared (thousands of copies of one
-    boilerplate text cost one comparison a query, not thousands)."""
+    boilerplate text cost one comparison a query, not thousands). With ``earlier`` (the known
+    texts are the queries: a dataset against itself), a text is compared with earlier texts
+    only."""
     best = np.full(len(query_signatures), -1.0)
     match = np.full(len(query_signatures), -1, np.int64)
     usable_known = _first_of_each_signature(known_signatures)
@@ -192,6 +195,7 @@ def near_text_pairs(
                 query_signatures,
                 best,
                 match,
+                earlier,
             )
     hit = np.flatnonzero((match >= 0) & (best >= threshold))
     return hit, match[hit], best[hit]
@@ -237,10 +241,16 @@ def _keep_nearest(
     query_signatures: np.ndarray,
     best: np.ndarray,
     match: np.ndarray,
+    earlier: bool = False,
 ) -> None:
     """Estimate each candidate pair's similarity (``queries[i]`` with ``known[i]``), and keep in
     ``best``/``match`` each query's most similar known text (the first of equals) against what
-    earlier steps found."""
+    earlier steps found; with ``earlier``, only known texts before the query."""
+    if earlier:
+        before = known < queries
+        queries, known = queries[before], known[before]
+        if not len(queries):
+            return
     estimate = np.mean(query_signatures[queries] == known_signatures[known], axis=1)
     ranked = np.lexsort((known, -estimate, queries))
     queries, known, estimate = queries[ranked], known[ranked], estimate[ranked]

@@ -3,9 +3,10 @@ an image that is nearly one of its images (`scrub.checks.perceptual`), or (``--n
 text that nearly is one of its texts (`scrub.checks.minhash`).
 
 A record's content identity is a 128-bit XXH3 digest of what it holds, whatever its key or file
-name (`content_identity`): an encoded file by its bytes (the digest `duplicate` compares), a
-token sequence by its ids, a text by its normalized form (`normalized_text`), an array value
-or an array row by its dtype, shape and bytes; an image has a perceptual hash as well. The
+name (`content_identity`, the value `duplicate` compares too): an encoded file by its bytes, a
+token sequence by its ids (`tokens_identity`), a text by its normalized form
+(`normalized_text`), an array value or an array row by its dtype, shape and bytes
+(`array_identity`); an image has a perceptual hash as well. The
 identities of each split are a column of 24 bytes a record (`IDENTITY_BYTES`); `split_leak`
 matches an evaluation split's against the training splits' by sorting, and the hashes by bands
 (`scrub.checks.perceptual.near_pairs`), so a run costs a sort of its records' identities and
@@ -56,7 +57,8 @@ _NO_HASH = NO_HASH.to_bytes(8, "big")
 
 
 def content_identity(record: Record) -> bytes | None:
-    """16 bytes naming what ``record`` holds (None: nothing to name, it could not be read)."""
+    """16 bytes naming what ``record`` holds (None: nothing to name: it could not be read, or
+    holds nothing, an empty sequence or array, which `empty-record` judges)."""
     digest = record.meta.get("digest")  # an encoded file's bytes (`scrub.checks.properties`)
     if digest is not None:
         return digest
@@ -64,14 +66,109 @@ def content_identity(record: Record) -> bytes | None:
     if payload is None:
         return None
     if kind == "tokens":
-        return _tokens_identity(cast(np.ndarray, payload))
+        return tokens_identity(cast(np.ndarray, payload))
     if kind == "text":
         parts = cast(TextParts, payload)
         text = "\x1f".join(f"{role}\x1e{normalized_text(part)}" for role, part, _ in parts)
         return xxhash.xxh3_128_digest(b"text\0" + text.encode())
     if isinstance(payload, np.ndarray):
-        return _array_identity(payload)
+        return array_identity(payload)
     return None
+
+
+#: the seeds of a token sequence's identity, by how its ids are hashed (`tokens_identity`)
+_NARROW_TOKENS, _WIDE_TOKENS = (xxhash.xxh3_64_intdigest(name) for name in (b"tokens u2", b"tokens i8"))
+
+
+def tokens_identity(ids: np.ndarray) -> bytes | None:
+    """A sequence's identity by its ids, whatever dtype its store keeps them in: hashed as
+    little-endian uint16 when every id is in [0, 65536) (a flat store of uint16 ids, the most
+    common, is hashed as it lies, without a conversion), else as int64; None for no ids."""
+    if not len(ids):
+        return None
+    narrow = ids.dtype == _U2 or (ids.dtype.kind in "iu" and ids.min() >= 0 and ids.max() < 1 << 16)
+    if narrow:
+        return xxhash.xxh3_128_digest(np.ascontiguousarray(ids, _U2).data, _NARROW_TOKENS)
+    return xxhash.xxh3_128_digest(np.ascontiguousarray(ids, _I8).data, _WIDE_TOKENS)
+
+
+def token_row_identities(rows: TokenRows) -> np.ndarray:
+    """`tokens_identity` of each sequence of a flat store's batch (``S16``; zeros for an empty
+    one), in a few vectorized passes: a store of another dtype than uint16 is converted once
+    for the batch, not once a sequence."""
+    bounds = np.asarray(rows.bounds, np.int64)
+    tokens = np.asarray(rows.tokens)[: int(bounds[-1])]
+    identities = np.zeros(len(rows), "S16")
+    filled = np.flatnonzero(bounds[1:] > bounds[:-1])
+    if not len(filled):
+        return identities
+    narrow = np.ones(len(rows), bool)
+    if tokens.dtype != _U2:
+        starts = bounds[filled]
+        narrow[filled] = (np.minimum.reduceat(tokens, starts) >= 0) & (
+            np.maximum.reduceat(tokens, starts) < 1 << 16
+        )
+    begins, ends = bounds[:-1].tolist(), bounds[1:].tolist()
+    digest = xxhash.xxh3_128_digest
+    for ids, seed, width in (
+        (filled[narrow[filled]], _NARROW_TOKENS, 2),
+        (filled[~narrow[filled]], _WIDE_TOKENS, 8),
+    ):
+        if not len(ids):
+            continue
+        held = np.ascontiguousarray(tokens, _U2 if width == 2 else _I8).data.cast("B")
+        identities[ids] = [digest(held[begins[i] * width : ends[i] * width], seed) for i in ids.tolist()]
+    return identities
+
+
+def array_identity(value: np.ndarray) -> bytes | None:
+    """An array's identity: its dtype, shape and bytes (equal bytes of another dtype or shape
+    are other values); None for an array of no values."""
+    if not value.size or value.dtype.hasobject:
+        return None
+    return xxhash.xxh3_128_digest(np.ascontiguousarray(value).data, _array_seed(value.dtype, value.shape))
+
+
+def array_row_identities(batch: Batch) -> np.ndarray:
+    """`array_identity` of each row of an array dataset's batch (``S16``; zeros for rows of no
+    values), a row read in pieces (`Pieces`) hashed piece by piece."""
+    data = batch.data
+    identities = np.zeros(len(batch), "S16")
+    row_shape = tuple(data.shape[1:])
+    if not int(np.prod(row_shape)) or np.dtype(data.dtype).hasobject:
+        return identities
+    seed = _array_seed(np.dtype(data.dtype), row_shape)
+    if isinstance(data, Pieces):
+        state = xxhash.xxh3_128(seed=seed)
+        for piece in data.read():
+            state.update(np.ascontiguousarray(piece).data)
+        identities[0] = state.digest()
+        return identities
+    flat = np.ascontiguousarray(data).reshape(len(data), -1)
+    digest = xxhash.xxh3_128_digest
+    identities[:] = [digest(row.data, seed) for row in flat]
+    return identities
+
+
+def _array_seed(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+    return xxhash.xxh3_64_intdigest(f"array\0{dtype.str}{tuple(shape)}".encode())
+
+
+def row_identities(batch: Batch) -> np.ndarray:
+    """The content identity of each row of ``batch`` (``S16``, zeros for a row of nothing): a
+    flat store's sequences by their ids, an array dataset's rows by their values; made once
+    for a batch whichever checks collect them (`duplicate`, `split-leak`)."""
+    made = batch.meta.get("identities")
+    if made is None:
+        if isinstance(batch.data, TokenRows):
+            made = token_row_identities(batch.data)
+        else:
+            made = array_row_identities(batch)
+        batch.meta["identities"] = made
+    return made
+
+
+_U2, _I8 = np.dtype("<u2"), np.dtype("<i8")
 
 
 def image_identity(record: Record) -> tuple[bytes, np.ndarray] | None:
@@ -174,23 +271,6 @@ def column_layout(width: int) -> tuple[bool, bool]:
     and MinHash signatures (`split_variant`)."""
     texts = width >= IDENTITY_BYTES + SIGNATURE_BYTES
     return width - (SIGNATURE_BYTES if texts else 0) == IDENTITY_BYTES + CROP_BYTES, texts
-
-
-def _tokens_identity(ids: np.ndarray) -> bytes:
-    """A sequence's identity: its ids as int64, whatever dtype its store keeps them in."""
-    return xxhash.xxh3_128_digest(b"tokens\0" + np.ascontiguousarray(ids, dtype=np.int64).tobytes())
-
-
-def _array_identity(value: np.ndarray) -> bytes:
-    return xxhash.xxh3_128_digest(
-        _array_header(value.dtype, value.shape) + np.ascontiguousarray(value).tobytes()
-    )
-
-
-def _array_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """What an array's identity holds besides its bytes: equal bytes of another dtype or shape
-    are other values."""
-    return f"{dtype.str}{tuple(shape)}\0".encode()
 
 
 @split_check(
@@ -320,14 +400,12 @@ def identity_parts(values: np.ndarray) -> Parts:
 
 @batch_collector("split-leak")
 def _row_identities(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """Each array row's identity (a row too large to hold, read in pieces, has none)."""
-    if isinstance(batch.data, TokenRows):  # a flat store's sequences: by their ids
-        sequences = batch.data
-        identities = [_tokens_identity(sequences[row]) + _NO_HASH for row in range(len(sequences))]
-        return np.arange(len(sequences)), np.array(identities, dtype=f"S{IDENTITY_BYTES}")
-    if isinstance(batch.data, Pieces):
-        return np.empty(0, np.intp), np.empty(0, f"S{IDENTITY_BYTES}")
-    rows = np.ascontiguousarray(batch.data)
-    header = _array_header(rows.dtype, rows.shape[1:])
-    identities = [xxhash.xxh3_128_digest(header + row.tobytes()) + _NO_HASH for row in rows]
-    return np.arange(len(rows)), np.array(identities, dtype=f"S{IDENTITY_BYTES}")
+    """Each row's identity (`row_identities`) and `NO_HASH`: a row of nothing has none."""
+    identities = row_identities(batch)
+    rows = np.flatnonzero(identities != b"")
+    packed = np.empty((len(rows), IDENTITY_BYTES), np.uint8)
+    packed[:, :16] = np.frombuffer(np.ascontiguousarray(identities[rows], "S16").tobytes(), np.uint8).reshape(
+        -1, 16
+    )
+    packed[:, 16:] = np.frombuffer(_NO_HASH, np.uint8)
+    return rows, packed.view(f"S{IDENTITY_BYTES}").reshape(-1)

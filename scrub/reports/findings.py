@@ -41,7 +41,7 @@ LEAK_CHECK = "split-leak"
 #: checks whose finding pairs its record with another one (a leak's training record in
 #: ``details.train``, a copy's ``details.first``): the HTML report shows the two side by side,
 #: so the collector keeps as many of their issues as it keeps thumbnails
-PAIRED_CHECKS = frozenset({LEAK_CHECK, "duplicate", "near-duplicate"})
+PAIRED_CHECKS = frozenset({LEAK_CHECK, "duplicate", "near-duplicate", "near-duplicate-text"})
 #: drift and contract findings on the dataset as a whole a report names one by one, at most:
 #: a few per feature in practice, capped so that a report's size stays bounded whatever happens
 DATASET_FINDINGS = 500

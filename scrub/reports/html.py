@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 MAX_BYTES = 5 * 2**20
 MAX_BARS = 100  # label histogram: bars drawn at most
 NO_PREVIEW = frozenset({"unsafe-path", "decompression-bomb"})  # never opened for a thumbnail
-COPY_CHECKS = ("duplicate", "near-duplicate")  # a copy within a dataset, paired with its first
+#: a copy within a dataset, paired with its first
+COPY_CHECKS = ("duplicate", "near-duplicate", "near-duplicate-text")
 ERROR, WARNING, GOOD = "#c0392b", "#d68910", "#1e8449"
 
 STYLE = """
@@ -429,8 +430,8 @@ def _pairs(summary: Summary, findings: Findings, budget: int, timeout: float) ->
     groups: dict[tuple[str | None, str, str], tuple[Issue | None, list[str]]] = {}
     for copy, first in copies:
         place = (copy.dataset, first.source, first.key) if first else (copy.dataset, copy.source, copy.key)
-        distance = copy.details.get("distance")
-        caption = copy.check + ("" if distance is None else f", {distance} bits apart")
+        how = _nearness(copy.details) + (" apart" if "distance" in copy.details else "")
+        caption = copy.check + ("" if how == "–" else f", {how}")
         groups.setdefault(place, (first, []))[1].append(side(copy, caption))
     group_rows = [
         (f"<tr><td>{side(first)}</td><td><div class=grid>{''.join(later)}</div></td></tr>", len(later))

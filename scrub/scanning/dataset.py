@@ -99,6 +99,11 @@ class DatasetScan:
             | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
             | ({labels} if info.labelled else set())
             | ({Carries.SPLITS} if split is not None else set())
+            | (
+                {Carries.NEAR_TEXTS}
+                if options.checks.near_text and Carries.TOKENS in reader.provides
+                else set()
+            )
         )
         self.checks = select_checks(
             options.selection, self.checking, provides, options.origin, str(dataset.path)
@@ -612,21 +617,35 @@ def _replay(
     }
 
 
+#: flagged rows fewer than this many rows apart are read back in one reading (the rows between
+#: them are read and passed over): a reading per row costs a file's opening each
+READ_BACK_GAP = 1024
+
+
 def _contents(reader: Reader, partitions: Sequence) -> Callable:
-    """The content hashes of records keyed by position, read back one by one (dataset checks
-    flag few records: at most ~1,000 per rare bin)."""
+    """The content hashes of records keyed by position, read back after the scan: each
+    partition's flagged rows in runs of nearby rows (`READ_BACK_GAP`), a reading each run
+    (`duplicate` can flag most rows of a dataset of repeated rows)."""
     from scrub.results import row_digest
 
     def contents(positions: Sequence[tuple[int, int]]) -> list[str | None]:
-        found = []
+        found: dict[tuple[int, int], str] = {}
+        by_partition: dict[int, list[int]] = {}
         for number, offset in positions:
-            # the reading stays open while the digest is made: a row read in pieces reads then
-            rows = iter(reader.read(partitions[number], offset, offset + 1))
-            batch = next(rows, None)
-            found.append(row_digest(batch, 0) if isinstance(batch, Batch) else None)
-            for _ in rows:  # ends the reading (closes its file)
-                pass
-        return found
+            by_partition.setdefault(number, []).append(offset)
+        for number, offsets in by_partition.items():
+            wanted = np.unique(np.asarray(offsets, np.int64))
+            for run in np.split(wanted, np.flatnonzero(np.diff(wanted) > READ_BACK_GAP) + 1):
+                want, offset = set(run.tolist()), int(run[0])
+                # the reading stays open while the digests are made: a row read in pieces reads then
+                for item in reader.read(partitions[number], int(run[0]), int(run[-1]) + 1):
+                    size = len(item) if isinstance(item, Batch) else 1
+                    if isinstance(item, Batch):
+                        for row in range(size):
+                            if offset + row in want:
+                                found[(number, offset + row)] = row_digest(item, row)
+                    offset += size
+        return [found.get(position) for position in positions]
 
     return contents
 

@@ -30,7 +30,7 @@ from scrub.paths import absolute_place
 
 #: what a kept split's identities mean: a store written by another definition is not compared
 #: (its file is replaced by the next run that reads the split)
-IDENTITY_VERSION = 1
+IDENTITY_VERSION = 2
 SUFFIX = ".split.npz"
 
 
@@ -86,10 +86,8 @@ class History:
             if file.name in again:
                 continue
             split = _read(file)
-            if split is None:
-                self.notes.append(
-                    f"{self.given} {self.folder}: {file.name} is no split kept by this scrub: skipped"
-                )
+            if isinstance(split, str):
+                self.notes.append(f"{self.given} {self.folder}: {file.name} {split}: skipped")
             else:
                 splits.append(split)
         return splits
@@ -129,16 +127,22 @@ def _file_name(path: str) -> str:
     return f"{xxhash.xxh3_64_hexdigest(absolute_place(str(path)).rstrip('/').encode())}{SUFFIX}"
 
 
-def _read(file: Path) -> KeptSplit | None:
-    """A kept split (None: a file this scrub did not write, or of another identity version)."""
+def _read(file: Path) -> KeptSplit | str:
+    """A kept split, or why it is none: a file this scrub did not write, or a split kept by
+    another definition of the identities (`IDENTITY_VERSION`)."""
     try:
         with np.load(file, allow_pickle=False) as stored:
             meta: dict[str, Any] = json.loads(str(stored["meta"]))
             values = stored["values"]
     except (OSError, ValueError, KeyError):
-        return None
-    if meta.get("identity_version") != IDENTITY_VERSION or not isinstance(meta.get("dataset"), str):
-        return None
+        meta = {}
+    if not isinstance(meta.get("dataset"), str):
+        return "is no split kept by this scrub"
+    if meta.get("identity_version") != IDENTITY_VERSION:
+        return (
+            f"keeps {meta['dataset']} by another version's content identities "
+            "(scan that training split with --against again to keep it anew)"
+        )
     positions = np.zeros((len(values), 2), np.int64)
     positions[:, 1] = np.arange(len(values))
     return KeptSplit(meta["dataset"], str(meta.get("saved", "")), Column(positions, values), file)

@@ -51,14 +51,17 @@ def unused_comparisons(scans: Sequence[DatasetScan], options: ScanOptions) -> li
             "split-leak), and this run compared none"
         )
     signing = any(
-        c.kind == "split" and column_layout(np.dtype(c.column_dtype).itemsize)[1]
+        c.id == "near-duplicate-text"
+        or c.kind == "split"
+        and column_layout(np.dtype(c.column_dtype).itemsize)[1]
         for s in scans
         for c in s.checks
     )
     if options.checks.near_text and not signing:
         unused.append(
-            f"{options.origin('near-text')} {options.checks.near_text:g}: not used: it compares the texts of "
-            "a run's splits (JSON Lines text, chat, prompt and completion), and this run has no such splits"
+            f"{options.origin('near-text')} {options.checks.near_text:g}: not used: it compares texts (JSON "
+            "Lines text, chat, prompt and completion: near-duplicate-text, split-leak), and this run read "
+            "no token data"
         )
     return unused
 
@@ -216,7 +219,7 @@ def _note_unnamed(scan: DatasetScan, check_id: str, named: int) -> None:
     if named < records:
         scan.aggregate.notes.append(
             f"{check_id}: no content identity for {counted(records - named, 'record')} of {records:,} "
-            "(records that could not be read): not compared across the splits"
+            "(records that could not be read, or empty): not compared across the splits"
         )
 
 
