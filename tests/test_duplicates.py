@@ -155,3 +155,16 @@ def test_rows_read_in_pieces_are_compared_as_whole_rows(tmp_path, monkeypatch):
     whole = duplicates(scrub.scan(path, scheduler="sync"))
     monkeypatch.setattr(hdf5, "BLOCK_BYTES", 4 << 10)  # a row of 10 KiB: read in pieces
     assert duplicates(scrub.scan(path, scheduler="sync")) == whole == {4: 1}
+
+
+def test_identities_sharing_their_first_eight_bytes_are_still_grouped_exactly():
+    from scrub.checks.dataset import _grouping_order
+
+    made = [b"A" * 8 + b"x" * 8, b"A" * 8 + b"y" * 8, b"A" * 8 + b"x" * 8, b"B" * 16, b"A" * 8 + b"y" * 8]
+    identities = np.array(made, "S16")
+    ordered = identities[_grouping_order(identities)].tolist()
+    assert sorted(ordered) == sorted(made)
+    runs = [value for n, value in enumerate(ordered) if n == 0 or value != ordered[n - 1]]
+    assert len(runs) == 3  # each identity in one run
+    plain = np.array([b"C" * 16, b"B" * 16, b"C" * 16], "S16")
+    assert _grouping_order(plain).tolist() == [1, 0, 2]  # stable inside a group

@@ -74,9 +74,7 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
     if len(column.values) == 0:
         return []
     order = column.in_dataset_order()
-    values = column.values[order]
-    # A stable sort by identity keeps dataset order inside each group of equal identities.
-    by_identity = order[np.argsort(values, kind="stable")]
+    by_identity = order[_grouping_order(column.values[order])]
     sorted_values = column.values[by_identity]
     same_as_previous = np.zeros(len(sorted_values), dtype=bool)
     same_as_previous[1:] = sorted_values[1:] == sorted_values[:-1]
@@ -99,6 +97,20 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
             )
         )
     return judgement
+
+
+def _grouping_order(identities: np.ndarray) -> np.ndarray:
+    """A stable order that puts equal identities (``S16``) next to each other, in their given
+    order inside each group: a stable sort of their first 8 bytes as integers (a radix sort,
+    several times faster than sorting the byte strings), or of the whole identities where two
+    different ones share those 8 bytes (a chance of ~n^2 / 2^65)."""
+    halves = np.ascontiguousarray(identities, "S16").view("<u8").reshape(-1, 2)
+    order = np.argsort(halves[:, 0], kind="stable")
+    ordered = halves[order]
+    same_first = ordered[1:, 0] == ordered[:-1, 0]
+    if (same_first & (ordered[1:, 1] != ordered[:-1, 1])).any():
+        return np.argsort(identities, kind="stable")
+    return order
 
 
 @batch_collector("duplicate")

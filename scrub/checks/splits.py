@@ -108,7 +108,6 @@ def token_row_identities(rows: TokenRows) -> np.ndarray:
         narrow[filled] = (np.minimum.reduceat(tokens, starts) >= 0) & (
             np.maximum.reduceat(tokens, starts) < 1 << 16
         )
-    begins, ends = bounds[:-1].tolist(), bounds[1:].tolist()
     digest = xxhash.xxh3_128_digest
     for ids, seed, width in (
         (filled[narrow[filled]], _NARROW_TOKENS, 2),
@@ -117,7 +116,8 @@ def token_row_identities(rows: TokenRows) -> np.ndarray:
         if not len(ids):
             continue
         held = np.ascontiguousarray(tokens, _U2 if width == 2 else _I8).data.cast("B")
-        identities[ids] = [digest(held[begins[i] * width : ends[i] * width], seed) for i in ids.tolist()]
+        begins, ends = (bounds[ids] * width).tolist(), (bounds[ids + 1] * width).tolist()
+        identities[ids] = [digest(held[begin:end], seed) for begin, end in zip(begins, ends)]
     return identities
 
 
