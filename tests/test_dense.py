@@ -12,7 +12,7 @@ import pytest
 
 import scrub
 from scrub.checks.drift import NOT_RECORDS as DRIFTS
-from scrub.readers.hdf5 import PARTITION_ROWS
+from scrub.encoding import FLUSH_ISSUES
 
 #: scans datasets of a million findings: `-m "not slow"` (the quick subset) leaves it out
 pytestmark = pytest.mark.slow
@@ -34,13 +34,21 @@ def lines(manifest: Path) -> list[dict]:
 
 
 def test_encoded_findings_equal_the_issue_by_issue_ones(tmp_path):
-    rows = 2 * PARTITION_ROWS + 1000  # three partitions, by rows alone (the rows are 12 bytes)
+    # three partitions, each of several flushes of encoded issues (two findings a row or so)
+    size = 2 * FLUSH_ISSUES
+    rows = 2 * size + 1000
     source = dense(tmp_path / "dense.h5", rows)
-    compact = scrub.scan(source, manifest=tmp_path / "compact.jsonl", workers=2, scheduler="processes")
+    compact = scrub.scan(
+        source, manifest=tmp_path / "compact.jsonl", workers=2, scheduler="processes", partition_size=size
+    )
     (tmp_path / "empty.jsonl").write_text("")
     # a baseline needs every issue in the driver: the issue-by-issue path, on the same data
     one_by_one = scrub.scan(
-        source, manifest=tmp_path / "objects.jsonl", baseline=tmp_path / "empty.jsonl", scheduler="sync"
+        source,
+        manifest=tmp_path / "objects.jsonl",
+        baseline=tmp_path / "empty.jsonl",
+        scheduler="sync",
+        partition_size=size,
     )
     ours, theirs = lines(tmp_path / "compact.jsonl"), lines(tmp_path / "objects.jsonl")
     for line in theirs:
