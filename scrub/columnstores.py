@@ -11,18 +11,31 @@ import numpy as np
 
 from scrub.checks.base import RARE_KEPT, Check, Column, in_sorted, sorted_unique
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
+from scrub.results import LeftPart
 
 
 class ColumnStore:
-    """One dataset check's collected values, packed as they arrive."""
+    """One dataset check's collected values, packed as they arrive; on a cluster, the parts
+    left on its workers (`scrub.results.LeftPart`), to be joined there (`scrub.scanning.joins`)."""
 
-    def __init__(self, dtype: str) -> None:
+    def __init__(self, dtype: str, check_id: str = "") -> None:
         self.dtype = dtype
+        self.check_id = check_id
         self.categories: dict[str, int] = {}
         self._positions: list[np.ndarray] = []
         self._values: list[np.ndarray] = []
+        #: (partition, part) of each part left on a cluster
+        self.left: list[tuple[int, LeftPart]] = []
 
-    def add(self, partition: int, offsets: Any, values: Any) -> None:
+    @property
+    def count(self) -> int:
+        """How many values the column holds, here and left on a cluster."""
+        return sum(len(values) for values in self._values) + sum(part.count for _, part in self.left)
+
+    def add(self, partition: int, offsets: Any, values: Any = None) -> None:
+        if isinstance(offsets, LeftPart):
+            self.left.append((partition, offsets))
+            return
         if len(offsets) == 0:
             return
         positions = np.empty((len(offsets), 2), dtype=np.int32)
@@ -36,6 +49,16 @@ class ColumnStore:
             self._values.append(np.asarray(values, dtype=self.dtype))
 
     def column(self) -> Column:
+        """The whole column, here: the parts left on a cluster are fetched first."""
+        if self.left:  # fetched at once: a round trip a part would add up
+            parts, self.left = self.left, []
+            futures = [part.future for _, part in parts]
+            for (partition, _), columns in zip(parts, futures[0].client.gather(futures)):
+                self.add(partition, *columns[self.check_id])
+        return self.here()
+
+    def here(self) -> Column:
+        """The values this process holds (all of them, but for the parts left on a cluster)."""
         if not self._positions:
             empty = np.empty(0, dtype=object if self.dtype == "category" else self.dtype)
             return Column(np.empty((0, 2), dtype=np.int32), empty)
@@ -134,15 +157,15 @@ def merge_histograms(
     return values[starts], np.add.reduceat(summed, starts)
 
 
-def store_for(dtype: str) -> ColumnStore | RareValueStore:
+def store_for(dtype: str, check_id: str = "") -> ColumnStore | RareValueStore:
     if dtype == "rare":
         return RareValueStore()
     if dtype == "magnitude":
         return RareValueStore(MAGNITUDE_KEPT_PER_BIN, bins=magnitude_bins, keep_negative=False)
-    return ColumnStore(dtype)
+    return ColumnStore(dtype, check_id)
 
 
 def column_store(check: Check) -> ColumnStore | RareValueStore:
     """A fresh store for a dataset check's column (dataset checks always declare its dtype)."""
     assert check.column_dtype is not None
-    return store_for(check.column_dtype)
+    return store_for(check.column_dtype, check.id)

@@ -44,6 +44,7 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
 
     # A hung decoder on a worker: the watchdog ends the worker process, its nanny starts another,
     # the task ends as KilledWorker and is bisected down to the record like a crash.
+    leaving = getattr(work, "leaving", None)
     work = GuardedWork(work, plan.timeout)
     try:
         with dask.config.set({"distributed.comm.timeouts.connect": "10s"}):
@@ -54,8 +55,11 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     # in one line instead (`ClusterLost`).
     for name in ("distributed.client", "distributed.comm", "distributed.core", "distributed.batched"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    keep = False
     try:
-        _run(WorkerWatch(client, plan.scheduler, plan.cluster_wait), work, partitions, on_result, on_failure)
+        watch = WorkerWatch(client, plan.scheduler, plan.cluster_wait)
+        _run(watch, work, leaving, partitions, on_result, on_failure)
+        keep = leaving is not None
     except Exception as error:
         # a closed connection to the scheduler can surface before the client's status says so
         lost = isinstance(error, (Cancelled, CancelledError, CommClosedError, NoWorkers))
@@ -67,10 +71,28 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
             f"the dask scheduler at {plan.scheduler} went away mid-scan ({_reason(error)})"
         ) from None
     finally:
-        try:
-            client.close(timeout=2)
-        except Exception:
-            pass
+        if keep:  # the results left on the cluster live as long as their client
+            _LEFT_WITH.append(client)
+        else:
+            _close(client)
+
+
+#: the clients of runs that left results on their clusters (`release_left` closes them)
+_LEFT_WITH: list[Any] = []
+
+
+def release_left() -> None:
+    """Close the clients holding results left on clusters: their futures, and the data the
+    workers held for them, go."""
+    while _LEFT_WITH:
+        _close(_LEFT_WITH.pop())
+
+
+def _close(client: Any) -> None:
+    try:
+        client.close(timeout=2)
+    except Exception:
+        pass
 
 
 class Cancelled(Exception):
@@ -210,10 +232,26 @@ def _result(watch: WorkerWatch, future) -> Any:
     return fetching.result()
 
 
+def _finished(watch: WorkerWatch, leaving, future) -> Any:
+    """A finished task's result; the part ``leaving`` (the work's `scrub.pipeline.Leaving`, or
+    None) leaves stays on the worker that holds the result, its future in the result."""
+    if leaving is None:
+        return _result(watch, future)
+    client = watch.client
+    taken = client.submit(leaving.taken, future, pure=False)
+    left = client.submit(leaving.left, future, pure=False)
+    try:
+        result = _result(watch, taken)
+    finally:
+        taken.release()
+    return leaving.attach(result, left)
+
+
 def _run(
-    watch: WorkerWatch, work, partitions: Sequence[Any], on_result: Callable, on_failure: Callable
+    watch: WorkerWatch, work, leaving, partitions: Sequence[Any], on_result: Callable, on_failure: Callable
 ) -> None:
-    """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`)."""
+    """Every partition, then the suspects of dead workers bisected (see `run_on_cluster`);
+    ``leaving``: the `scrub.pipeline.Leaving` of the work ``work`` guards, or None."""
     client = watch.client
     suspects: list[tuple[int, Any, int, int]] = []
     pending = list(enumerate(partitions))
@@ -227,7 +265,7 @@ def _run(
             number, partition = futures.pop(future)
             outcome = _outcome(future)
             if outcome == "finished":
-                on_result(_result(watch, future))
+                on_result(_finished(watch, leaving, future))
             elif outcome == "killed":
                 suspects.append((number, partition, 0, len(partition)))
             else:
@@ -240,7 +278,7 @@ def _run(
             for _ in _completed(watch, [future]):
                 outcome = _outcome(future)
                 if outcome == "finished":
-                    on_result(_result(watch, future))
+                    on_result(_finished(watch, leaving, future))
                 elif outcome == "lost":
                     suspects.append((number, partition, start, stop))
                 elif stop - start == 1:

@@ -83,6 +83,24 @@ class Work(Protocol):
     ) -> Any: ...
 
 
+class Leaving(Protocol):
+    """How a `Work` (its ``leaving`` attribute; None, or none, where nothing is) leaves a part
+    of each result on a cluster: a large part the driver need not hold (its caller joins it on
+    the cluster later) stays on the worker that made it. Off a cluster the result comes back
+    whole.
+
+    The finished task's result is split on its worker: `taken` comes back, `left` stays (on the
+    same worker: it holds the result), and `attach` gives the driver's result the future of the
+    part left; those futures stay valid until `release_cluster_results`. A small object of its
+    own, not a method of the work: it is sent with two tasks a partition."""
+
+    def taken(self, result: Any) -> Any: ...
+
+    def left(self, result: Any) -> Any: ...
+
+    def attach(self, result: Any, left: Any) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Plan:
     """How to run: which scheduler, how many local workers, the per-record time limit, and how
@@ -196,6 +214,17 @@ def run(
         from scrub.distributed import run_on_cluster
 
         run_on_cluster(work, partitions, plan, on_result, on_failure)
+
+
+def release_cluster_results() -> None:
+    """Let go of the results a `Leaving` left on clusters (and of the clients holding them):
+    called once the run is judged, or has failed."""
+    import sys
+
+    if "scrub.distributed" in sys.modules:  # imported by a run on a cluster only
+        from scrub.distributed import release_left
+
+        release_left()
 
 
 def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_failure) -> None:

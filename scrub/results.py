@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 Columns = dict[str, tuple[list[Any], list[Any]]]
 
 
+@dataclass(frozen=True)
+class LeftPart:
+    """A partition's column left on the cluster worker that collected it (`scrub.pipeline`'s
+    `LeavingWork`), in place of its values: the future of the worker's columns left behind (a
+    dict by check id; None until the driver attaches it) and how many values it holds."""
+
+    future: Any
+    count: int
+
+
 @dataclass
 class PartitionResult:
     """What one partition (or a piece of one) contributes to the scan."""
@@ -33,8 +43,9 @@ class PartitionResult:
     records: int = 0
     issues: list[Issue] = field(default_factory=list)
     #: dataset check id -> (offsets within the partition, collected values), packed (see
-    #: `finish_columns`; a magnitude column also holds the histogram of every row)
-    columns: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: `finish_columns`; a magnitude column also holds the histogram of every row), or a
+    #: `LeftPart` for a column left on a cluster
+    columns: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     #: source -> statistics of its numeric values (array datasets)
     numeric: dict[str, NumericStats] = field(default_factory=dict)

@@ -7,6 +7,7 @@ Python, testable on a list, and knows nothing of Dask.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -34,6 +35,7 @@ from scrub.replay.standardize import PIXELS, Moments, typical_rows
 from scrub.results import (
     NOT_REUSABLE,
     Columns,
+    LeftPart,
     NumericStats,
     Outcomes,
     PartitionResult,
@@ -45,6 +47,36 @@ from scrub.results import (
 #: memory would grow several-fold on its first partition (see docs/benchmarks.md, "Design
 #: measurements").
 CHECK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class LeftColumns:
+    """The `scrub.pipeline.Leaving` of a `PartitionWork` on a cluster: the columns of the checks
+    ``names`` stay on the worker that collected them."""
+
+    names: frozenset[str]
+
+    def taken(self, result: PartitionResult) -> PartitionResult:
+        """What of ``result`` comes back to the driver: the columns left counted, not sent. Runs
+        on the worker beside `left`, so ``result`` itself is not changed."""
+        columns = {
+            name: LeftPart(None, len(column[0])) if name in self.names else column
+            for name, column in result.columns.items()
+        }
+        return replace(result, columns=columns)
+
+    def left(self, result: PartitionResult) -> dict[str, tuple[Any, ...]]:
+        """What of ``result`` stays on the worker: the columns of ``names``."""
+        return {name: column for name, column in result.columns.items() if name in self.names}
+
+    def attach(self, result: PartitionResult, left: Any) -> PartitionResult:
+        """The `taken` ``result``, in the driver, its left columns pointed at ``left`` (the
+        future of `left`)."""
+        result.columns = {
+            name: LeftPart(left, column.count) if isinstance(column, LeftPart) else column
+            for name, column in result.columns.items()
+        }
+        return result
 
 
 class PartitionWork:
@@ -73,6 +105,9 @@ class PartitionWork:
         # Check objects pickle by reference to their functions, so a worker imports the module
         # that defines a check (and registers it) even when the check is not a built-in one.
         self.checks = tuple(checks)
+        #: the columns that stay on the cluster's workers, to be joined there
+        #: (`scrub.scanning.joins`): set once the run's plan is known; None off a cluster
+        self.leaving: LeftColumns | None = None
 
     def __call__(
         self,

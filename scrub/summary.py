@@ -18,7 +18,7 @@ import numpy as np
 from scrub.baseline import Baseline
 from scrub.checks.base import COLUMN_KINDS, Check, CheckOptions, Finding, make_issue
 from scrub.checks.contract import names_no_record
-from scrub.columnstores import column_store
+from scrub.columnstores import ColumnStore, column_store
 from scrub.manifest import ManifestWriter
 from scrub.paths import absolute_place, common_folder
 from scrub.profile import PartitionProfile, finish_profile
@@ -26,7 +26,7 @@ from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
-from scrub.results import NumericStats, PartitionResult
+from scrub.results import LeftPart, NumericStats, PartitionResult
 from scrub.wording import counted
 
 #: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
@@ -130,7 +130,12 @@ class ScanAggregate:
         for key, moments in result.moments.items():
             self.moments.setdefault(key, Moments()).merge(moments)
         for check_id, column in result.columns.items():
-            self.columns[check_id].add(result.partition, *column)
+            store = self.columns[check_id]
+            if isinstance(column, LeftPart):  # left on a cluster's worker, joined there
+                assert isinstance(store, ColumnStore)  # a column of identities
+                store.add(result.partition, column)
+            else:
+                store.add(result.partition, *column)
         if self.profiled is not None:
             if result.profile is not None:
                 self.profiled.merge(result.profile)
@@ -211,7 +216,16 @@ class ScanAggregate:
             if check.kind != "dataset":
                 continue
             assert check.func is not None  # a dataset check's judge
-            judgement = check.func(self.columns[check.id].column(), self.options, locate)
+            store = self.columns[check.id]
+            if isinstance(store, ColumnStore) and store.left:  # left on a cluster
+                from scrub.scanning.joins import joined_on_cluster, judge_on_cluster
+
+                if joined_on_cluster([store]):
+                    judgement = judge_on_cluster(check.id, store, locate)
+                else:
+                    judgement = check.func(store.column(), self.options, locate)
+            else:
+                judgement = check.func(store.column(), self.options, locate)
             self.notes += [
                 f"{check.id}: {finding.message}" for position, finding in judgement if position is None
             ]

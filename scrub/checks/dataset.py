@@ -85,18 +85,16 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
     duplicates = np.flatnonzero(same_as_previous)
     firsts = by_identity[group_starts[group_ids[duplicates]]]
     first_identities = locate(_positions(column, firsts))
-    judgement: Judgement = []
-    for position, (source, key, index) in zip(_positions(column, by_identity[duplicates]), first_identities):
-        judgement.append(
-            (
-                position,
-                Finding(
-                    f"same content as {key}",
-                    {"first": {"source": source, "key": key, "index": index}},
-                ),
-            )
-        )
-    return judgement
+    return [
+        (position, same_content(first))
+        for position, first in zip(_positions(column, by_identity[duplicates]), first_identities)
+    ]
+
+
+def same_content(first: tuple[str, str, int]) -> Finding:
+    """`duplicate`'s finding on a later copy of the record ``first`` (source, key, index)."""
+    source, key, index = first
+    return Finding(f"same content as {key}", {"first": {"source": source, "key": key, "index": index}})
 
 
 def _grouping_order(identities: np.ndarray) -> np.ndarray:

@@ -1,7 +1,9 @@
-"""`split-leak`'s two joins (`scrub.checks.splits`) as a dask.distributed computation, for runs
-whose hashes a single process should not hold: the driver builds the graph and receives only
-the pairs found, which are few; the identities and hashes stay on the workers from the moment
-they are made until they are dropped.
+"""`split-leak`'s two joins (`scrub.checks.splits`) and `duplicate`'s grouping as dask.distributed
+computations, for runs whose hashes a single process should not hold: the driver builds the
+graph and receives only the pairs found, which are few; the identities and hashes stay on the
+workers from the moment they are made until they are dropped. A scan on a cluster leaves those
+checks' columns on its workers (`leave_on_cluster`) and judges them here (`judge_on_cluster`,
+`leaks_on_cluster`), as a scan on one machine judges them in its own process.
 
 The inputs are dask dataframes of one row a record (`hash_columns` makes a partition of them):
 a global row number, the 16-byte content identity as two uint64 words, the perceptual hash
@@ -36,20 +38,31 @@ imported when a join is built, not when this module is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scrub.checks.base import Finding, Locate, Position
+from scrub.checks.dataset import same_content
 from scrub.checks.perceptual import NO_HASH, near_pairs
+from scrub.checks.splits import column_layout, identity_parts
+from scrub.columnstores import ColumnStore, RareValueStore
+from scrub.errors import IncompleteScan, first_line
+from scrub.runner import LeftColumns
 
 if TYPE_CHECKING:
     import dask.dataframe as dd
     import pandas as pd  # type: ignore[import-untyped]  # no stubs in the environment
     from distributed import Client
 
+    from scrub.scanning.dataset import DatasetScan
+
 #: the columns of a split's frame (`hash_columns`)
 ROW, IDENTITY_HIGH, IDENTITY_LOW, PHASH = "row", "identity_high", "identity_low", "phash"
 IDENTITY = [IDENTITY_HIGH, IDENTITY_LOW]
+#: the hashes of a training image's central crops (`scrub.checks.splits`), looked up as its own
+CROPS = ["crop_0", "crop_1"]
 #: the columns of the pairs found
 QUERY, KNOWN, DISTANCE = "query", "known", "distance"
 #: the distance of a pair of equal identities: ranks before every Hamming distance
@@ -67,18 +80,24 @@ def identity_words(identities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return words[:, 0].copy(), words[:, 1].copy()
 
 
-def hash_columns(rows: np.ndarray, identities: np.ndarray, hashes: np.ndarray) -> pd.DataFrame:
-    """One partition of a split's frame: each record's global row number, identity (``S16``) and
-    perceptual hash (uint64). Made where the partition's records are (a worker), never gathered."""
+def hash_columns(
+    rows: np.ndarray, identities: np.ndarray, hashes: np.ndarray, crops: np.ndarray | None = None
+) -> pd.DataFrame:
+    """One partition of a split's frame: each record's global row number, identity (``S16``),
+    perceptual hash (uint64) and the hashes of its image's central crops ((n, 2) uint64; `NO_HASH`
+    where none). Made where the partition's records are (a worker), never gathered."""
     import pandas as pd
 
     high, low = identity_words(identities)
+    if crops is None:
+        crops = np.full((len(rows), len(CROPS)), NO_HASH, np.uint64)
     return pd.DataFrame(
         {
             ROW: np.asarray(rows, np.int64),
             IDENTITY_HIGH: high,
             IDENTITY_LOW: low,
             PHASH: np.asarray(hashes, np.uint64),
+            **{name: np.asarray(crops[:, number], np.uint64) for number, name in enumerate(CROPS)},
         }
     )
 
@@ -114,13 +133,31 @@ def distributed_leaks(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`leak_frame` computed on ``client``'s cluster: the query rows that matched (ascending),
     each one's known row and distance (`EXACT` for an equal identity), as NumPy arrays."""
-    found = client.compute(leak_frame(known, queries, radius, partitions), sync=True)
+    found = _computed(client, leak_frame(known, queries, radius, partitions))
     found = found.sort_values(QUERY)
     return (
         found[QUERY].to_numpy(np.int64),
         found[KNOWN].to_numpy(np.int64),
         found[DISTANCE].to_numpy(np.int64),
     )
+
+
+def _computed(client: Client, collection: Any) -> Any:
+    """``collection`` computed on ``client``'s cluster; a cluster that cannot (its scheduler
+    gone, its workers dying) ends the scan in one line, as one that fails mid-scan does."""
+    from concurrent.futures import CancelledError
+
+    from distributed.comm import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return client.compute(collection, sync=True)
+    except (OSError, TimeoutError, CancelledError, CommClosedError, KilledWorker) as error:
+        raise IncompleteScan(
+            f"the dask cluster at {client.scheduler.address} failed while joining the records' content "
+            f"identities ({type(error).__name__}: {first_line(error) or 'no reason given'}); no manifest "
+            "was written"
+        ) from None
 
 
 def _tagged(frame: dd.DataFrame, columns: list[str], side: int) -> dd.DataFrame:
@@ -154,7 +191,7 @@ def _near_pairs(known: dd.DataFrame, queries: dd.DataFrame, radius: int, partiti
 
     layout = band_layout(radius)
     exploded = [
-        _tagged(frame, [ROW, PHASH], side).map_partitions(_band_rows, layout, meta=_band_meta())
+        _tagged(frame, [ROW, PHASH, *CROPS], side).map_partitions(_band_rows, layout, meta=_band_meta())
         for frame, side in ((known, KNOWN_SIDE), (queries, QUERY_SIDE))
     ]
     shuffled = dd.concat(exploded).shuffle(on=[BAND, BAND_KEY], npartitions=partitions)
@@ -162,20 +199,24 @@ def _near_pairs(known: dd.DataFrame, queries: dd.DataFrame, radius: int, partiti
 
 
 def _band_rows(part: pd.DataFrame, layout: list[tuple[int, int]]) -> pd.DataFrame:
-    """A row a band of each hash of ``part`` (`NO_HASH` matches nothing: dropped here, before
-    it costs a shuffle), keyed by the band's bits."""
+    """A row a band of each hash of ``part``, its crops' as its own (`NO_HASH` matches nothing:
+    dropped here, before it costs a shuffle), keyed by the band's bits."""
     import pandas as pd
 
-    usable = part[part[PHASH].to_numpy(np.uint64) != NO_HASH]
-    hashes = usable[PHASH].to_numpy(np.uint64)
+    columns = [name for name in (PHASH, *CROPS) if name in part]
+    hashes = np.concatenate([part[name].to_numpy(np.uint64) for name in columns])
+    usable = hashes != NO_HASH
+    hashes = hashes[usable]
+    rows = np.tile(part[ROW].to_numpy(np.int64), len(columns))[usable]
+    sides = np.tile(part[SIDE].to_numpy(np.int8), len(columns))[usable]
     keys = [(hashes >> np.uint64(low)) & np.uint64((1 << width) - 1) for low, width in layout]
     return pd.DataFrame(
         {
-            BAND: np.repeat(np.arange(len(layout), dtype=np.int8), len(usable)),
+            BAND: np.repeat(np.arange(len(layout), dtype=np.int8), len(hashes)),
             BAND_KEY: np.concatenate(keys) if keys else np.empty(0, np.uint64),
-            ROW: np.tile(usable[ROW].to_numpy(np.int64), len(layout)),
+            ROW: np.tile(rows, len(layout)),
             PHASH: np.tile(hashes, len(layout)),
-            SIDE: np.tile(usable[SIDE].to_numpy(np.int8), len(layout)),
+            SIDE: np.tile(sides, len(layout)),
         }
     )
 
@@ -233,3 +274,159 @@ def _band_meta() -> pd.DataFrame:
             SIDE: np.empty(0, np.int8),
         }
     )
+
+
+# The scan's joins on its cluster: `duplicate` and `split-leak` judged where their columns were
+# collected. A record's row number says where it is: the run's dataset (its tag), the partition
+# and the offset, in bits that sort as the datasets, partitions and records do.
+
+#: the bits of a row number: dataset tag, partition, offset (within 63 bits)
+TAG_BITS, PARTITION_BITS, OFFSET_BITS = 8, 23, 32
+#: the checks whose columns a scan on a cluster leaves on its workers (`leave_on_cluster`)
+JOINED_ON_CLUSTER = ("duplicate", "split-leak")
+#: the width of a column of identities alone (`duplicate`'s)
+IDENTITY_ONLY = 16
+#: a check's columns of fewer values than this, all datasets together, are fetched into the
+#: driver and judged there: at most ~125 MiB more in the driver, where a shuffle on a small
+#: cluster took 4 times as long (docs/benchmarks.md, "A scan of splits on a cluster")
+FETCHED_BELOW = 1_000_000
+
+
+def joined_on_cluster(stores: Sequence[ColumnStore | RareValueStore]) -> bool:
+    """Whether a check's columns (a store a dataset) are joined on the cluster: some were left
+    there, and they are too many to fetch (`FETCHED_BELOW`)."""
+    left = [store for store in stores if isinstance(store, ColumnStore) and store.left]
+    return bool(left) and sum(store.count for store in left) >= FETCHED_BELOW
+
+
+def leave_on_cluster(scans: Sequence[DatasetScan], scheduler: str, kept: bool) -> None:
+    """Set which columns each scan's work leaves on the cluster's workers (`PartitionWork.leaving`):
+    on a cluster, `duplicate`'s and `split-leak`'s, unless the driver needs their values: a
+    dataset with a result cache (it stores every record's values), split-leak with kept splits
+    (``kept``: ``--against``, whose store keeps them) or with texts signed (``--near-text``: its
+    MinHash join runs in the driver). A dataset beyond the row numbers' bits keeps its columns too."""
+    if "://" not in scheduler:
+        return
+    for tag, scan in enumerate(scans):
+        if scan.cache is not None or len(scan.dataset.partitions) >= 1 << PARTITION_BITS:
+            continue
+        leave = set()
+        for check in scan.checks:
+            if check.id == "duplicate" and check.kind == "dataset":
+                leave.add(check.id)
+            elif check.id == "split-leak" and check.kind == "split" and scan.split and not kept:
+                signs_texts = column_layout(np.dtype(check.column_dtype).itemsize)[1]
+                if tag < 1 << TAG_BITS and not signs_texts:
+                    leave.add(check.id)
+        scan.work.leaving = LeftColumns(frozenset(leave)) if leave else None
+
+
+def judge_on_cluster(check_id: str, store: ColumnStore, locate: Locate) -> list[tuple[Position, Finding]]:
+    """`duplicate` of a column left on a cluster: each later copy of an identity, with the first
+    (in dataset order), found by a shuffle on the identity."""
+    assert check_id == "duplicate"  # the one dataset check in `JOINED_ON_CLUSTER`
+    client = store.left[0][1].future.client
+    frame = store_frame(client, store, 0)
+    if frame is None:
+        return []
+    pairs = frame.shuffle(on=IDENTITY, npartitions=frame.npartitions).map_partitions(
+        _later_copies, meta=_pairs_meta()
+    )
+    found = _computed(client, pairs).sort_values(QUERY)
+    copies, firsts = row_positions(found[QUERY].to_numpy()), row_positions(found[KNOWN].to_numpy())
+    named = locate([(partition, offset) for _, partition, offset in firsts])
+    return [((part, offset), same_content(first)) for (_, part, offset), first in zip(copies, named)]
+
+
+def leaks_on_cluster(
+    training: Sequence[tuple[int, ColumnStore]], evaluation: tuple[int, ColumnStore], radius: int
+) -> list[tuple[Position, int, Position, int | None]]:
+    """`split-leak`'s joins of columns left on a cluster: each record of the ``evaluation`` split
+    (tag, store) that a record of a ``training`` split holds, exactly or (``radius`` > 0) by a
+    perceptual hash within ``radius`` bits: (its position, the training split's tag, the training
+    record's position, the distance: None for an exact copy)."""
+    import dask.dataframe as dd
+
+    left = [part for _, store in [*training, evaluation] for _, part in store.left]
+    if not left:
+        return []
+    client = left[0].future.client
+    known = [frame for tag, store in training if (frame := store_frame(client, store, tag)) is not None]
+    queries = store_frame(client, evaluation[1], evaluation[0])
+    if not known or queries is None:
+        return []
+    query, copy, distance = distributed_leaks(
+        client, dd.concat(known) if len(known) > 1 else known[0], queries, radius if radius else -1
+    )
+    return [
+        ((q[1], q[2]), k[0], (k[1], k[2]), None if d == EXACT else int(d))
+        for q, k, d in zip(row_positions(query), row_positions(copy), distance.tolist())
+    ]
+
+
+def store_frame(client: Client, store: ColumnStore, tag: int) -> dd.DataFrame | None:
+    """A column's frame (`hash_columns`) of the parts left on ``client``'s cluster, each made on
+    the worker holding it, and of the values the driver holds (of a dataset that kept its
+    column, or a record whose worker died), sent to the cluster. None: no values."""
+    import dask.dataframe as dd
+
+    parts = [(partition, part) for partition, part in store.left if part.count]
+    made = [
+        client.submit(part_frame, part.future, store.check_id, _row_base(tag, partition), pure=False)
+        for partition, part in parts
+    ]
+    here = store.here()
+    if len(here.values):
+        partitions, offsets = here.positions[:, 0].astype(np.int64), here.positions[:, 1].astype(np.int64)
+        rows = _row_base(tag, 0) | (partitions << OFFSET_BITS) | offsets
+        made.append(client.scatter(_values_frame(rows, here.values)))
+    if not made:
+        return None
+    return dd.from_delayed(made, meta=hash_columns(*_no_values()), verify_meta=False)
+
+
+def part_frame(left: dict[str, tuple[Any, ...]], check_id: str, base: int) -> pd.DataFrame:
+    """On the worker: the frame of one partition's column left there (`LeftColumns.left`)."""
+    offsets, values = left[check_id][:2]
+    return _values_frame(base + np.asarray(offsets, np.int64), np.asarray(values))
+
+
+def row_positions(rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(tag, partition, offset) of each row number."""
+    rows = np.asarray(rows, np.int64)
+    tags = rows >> (PARTITION_BITS + OFFSET_BITS)
+    partitions = (rows >> OFFSET_BITS) & ((1 << PARTITION_BITS) - 1)
+    offsets = rows & ((1 << OFFSET_BITS) - 1)
+    return list(zip(tags.tolist(), partitions.tolist(), offsets.tolist()))
+
+
+def _row_base(tag: int, partition: int) -> int:
+    return (tag << (PARTITION_BITS + OFFSET_BITS)) | (partition << OFFSET_BITS)
+
+
+def _values_frame(rows: np.ndarray, values: np.ndarray) -> pd.DataFrame:
+    """A frame of a column's values: `duplicate`'s identities, or `split-leak`'s packed
+    identities, hashes and crops (`scrub.checks.splits.identity_parts`)."""
+    if values.dtype.itemsize == IDENTITY_ONLY:
+        return hash_columns(rows, values, np.full(len(values), NO_HASH, np.uint64))
+    identities, hashes, crops, _ = identity_parts(values)
+    return hash_columns(rows, identities, hashes, crops)
+
+
+def _no_values() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.empty(0, np.int64), np.empty(0, "S16"), np.empty(0, np.uint64)
+
+
+def _later_copies(part: pd.DataFrame) -> pd.DataFrame:
+    """Each row of a partition whose identity an earlier row has, with the first such row (the
+    partition holds every row of its identities)."""
+    rows = part[ROW].to_numpy(np.int64)
+    high, low = part[IDENTITY_HIGH].to_numpy(np.uint64), part[IDENTITY_LOW].to_numpy(np.uint64)
+    order = np.lexsort((rows, low, high))
+    rows, high, low = rows[order], high[order], low[order]
+    same = np.zeros(len(rows), bool)
+    same[1:] = (high[1:] == high[:-1]) & (low[1:] == low[:-1])
+    starts = np.flatnonzero(~same)
+    group = np.cumsum(~same) - 1
+    later = np.flatnonzero(same)
+    return _pairs(rows[later], rows[starts[group[later]]], np.full(len(later), EXACT, np.int64))

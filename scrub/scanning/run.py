@@ -31,6 +31,7 @@ from scrub.records import Issue, Severity
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
 from scrub.scanning.dataset import DatasetScan, Tasks
 from scrub.scanning.history import History
+from scrub.scanning.joins import leave_on_cluster
 from scrub.scanning.splits import describe_splits, judge_splits, unused_comparisons
 from scrub.summary import Progress, ScanAggregate, Summary
 
@@ -240,6 +241,7 @@ def scan_opened(
         unreadable = [_unreadable_aggregate(dataset, options, writer, baseline) for dataset in unopened]
         tasks = [scan.tasks() for scan in scans]
         plan = _plan(scans, tasks, options.run)
+        leave_on_cluster(scans, plan.scheduler, kept=history is not None)
         try:
             _run(scans, tasks, plan)
         except (ScrubError, OSError) as error:
@@ -263,6 +265,8 @@ def scan_opened(
     except BaseException:
         writer.discard()
         raise
+    finally:  # what the scan left on a cluster is judged by now
+        pipeline.release_cluster_results()
     manifest_path = writer.commit()
     seconds = time.perf_counter() - started
     parts = [scan.summary(plan, seconds, manifest_path, None if several else compared) for scan in scans]
@@ -354,6 +358,33 @@ class ManyWork:
 
     def failure(self, number: int, part: Part, offset: int, reason: str) -> tuple[int, Any]:
         return part.dataset, self.failures[part.dataset](part.number, part.item, offset, reason)
+
+    @property
+    def leaving(self) -> TaggedLeaving | None:
+        leavings = tuple(getattr(work, "leaving", None) for work in self.works)
+        return TaggedLeaving(leavings) if any(leavings) else None
+
+
+@dataclass(frozen=True)
+class TaggedLeaving:
+    """The `pipeline.Leaving` of a `ManyWork`: each tagged result is split by its dataset's."""
+
+    leavings: tuple[Any, ...]
+
+    def taken(self, tagged: tuple[int, Any]) -> tuple[int, Any]:
+        number, result = tagged
+        leaving = self.leavings[number]
+        return number, leaving.taken(result) if leaving is not None else result
+
+    def left(self, tagged: tuple[int, Any]) -> Any:
+        number, result = tagged
+        leaving = self.leavings[number]
+        return leaving.left(result) if leaving is not None else None
+
+    def attach(self, tagged: tuple[int, Any], left: Any) -> tuple[int, Any]:
+        number, result = tagged
+        leaving = self.leavings[number]
+        return number, leaving.attach(result, left) if leaving is not None else result
 
 
 class _CombinedProgress:

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from scrub.checks.base import CheckOptions, Finding, Position
+from scrub.checks.base import Check, CheckOptions, Finding, Position
 from scrub.checks.splits import column_layout
+from scrub.columnstores import ColumnStore, RareValueStore
 from scrub.paths import EVALUATION, TRAINING
+from scrub.scanning.joins import joined_on_cluster
 from scrub.wording import counted
 
 if TYPE_CHECKING:
@@ -121,9 +123,11 @@ def judge_splits(scans: Sequence[DatasetScan], history: History | None = None) -
     for check in checks.values():
         assert check.func is not None  # a split check's judge
         judged = [scan for scan in scans if scan.split and check.id in {c.id for c in scan.checks}]
-        column_of = {scan: scan.aggregate.columns.pop(check.id).column() for scan in judged}
+        stores = {scan: scan.aggregate.columns.pop(check.id) for scan in judged}
+        on_cluster = joined_on_cluster(list(stores.values()))
+        column_of = {} if on_cluster else {scan: store.column() for scan, store in stores.items()}
         training: list[TrainingSplit] = [
-            ScannedSplit(scan, column_of[scan]) for scan in judged if scan.split == TRAINING
+            ScannedSplit(scan, column_of.get(scan)) for scan in judged if scan.split == TRAINING
         ]
         kept = (
             history.kept([str(scan.dataset.path) for scan in scans]) if history and check.id == KEPT else []
@@ -135,20 +139,18 @@ def judge_splits(scans: Sequence[DatasetScan], history: History | None = None) -
                 f"{history.given} {history.folder}: holds no training split yet, nor does this run: "
                 "the evaluation splits were compared with nothing"
             )
-        columns = [split.column for split in training]
         for scan in judged:
-            _note_unnamed(scan, check.id, len(column_of[scan].values))
+            _note_unnamed(scan, check.id, _count(stores[scan]))
             if scan.split != EVALUATION:
                 continue
-            column = column_of[scan]
-            leaks = check.func(columns, column, scan.checking)
-            copies = _locate_copies(training, [copy for _, copy, _ in leaks])
+            if on_cluster:
+                leaks = _leaks_on_cluster(judged, stores, scan, training)
+            else:
+                leaks = _leaks_here(check, training, column_of[scan], scan)
+            copies = _locate_copies(training, [(owner, copy) for _, owner, copy, _ in leaks])
             judgement = [
-                (
-                    (int(column.positions[row][0]), int(column.positions[row][1])),
-                    _finding(training[owner], copy, distance),
-                )
-                for (row, (owner, _), distance), copy in zip(leaks, copies)
+                (position, _finding(training[owner], copy, distance))
+                for (position, owner, _, distance), copy in zip(leaks, copies)
             ]
             locate, contents = scan.identities()
             scan.aggregate.add_findings(check.id, judgement, locate, contents)
@@ -163,22 +165,61 @@ def judge_splits(scans: Sequence[DatasetScan], history: History | None = None) -
     return kept_names
 
 
+#: a leak as the judgement takes it: the evaluation record's position, the index of the training
+#: split holding its copy, the copy's position, the distance (None: an exact copy)
+PlacedLeak = tuple[Position, int, Position, "int | float | None"]
+
+
+def _leaks_here(
+    check: Check, training: Sequence[TrainingSplit], column: Any, scan: DatasetScan
+) -> list[PlacedLeak]:
+    """The split check's own judgement, in this process, of the columns it holds."""
+    assert check.func is not None
+    leaks = check.func([split.column for split in training], column, scan.checking)
+    return [
+        (_position(column, row), owner, _position(training[owner].column, copy), distance)
+        for row, (owner, copy), distance in leaks
+    ]
+
+
+def _leaks_on_cluster(
+    judged: Sequence[DatasetScan], stores: dict, scan: DatasetScan, training: Sequence[TrainingSplit]
+) -> list[PlacedLeak]:
+    """`split-leak` of columns left on the cluster, joined there (`scrub.scanning.joins`): the
+    training splits and the evaluation split tagged by their place in ``judged``."""
+    from scrub.scanning.joins import leaks_on_cluster
+
+    tags = {scan: tag for tag, scan in enumerate(judged)}
+    scanned = [(owner, split) for owner, split in enumerate(training) if isinstance(split, ScannedSplit)]
+    owners = {tags[split.scan]: owner for owner, split in scanned}
+    found = leaks_on_cluster(
+        [(tags[split.scan], stores[split.scan]) for _, split in scanned],
+        (tags[scan], stores[scan]),
+        scan.checking.near_distance,
+    )
+    return [(position, owners[tag], copy, distance) for position, tag, copy, distance in found]
+
+
+def _count(store: ColumnStore | RareValueStore) -> int:
+    assert isinstance(store, ColumnStore)  # a split check's column holds identities
+    return store.count
+
+
+def _position(column: Any, row: int) -> Position:
+    return int(column.positions[row][0]), int(column.positions[row][1])
+
+
 def _locate_copies(
-    training: Sequence[TrainingSplit], copies: Sequence[tuple[int, int]]
+    training: Sequence[TrainingSplit], copies: Sequence[tuple[int, Position]]
 ) -> list[tuple[str, str, int]]:
-    """The identity (source, key, index) of each training copy, located split by split."""
+    """The identity (source, key, index) of each training copy (owner, position), located split
+    by split."""
     by_owner: dict[int, list[int]] = {}
     for number, (owner, _) in enumerate(copies):
         by_owner.setdefault(owner, []).append(number)
     found: list[Any] = [None] * len(copies)
     for owner, numbers in by_owner.items():
-        positions = [
-            (
-                int(training[owner].column.positions[copies[n][1]][0]),
-                int(training[owner].column.positions[copies[n][1]][1]),
-            )
-            for n in numbers
-        ]
+        positions = [copies[number][1] for number in numbers]
         for number, identity in zip(numbers, training[owner].locate(positions)):
             found[number] = tuple(identity)
     return found
