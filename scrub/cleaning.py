@@ -118,7 +118,8 @@ def fix(
         )
         notes.append(f"{options.scan.origin('leak-side')} {options.leak_side}: not used on {path}: {why}")
     if options.manifest:  # read the records as the reused scan read them (`with_scan_reading`)
-        options, notes = with_scan_reading(options)
+        options, taken = with_scan_reading(options)
+        notes += taken
     scan_options = options.scan
     manifests = options.manifest
     if manifests and scan_options.cache is not None:

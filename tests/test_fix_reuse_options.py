@@ -62,6 +62,12 @@ def test_fix_of_an_hdf5_file_takes_its_data_and_label_keys_from_the_scan(tmp_pat
     with h5py.File(tmp_path / "set.clean.h5") as clean:
         assert clean["inputs"].shape == (5, 4) and np.isfinite(clean["inputs"][()]).all()
         assert list(clean["targets"][()]) == [0, 1, 1, 0, 1]
+    # the note on what was taken goes beside the others, never in their place
+    sided = run(
+        "fix", tmp_path / "set.h5", "--manifest", "set.h5.scrub.jsonl", "--leak-side", "train", "--force"
+    )
+    assert sided.exit_code == 0, sided.output
+    assert "--data-key inputs" in sided.output and "--leak-side train: not used on" in sided.output
 
 
 def test_allow_pickle_is_not_taken_from_the_scan(tmp_path):
