@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from scrub.readers.protowire import VarintError, varint
+
 __all__ = ["Datum", "DatumError", "datum_class", "looks_like_datum", "parse_datum"]
 
 _FIELDS = {1: "channels", 2: "height", 3: "width", 4: "data", 5: "label", 6: "float_data", 7: "encoded"}
@@ -40,7 +42,6 @@ _WIRE_TYPES = {1: (0,), 2: (0,), 3: (0,), 4: (2,), 5: (0,), 6: (5, 2), 7: (0,)}
 #: Every single-byte tag a Datum can start with, for the cheap first test of `looks_like_datum`.
 _FIRST_TAGS = frozenset((number << 3) | wire for number, wires in _WIRE_TYPES.items() for wire in wires)
 _UNPACKED_TAG = 0x35  # field 6, wire type 5 (fixed32)
-_MASK64 = (1 << 64) - 1
 _FLOAT_LE = np.dtype("<f4")
 _NO_FLOATS = np.empty(0, np.float32)
 _NO_FLOATS.setflags(write=False)
@@ -166,19 +167,12 @@ class _NeedsProtobuf(Exception):
 
 def _varint(buf: Any, pos: int, end: int, what: str, max_bytes: int = 10) -> tuple[int, int]:
     """Decode the varint at ``pos``; return (value mod 2**64, position after it)."""
-    start = pos
-    value = 0
-    shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value & _MASK64, pos
-        shift += 7
-        if pos - start >= max_bytes:
-            raise DatumError(f"{what} varint longer than {max_bytes} bytes at byte {start}")
-    raise DatumError(f"truncated {what} varint at byte {start}")
+    try:
+        return varint(buf, pos, end, max_bytes)
+    except VarintError as error:
+        if error.cut:
+            raise DatumError(f"truncated {what} varint at byte {error.start}") from None
+        raise DatumError(f"{what} varint longer than {max_bytes} bytes at byte {error.start}") from None
 
 
 def _length(buf: Any, pos: int, end: int, what: str) -> tuple[int, int]:

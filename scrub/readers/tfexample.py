@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from scrub.readers.protowire import VarintError, varint
+
 __all__ = ["ExampleError", "Feature", "example_class", "parse_example"]
 
-_MASK64 = (1 << 64) - 1
 _FLOAT_LE = np.dtype("<f4")
 _NO_INTS = np.empty(0, np.int64)
 _NO_FLOATS = np.empty(0, np.float32)
@@ -46,37 +47,31 @@ class ExampleError(ValueError):
 Feature = tuple[str, Any]
 
 
-def _varint(data: bytes, position: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if position >= end:
-            raise ExampleError("a varint is cut short")
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result & _MASK64, position
-        shift += 7
-        if shift >= 70:
-            raise ExampleError("a varint longer than 10 bytes")
-
-
 def _fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
     """(field number, wire type, start, end or value) of every field of a message; varints
     (wire type 0) carry their value in the last place, the others where their bytes lie."""
+    try:
+        return _wire_fields(data, start, end)
+    except VarintError as error:
+        raise ExampleError(
+            "a varint is cut short" if error.cut else "a varint longer than 10 bytes"
+        ) from None
+
+
+def _wire_fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
     found = []
     position = start
     while position < end:
-        tag, position = _varint(data, position, end)
+        tag, position = varint(data, position, end)
         number, wire = tag >> 3, tag & 7
         if number == 0:
             raise ExampleError("a field number 0")
         if wire == 0:
-            value, position = _varint(data, position, end)
+            value, position = varint(data, position, end)
             found.append((number, 0, position, value))
             continue
         if wire == 2:
-            size, position = _varint(data, position, end)
+            size, position = varint(data, position, end)
             first = position
             position += size
         elif wire == 1:
