@@ -21,8 +21,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "scan": "scrub.api",
     "ScanResult": "scrub.api",
-    "fix": "scrub.cleaning",
-    "FixResult": "scrub.cleaning",
+    "fix": "scrub.fixing.cleaning",
+    "FixResult": "scrub.fixing.cleaning",
     "ExitCode": "scrub.errors",
     "ScrubError": "scrub.errors",
     "UnusableDataset": "scrub.errors",

@@ -15,19 +15,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scrub.cache import holds_results
 from scrub.errors import (
     ScrubError,
     UnopenedDataset,
     UnusableDataset,
     UsageError,
 )
-from scrub.opening import OpenedDataset, load_plugins, open_dataset, options_of, worker_starter
-from scrub.options import ReplayOptions, ScanOptions
+from scrub.options.model import ReplayOptions, ScanOptions
 from scrub.readers.base import expand_datasets
+from scrub.scanning.cache import holds_results
+from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, options_of, worker_starter
 from scrub.scanning.run import ScanResult, Unopened, run_wide, scan_dataset, scan_opened
+from scrub.scanning.summary import Progress
 from scrub.storage import location
-from scrub.summary import Progress
 
 __all__ = [
     "OpenedDataset",

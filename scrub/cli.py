@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from scrub import __version__
-from scrub.cli_options import NOT_OPTIONS, ConfigOpt, IsolatedOpt, PathsArg, built_from_keys, key_option
 from scrub.console import (
     ProgressBar,
     err,
@@ -31,6 +30,7 @@ from scrub.console import (
 )
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
 from scrub.interrupt import EXIT_CODE, interrupted
+from scrub.options.flags import NOT_OPTIONS, ConfigOpt, IsolatedOpt, PathsArg, built_from_keys, key_option
 from scrub.wording import counted
 
 if TYPE_CHECKING:
@@ -155,8 +155,8 @@ def fix(
     def body() -> int:
         options, datasets, notes = _resolve_many("fix", path, ctx, _config_choice(config, isolated))
         messages_to_stderr(options.scan.quiet)
-        from scrub.cleaning import fix as run_fix
-        from scrub.cleaning import fix_many
+        from scrub.fixing.cleaning import fix as run_fix
+        from scrub.fixing.cleaning import fix_many
 
         if datasets is None:
             with ProgressBar(options.scan.quiet) as progress:
@@ -216,7 +216,7 @@ def _resolve_many(command: str, arguments: list[str], ctx: typer.Context, config
 
 def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | bool | None):
     """The options of this run: the config file's, overridden by the flags typed."""
-    from scrub.config import resolve
+    from scrub.options.config import resolve
 
     return resolve(command, path, given_options(ctx), config)
 
@@ -246,7 +246,7 @@ def restore(
     fix is (rewritten from the source fix read, which must not have changed since)."""
 
     def body() -> int:
-        from scrub.restoring import restore as run_restore
+        from scrub.fixing.restoring import restore as run_restore
 
         with ProgressBar(quiet) as progress:
             result = run_restore(quarantine, key, into, progress=progress)
@@ -276,9 +276,9 @@ def show_config(
     """Print the effective configuration for PATH, and where each value came from."""
 
     def body() -> int:
-        from scrub.config import resolve
-        from scrub.keys import KEYS, SCAN_ONLY
-        from scrub.options import describe, flatten
+        from scrub.options.config import resolve
+        from scrub.options.keys import KEYS, SCAN_ONLY
+        from scrub.options.model import describe, flatten
 
         if command not in ("scan", "fix"):
             raise ScrubError(f"--command {command!r}: choose scan or fix")
@@ -339,7 +339,7 @@ def baseline_prune(
     forgets them: one that comes back is then new, not reappeared."""
 
     def body() -> int:
-        from scrub.baseline import prune
+        from scrub.scanning.baseline import prune
 
         kept, dropped = prune(manifest, out_path)
         out.print(
@@ -406,8 +406,8 @@ def contract(
 
     def body() -> int:
         from scrub.api import is_scan_record, write_contract
-        from scrub.config import resolve
-        from scrub.options import ScanOptions
+        from scrub.options.config import resolve
+        from scrub.options.model import ScanOptions
         from scrub.storage import location
 
         options: ScanOptions | None = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from scrub.errors import UsageError
-from scrub.optionkey import Key
+from scrub.options.key import Key
 
 #: the entry point group third-party formats register in
 ENTRY_POINTS = "scrub.formats"
@@ -54,7 +54,7 @@ FORMATS: dict[str, Format] = {}
 #: and `scrub.writers.base` (views kept with the table, in its order)
 READERS: dict[str, str] = {}
 WRITERS: dict[str, str] = {}
-#: the formats' own options by name (`scrub.keys.KEYS` lists them after the shared ones)
+#: the formats' own options by name (`scrub.options.keys.KEYS` lists them after the shared ones)
 FORMAT_KEYS: dict[str, Key] = {}
 
 

@@ -94,8 +94,8 @@ class ignored_by_children:
 def ignore_in_worker() -> None:
     """For worker processes: the driver stops them; their own KeyboardInterrupt would only print
     a traceback and may cut a result in half. They also die with the server that forked them
-    (`scrub.lifeline`), which dies with the driver."""
-    from scrub.lifeline import expected_parent, tie_to_parent
+    (`scrub.execution.lifeline`), which dies with the driver."""
+    from scrub.execution.lifeline import expected_parent, tie_to_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     tie_to_parent(expected_parent())

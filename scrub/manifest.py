@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from scrub.errors import ScrubError, first_line
-from scrub.outputs import new_file_mode, temporary_file, write_atomically, write_failure
+from scrub.fixing.outputs import new_file_mode, temporary_file, write_atomically, write_failure
 from scrub.paths import absolute_place, common_folder
 from scrub.records import Issue
 from scrub.storage import is_url
@@ -57,7 +57,7 @@ def default_manifest(dataset: str | Path | None, several: Sequence[str] = ()) ->
 def _naming(dataset: str | Path | None, several: Sequence[str]) -> tuple[Path, list[str], str]:
     """(the folder a default manifest goes in, the names its name is made of, nearest last,
     the dataset's identity as a scan record holds it: ``absolute_path``, for several datasets
-    their common folder's, as `scrub.summary.Summary.combine` records it)."""
+    their common folder's, as `scrub.scanning.summary.Summary.combine` records it)."""
     if several:
         common = common_folder([str(p) for p in several])
         folder, names, identity = _naming(common if dataset is None else dataset, ())
@@ -185,7 +185,7 @@ class ManifestWriter:
         self.count += 1
 
     def write_lines(self, lines: Iterable[bytes], count: int) -> None:
-        """``count`` lines a worker encoded already (see `scrub.results.PartitionResult.lines`)."""
+        """``count`` lines a worker encoded already (see `scrub.scanning.results.PartitionResult.lines`)."""
         try:
             self._file.writelines(lines)
         except OSError as error:

@@ -15,7 +15,7 @@ Crashes and hangs: a record whose processing kills its worker process (a decoder
 runs longer than ``timeout`` must not end the scan. Worker processes arm a watchdog per record
 (``faulthandler.dump_traceback_later(exit=True)``), so a hang becomes a dead worker. The
 partitions left unfinished when a worker dies are re-run record by record in a supervised child
-process (`scrub.isolation`), which pinpoints the record, reports it through ``on_failure`` and
+process (`scrub.execution.isolation`), which pinpoints the record, reports it through ``on_failure`` and
 goes on with the next one. On a distributed cluster, a partition whose workers keep dying
 (``KilledWorker``) is bisected on the cluster down to the single record.
 """
@@ -41,10 +41,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scrub.errors import UsageError
 
 if TYPE_CHECKING:
-    from scrub.options import RunOptions
-from scrub.interrupt import deferred, ignore_in_worker
-from scrub.outputs import remove_abandoned_scratch
-from scrub.workers import (
+    from scrub.options.model import RunOptions
+from scrub.execution.workers import (
     GuardedWork,
     can_fork,
     fork_context,
@@ -53,6 +51,8 @@ from scrub.workers import (
     start_worker_server,
     worker_context,
 )
+from scrub.fixing.outputs import remove_abandoned_scratch
+from scrub.interrupt import deferred, ignore_in_worker
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process:
@@ -70,7 +70,7 @@ OnRecord = Callable[[int], None]
 
 class Work(Protocol):
     """Called with positional arguments only: implementations name them as suits them (a
-    `scrub.reusing.SubsetWork` takes a subset, not a partition)."""
+    `scrub.scanning.reusing.SubsetWork` takes a subset, not a partition)."""
 
     def __call__(
         self,
@@ -211,7 +211,7 @@ def run(
     elif plan.scheduler in ("threads", "processes"):
         _run_local(work, partitions, plan, on_result, on_failure)
     else:
-        from scrub.distributed import run_on_cluster
+        from scrub.execution.cluster import run_on_cluster
 
         run_on_cluster(work, partitions, plan, on_result, on_failure)
 
@@ -221,8 +221,8 @@ def release_cluster_results() -> None:
     called once the run is judged, or has failed."""
     import sys
 
-    if "scrub.distributed" in sys.modules:  # imported by a run on a cluster only
-        from scrub.distributed import release_left
+    if "scrub.execution.cluster" in sys.modules:  # imported by a run on a cluster only
+        from scrub.execution.cluster import release_left
 
         release_left()
 
@@ -240,7 +240,7 @@ def _run_local(work: Work, partitions: Sequence[Any], plan: Plan, on_result, on_
         except Exception as error:
             if plan.scheduler != "processes" or not _is_dead_worker(error):
                 raise
-        from scrub.isolation import run_isolated
+        from scrub.execution.isolation import run_isolated
 
         for number, partition in remaining:
             if number in started and number not in done:
@@ -396,12 +396,12 @@ def _unblock(manager: threading.Thread, results: Any) -> None:
 def prepare(plan: Plan, imports: Sequence[str] = ()) -> None:
     """Start what the plan's workers need in the background while the dataset is listed.
 
-    Called once the format is known (`scrub.opening.worker_starter`, then at the plan): the worker
+    Called once the format is known (`scrub.scanning.opening.worker_starter`, then at the plan): the worker
     server imports NumPy and scrub (time of the other core), which only a scan on processes
     repays. Started earlier, before the format was known, it ran beside every scan on threads and
     slowed them (an HDF5 file was faster without it), and gained nothing on processes (the same
     within noise; see docs/benchmarks.md, "Design measurements"). Workers that will be forked
-    from this process (`Plan.fork`, `scrub.workers.fork_context`) need no server."""
+    from this process (`Plan.fork`, `scrub.execution.workers.fork_context`) need no server."""
     if plan.scheduler == "processes" and plan.fork and can_fork():
         remove_abandoned_scratch()  # what the server's start sweeps: a killed run's semaphores
     elif plan.scheduler == "processes":

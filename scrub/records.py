@@ -130,9 +130,9 @@ class Issue:
     message: str
     details: dict[str, Any] = field(default_factory=dict)
     #: the record's content hash where its key is only a position (HDF5 rows): its identity
-    #: across scans (see `scrub.baseline`)
+    #: across scans (see `scrub.scanning.baseline`)
     content: str | None = None
-    #: against a baseline: new, persisting, reappeared or resolved (see `scrub.baseline`)
+    #: against a baseline: new, persisting, reappeared or resolved (see `scrub.scanning.baseline`)
     status: str | None = None
     #: in a scan of several datasets: the dataset (as its path) the record belongs to; ``source``
     #: is then the file or table within it

@@ -255,7 +255,7 @@ def read_file(path: str) -> bytes:
 
 def read_file_version(path: str, opened: int | None = None) -> tuple[bytes, int, int]:
     """`read_file`, and the (size, mtime_ns) its ``fstat`` gave: the version of the file the bytes
-    were read from, as `scrub.fingerprint` records it, without a ``stat`` of its own.
+    were read from, as `scrub.scanning.fingerprint` records it, without a ``stat`` of its own.
     ``opened``: a descriptor of ``path`` opened earlier (`scrub.readers.base.will_need` keeps the
     one it announced a cold file with: an open and a close less a file), read and closed here if
     it is a regular file; anything else is opened again by its path, as if it had not been."""

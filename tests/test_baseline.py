@@ -9,8 +9,8 @@ from conftest import image_bytes, manifest_lines, write
 from typer.testing import CliRunner
 
 import scrub
-from scrub.baseline import prune
 from scrub.cli import app
+from scrub.scanning.baseline import prune
 
 runner = CliRunner()
 #: these tests add and remove records on purpose: the drift of their count (record-count-change,

@@ -12,7 +12,7 @@ import numpy as np
 from conftest import image_bytes, write
 
 import scrub
-from scrub.cache import SUFFIX
+from scrub.scanning.cache import SUFFIX
 
 TRUNCATED = 300
 

@@ -15,9 +15,9 @@ import scrub
 from scrub.checks.base import CheckOptions, Column, in_sorted, sorted_unique, value_counts
 from scrub.checks.dataset import far_labels, label_outlier, shape_mismatch
 from scrub.checks.labels import label_out_of_range, missing_label, non_integer_label
-from scrub.columnstores import ColumnStore
 from scrub.manifest import encode_key
 from scrub.records import Record
+from scrub.scanning.columnstores import ColumnStore
 
 
 def record(label) -> Record:
@@ -84,7 +84,7 @@ def test_label_outlier_rule():
 
 
 def test_rare_value_store_keeps_only_rare_positions_but_every_count():
-    from scrub.columnstores import RareValueStore
+    from scrub.scanning.columnstores import RareValueStore
 
     store = RareValueStore(cap=5)
     store.add(0, list(range(10)), [1.0] * 10)  # common at once
@@ -103,7 +103,7 @@ def test_merged_histograms_are_the_sum_of_the_counts():
     random partitions of overlapping, negative, fractional and huge values."""
     from collections import Counter
 
-    from scrub.columnstores import merge_histograms
+    from scrub.scanning.columnstores import merge_histograms
 
     rng = np.random.default_rng(7)
     distinct, counts, expected = np.empty(0), np.empty(0, np.int64), Counter()
@@ -129,8 +129,8 @@ def test_merged_histograms_are_the_sum_of_the_counts():
 def test_a_partition_counts_its_rare_column_and_the_store_ends_as_without_it(labels, kept_here):
     """The worker's histogram (`rare_only`) must leave the store exactly as the driver's own
     counting did: the same histogram, the same positions kept."""
-    from scrub.columnstores import RareValueStore
-    from scrub.runner import rare_only
+    from scrub.scanning.columnstores import RareValueStore
+    from scrub.scanning.runner import rare_only
 
     offsets = np.arange(len(labels))
     by_worker, by_driver = RareValueStore(), RareValueStore()
@@ -286,7 +286,7 @@ def test_merged_label_histograms_equal_a_counter(pieces):
     np.unique) count what a Counter counts."""
     from collections import Counter
 
-    from scrub.runner import _merge_counts
+    from scrub.scanning.runner import _merge_counts
 
     arrays = [
         (np.array([v for v, _ in piece], dtype=np.int64), np.array([c for _, c in piece], dtype=np.int64))

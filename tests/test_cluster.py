@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import scrub
 from scrub.cli import app
-from scrub.config import resolve
+from scrub.options.config import resolve
 
 #: starts real dask schedulers and workers, and kills them: `-m "not slow"` (the quick subset) leaves it out
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ import pytest
 from test_splits import encoded, scene
 
 import scrub
-from scrub.columnstores import ColumnStore
 from scrub.scanning import joins
+from scrub.scanning.columnstores import ColumnStore
 
 #: starts a real dask cluster: `-m "not slow"` (the quick subset) leaves it out
 pytestmark = pytest.mark.slow

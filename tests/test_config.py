@@ -12,8 +12,8 @@ from conftest import image_bytes, write
 from typer.testing import CliRunner
 
 from scrub.cli import app
-from scrub.config import find, resolve
 from scrub.errors import UsageError
+from scrub.options.config import find, resolve
 
 runner = CliRunner()
 

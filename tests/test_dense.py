@@ -1,5 +1,5 @@
 """Dense findings: a shard whose every row is bad. Issues leave the workers as manifest lines
-and counts (`scrub.encoding.Encoding`); the result must be the one the issue-by-issue path gives."""
+and counts (`scrub.scanning.encoding.Encoding`); the result must be the one the issue-by-issue path gives."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import scrub
 from scrub.checks.drift import NOT_RECORDS as DRIFTS
-from scrub.encoding import FLUSH_ISSUES
+from scrub.scanning.encoding import FLUSH_ISSUES
 
 #: scans datasets of a million findings: `-m "not slow"` (the quick subset) leaves it out
 pytestmark = pytest.mark.slow

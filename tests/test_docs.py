@@ -53,7 +53,7 @@ def test_every_command_and_option_is_in_the_readme():
 
 
 def test_every_config_key_is_in_the_readme():
-    from scrub.keys import COMMAND_LINE_ONLY, KEYS
+    from scrub.options.keys import COMMAND_LINE_ONLY, KEYS
 
     section = page("configuration.md")
     for name in set(KEYS) - COMMAND_LINE_ONLY:

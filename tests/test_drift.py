@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from scrub.checks.drift import NOT_RECORDS
 from scrub.errors import UsageError
-from scrub.options import ScanOptions
+from scrub.options.model import ScanOptions
 from scrub.profile.drift import (
     DRIFT_CHECKS,
     DriftThresholds,
@@ -328,7 +328,7 @@ def test_drift_threshold_option():
 
 
 def test_drift_thresholds_from_a_config_table(tmp_path):
-    from scrub.config import resolve
+    from scrub.options.config import resolve
 
     (tmp_path / "scrub.toml").write_text(
         'baseline = "old.jsonl"\n\n[drift-threshold]\nlabel = 0.2\nrecords = 0.5\n'

@@ -21,8 +21,8 @@ import pytest
 from conftest import SAMPLES, image_bytes, one_line_error, write
 
 import scrub
-from scrub.cleaning import _verify
 from scrub.errors import ScrubError, UsageError
+from scrub.fixing.cleaning import _verify
 from scrub.manifest import read_manifest
 from scrub.records import Severity
 from scrub.writers.base import Verdicts, writer_for

@@ -30,9 +30,9 @@ def test_a_formats_own_options_are_keys_and_options_like_the_shared_ones():
     """--lmdb-codec, --allow-pickle (LMDB's and LevelDB's) and --labels (NumPy's) are declared
     with their formats' rows, not in ReadOptions' fields; they read, record and default as the
     shared ones do, and a format cannot redeclare another's option otherwise."""
-    from scrub.keys import KEYS
-    from scrub.optionkey import Key
-    from scrub.options import ScanOptions, default_of
+    from scrub.options.key import Key
+    from scrub.options.keys import KEYS
+    from scrub.options.model import ScanOptions, default_of
     from scrub.readers.base import ReadOptions
 
     assert {"lmdb-codec", "allow-pickle", "labels"} <= set(KEYS)
@@ -52,7 +52,7 @@ def test_a_formats_own_options_are_keys_and_options_like_the_shared_ones():
 
 PLUGIN = '''
 from scrub.formats import Format
-from scrub.optionkey import Key
+from scrub.options.key import Key
 from scrub.readers.numpy import NumpyReader
 from scrub.writers.numpy import NumpyWriter
 

@@ -189,7 +189,7 @@ def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp
     helpers = tree.children(recursive=True)
     process.kill()
     process.wait()
-    gone, alive = psutil.wait_procs(helpers, timeout=15)  # they watch their parent (scrub.lifeline)
+    gone, alive = psutil.wait_procs(helpers, timeout=15)  # they watch their parent (scrub.execution.lifeline)
     assert alive == []
     assert "leaked" not in (tmp_path / "stderr").read_text()
     assert list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")) == []
@@ -198,7 +198,7 @@ def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp
 CTRL_C_WHILE_THE_SERVER_STARTS = r"""
 import os, signal, threading
 from multiprocessing import forkserver
-from scrub import workers
+from scrub.execution import workers
 from scrub.interrupt import import_blocked
 
 import_blocked("numpy")

@@ -173,7 +173,7 @@ def test_partitions_keep_line_numbers_across_their_boundaries(tmp_path):
     assert found(result) == {("big.jsonl", str(n), n - 1, "malformed-record") for n in bad}
     assert result.summary.records == sum(1 for line in lines if line)
     from scrub.api import open_dataset
-    from scrub.options import ScanOptions
+    from scrub.options.model import ScanOptions
 
     dataset = open_dataset(path, ScanOptions.build(partition_size=50))
     assert len(dataset.partitions) > 10

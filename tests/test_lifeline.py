@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from scrub.outputs import SCRATCH_PREFIX
+from scrub.fixing.outputs import SCRATCH_PREFIX
 
 TESTS = Path(__file__).parent
 

@@ -317,7 +317,7 @@ def test_the_sum_behind_the_mean_matches_a_float64_sum(dtype, width):
 def test_a_partition_sends_back_only_the_tails_of_its_magnitudes():
     """Millions of narrow rows must not travel to the driver one value each: common bins go
     back as counts, only rows of rare bins with their positions."""
-    from scrub.runner import rare_only
+    from scrub.scanning.runner import rare_only
 
     rng = np.random.default_rng(6)
     values = np.abs(rng.normal(size=200_000)) + 1

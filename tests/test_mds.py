@@ -18,7 +18,7 @@ import pytest
 from conftest import one_line_error
 
 import scrub
-from scrub.restoring import restore
+from scrub.fixing.restoring import restore
 
 pytestmark = pytest.mark.torch  # streaming's datasets are torch datasets
 pytest.importorskip("torch")

@@ -176,7 +176,7 @@ def test_sequences_past_the_end_of_a_truncated_bin_are_malformed_and_the_scan_go
 
 
 def test_restore_puts_every_sequence_back(tmp_path):
-    from scrub.restoring import restore
+    from scrub.fixing.restoring import restore
 
     write_pair(tmp_path / "d", planted())
     fixed = scrub.fix(tmp_path / "d", quarantine=True, vocab_size=1000, max_length=64, scheduler="sync")

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 import scrub
 from scrub.cli import app
 from scrub.errors import UsageError
-from scrub.keys import KEYS, SCAN_ONLY
-from scrub.options import FixOptions, ReplayOptions, ScanOptions, given_values
+from scrub.options.keys import KEYS, SCAN_ONLY
+from scrub.options.model import FixOptions, ReplayOptions, ScanOptions, given_values
 
 runner = CliRunner()
 

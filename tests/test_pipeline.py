@@ -59,13 +59,13 @@ def test_workers_are_forked_from_the_scan_only_where_nothing_forbids_it(tmp_path
     from test_lmdb import npy, write_db
 
     from scrub import pipeline
-    from scrub.options import RunOptions
+    from scrub.execution.workers import fork_context
+    from scrub.options.model import RunOptions
     from scrub.readers.base import ReadOptions
     from scrub.readers.hdf5 import HDF5Reader
     from scrub.readers.images import ImageReader
     from scrub.readers.lmdb import LMDBReader
     from scrub.storage import location
-    from scrub.workers import fork_context
 
     database = write_db(tmp_path / "db", [(b"a", npy(np.zeros(2, np.float32)))])
     folder = ImageReader(tmp_path, ReadOptions())
@@ -82,7 +82,11 @@ def test_workers_are_forked_from_the_scan_only_where_nothing_forbids_it(tmp_path
     assert not plan(True, False).fork  # every dataset of the run, or none
     assert not plan(True, scheduler="threads").fork
     fresh = subprocess.run(  # a new process (this one may run other tests' threads by now)
-        [sys.executable, "-c", "from scrub.workers import fork_context; print(fork_context() is not None)"],
+        [
+            sys.executable,
+            "-c",
+            "from scrub.execution.workers import fork_context; print(fork_context() is not None)",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -179,7 +183,7 @@ def test_stopping_a_pool_whose_result_was_cut_short_does_not_hang():
 INHERITING = r"""
 import os, sys
 from scrub import pipeline
-from scrub.workers import fork_context
+from scrub.execution.workers import fork_context
 
 class Unpicklable:
     def __init__(self, values):

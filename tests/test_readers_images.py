@@ -303,8 +303,8 @@ def test_a_scans_fingerprint_from_its_reads_equals_one_from_stats(tmp_path, sche
     fingerprint is taken from them after the reads: it must equal the fingerprint of the same
     files stat-ed (what `fix --manifest` compares), links, a file outside the root and a
     truncated one included."""
-    from scrub.fingerprint import fingerprint
-    from scrub.opening import open_dataset
+    from scrub.scanning.fingerprint import fingerprint
+    from scrub.scanning.opening import open_dataset
 
     root = tmp_path / "d"
     for i in range(30):

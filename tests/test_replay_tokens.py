@@ -22,7 +22,7 @@ from scrub.checks.base import CheckOptions, Finding
 from scrub.checks.tokens import empty_attention, empty_sequence, no_supervised_tokens, token_out_of_range
 from scrub.errors import UsageError
 from scrub.manifest import dumps
-from scrub.options import ReplayOptions
+from scrub.options.model import ReplayOptions
 from scrub.records import Record
 from scrub.replay import ReplayConfig, Replayer
 from scrub.replay.stage import ReplayStage, ReplayWork, TokenExtent, TokenExtentWork, replay_tokens

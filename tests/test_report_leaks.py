@@ -122,7 +122,7 @@ def test_a_leak_of_records_that_are_no_images_is_a_row_of_names(tmp_path):
 
 def test_the_leak_sections_stay_within_the_size_cap(splits, tmp_path, monkeypatch):
     from scrub.api import scan
-    from scrub.options import ScanOptions
+    from scrub.options.model import ScanOptions
     from scrub.reports import html, write_reports
 
     result = scan([splits / "train", splits / "val"], manifest=tmp_path / "m.jsonl")

@@ -113,7 +113,7 @@ def test_html_is_self_contained_and_capped(broken, tmp_path, monkeypatch):
     figures = sum(len(f) for f in re.findall(r"<figure>.*?</figure>", text))
     monkeypatch.setattr(html, "MAX_BYTES", len(text.encode()) - figures // 2)  # room for about half of them
     from scrub.api import scan
-    from scrub.options import ScanOptions
+    from scrub.options.model import ScanOptions
     from scrub.reports import write_reports
 
     result = scan(broken, manifest=tmp_path / "m2.jsonl")

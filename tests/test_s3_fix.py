@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import scrub
-from scrub.bucketoutputs import LEASE, PAUSE_VARIABLE, STAGING_MARK
+from scrub.fixing.buckets import LEASE, PAUSE_VARIABLE, STAGING_MARK
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 #: the WebDataset sample's samples with a planted defect (see tests/test_samples.py)
@@ -245,7 +245,7 @@ def test_killed_while_copying_its_copies_are_removed_by_the_next_run(s3_server):
     partial = destination_keys(s3_server, bucket)
     assert partial and len(partial) < 7 and staging_keys(s3_server, bucket)
 
-    from scrub.bucketoutputs import remove_abandoned
+    from scrub.fixing.buckets import remove_abandoned
     from scrub.storage import location
 
     for name in ("held", "clean"):
@@ -255,7 +255,7 @@ def test_killed_while_copying_its_copies_are_removed_by_the_next_run(s3_server):
 
 def test_a_live_runs_staging_is_left_alone(s3_server):
     """A staging whose lease names a live process (this one) is not removed."""
-    from scrub.bucketoutputs import remove_abandoned
+    from scrub.fixing.buckets import remove_abandoned
     from scrub.storage import location
 
     bucket = s3_server.bucket("scrub-fix-live")

@@ -204,8 +204,8 @@ def test_a_flat_prefix_of_images_and_a_missing_object(s3_server, tmp_path):
 def test_an_object_gone_after_listing_is_a_finding(s3_server, tmp_path):
     from conftest import image_bytes
 
-    from scrub.opening import open_dataset
-    from scrub.options import ScanOptions
+    from scrub.options.model import ScanOptions
+    from scrub.scanning.opening import open_dataset
     from scrub.scanning.run import scan_dataset
 
     local = tmp_path / "going"

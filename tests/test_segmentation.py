@@ -224,7 +224,7 @@ def test_a_list_of_image_mask_pairs(tmp_path):
 def test_rgb_masks_are_read_through_a_palette(tmp_path):
     """VOC's colour-coded masks (SegmentationClass PNGs saved as RGB) with --mask-palette voc;
     a colour the palette lacks is still a finding."""
-    from scrub.optionvalues import voc_palette
+    from scrub.options.values import voc_palette
 
     colours = dict(voc_palette())
     root = tmp_path / "voc"

@@ -11,7 +11,7 @@ import pytest
 from conftest import one_line_error
 
 from scrub.errors import UnusableDataset, UsageError
-from scrub.options import ScanOptions
+from scrub.options.model import ScanOptions
 from scrub.readers.base import ReadOptions, expand_datasets
 from scrub.storage import is_url, location, read_bytes, stat_version
 

@@ -19,9 +19,9 @@ import pytest
 from conftest import SAMPLES, image_bytes, one_line_error
 
 import scrub
+from scrub.fixing.restoring import restore
 from scrub.readers.tfexample import ExampleError, example_class, parse_example, serialize_example
 from scrub.readers.tfframes import crc32c_python, frame, masked_crc
-from scrub.restoring import restore
 
 tfrecord = pytest.importorskip("tfrecord")
 from tfrecord.reader import tfrecord_loader  # noqa: E402

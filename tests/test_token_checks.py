@@ -16,7 +16,7 @@ from scrub.checks.base import CheckOptions
 from scrub.checks.properties import annotate, tally
 from scrub.checks.tokens import dtype_overflows, token_notes
 from scrub.errors import UsageError
-from scrub.options import ScanOptions
+from scrub.options.model import ScanOptions
 from scrub.readers.tokenfields import fill_record
 from scrub.records import Record
 from scrub.vocabulary import load_vocabulary

@@ -13,7 +13,7 @@ import pytest
 from conftest import one_line_error
 
 import scrub
-from scrub.restoring import restore
+from scrub.fixing.restoring import restore
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")
@@ -121,7 +121,7 @@ def test_a_uint16_store_for_a_larger_vocabulary_overflows(tmp_path):
     datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 65535]]}, features=features).save_to_disk(
         str(source)
     )
-    opened = scrub.api.open_dataset(source, scrub.options.ScanOptions.build())
+    opened = scrub.api.open_dataset(source, scrub.options.model.ScanOptions.build())
     assert opened.info.token_dtypes == {"data-00000-of-00001.arrow": "uint16"}
     record = next(iter(opened.reader.read(opened.partitions[0])))
     assert record.payload.dtype == np.uint16  # the store's own dtype, a view of its values

@@ -120,7 +120,7 @@ def test_a_bin_beside_an_idx_is_megatron_unless_forced(tmp_path):
 
 
 def test_the_window_is_part_of_the_fingerprint_and_restore_reads_with_it(tmp_path):
-    from scrub.restoring import restore
+    from scrub.fixing.restoring import restore
 
     tokens().tofile(tmp_path / "train.bin")
     scanned = scrub.scan(

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import scrub
+from scrub.fixing.restoring import restore
 from scrub.readers.webdataset import decode_tenbin
-from scrub.restoring import restore
 
 wds = pytest.importorskip("webdataset")
 

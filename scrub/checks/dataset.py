@@ -339,7 +339,7 @@ FAR_MARGIN = 10
 RARE_VALUES = 3
 RARE_RECORDS = 3
 #: ...and never more than this many records, so that only the positions of rare labels need
-#: keeping (see `scrub.columnstores.RareValueStore`): memory stays bounded however many rows.
+#: keeping (see `scrub.scanning.columnstores.RareValueStore`): memory stays bounded however many rows.
 RARE_RECORDS_MAX = 1000
 
 

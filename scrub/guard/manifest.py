@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import ScrubError
+from scrub.fixing.outputs import write_atomically
 from scrub.manifest import GUARD_KIND, encode_line, read_manifest, scan_record_path, write_scan_record
-from scrub.outputs import write_atomically
 from scrub.records import Issue, Severity
 
 #: the longest the record beside the manifest goes without its step count brought up to date

@@ -1,7 +1,7 @@
 """The dataset as a whole: a profile of what a scan read, made in the same pass.
 
 Each partition fills a `PartitionProfile` as it reads (`scrub.profile.collect`, called by the
-runner); the driver merges them as results come in (`scrub.summary.ScanAggregate.add`, the same
+runner); the driver merges them as results come in (`scrub.scanning.summary.ScanAggregate.add`, the same
 way under ``dask.distributed``) and `finish_profile` turns the merged one, with the scan's exact
 counts (`ScanAggregate.stats`), into the JSON form the scan record holds (``record["profile"]``;
 one per part in a run of several datasets). Its size does not grow with the record count:

@@ -89,7 +89,7 @@ class DriftThresholds:
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, float]]) -> "DriftThresholds":
         """The defaults with the given ``(family, value)`` pairs laid over them (validated by
-        `scrub.optionvalues`)."""
+        `scrub.options.values`)."""
         return cls(**dict(pairs))
 
     def of(self, family: str) -> float:

@@ -29,8 +29,8 @@ except (ImportError, AttributeError):
     _RUSAGE_THREAD = None
 
 from scrub.errors import UnusableDataset, UsageError
+from scrub.fixing.outputs import is_output_name
 from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
-from scrub.outputs import is_output_name
 from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
@@ -63,7 +63,7 @@ class ReadOptions:
     #: the data lives, not what a record is, so neither a reader's option nor recorded (secrets)
     storage_options: tuple[tuple[str, Any], ...] = ()
     #: the record size of flat token files (`--max-length`, a checking option): set by
-    #: `scrub.opening` only for a reader whose ``options_used`` holds it, and recorded only when
+    #: `scrub.scanning.opening` only for a reader whose ``options_used`` holds it, and recorded only when
     #: set (it decides what a record is there, and nowhere else)
     max_length: int | None = None
     #: (attribute, value) of the formats' own options that were given
@@ -200,7 +200,7 @@ class Reader(ABC, Generic[PartitionT]):
     #: floats).
     provides: frozenset[Carries] = frozenset()
     #: Whether a record's key is only its position (HDF5 rows): then its content is its identity
-    #: across scans (see `scrub.baseline`).
+    #: across scans (see `scrub.scanning.baseline`).
     positional_keys: bool = False
     #: The `ReadOptions` fields this reader reads; another one given is an error naming these.
     options_used: ClassVar[frozenset[str]] = frozenset()
@@ -209,13 +209,13 @@ class Reader(ABC, Generic[PartitionT]):
     #: Whether the scan's process holds nothing of the dataset that a forked copy of it could
     #: misuse (no library handle such as an HDF5 file, no thread of the reader's own): its worker
     #: processes may then be forked from the scan itself rather than from the worker server
-    #: (`scrub.workers.fork_context`), which starts them sooner. Never for a dataset in a bucket
+    #: (`scrub.execution.workers.fork_context`), which starts them sooner. Never for a dataset in a bucket
     #: (its file system runs an event loop thread): `__init__` says so.
     forks_cleanly: bool = False
     #: Whether each record is read from a file of its own, `members` gives those files in the
     #: partitions' order, one a record, and each record carries its file's version as read
     #: (`RecordFacts.file_version`): a scan's fingerprint then takes them from the reads
-    #: (`scrub.opening.open_dataset`) instead of a ``stat`` of every file before the first task
+    #: (`scrub.scanning.opening.open_dataset`) instead of a ``stat`` of every file before the first task
     records_carry_versions: bool = False
     #: Modules worker processes should import before the first task (start-up is on the clock).
     worker_imports: ClassVar[tuple[str, ...]] = ()
@@ -298,7 +298,7 @@ class Reader(ABC, Generic[PartitionT]):
         """The identity (source, key, index) of records of a partition, without reading them."""
 
     def cache_entries(self, partition: PartitionT) -> list[CacheEntry | None] | None:
-        """For the result cache (`scrub.cache`): per record whose verdict depends only on its
+        """For the result cache (`scrub.scanning.cache`): per record whose verdict depends only on its
         bytes and ``context``, (key, file path, context, content hash), with either the path of
         the file that holds it (stat-ed, hashed only when changed) or the hash of its bytes; None
         for a record never to reuse. None when this reader's records cannot be cached."""

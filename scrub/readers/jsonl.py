@@ -39,8 +39,8 @@ import xxhash
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError, first_line
+from scrub.fixing.outputs import is_output_name
 from scrub.manifest import MANIFEST_SUFFIX
-from scrub.outputs import is_output_name
 from scrub.readers.base import MIN_RECORDS_PER_TASK, CacheEntry, DatasetInfo, Reader, partition_size_for
 from scrub.readers.tokenfields import fill_record
 from scrub.records import Carries, Record

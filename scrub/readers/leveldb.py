@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UnusableDataset, UsageError, first_line
+from scrub.fixing.outputs import scratch_folder
 from scrub.formats import needs
 from scrub.manifest import encode_key
-from scrub.outputs import scratch_folder
 from scrub.readers.base import DatasetInfo, Reader
 from scrub.readers.values import (
     CODECS,

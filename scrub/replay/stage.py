@@ -2,7 +2,7 @@
 them strictly in record order.
 
 `ReplayWork` is the picklable per-partition function `scrub.pipeline` maps (like
-`scrub.runner.PartitionWork`); it returns a `ReplayPiece`. `ReplayStage` receives pieces in
+`scrub.scanning.runner.PartitionWork`); it returns a `ReplayPiece`. `ReplayStage` receives pieces in
 whatever order they complete, holds those that arrive early, and feeds each partition to the
 `Replayer` as soon as every partition before it has been fed: the replay sees one stream in
 record order, whatever the scheduler and the number of workers. Memory: the features of the

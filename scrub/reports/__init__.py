@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from scrub.errors import ScrubError
-from scrub.outputs import write_atomically
+from scrub.fixing.outputs import write_atomically
 from scrub.reports.findings import THUMBNAILS, Findings, collect
 
 if TYPE_CHECKING:
-    from scrub.options import ScanOptions
-    from scrub.summary import Summary
+    from scrub.options.model import ScanOptions
+    from scrub.scanning.summary import Summary
 
 
 class Scanned(Protocol):

@@ -37,7 +37,7 @@ from scrub.reports.findings import (
 )
 from scrub.reports.profileplots import MAX_PROFILE_BYTES, baseline_record, profile_section
 from scrub.reports.profileplots import STYLE as PROFILE_STYLE
-from scrub.summary import Summary
+from scrub.scanning.summary import Summary
 from scrub.wording import counted
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from scrub.reports.findings import (
     leaks_first,
     partner_name,
 )
-from scrub.summary import Summary
+from scrub.scanning.summary import Summary
 
 
 def failing(counts, fail_on: str) -> int:

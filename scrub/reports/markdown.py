@@ -16,7 +16,7 @@ from scrub.reports.findings import (
     partner_name,
     record_name,
 )
-from scrub.summary import Summary
+from scrub.scanning.summary import Summary
 from scrub.wording import counted
 
 

@@ -4,7 +4,7 @@ A quarantined image is one that broke a decoder, so decoding it again in the pro
 writes the reports would let a crash or a hang take the report (and the exit code) with it;
 and showing what a truncated image holds takes Pillow's ``ImageFile.LOAD_TRUNCATED_IMAGES``,
 a process-wide switch under which `scrub.checks.imagedecode` refuses to run. So thumbnails are
-made the way a scan re-checks the records of a worker that died (`scrub.isolation`): in a
+made the way a scan re-checks the records of a worker that died (`scrub.execution.isolation`): in a
 child forked from the worker server, which says which image it is on before it opens it; an
 image that kills the child or takes longer than the scan's ``--timeout`` gets no preview, and
 the rest go on in a new child. An image larger than the scan's ``max_pixels`` (read from its
@@ -38,7 +38,7 @@ def make_thumbnails(paths: Sequence[str], max_pixels: int | None, timeout: float
     if not paths:
         return []
     from scrub import pipeline
-    from scrub.isolation import run_isolated
+    from scrub.execution.isolation import run_isolated
 
     pipeline.prepare(pipeline.Plan("processes", 1, timeout))  # the worker server, tied to this process
     made: list[Thumbnail | None] = [None] * len(paths)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrub import pipeline
-from scrub.baseline import Baseline
 from scrub.checks.base import COLUMN_KINDS, CheckOptions
 from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
@@ -20,14 +19,11 @@ from scrub.checks.masks import ignore_note
 from scrub.checks.perceptual import COMPARES_IMAGES
 from scrub.checks.splits import split_variant
 from scrub.checks.tokens import dtype_overflows, token_notes
-from scrub.encoding import Encoding
 from scrub.errors import (
     UsageError,
 )
-from scrub.fingerprint import fingerprint
 from scrub.manifest import ManifestWriter
-from scrub.opening import OpenedDataset
-from scrub.options import ReplayOptions, ScanOptions
+from scrub.options.model import ReplayOptions, ScanOptions
 from scrub.paths import TRAINING
 from scrub.profile import PartitionProfile
 from scrub.profile.collect import ProfileSettings
@@ -35,14 +31,18 @@ from scrub.readers.base import Reader
 from scrub.records import Batch, Carries, Issue, Severity
 from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector
-from scrub.results import PartitionResult
-from scrub.runner import PartitionWork
-from scrub.selection import select_checks
-from scrub.summary import Progress, ScanAggregate, Summary
+from scrub.scanning.baseline import Baseline
+from scrub.scanning.encoding import Encoding
+from scrub.scanning.fingerprint import fingerprint
+from scrub.scanning.opening import OpenedDataset
+from scrub.scanning.results import PartitionResult
+from scrub.scanning.runner import PartitionWork
+from scrub.scanning.selection import select_checks
+from scrub.scanning.summary import Progress, ScanAggregate, Summary
 from scrub.wording import counted
 
 if TYPE_CHECKING:
-    from scrub.cache import ResultCache
+    from scrub.scanning.cache import ResultCache
 
 
 @dataclass
@@ -209,7 +209,7 @@ class DatasetScan:
     def _cached_tasks(self) -> Tasks:
         """Reuse the cache's results for unchanged records; return the tasks for the others, whose
         results are stored for the next scan."""
-        from scrub.reusing import Reuse, Subset, SubsetWork
+        from scrub.scanning.reusing import Reuse, Subset, SubsetWork
 
         dataset, cache, aggregate = self.dataset, self.cache, self.aggregate
         assert cache is not None  # `tasks` comes here only with a cache
@@ -463,7 +463,7 @@ def _open_cache(
     """The result cache for this dataset and these options, or None and a note saying why
     (the reader's records cannot be cached)."""
     from scrub import __version__
-    from scrub.cache import ResultCache, scope_digest
+    from scrub.scanning.cache import ResultCache, scope_digest
 
     reader = dataset.reader
     if type(reader).cache_entries is Reader.cache_entries:
@@ -626,7 +626,7 @@ def _contents(reader: Reader, partitions: Sequence) -> Callable:
     """The content hashes of records keyed by position, read back after the scan: each
     partition's flagged rows in runs of nearby rows (`READ_BACK_GAP`), a reading each run
     (`duplicate` can flag most rows of a dataset of repeated rows)."""
-    from scrub.results import row_digest
+    from scrub.scanning.results import row_digest
 
     def contents(positions: Sequence[tuple[int, int]]) -> list[str | None]:
         found: dict[tuple[int, int], str] = {}

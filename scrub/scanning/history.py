@@ -6,7 +6,7 @@ column (each record's content identity and perceptual hash, 24 bytes) in dataset
 record's name (source, key, index) for the findings that name it. A run with ``--against``
 compares its evaluation splits with its own training splits and with the kept ones (a kept split
 that this run scans again is replaced by what this run read), then keeps its own training
-splits, each file replaced whole (`scrub.outputs.write_atomically`): a night costs the records
+splits, each file replaced whole (`scrub.fixing.outputs.write_atomically`): a night costs the records
 it reads, and a comparison of sorted identities, not a second read of the history.
 """
 
@@ -25,7 +25,7 @@ import xxhash
 
 from scrub.checks.base import Column, Position
 from scrub.errors import UsageError
-from scrub.outputs import write_atomically
+from scrub.fixing.outputs import write_atomically
 from scrub.paths import absolute_place
 
 #: what a kept split's identities mean: a store written by another definition is not compared

@@ -47,9 +47,9 @@ from scrub.checks.base import Finding, Locate, Position
 from scrub.checks.dataset import same_content
 from scrub.checks.perceptual import NO_HASH, near_pairs
 from scrub.checks.splits import column_layout, identity_parts
-from scrub.columnstores import ColumnStore, RareValueStore
 from scrub.errors import IncompleteScan, first_line
-from scrub.runner import LeftColumns
+from scrub.scanning.columnstores import ColumnStore, RareValueStore
+from scrub.scanning.runner import LeftColumns
 
 if TYPE_CHECKING:
     import dask.dataframe as dd

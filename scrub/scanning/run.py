@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from scrub import pipeline
-from scrub.baseline import Baseline
 from scrub.errors import (
     ExitCode,
     IncompleteScan,
@@ -20,20 +19,21 @@ from scrub.errors import (
     UsageError,
     first_line,
 )
-from scrub.keys import FAIL_ON, KEYS
+from scrub.fixing.outputs import scratch_directory
 from scrub.manifest import ManifestWriter, read_manifest, write_scan_record
-from scrub.opening import OpenedDataset
-from scrub.options import RunOptions, ScanOptions
-from scrub.outputs import scratch_directory
+from scrub.options.keys import FAIL_ON, KEYS
+from scrub.options.model import RunOptions, ScanOptions
 from scrub.paths import split_of, split_roles
 from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.reports.findings import KEYS_PER_CHECK, Collector, Findings
+from scrub.scanning.baseline import Baseline
 from scrub.scanning.dataset import DatasetScan, Tasks
 from scrub.scanning.history import History
 from scrub.scanning.joins import leave_on_cluster
+from scrub.scanning.opening import OpenedDataset
 from scrub.scanning.splits import describe_splits, judge_splits, unused_comparisons
-from scrub.summary import Progress, ScanAggregate, Summary
+from scrub.scanning.summary import Progress, ScanAggregate, Summary
 
 
 @dataclass

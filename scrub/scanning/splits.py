@@ -13,13 +13,13 @@ import numpy as np
 
 from scrub.checks.base import Check, CheckOptions, Finding, Position
 from scrub.checks.splits import column_layout
-from scrub.columnstores import ColumnStore, RareValueStore
 from scrub.paths import EVALUATION, TRAINING
+from scrub.scanning.columnstores import ColumnStore, RareValueStore
 from scrub.scanning.joins import joined_on_cluster
 from scrub.wording import counted
 
 if TYPE_CHECKING:
-    from scrub.options import ScanOptions
+    from scrub.options.model import ScanOptions
     from scrub.scanning.dataset import DatasetScan
     from scrub.scanning.history import History
 

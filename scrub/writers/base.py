@@ -2,7 +2,7 @@
 
 A writer mirrors a reader: from the source dataset and the verdicts (which records to set
 aside) it writes the cleaned copy and, optionally, the quarantine, both in the source's own
-format, and tallies every source record it wrote (see `scrub.ledger`). It can then read an
+format, and tallies every source record it wrote (see `scrub.fixing.ledger`). It can then read an
 output back and tally it again, so that `fix` verifies what landed on disk rather than what it
 meant to write. Writers run in the driver, one sequential pass: writing is bounded by the
 output, like ``cp``; writers whose records are files copy them on local worker processes
@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from scrub.checks.contract import names_no_record
+from scrub.fixing.ledger import Ledger
 from scrub.formats import WRITERS
-from scrub.ledger import Ledger
 from scrub.readers.base import Reader
 from scrub.records import Issue, Severity
 from scrub.storage import is_url
 
 if TYPE_CHECKING:  # the fix hands a writer what it opened, and how it runs
-    from scrub.opening import OpenedDataset
-    from scrub.options import RunOptions
+    from scrub.options.model import RunOptions
+    from scrub.scanning.opening import OpenedDataset
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Writer(ABC, Generic[ReaderT]):
     #: a file whose writes failed): then the command line exits at once after its error line.
     unsafe_after_write_failure: ClassVar[bool] = False
     #: Where the cleaned copy is several files named by one prefix (Megatron's ``PREFIX.bin`` and
-    #: ``PREFIX.idx``): their endings; `write` then gets the prefix (`scrub.outputs.StagedOutput`).
+    #: ``PREFIX.idx``): their endings; `write` then gets the prefix (`scrub.fixing.outputs.StagedOutput`).
     output_suffixes: ClassVar[tuple[str, ...]] = ()
     #: Whether it reads a source in object storage (``fix s3://...``); the others refuse one in
     #: one line rather than fail on its first file

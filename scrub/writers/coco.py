@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.readers.coco import CocoReader, load_coco
 from scrub.writers.base import Tally, Verdicts, Writer
 

@@ -10,7 +10,7 @@ is copied unchanged (``H5Ocopy``). A fixed maximum row count becomes the new row
 unlimited when fewer rows remain than one chunk holds (HDF5 requires it). Attributes holding
 object references (dimension scales) are not copied: they would point into the source file.
 
-A record's checksum covers its row in every row-aligned dataset (see `scrub.ledger`). The
+A record's checksum covers its row in every row-aligned dataset (see `scrub.fixing.ledger`). The
 quarantine holds, per file with quarantined rows, a file with only the row-aligned datasets
 (same creation properties) plus ``scrub_source_row``: each row's index in the source (a
 single-file source always gets one, possibly with no rows). A file with a dataset-level
@@ -42,7 +42,7 @@ from typing import Any, TextIO
 import numpy as np
 import xxhash
 
-from scrub.ledger import Ledger, identity_seed, row_digests, row_values
+from scrub.fixing.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.paths import is_within
 from scrub.readers.hdf5 import (
     BLOCK_BYTES,

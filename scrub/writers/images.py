@@ -27,8 +27,8 @@ from typing import TextIO
 from scrub import pipeline
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import ScrubError, UnusableDataset
-from scrub.ledger import Ledger, identity_seed
-from scrub.outputs import new_file_mode
+from scrub.fixing.ledger import Ledger, identity_seed
+from scrub.fixing.outputs import new_file_mode
 from scrub.readers.base import ReadOptions
 from scrub.readers.images import Entry, ImageReader
 from scrub.readers.listfile import ListFormat

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
-from scrub.ledger import Ledger, identity_seed, record_hash
+from scrub.fixing.ledger import Ledger, identity_seed, record_hash
 from scrub.readers.jsonl import (
     SUFFIXES,
     JsonLinesReader,

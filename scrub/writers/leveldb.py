@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.readers.leveldb import LevelDBReader, open_database, plyvel_module
 from scrub.readers.values import METADATA_KEYS
 from scrub.writers.base import Tally, Verdicts, Writer

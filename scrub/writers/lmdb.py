@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.manifest import encode_key
 from scrub.readers.lmdb import LMDBReader, open_environment
 from scrub.readers.values import METADATA_KEYS

@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 import xxhash
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.readers.mds import INDEX, Column, MDSReader, Shard, ShardBytes, parse_index
 from scrub.writers.base import Tally, Verdicts, Writer
 

@@ -8,7 +8,7 @@ manifest beside it names each by its index (as the NumPy writer's quarantine).
 
 A sequence the ``.bin`` does not hold all of (its pointer past the end) is written as what the
 file holds of it. Every sequence is checksummed by its tokens' bytes and its index
-(`scrub.ledger.row_values`); both outputs are read back and checksummed again. Written a chunk
+(`scrub.fixing.ledger.row_values`); both outputs are read back and checksummed again. Written a chunk
 of the index at a time, through temporary files for the index arrays: memory does not grow with
 the dataset.
 """
@@ -23,7 +23,7 @@ from typing import BinaryIO
 import numpy as np
 import xxhash
 
-from scrub.ledger import Ledger, identity_seed, row_values
+from scrub.fixing.ledger import Ledger, identity_seed, row_values
 from scrub.readers.megatron import (
     CODES,
     ENDINGS,

@@ -7,7 +7,7 @@ the others copied whole into both; its arrays are loaded whole, as ``np.load(f)[
 A ``.npy`` with its labels in a ``.npy`` of their own (``--labels``) becomes a folder holding both
 under their own names (``X.clean/X.npy`` and ``X.clean/y.npy``), split row by row together.
 `np.load` reads every output. Rows are checksummed as HDF5 rows are
-(`scrub.ledger.row_digests`), over every row-aligned array."""
+(`scrub.fixing.ledger.row_digests`), over every row-aligned array."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from scrub.ledger import Ledger, identity_seed, row_digests, row_values
+from scrub.fixing.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.hdf5 import BLOCK_BYTES
 from scrub.readers.numpy import NumpyReader, is_npy_file, load_array, npz_members
 from scrub.writers.base import Tally, Verdicts, Writer

@@ -3,7 +3,7 @@ sub-folders kept) holding its kept rows, in order, with the source's schema and 
 (Hugging Face's ``features`` included), compression codec and row groups (each source row group
 becomes one, minus its set-aside rows); the quarantine holds files of the set-aside rows.
 `pyarrow` (and so ``datasets``, pandas, Spark) reads every output. Rows are checksummed over
-every column (`scrub.ledger.row_digests`: numbers by their bytes, other values by their text),
+every column (`scrub.fixing.ledger.row_digests`: numbers by their bytes, other values by their text),
 whatever columns the scan checked.
 
 A Hugging Face ``save_to_disk`` folder (``state.json``, ``dataset_info.json`` beside its
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from scrub.ledger import Ledger, identity_seed, row_digests, row_values
+from scrub.fixing.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.parquet import (
     ArrowStorage,
     ParquetReader,

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.paths import is_within
 from scrub.readers.segmentation import SegmentationReader
 from scrub.writers.base import Tally, Verdicts, Writer, link_again

@@ -21,7 +21,7 @@ from typing import IO, Any, cast
 
 import xxhash
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.readers.tfframes import (
     CHUNK,
     CUT,

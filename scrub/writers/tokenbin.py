@@ -5,7 +5,7 @@ set-aside windows, named as the source (the manifest names each by its window nu
 with the same ``--max-length``, the cleaned copy's windows are the kept ones: only the source's
 last window may be shorter, and it stays last on either side.
 
-Windows are checksummed by their tokens' bytes and their number (`scrub.ledger.row_digests`,
+Windows are checksummed by their tokens' bytes and their number (`scrub.fixing.ledger.row_digests`,
 vectorized), a block of windows at a time through the memory map: memory does not grow with
 the file.
 """
@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from scrub.ledger import Ledger, identity_seed, row_digests, row_values
+from scrub.fixing.ledger import Ledger, identity_seed, row_digests, row_values
 from scrub.readers.tokenbin import (
     BLOCK_BYTES,
     HEADER_INTS,

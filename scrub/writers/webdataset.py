@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
-from scrub.ledger import Ledger, identity_seed
+from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.readers.tarwalk import SHARD_SUFFIXES, Member, is_compressed, open_shard, walk_shard
 from scrub.readers.webdataset import Other, Sample, WebDatasetReader, group_samples
 from scrub.writers.base import FileSetWriter, Tally, Verdicts

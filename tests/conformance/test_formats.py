@@ -22,7 +22,7 @@ from conftest import SAMPLES
 
 import scrub
 from scrub.api import open_dataset
-from scrub.options import ScanOptions
+from scrub.options.model import ScanOptions
 from scrub.readers.base import REGISTRY, reader_class
 from scrub.records import Batch
 from scrub.writers.base import REGISTRY as WRITERS
@@ -194,8 +194,8 @@ def test_restore_puts_back_one_record_then_every_one(sample, tmp_path):
     """`fix` then `restore` of every record gives back the source's records, verified record by
     record as fix verifies (but those fix sets aside whatever the verdicts: a link leaving the
     dataset, a damaged shard); one restored alone leaves the others in the quarantine."""
+    from scrub.fixing.restoring import restore
     from scrub.manifest import read_manifest
-    from scrub.restoring import restore
 
     path = dataset_of(sample, tmp_path)
     options = {**sample.options, "scheduler": "sync"}

@@ -18,7 +18,7 @@ from scrub.checks.base import (
 from scrub.manifest import LINE_OPTIONS, encode_key, encode_line, json_default
 from scrub.records import SEVERITY_NAMES, Batch, Issue, Severity
 from scrub.reports.findings import Collector
-from scrub.results import PartitionResult, row_digest
+from scrub.scanning.results import PartitionResult, row_digest
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Outputs in object storage (``fix --out s3://bucket/clean/``), which appear whole or not at all.
 
 A bucket has no atomic rename, so the cleaned copy cannot be built beside its destination and
-renamed into place as `scrub.outputs.StagedOutput` does on a disk. A commit marker written last
+renamed into place as `scrub.fixing.outputs.StagedOutput` does on a disk. A commit marker written last
 would not do either: the cleaned copy is read by the user's own loader (webdataset, pyarrow,
 ``datasets``), which lists the prefix and knows nothing of markers. So nothing is written under
 the destination prefix until every object is written and verified:
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import OutputError, UsageError
-from scrub.outputs import PREFIX_MARK, process_alive, scratch_folder
+from scrub.fixing.outputs import PREFIX_MARK, process_alive, scratch_folder
 from scrub.storage import Location, remote_errors
 
 #: the staging prefix of destination NAME: ``.NAME.scrub-staging-ID`` beside it
@@ -57,7 +57,7 @@ PAUSE_VARIABLE = "SCRUB_TEST_UPLOAD_PAUSE"
 class BucketOutput:
     """One destination in object storage (a prefix, or one object for a single-file output),
     staged locally and under a staging prefix until `commit`; the same interface as
-    `scrub.outputs.StagedOutput`."""
+    `scrub.fixing.outputs.StagedOutput`."""
 
     def __init__(
         self, destination: Location, *, force: bool, what: str, suffixes: tuple[str, ...] = ()

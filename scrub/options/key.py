@@ -1,4 +1,4 @@
-"""One user-facing option's declaration (see `scrub.keys.KEYS`, and a format's own in its row
+"""One user-facing option's declaration (see `scrub.options.keys.KEYS`, and a format's own in its row
 of `scrub.formats`)."""
 
 from __future__ import annotations

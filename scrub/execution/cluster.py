@@ -40,7 +40,7 @@ def run_on_cluster(work, partitions: Sequence[Any], plan, on_result: Callable, o
     from distributed import Client
     from distributed.comm import CommClosedError
 
-    from scrub.workers import GuardedWork
+    from scrub.execution.workers import GuardedWork
 
     # A hung decoder on a worker: the watchdog ends the worker process, its nanny starts another,
     # the task ends as KilledWorker and is bisected down to the record like a crash.

@@ -16,9 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scrub.cleaning import FixResult, fix
 from scrub.errors import UnusableDataset, UsageError
-from scrub.fixoutputs import FIX_RECORD, QUARANTINE_MANIFEST
+from scrub.fixing.cleaning import FixResult, fix
+from scrub.fixing.destinations import FIX_RECORD, QUARANTINE_MANIFEST
+from scrub.fixing.outputs import scratch_directory
+from scrub.fixing.reuse import recorded_reading
 from scrub.manifest import (
     ManifestWriter,
     read_json_record,
@@ -26,12 +28,10 @@ from scrub.manifest import (
     read_scan_record,
     write_scan_record,
 )
-from scrub.options import FixOptions
-from scrub.outputs import scratch_directory
+from scrub.options.model import FixOptions
 from scrub.readers.base import names_dataset
 from scrub.records import Issue
-from scrub.reuse import recorded_reading
-from scrub.summary import Progress
+from scrub.scanning.summary import Progress
 from scrub.wording import counted
 
 
@@ -89,7 +89,7 @@ def restore(
 def _unchanged(source: Path, options: FixOptions, record: dict[str, Any]) -> None:
     """Refuse a source that changed since the fix: the cleaned copy would then not be the one the
     quarantine's records were taken from (a restore puts back records, it does not fix anew)."""
-    from scrub.opening import open_dataset
+    from scrub.scanning.opening import open_dataset
 
     dataset = open_dataset(source, options.scan)
     try:

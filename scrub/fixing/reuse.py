@@ -19,10 +19,10 @@ from scrub.manifest import (
     read_scan_record,
     write_scan_record,
 )
-from scrub.opening import OpenedDataset
-from scrub.options import FixOptions, ScanOptions, build, flatten, given_values
+from scrub.options.model import FixOptions, ScanOptions, build, flatten, given_values
 from scrub.readers.base import ReadOptions
 from scrub.records import Issue, Severity
+from scrub.scanning.opening import OpenedDataset
 from scrub.wording import agreeing, counted
 
 #: reading options a scan's record holds that `fix --manifest` does not take over unasked:

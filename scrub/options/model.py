@@ -3,13 +3,13 @@
 An option is declared once, as a field of one of the option groups below (`ReadOptions` and
 `CheckOptions` are the readers' and the checks' own; `Selection`, `RunOptions`,
 `ReplayOptions`, and the output fields of `ScanOptions` and `FixOptions`), and once in
-`scrub.keys.KEYS`, which gives it its user-facing name (``num-classes``: the flag is
+`scrub.options.keys.KEYS`, which gives it its user-facing name (``num-classes``: the flag is
 ``--num-classes``, the config key ``num-classes``, the API keyword ``num_classes``), its type and
 its limits. Values from the command line, a config file or API keywords all go through
-`scrub.optionvalues.coerce`, so an option is validated in one place, with the same message
+`scrub.options.values.coerce`, so an option is validated in one place, with the same message
 wherever it came from.
 
-The `scan` and `fix` commands are built from `KEYS` (`scrub.cli_options`): flag, help, choices
+The `scan` and `fix` commands are built from `KEYS` (`scrub.options.flags`): flag, help, choices
 and default come from the key and its field (`default_of`). An option every format may take
 is one field in `ReadOptions` and one `Key`; a format's own option is one `Key` in its row of
 the format table (`scrub.formats`). Either way the reader's own code lists it in its
@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 
 from scrub.checks.base import CheckOptions
 from scrub.errors import UsageError
-from scrub.keys import FIX_ONLY, KEYS, SCAN_ONLY, key_named
-from scrub.optionkey import Key
-from scrub.optionvalues import coerce
+from scrub.options.key import Key
+from scrub.options.keys import FIX_ONLY, KEYS, SCAN_ONLY, key_named
+from scrub.options.values import coerce
 from scrub.pipeline import DEFAULT_CLUSTER_WAIT, DEFAULT_TIMEOUT
 from scrub.readers.base import ReadOptions
 
@@ -167,7 +167,7 @@ class FixOptions:
     """Everything `scrub fix` is told: the scan's options plus where the outputs go."""
 
     scan: ScanOptions = field(default_factory=ScanOptions)
-    out: Path | str | None = None  # text: a URL (`scrub.optionvalues.URL_KEYS`)
+    out: Path | str | None = None  # text: a URL (`scrub.options.values.URL_KEYS`)
     quarantine: bool = False
     quarantine_dir: Path | str | None = None
     #: reuse these instead of scanning: a scan's manifest, a NaN guard's, or both (their verdicts merged)

@@ -1,7 +1,7 @@
 """Worker processes: the server they are forked from, and the watchdog that ends a hung one.
 
-Shared by the local pool (`scrub.pipeline`), the supervised re-runs (`scrub.isolation`) and the
-cluster (`scrub.distributed`), below all three: none of them imports another for these.
+Shared by the local pool (`scrub.pipeline`), the supervised re-runs (`scrub.execution.isolation`) and the
+cluster (`scrub.execution.cluster`), below all three: none of them imports another for these.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from scrub.execution.lifeline import hand_down
+from scrub.fixing.outputs import remove_abandoned_scratch
 from scrub.interrupt import ignore_in_worker, ignored_by_children
-from scrub.lifeline import hand_down
-from scrub.outputs import remove_abandoned_scratch
 
 
 def start_worker_server() -> None:
@@ -24,7 +24,7 @@ def start_worker_server() -> None:
     `scrub.interrupt`)."""
     from multiprocessing import forkserver, resource_tracker
 
-    hand_down()  # the server dies with this process (see `scrub.lifeline`)
+    hand_down()  # the server dies with this process (see `scrub.execution.lifeline`)
     _own_scratch_folder()
     if _server_running(forkserver):
         return  # no window with SIGINT ignored: a Ctrl-C taken by another thread then is lost
@@ -62,16 +62,16 @@ def _server_running(forkserver) -> bool:
 def _own_scratch_folder() -> None:
     """multiprocessing keeps the worker server's socket in a ``pymp-XXXX`` folder that only a
     normal exit removes; a killed scan left one behind in /tmp for good. Named after this process
-    instead (`scrub.outputs.scratch_folder`), the next run removes it. The same for the pool's
+    instead (`scrub.fixing.outputs.scratch_folder`), the next run removes it. The same for the pool's
     named semaphores (``/dev/shm/sem.mp-XXXX``): when the whole process group is killed (an OOM
     killer, a CI timeout), the resource tracker that would unlink them dies too, and each such
     scan left 5 for good; named after this process, the next run removes them
-    (`scrub.outputs.remove_abandoned_scratch`). (``_config`` is private: without it,
+    (`scrub.fixing.outputs.remove_abandoned_scratch`). (``_config`` is private: without it,
     multiprocessing's own names are used.)"""
     import shutil
     from multiprocessing import process, util
 
-    from scrub.outputs import scratch_folder, semaphore_prefix
+    from scrub.fixing.outputs import scratch_folder, semaphore_prefix
 
     config = getattr(process.current_process(), "_config", None)
     if isinstance(config, dict) and config.get("tempdir") is None:
@@ -90,7 +90,7 @@ def worker_context(imports: Sequence[str] = ()):
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["scrub.workerserver", "scrub.runner", *imports])
+    context.set_forkserver_preload(["scrub.execution.workerserver", "scrub.scanning.runner", *imports])
     return context
 
 
@@ -125,7 +125,7 @@ def fork_context():
     if not can_fork():
         return None
     remove_abandoned_scratch()  # a killed run's; this one's semaphores are unlinked as they are made
-    hand_down()  # the workers' parent is this process (`scrub.lifeline`)
+    hand_down()  # the workers' parent is this process (`scrub.execution.lifeline`)
     return multiprocessing.get_context("fork")
 
 

@@ -42,7 +42,7 @@ def run_isolated(
     on_failure: Callable[[int, Any, int, str], Any],
 ) -> list[Any]:
     """Partial results for the whole partition, crash- and hang-proof, as a list of pieces."""
-    from scrub.workers import worker_context
+    from scrub.execution.workers import worker_context
 
     context = worker_context()
     pieces: list[Any] = []

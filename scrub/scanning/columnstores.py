@@ -11,12 +11,12 @@ import numpy as np
 
 from scrub.checks.base import RARE_KEPT, Check, Column, in_sorted, sorted_unique
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, magnitude_bins
-from scrub.results import LeftPart
+from scrub.scanning.results import LeftPart
 
 
 class ColumnStore:
     """One dataset check's collected values, packed as they arrive; on a cluster, the parts
-    left on its workers (`scrub.results.LeftPart`), to be joined there (`scrub.scanning.joins`)."""
+    left on its workers (`scrub.scanning.results.LeftPart`), to be joined there (`scrub.scanning.joins`)."""
 
     def __init__(self, dtype: str, check_id: str = "") -> None:
         self.dtype = dtype

@@ -26,13 +26,13 @@ from scrub.checks.masks import mask_pixel_counts
 from scrub.checks.numeric import MAGNITUDE_KEPT_PER_BIN, SQUARE_OVERFLOW, label_stats, magnitude_bins, profile
 from scrub.checks.properties import annotate, tally
 from scrub.checks.tokens import tally_token_rows
-from scrub.encoding import FLUSH_ISSUES, Encoder, Encoding
 from scrub.errors import ScrubError
 from scrub.profile.collect import Collector, ProfileSettings
 from scrub.readers.base import Reader
 from scrub.records import LABEL_NEEDS, Batch, Carries, Issue, Record, TokenRows
 from scrub.replay.standardize import PIXELS, Moments, typical_rows
-from scrub.results import (
+from scrub.scanning.encoding import FLUSH_ISSUES, Encoder, Encoding
+from scrub.scanning.results import (
     NOT_REUSABLE,
     Columns,
     LeftPart,
@@ -98,7 +98,7 @@ class PartitionWork:
         self.options = options
         #: hand issues back compactly (see `Encoding`)
         self.encoding = encoding
-        #: also return each record's own result, for the cache (`scrub.cache`)
+        #: also return each record's own result, for the cache (`scrub.scanning.cache`)
         self.capture = capture
         #: also gather the moments the dummy-loss replay standardizes with (a pass over the data)
         self.moments = moments
@@ -384,8 +384,9 @@ def numeric_values(record: Record) -> tuple[np.ndarray | None, str | None]:
 def rare_only(
     offsets: Any, values: Any, dtype: str
 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """A ``rare`` or ``magnitude`` column (see `scrub.columnstores.RareValueStore`) as (offsets, values)
-    of the rows whose value (magnitude bin) this partition holds at most the store's cap of, plus
+    """A ``rare`` or ``magnitude`` column (see `scrub.scanning.columnstores.RareValueStore`) as
+    (offsets, values) of the rows whose value (magnitude bin) this partition holds at most the
+    store's cap of, plus
     the histogram of every row: a value common here is common in the dataset, so its rows'
     positions are never needed, and a partition of millions of rows sends back its tails only.
     Counted here, in the worker: the driver merging the histograms with `np.unique` took a core's

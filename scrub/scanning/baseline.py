@@ -30,8 +30,8 @@ from pathlib import Path
 
 from scrub.checks.drift import NOT_RECORDS
 from scrub.errors import ScrubError
+from scrub.fixing.outputs import new_file_mode, temporary_file
 from scrub.manifest import dumps, read_manifest
-from scrub.outputs import new_file_mode, temporary_file
 from scrub.records import Issue, Severity
 
 STATUSES = ("new", "persisting", "reappeared", "resolved")

@@ -15,10 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from scrub.baseline import Baseline
 from scrub.checks.base import COLUMN_KINDS, Check, CheckOptions, Finding, make_issue
 from scrub.checks.contract import names_no_record
-from scrub.columnstores import ColumnStore, column_store
 from scrub.manifest import ManifestWriter
 from scrub.paths import absolute_place, common_folder
 from scrub.profile import PartitionProfile, finish_profile
@@ -26,7 +24,9 @@ from scrub.readers.base import DatasetInfo
 from scrub.records import Issue, Severity
 from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
-from scrub.results import LeftPart, NumericStats, PartitionResult
+from scrub.scanning.baseline import Baseline
+from scrub.scanning.columnstores import ColumnStore, column_store
+from scrub.scanning.results import LeftPart, NumericStats, PartitionResult
 from scrub.wording import counted
 
 #: 2: the replay trains with plain SGD (`replay.options.lr` is a plain learning rate), its
@@ -109,7 +109,7 @@ class ScanAggregate:
 
     def add(self, result: PartitionResult) -> None:
         self.records += result.records
-        if result.findings is not None:  # encoded in the worker (see `scrub.encoding.Encoding`)
+        if result.findings is not None:  # encoded in the worker (see `scrub.scanning.encoding.Encoding`)
             self.manifest.write_lines(result.lines, result.line_count)
             for (check, _, severity), count in result.findings.counts.items():
                 self.by_check[check] += count
@@ -332,7 +332,7 @@ class Summary:
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the options that decide what a record is (format, keys, codec)
     reading: dict[str, Any] = field(default_factory=dict)
-    #: see `scrub.fingerprint`: lets `fix` check that a manifest belongs to the dataset
+    #: see `scrub.scanning.fingerprint`: lets `fix` check that a manifest belongs to the dataset
     fingerprint: dict[str, Any] = field(default_factory=dict)
     #: what the dummy-loss replay did (`--dummy-loss`), else None
     replay: dict[str, Any] | None = None

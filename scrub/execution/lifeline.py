@@ -13,7 +13,7 @@ elsewhere a daemon thread polls the parent's pid every half second. A helper who
 before the tie was made exits at once (the pid it was started by is passed down in the
 environment, since a fork cannot be told apart from a re-parenting afterwards).
 
-The worker server imports `scrub.workerserver` (its preload), which calls `tie_to_parent`; a
+The worker server imports `scrub.execution.workerserver` (its preload), which calls `tie_to_parent`; a
 worker calls it from its initializer. Stdlib only.
 """
 

@@ -50,7 +50,7 @@ import numpy as np
 import xxhash
 
 from scrub.errors import ScrubError
-from scrub.outputs import PREFIX_MARK, process_alive, write_atomically
+from scrub.fixing.outputs import PREFIX_MARK, process_alive, write_atomically
 from scrub.storage import is_url
 
 if TYPE_CHECKING:

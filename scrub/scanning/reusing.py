@@ -18,11 +18,11 @@ from scrub.checks.base import (
 )
 from scrub.readers.base import Reader
 from scrub.records import Issue
-from scrub.results import Columns, NumericStats, PartitionResult
-from scrub.runner import PartitionWork, finish_columns
+from scrub.scanning.results import Columns, NumericStats, PartitionResult
+from scrub.scanning.runner import PartitionWork, finish_columns
 
 if TYPE_CHECKING:
-    from scrub.cache import Snapshot
+    from scrub.scanning.cache import Snapshot
 
 
 @dataclass(frozen=True)

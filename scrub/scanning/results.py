@@ -1,5 +1,5 @@
 """What a partition's work gives back to the scan (`PartitionResult`), below the work that makes
-it (`scrub.runner`) and the aggregate that folds it in (`scrub.summary`)."""
+it (`scrub.scanning.runner`) and the aggregate that folds it in (`scrub.scanning.summary`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where `fix` writes: the cleaned copy and the quarantine, each staged until committed (renamed
-into place on a disk, copied into place in object storage: `scrub.bucketoutputs`), never
+into place on a disk, copied into place in object storage: `scrub.fixing.buckets`), never
 overlapping the source, and a killed run's orphaned quarantine told apart from a user's."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from scrub.bucketoutputs import BucketOutput
 from scrub.errors import UsageError
-from scrub.fingerprint import fingerprint
+from scrub.fixing.buckets import BucketOutput
+from scrub.fixing.outputs import StagedOutput
 from scrub.manifest import scan_record_path
-from scrub.opening import OpenedDataset
-from scrub.outputs import StagedOutput
 from scrub.paths import is_within, overlaps
+from scrub.scanning.fingerprint import fingerprint
+from scrub.scanning.opening import OpenedDataset
 from scrub.storage import Location, is_url, location
 from scrub.writers.base import Writer
 
@@ -68,7 +68,7 @@ class FixOutputs:
                 quarantine_path, clean_path, dataset, writer.output_suffixes
             )
             self.quarantine = _staged(quarantine_path, force=force or orphan, what="quarantine")
-        #: whether an output goes to object storage (staged locally, then uploaded: `scrub.bucketoutputs`)
+        #: whether an output goes to object storage (staged locally, then uploaded: `scrub.fixing.buckets`)
         self.remote = any(isinstance(output, BucketOutput) for output in (self.clean, self.quarantine))
         for output in (self.clean, self.quarantine):
             if output is not None:

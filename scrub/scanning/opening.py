@@ -15,9 +15,9 @@ from scrub.errors import (
     UnusableDataset,
     UsageError,
 )
-from scrub.fingerprint import fingerprint
-from scrub.options import RunOptions, ScanOptions, merged
+from scrub.options.model import RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, open_reader
+from scrub.scanning.fingerprint import fingerprint
 from scrub.storage import is_url, location
 
 

@@ -1,4 +1,4 @@
-"""The options of the commands, built from `scrub.keys.KEYS`: each option's flag, help,
+"""The options of the commands, built from `scrub.options.keys.KEYS`: each option's flag, help,
 choices and default are declared once, there (typer reads a function's signature; the
 commands' signatures are made from the keys)."""
 
@@ -66,8 +66,8 @@ PANELS = {
 def key_option(name: str, command: str, panel: bool = True) -> object:
     """Option ``name`` of `KEYS` as ``command`` takes it: its type, flag, help, choices (as an
     Enum, which typer shows and checks) and, with ``panel``, its group's panel in the help."""
-    from scrub.keys import KEYS
-    from scrub.options import default_of
+    from scrub.options.keys import KEYS
+    from scrub.options.model import default_of
 
     key = KEYS[name]
     kind = key.fix_kind if command == "fix" and key.fix_kind else key.kind
@@ -96,8 +96,8 @@ def key_option(name: str, command: str, panel: bool = True) -> object:
 def option_parameters(command: str) -> list[inspect.Parameter]:
     """The options of ``command`` (scan or fix), one per `Key` it takes: the flag, the help,
     the choices and the default all come from the key and its field."""
-    from scrub.keys import KEYS
-    from scrub.options import default_of
+    from scrub.options.keys import KEYS
+    from scrub.options.model import default_of
 
     return [
         inspect.Parameter(

@@ -3,7 +3,7 @@
 The flow is one way: open the dataset → verdicts (a fresh scan, or an earlier scan's manifest
 whose fingerprint still matches) → the format's writer copies each record to the cleaned copy
 or the quarantine → the outputs are read back and their per-record checksums compared with the
-source's → only then are they renamed into place (see `scrub.outputs`). The source is only
+source's → only then are they renamed into place (see `scrub.fixing.outputs`). The source is only
 ever opened read-only, and is fingerprinted again at the end to make sure it did not change
 while `fix` ran.
 """
@@ -22,8 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from scrub.bucketoutputs import BucketOutput
-from scrub.cache import holds_results
 from scrub.checks.base import Finding, make_issue
 from scrub.checks.contract import names_no_record
 from scrub.errors import (
@@ -35,22 +33,24 @@ from scrub.errors import (
     UsageError,
     first_line,
 )
-from scrub.fingerprint import fingerprint
-from scrub.fixoutputs import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
+from scrub.fixing.buckets import BucketOutput
+from scrub.fixing.destinations import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
+from scrub.fixing.outputs import free_bytes, scratch_directory, write_failure
+from scrub.fixing.reuse import reused_verdicts, with_scan_reading
 from scrub.manifest import (
     default_manifest,
     read_manifest,
     write_scan_record,
 )
-from scrub.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
-from scrub.options import FixOptions, ScanOptions, Selection, merged
-from scrub.outputs import free_bytes, scratch_directory, write_failure
+from scrub.options.model import FixOptions, ScanOptions, Selection, merged
 from scrub.paths import EVALUATION, TRAINING, split_roles
 from scrub.records import Issue, Severity
-from scrub.reuse import reused_verdicts, with_scan_reading
+from scrub.scanning.cache import holds_results
+from scrub.scanning.fingerprint import fingerprint
+from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
 from scrub.scanning.run import ScanResult, scan_dataset
+from scrub.scanning.summary import Progress
 from scrub.storage import Location, is_url, location
-from scrub.summary import Progress
 from scrub.wording import counted
 from scrub.writers.base import Tally, Verdicts, Writer, writer_for
 
@@ -101,7 +101,7 @@ def fix(
 
     ``out_folder`` and ``quarantine_folder`` put the default-named outputs in those folders
     instead of beside the source (`fix_many` under ``--out DIR``); ``extra_notes`` go into the
-    report's notes (`scrub.restoring` says what it restored); ``found``: issues of the dataset's
+    report's notes (`scrub.fixing.restoring` says what it restored); ``found``: issues of the dataset's
     records that its own scan cannot find (`fix_many` of a run's splits: `split-leak`);
     ``splits``: the dataset is one of such a run's splits (else ``--leak-side`` cannot apply).
     """
@@ -123,7 +123,7 @@ def fix(
     scan_options = options.scan
     manifests = options.manifest
     if manifests and scan_options.cache is not None:
-        # only a config file sets both (as flags they conflict, see `scrub.options.build`): the
+        # only a config file sets both (as flags they conflict, see `scrub.options.model.build`): the
         # file serves the nightly scans, and this fix scans nothing
         notes.append(
             f"{scan_options.origin('cache')} is not used: fix --manifest reuses "
@@ -392,7 +392,7 @@ def split_leaks(
             else:
                 elsewhere[str(issue.dataset)] += 1
         leaks[str(issue.dataset)].append(issue)
-    side = options.leak_side  # `scrub.keys.LEAK_SIDES`: the split names
+    side = options.leak_side  # `scrub.options.keys.LEAK_SIDES`: the split names
     notes: dict[str, list[str]] = {
         path: [
             f"split-leak: compared with the training split{'s' if ',' in training else ''} ({training}) "

@@ -12,7 +12,7 @@ from scrub.checks.base import (
     CheckOptions,
 )
 from scrub.errors import UsageError
-from scrub.options import Selection
+from scrub.options.model import Selection
 from scrub.records import LABEL_NEEDS, Carries
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UsageError
-from scrub.keys import SEVERITY_LEVELS
-from scrub.optionkey import Key
+from scrub.options.key import Key
+from scrub.options.keys import SEVERITY_LEVELS
 from scrub.storage import is_url
 
 #: the path options that also take a URL of object storage (kept as text: a `Path` would fold
-#: ``s3://`` into ``s3:/``): fix's outputs (`scrub.bucketoutputs`)
+#: ``s3://`` into ``s3:/``): fix's outputs (`scrub.fixing.buckets`)
 URL_KEYS = frozenset({"out", "quarantine-dir"})
 
 

@@ -29,9 +29,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
     import tomli as tomllib
-from scrub.keys import COMMAND_LINE_ONLY, FIX_ONLY, KEYS, SCAN_ONLY, key_named
-from scrub.options import FixOptions, ScanOptions, build
-from scrub.optionvalues import coerce
+from scrub.options.keys import COMMAND_LINE_ONLY, FIX_ONLY, KEYS, SCAN_ONLY, key_named
+from scrub.options.model import FixOptions, ScanOptions, build
+from scrub.options.values import coerce
 
 CONFIG_NAME = "scrub.toml"
 PATHS_TABLE = "paths"

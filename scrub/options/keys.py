@@ -1,8 +1,8 @@
 """Every user-facing option, once (a format's own options are declared with its row of the
 format table, `scrub.formats`): its name (the flag, the config key and, with ``_`` for
 ``-``, the API keyword), the option group it lands in, its kind, its limits, its help and the
-commands that take it. The commands are built from `KEYS` (`scrub.cli_options`), config files
-are read by it (`scrub.config`), and every value goes through `scrub.optionvalues.coerce`.
+commands that take it. The commands are built from `KEYS` (`scrub.options.flags`), config files
+are read by it (`scrub.options.config`), and every value goes through `scrub.options.values.coerce`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Iterator, Mapping
 from scrub.checks.labels import LABEL_KINDS
 from scrub.checks.numeric import NORMALIZATIONS, PRECISIONS
 from scrub.formats import FORMAT_KEYS, load_plugins
-from scrub.optionkey import Key
+from scrub.options.key import Key
 from scrub.paths import EVALUATION, TRAINING
 
 FAIL_ON = ("error", "warning", "new", "never")
 FIX_SEVERITIES = ("error", "warning")
-#: which split `fix` sets a leaked record aside from (`scrub.cleaning.split_leaks`)
+#: which split `fix` sets a leaked record aside from (`scrub.fixing.cleaning.split_leaks`)
 LEAK_SIDES = (EVALUATION, TRAINING)
 #: what --check-severity may set a check to
 SEVERITY_LEVELS = ("error", "warning", "ignore")
