@@ -174,3 +174,15 @@ def test_a_join_whose_workers_die_ends_the_scan_in_one_line():
         pytest.raises(IncompleteScan, match="failed while joining the records' content identities"),
     ):
         _computed(client, dask.delayed(os._exit)(1))
+
+
+def test_a_partitions_frame_holds_its_rows_identities_and_no_hash():
+    """Made on the worker from the values it collected (a list, as a record check collects
+    them): each row at its number, its identity as two words, `NO_HASH` where none."""
+    identity = bytes(range(1, 16)) + b"\x00"
+    frame = joins.part_frame({"duplicate": ([3], [identity])}, "duplicate", "S16", 7 << 32)
+    high, low = joins.identity_words(np.array([identity], "S16"))
+    assert frame[joins.ROW].tolist() == [(7 << 32) + 3]
+    assert frame[joins.IDENTITY_HIGH].tolist() == high.tolist()
+    assert frame[joins.IDENTITY_LOW].tolist() == low.tolist()
+    assert (frame[joins.PHASH] == joins.NO_HASH).all()

@@ -372,7 +372,9 @@ def store_frame(client: Client, store: ColumnStore, tag: int) -> dd.DataFrame | 
 
     parts = [(partition, part) for partition, part in store.left if part.count]
     made = [
-        client.submit(part_frame, part.future, store.check_id, _row_base(tag, partition), pure=False)
+        client.submit(
+            part_frame, part.future, store.check_id, store.dtype, _row_base(tag, partition), pure=False
+        )
         for partition, part in parts
     ]
     here = store.here()
@@ -385,10 +387,11 @@ def store_frame(client: Client, store: ColumnStore, tag: int) -> dd.DataFrame | 
     return dd.from_delayed(made, meta=hash_columns(*_no_values()), verify_meta=False)
 
 
-def part_frame(left: dict[str, tuple[Any, ...]], check_id: str, base: int) -> pd.DataFrame:
-    """On the worker: the frame of one partition's column left there (`LeftColumns.left`)."""
+def part_frame(left: dict[str, tuple[Any, ...]], check_id: str, dtype: str, base: int) -> pd.DataFrame:
+    """On the worker: the frame of one partition's column left there (`LeftColumns.left`), its
+    values taken as the column's ``dtype``, as the driver's store takes them (`ColumnStore.add`)."""
     offsets, values = left[check_id][:2]
-    return _values_frame(base + np.asarray(offsets, np.int64), np.asarray(values))
+    return _values_frame(base + np.asarray(offsets, np.int64), np.asarray(values, dtype))
 
 
 def row_positions(rows: np.ndarray) -> list[tuple[int, int, int]]:
