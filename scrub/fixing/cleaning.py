@@ -76,6 +76,8 @@ class FixResult:
         return ExitCode.CLEAN
 
 
+# Over 80 lines by its docstring, the API's reference for fix's keywords: the body is the flow,
+# a call a phase (options, open, writer, outputs, verdicts, write and verify, report, commit).
 def fix(
     path: str | Path,
     options: FixOptions | None = None,
@@ -108,28 +110,8 @@ def fix(
     started = time.perf_counter()
     if options is None or keywords:
         options = merged(options if options is not None else FixOptions(), keywords)
-    notes: list[str] = []
-    if options.leak_side != FixOptions().leak_side and not splits:
-        why = (
-            f"the training copies of its leaks are kept in {options.scan.against}, which this fix does "
-            "not hold: its leaked records are set aside from it"
-            if options.scan.against is not None
-            else "it is not one of a run's splits (a training and an evaluation split fixed together)"
-        )
-        notes.append(f"{options.scan.origin('leak-side')} {options.leak_side}: not used on {path}: {why}")
-    if options.manifest:  # read the records as the reused scan read them (`with_scan_reading`)
-        options, taken = with_scan_reading(options)
-        notes += taken
-    scan_options = options.scan
+    options, scan_options, notes = _fix_options(path, options, splits)
     manifests = options.manifest
-    if manifests and scan_options.cache is not None:
-        # only a config file sets both (as flags they conflict, see `scrub.options.model.build`): the
-        # file serves the nightly scans, and this fix scans nothing
-        notes.append(
-            f"{scan_options.origin('cache')} is not used: fix --manifest reuses "
-            f"{' and '.join(map(str, manifests))} instead of scanning"
-        )
-        scan_options = replace(scan_options, cache=None)
     load_plugins(scan_options.selection.plugins)
     early = not manifests and not holds_results(scan_options.cache)  # see `scrub.api.scan`
     dataset = open_dataset(
@@ -140,19 +122,7 @@ def fix(
     )
     try:
         writer = writer_for(dataset, scan_options.run)
-        if is_url(dataset.path) and not writer.reads_objects:
-            raise UsageError(
-                f"{dataset.path}: fix cannot write a cleaned copy of a {dataset.reader.format} dataset in "
-                "object storage yet (WebDataset, JSON Lines and TFRecord only): scan it there, or fix a "
-                "local copy"
-            )
-        if options.link and any(is_url(place) for place in (options.out, options.quarantine_dir) if place):
-            raise UsageError("--link: hard-links kept files on one disk; object storage holds no links")
-        if options.link and not writer.links:
-            raise UsageError(
-                f"--link: hard-links the kept files of image folders and lists; {dataset.path} "
-                f"({writer.format}) is rewritten record by record, never linked"
-            )
+        _check_writable(dataset, writer, options)
         outputs = FixOutputs(
             dataset,
             writer,
@@ -162,90 +132,33 @@ def fix(
             options.force,
             scan_options.read.storage,
         )
-        scan_result = None
         reused = reused_verdicts(manifests, dataset, scan_options) if manifests else None
-        if reused is not None:
-            scan_summary = reused.summary
-        keepalive = None  # a scratch folder for merged verdicts, without a quarantine to hold them
-        manifest: Path | None = None
         try:
             outputs.stage()
             assert outputs.clean_target is not None  # set by stage()
-            if reused is None:
-                manifest = outputs.manifest_target
-                if manifest is None:
-                    manifest, moved = default_manifest(dataset.path)
-                    notes += [moved] if moved else []
-                try:
-                    scan_result = scan_dataset(
-                        dataset,
-                        scan_options,
-                        progress=progress,
-                        started=started,
-                        manifest=manifest,
-                        found=found,
-                    )
-                except OutputError as error:  # name the manifest where it would have been, not its staging
-                    final = outputs.final_manifest
-                    if final is None:
-                        raise
-                    raise OutputError(
-                        str(error).replace(str(manifest), str(final)), exit_at_once=error.exit_at_once
-                    ) from None
-                scan_result.summary.manifest = str(outputs.final_manifest or manifest)
-                scan_summary = scan_result.summary.to_dict()
-                write_scan_record(manifest, scan_summary)
-            elif reused.guards or outputs.manifest_target is not None and len(reused.scans) > 1:
-                manifest = outputs.manifest_target
-                if manifest is None:
-                    keepalive = scratch_directory("verdicts")
-                    manifest = Path(keepalive.name) / QUARANTINE_MANIFEST
-                notes += reused.merge(manifest, dataset, Severity(options.severity))
-            else:
-                manifest = reused.scans[0]
-                outputs.keep_manifest(manifest)
-            verdicts = Verdicts.from_issues(read_manifest(manifest), Severity(options.severity))
-            notes += dataset_level_note(verdicts.not_records)
-            _check_space(dataset, outputs, options.link and writer.links)
-            tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
-            _refuse_one_cause(
-                dataset.path, manifest, verdicts, Severity(options.severity), tally, options.allow_majority
+            source = _verdict_source(
+                dataset,
+                scan_options,
+                outputs,
+                reused,
+                Severity(options.severity),
+                notes,
+                progress,
+                started,
+                found,
             )
-            if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
-                raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
-            verification = _verify(
-                writer,
-                verdicts,
+            tally, verification = _write(dataset, writer, outputs, options, source, notes)
+            report = _report(
+                dataset,
+                options,
+                outputs,
+                source,
+                reused,
                 tally,
-                outputs.clean_target,
-                outputs.quarantine_target,
-                scan_summary["records"],
+                verification,
+                notes + list(extra_notes),
+                started,
             )
-            report = {
-                "schema": 1,
-                "source": str(dataset.path),
-                "source_path": absolute(dataset.path),  # restore finds it from anywhere
-                "format": dataset.reader.format,
-                **outputs.describe(),
-                "clean_path": absolute(outputs.clean.destination),
-                "manifest": str(
-                    outputs.final_manifest
-                    or (manifest if keepalive is None else " and ".join(map(str, manifests)))
-                ),
-                "reused_manifest": None if reused is None else str(manifests[0]),
-                "reused": None if reused is None else reused.describe(),
-                "severity": options.severity,
-                "link": options.link,
-                "fingerprint": dataset.fingerprint,
-                "records": scan_summary["records"],
-                "kept": tally.records_kept,
-                "quarantined": tally.records_quarantined,
-                "forced": tally.forced,
-                "other_files": tally.other_files,
-                "notes": notes + list(extra_notes) + tally.notes,
-                "verification": verification,
-                "seconds": round(time.perf_counter() - started, 3),
-            }
             if not verification["verified"]:
                 raise ScrubError(
                     f"verification failed ({verification['reason']}); nothing was written; please report this"
@@ -253,15 +166,9 @@ def fix(
             outputs.commit(report)
         except BaseException as error:
             outputs.discard()
-            if isinstance(error, Exception) and not isinstance(error, ScrubError) and not outputs.remote:
-                failed = write_failure(
-                    error,
-                    outputs.clean.destination,
-                    "cleaned copy",
-                    exit_at_once=writer.unsafe_after_write_failure,
-                )
-                if failed is not None:
-                    raise failed from None
+            failed = _write_failure(error, outputs, writer)
+            if failed is not None:
+                raise failed from None
             raise
     finally:
         dataset.reader.close()
@@ -270,12 +177,195 @@ def fix(
         dataset=writer.dataset_in(outputs.clean.destination),
         quarantine=outputs.quarantine.destination if outputs.quarantine else None,
         manifest=location(report["manifest"], scan_options.read.storage)
-        if keepalive is None
+        if source.scratch is None
         else Path(manifests[0]),
         report=report,
-        scan_summary=scan_summary,
-        scan=scan_result,
+        scan_summary=source.summary,
+        scan=source.scan,
     )
+
+
+def _fix_options(
+    path: str | Path, options: FixOptions, splits: bool
+) -> tuple[FixOptions, ScanOptions, list[str]]:
+    """The options a fix runs with, and the notes on those it cannot use: ``--leak-side`` off a
+    run's splits; with ``--manifest``, the reading options taken from the reused scan's record
+    (the records must be read as it read them, `with_scan_reading`), and a config file's
+    ``cache``, which a fix that scans nothing passes over."""
+    notes: list[str] = []
+    if options.leak_side != FixOptions().leak_side and not splits:
+        why = (
+            f"the training copies of its leaks are kept in {options.scan.against}, which this fix does "
+            "not hold: its leaked records are set aside from it"
+            if options.scan.against is not None
+            else "it is not one of a run's splits (a training and an evaluation split fixed together)"
+        )
+        notes.append(f"{options.scan.origin('leak-side')} {options.leak_side}: not used on {path}: {why}")
+    if options.manifest:
+        options, taken = with_scan_reading(options)
+        notes += taken
+    scan_options = options.scan
+    if options.manifest and scan_options.cache is not None:
+        # only a config file sets both (as flags they conflict, see `scrub.options.model.build`): the
+        # file serves the nightly scans, and this fix scans nothing
+        notes.append(
+            f"{scan_options.origin('cache')} is not used: fix --manifest reuses "
+            f"{' and '.join(map(str, options.manifest))} instead of scanning"
+        )
+        scan_options = replace(scan_options, cache=None)
+    return options, scan_options, notes
+
+
+def _check_writable(dataset: OpenedDataset, writer: Writer, options: FixOptions) -> None:
+    """Refuse, before anything is written, what this writer cannot do: a cleaned copy in object
+    storage of a format whose writer reads local files only, and ``--link`` where it cannot link."""
+    if is_url(dataset.path) and not writer.reads_objects:
+        raise UsageError(
+            f"{dataset.path}: fix cannot write a cleaned copy of a {dataset.reader.format} dataset in "
+            "object storage yet (WebDataset, JSON Lines and TFRecord only): scan it there, or fix a "
+            "local copy"
+        )
+    if options.link and any(is_url(place) for place in (options.out, options.quarantine_dir) if place):
+        raise UsageError("--link: hard-links kept files on one disk; object storage holds no links")
+    if options.link and not writer.links:
+        raise UsageError(
+            f"--link: hard-links the kept files of image folders and lists; {dataset.path} "
+            f"({writer.format}) is rewritten record by record, never linked"
+        )
+
+
+@dataclass
+class _VerdictSource:
+    """Where a fix's verdicts come from: the manifest that holds them, the summary of the scan
+    that made them, that scan where this fix ran it (None: an earlier scan's manifest is reused),
+    and the scratch folder of verdicts merged from several manifests (None: none merged)."""
+
+    manifest: Path
+    summary: dict[str, Any]
+    scan: ScanResult | None = None
+    scratch: Any = None
+
+
+def _verdict_source(
+    dataset: OpenedDataset,
+    scan_options: ScanOptions,
+    outputs: FixOutputs,
+    reused: Any,
+    severity: Severity,
+    notes: list[str],
+    progress: Callable[[Progress], None] | None,
+    started: float,
+    found: Sequence[Issue],
+) -> _VerdictSource:
+    """Scan the dataset into the staged manifest (or the default one); or take the reused scan's
+    manifest as it is, or merged with the guard's and the other scans' verdicts (into the
+    staged manifest, else a scratch folder). Notes on what moved or merged go to ``notes``."""
+    if reused is None:
+        manifest = outputs.manifest_target
+        if manifest is None:
+            manifest, moved = default_manifest(dataset.path)
+            notes += [moved] if moved else []
+        try:
+            scan = scan_dataset(
+                dataset, scan_options, progress=progress, started=started, manifest=manifest, found=found
+            )
+        except OutputError as error:  # name the manifest where it would have been, not its staging
+            final = outputs.final_manifest
+            if final is None:
+                raise
+            raise OutputError(
+                str(error).replace(str(manifest), str(final)), exit_at_once=error.exit_at_once
+            ) from None
+        scan.summary.manifest = str(outputs.final_manifest or manifest)
+        summary = scan.summary.to_dict()
+        write_scan_record(manifest, summary)
+        return _VerdictSource(manifest, summary, scan)
+    if reused.guards or outputs.manifest_target is not None and len(reused.scans) > 1:
+        manifest = outputs.manifest_target
+        scratch = None
+        if manifest is None:
+            scratch = scratch_directory("verdicts")
+            manifest = Path(scratch.name) / QUARANTINE_MANIFEST
+        notes += reused.merge(manifest, dataset, severity)
+        return _VerdictSource(manifest, reused.summary, scratch=scratch)
+    outputs.keep_manifest(reused.scans[0])
+    return _VerdictSource(reused.scans[0], reused.summary)
+
+
+def _write(
+    dataset: OpenedDataset,
+    writer: Writer,
+    outputs: FixOutputs,
+    options: FixOptions,
+    source: _VerdictSource,
+    notes: list[str],
+) -> tuple[Tally, dict[str, Any]]:
+    """Write the staged outputs from the verdicts, refuse a fix that would empty the dataset for
+    one reason or that the dataset changed under, and read the outputs back: (the writer's
+    tally, the verification)."""
+    severity = Severity(options.severity)
+    verdicts = Verdicts.from_issues(read_manifest(source.manifest), severity)
+    notes += dataset_level_note(verdicts.not_records)
+    _check_space(dataset, outputs, options.link and writer.links)
+    assert outputs.clean_target is not None  # staged
+    tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
+    _refuse_one_cause(dataset.path, source.manifest, verdicts, severity, tally, options.allow_majority)
+    if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
+        raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
+    verification = _verify(
+        writer, verdicts, tally, outputs.clean_target, outputs.quarantine_target, source.summary["records"]
+    )
+    return tally, verification
+
+
+def _write_failure(error: BaseException, outputs: FixOutputs, writer: Writer) -> ScrubError | None:
+    """A failure to write a local output as one line (a full disk, a read-only folder), or None
+    for what is said as it is (scrub's own errors, Ctrl-C, object storage's)."""
+    if not isinstance(error, Exception) or isinstance(error, ScrubError) or outputs.remote:
+        return None
+    return write_failure(
+        error, outputs.clean.destination, "cleaned copy", exit_at_once=writer.unsafe_after_write_failure
+    )
+
+
+def _report(
+    dataset: OpenedDataset,
+    options: FixOptions,
+    outputs: FixOutputs,
+    source: _VerdictSource,
+    reused: Any,
+    tally: Tally,
+    verification: dict[str, Any],
+    notes: list[str],
+    started: float,
+) -> dict[str, Any]:
+    """What ``fix.json`` and ``--json`` hold under ``fix`` (docs/outputs.md lists each field)."""
+    manifests = options.manifest
+    return {
+        "schema": 1,
+        "source": str(dataset.path),
+        "source_path": absolute(dataset.path),  # restore finds it from anywhere
+        "format": dataset.reader.format,
+        **outputs.describe(),
+        "clean_path": absolute(outputs.clean.destination),
+        "manifest": str(
+            outputs.final_manifest
+            or (source.manifest if source.scratch is None else " and ".join(map(str, manifests)))
+        ),
+        "reused_manifest": None if reused is None else str(manifests[0]),
+        "reused": None if reused is None else reused.describe(),
+        "severity": options.severity,
+        "link": options.link,
+        "fingerprint": dataset.fingerprint,
+        "records": source.summary["records"],
+        "kept": tally.records_kept,
+        "quarantined": tally.records_quarantined,
+        "forced": tally.forced,
+        "other_files": tally.other_files,
+        "notes": notes + tally.notes,
+        "verification": verification,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def fix_many(
