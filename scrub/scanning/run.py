@@ -242,25 +242,8 @@ def scan_opened(
         tasks = [scan.tasks() for scan in scans]
         plan = _plan(scans, tasks, options.run)
         leave_on_cluster(scans, plan.scheduler, kept=history is not None)
-        try:
-            _run(scans, tasks, plan)
-        except (ScrubError, OSError) as error:
-            records = sum(scan.aggregate.records for scan in scans)
-            if isinstance(error, (UsageError, OutputError)) or records == 0:
-                raise  # nothing was scanned: it could not start (exit 2), it did not stop halfway
-            listed = sum(scan.dataset.info.records for scan in scans)
-            where = scans[0].dataset.path if not several else f"{len(scans)} datasets"
-            raise IncompleteScan(
-                f"{where}: the scan stopped after {records:,} of {listed:,} records "
-                f"({first_line(error)}); no manifest was written"
-            ) from error
-        for scan in scans:
-            scan.finish(plan)
-        kept = judge_splits(scans, history)
-        (notes if several else scans[0].aggregate.notes).extend(unused_comparisons(scans, options))
-        for scan, issues in zip(scans, found):
-            for issue in issues:
-                scan.aggregate.add_issue(replace(issue, dataset=None))
+        _run_to_the_end(scans, tasks, plan, several)
+        kept = _judge(scans, plan, history, options, notes if several else scans[0].aggregate.notes, found)
         compared = scans[0].aggregate.finish_baseline(options.baseline)
     except BaseException:
         writer.discard()
@@ -285,6 +268,46 @@ def scan_opened(
     for aggregate in [scan.aggregate for scan in scans[1:]] + unreadable:
         collector.merge(aggregate.collector)
     return ScanResult(summary, manifest_path, keepalive, collector.finish())
+
+
+def _run_to_the_end(
+    scans: Sequence[DatasetScan], tasks: Sequence[Tasks], plan: pipeline.Plan, several: bool
+) -> None:
+    """`_run`; a run that stops after some records were scanned is an `IncompleteScan` (exit 3)
+    saying how far it got, one that could not start its own error (exit 2)."""
+    try:
+        _run(scans, tasks, plan)
+    except (ScrubError, OSError) as error:
+        records = sum(scan.aggregate.records for scan in scans)
+        if isinstance(error, (UsageError, OutputError)) or records == 0:
+            raise  # nothing was scanned: it could not start (exit 2), it did not stop halfway
+        listed = sum(scan.dataset.info.records for scan in scans)
+        where = scans[0].dataset.path if not several else f"{len(scans)} datasets"
+        raise IncompleteScan(
+            f"{where}: the scan stopped after {records:,} of {listed:,} records "
+            f"({first_line(error)}); no manifest was written"
+        ) from error
+
+
+def _judge(
+    scans: Sequence[DatasetScan],
+    plan: pipeline.Plan,
+    history: History | None,
+    options: ScanOptions,
+    notes: list[str],
+    found: Sequence[Sequence[Issue]],
+) -> list[str]:
+    """Once every record is in: each dataset as a whole (`DatasetScan.finish`), the splits across
+    the datasets (returns the kept training splits compared), the comparisons no record could use
+    (said in ``notes``), and the issues of each dataset's records found elsewhere."""
+    for scan in scans:
+        scan.finish(plan)
+    kept = judge_splits(scans, history)
+    notes.extend(unused_comparisons(scans, options))
+    for scan, issues in zip(scans, found):
+        for issue in issues:
+            scan.aggregate.add_issue(replace(issue, dataset=None))
+    return kept
 
 
 def _roles(datasets: Sequence[OpenedDataset], several: bool, history: History | None) -> list[str | None]:
