@@ -73,6 +73,7 @@ def planted_splits(root: Path) -> Path:
     brighter = np.clip(np.asarray(pictures[10], np.float64) * 1.1, 0, 255).astype(np.uint8)
     write(root / "test" / "brighter.png", encoded(scene_image(brighter), "PNG"))
     shutil.copy(root / "train" / "02.jpg", root / "train" / "twice.jpg")
+    write(root / "train" / "smaller-04.jpg", encoded(pictures[4].resize((100, 100)), quality=80))
     shutil.copy(root / "val" / "21.jpg", root / "val" / "copy-of-21.jpg")
     return root
 
@@ -88,7 +89,7 @@ def write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def findings(result, checks=("duplicate", "split-leak")) -> set[tuple]:
+def findings(result, checks=("duplicate", "near-duplicate", "split-leak")) -> set[tuple]:
     return {
         (Path(issue.dataset or "").name, issue.key, issue.check, issue.message, str(issue.details))
         for issue in result.issues()
@@ -117,8 +118,11 @@ def test_leaks_and_duplicates_of_splits_on_a_cluster(cluster, joined, gathered, 
     }
     copies = {(dataset, key) for dataset, key, check, *_ in findings(there) if check == "duplicate"}
     assert copies == {("train", "twice.jpg"), ("val", "copy-of-21.jpg")}
+    near = {(dataset, key) for dataset, key, check, *_ in findings(there) if check == "near-duplicate"}
+    assert near == {("train", "smaller-04.jpg")}
     # joined where they were made, or fetched at once when judged
-    assert {"duplicate", "split-leak"} & set(gathered) == (set() if joined else {"duplicate", "split-leak"})
+    checks = {"duplicate", "near-duplicate", "split-leak"}
+    assert checks & set(gathered) == (set() if joined else checks)
     assert held_by_workers(cluster) == [0, 0]  # and let go once judged
     assert there.exit_code() == here.exit_code() == 1
 
@@ -139,6 +143,23 @@ def test_duplicate_rows_of_an_array_file_on_a_cluster(cluster, joined, gathered,
     assert len([issue for issue in there.issues() if issue.check == "duplicate"]) == 4
     assert ("duplicate" in gathered) is not joined
     assert held_by_workers(cluster) == [0, 0]
+
+
+def test_groups_of_near_images_on_a_cluster(cluster, joined, tmp_path):
+    """Chains of near copies in one folder, spread over partitions: the same groups, firsts and
+    distances as on one machine."""
+    folder = tmp_path / "images"
+    for seed in range(40, 46):
+        picture = scene(seed, 128)
+        write(folder / f"{seed}-a.jpg", encoded(picture))
+        if seed % 2:
+            write(folder / f"{seed}-b.jpg", encoded(picture.resize((100, 100))))
+            write(folder / f"{seed}-c.jpg", encoded(picture, quality=60))
+    here = scrub.scan(folder, partition_size=2, scheduler="threads")
+    there = scrub.scan(folder, partition_size=2, scheduler=cluster.scheduler_address)
+    assert findings(there) == findings(here)
+    groups = [issue.details["group"]["size"] for issue in there.issues() if issue.check == "near-duplicate"]
+    assert groups == [3] * 6
 
 
 def test_a_cache_or_kept_splits_keep_the_columns_in_the_driver(cluster, gathered, monkeypatch, tmp_path):

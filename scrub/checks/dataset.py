@@ -158,12 +158,20 @@ def near_duplicate(column: Column, options: CheckOptions, locate: Locate) -> Jud
     compared = np.full(len(hashes), NO_HASH, np.uint64)
     compared[firsts] = hashes[firsts]  # a later copy of the same bytes is `duplicate`'s
     rows, earlier, apart = near_pairs(compared, compared, options.near_distance, earlier=True)
+    return near_images(column, locate, order, (rows, earlier), apart.tolist())
+
+
+def near_images(
+    column: Column, locate: Locate, order: np.ndarray, pairs: tuple[np.ndarray, np.ndarray], distances: list
+) -> Judgement:
+    """`near-duplicate`'s findings from its pairs (`_near_copies`), however they were found (here,
+    or on a cluster: `scrub.scanning.joins`)."""
     return _near_copies(
         column,
         locate,
         order,
-        (rows, earlier),
-        {"distance": apart.tolist()},
+        pairs,
+        {"distance": distances},
         lambda near, distance: f"nearly the same image as {near} ({distance} bits apart",
     )
 

@@ -1,9 +1,9 @@
-"""`split-leak`'s two joins (`scrub.checks.splits`) and `duplicate`'s grouping as dask.distributed
-computations, for runs whose hashes a single process should not hold: the driver builds the
-graph and receives only the pairs found, which are few; the identities and hashes stay on the
-workers from the moment they are made until they are dropped. A scan on a cluster leaves those
-checks' columns on its workers (`leave_on_cluster`) and judges them here (`judge_on_cluster`,
-`leaks_on_cluster`), as a scan on one machine judges them in its own process.
+"""`split-leak`'s two joins (`scrub.checks.splits`), `duplicate`'s grouping and `near-duplicate`'s
+pairs as dask.distributed computations, for runs whose hashes a single process should not hold: the
+driver builds the graph and receives only the pairs found, which are few; the identities and hashes
+stay on the workers from the moment they are made until they are dropped. A scan on a cluster
+leaves those checks' columns on its workers (`leave_on_cluster`) and judges them here
+(`judge_on_cluster`, `leaks_on_cluster`), as a scan on one machine judges them in its own process.
 
 The inputs are dask dataframes of one row a record (`hash_columns` makes a partition of them):
 a global row number, the 16-byte content identity as two uint64 words, the perceptual hash
@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrub.checks.base import Finding, Locate, Position
-from scrub.checks.dataset import same_content
+from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position
+from scrub.checks.dataset import near_images, same_content
 from scrub.checks.perceptual import NO_HASH, near_pairs
 from scrub.checks.splits import column_layout, identity_parts
 from scrub.errors import IncompleteScan, first_line
@@ -283,7 +283,7 @@ def _band_meta() -> pd.DataFrame:
 #: the bits of a row number: dataset tag, partition, offset (within 63 bits)
 TAG_BITS, PARTITION_BITS, OFFSET_BITS = 8, 23, 32
 #: the checks whose columns a scan on a cluster leaves on its workers (`leave_on_cluster`)
-JOINED_ON_CLUSTER = ("duplicate", "split-leak")
+JOINED_ON_CLUSTER = ("duplicate", "near-duplicate", "split-leak")
 #: the width of a column of identities alone (`duplicate`'s)
 IDENTITY_ONLY = 16
 #: a check's columns of fewer values than this, all datasets together, are fetched into the
@@ -312,7 +312,7 @@ def leave_on_cluster(scans: Sequence[DatasetScan], scheduler: str, kept: bool) -
             continue
         leave = set()
         for check in scan.checks:
-            if check.id == "duplicate" and check.kind == "dataset":
+            if check.id in ("duplicate", "near-duplicate") and check.kind == "dataset":
                 leave.add(check.id)
             elif check.id == "split-leak" and check.kind == "split" and scan.split and not kept:
                 signs_texts = column_layout(np.dtype(check.column_dtype).itemsize)[1]
@@ -321,21 +321,64 @@ def leave_on_cluster(scans: Sequence[DatasetScan], scheduler: str, kept: bool) -
         scan.work.leaving = LeftColumns(frozenset(leave)) if leave else None
 
 
-def judge_on_cluster(check_id: str, store: ColumnStore, locate: Locate) -> list[tuple[Position, Finding]]:
-    """`duplicate` of a column left on a cluster: each later copy of an identity, with the first
-    (in dataset order), found by a shuffle on the identity."""
-    assert check_id == "duplicate"  # the one dataset check in `JOINED_ON_CLUSTER`
+def judge_on_cluster(
+    check_id: str, store: ColumnStore, options: CheckOptions, locate: Locate
+) -> list[tuple[Position, Finding]]:
+    """A dataset check of `JOINED_ON_CLUSTER` on its column left on a cluster. `duplicate`: each
+    later copy of an identity, with the first (in dataset order), by a shuffle on the identity.
+    `near-duplicate`: each image's nearest earlier image within ``--near-distance`` bits, among
+    the first image of each identity (later copies are `duplicate`'s), by the band-key join."""
     client = store.left[0][1].future.client
     frame = store_frame(client, store, 0)
-    if frame is None:
+    if frame is None or check_id == "near-duplicate" and not options.near_distance:
         return []
-    pairs = frame.shuffle(on=IDENTITY, npartitions=frame.npartitions).map_partitions(
-        _later_copies, meta=_pairs_meta()
+    if check_id == "duplicate":
+        pairs = frame.shuffle(on=IDENTITY, npartitions=frame.npartitions).map_partitions(
+            _later_copies, meta=_pairs_meta()
+        )
+        found = _computed(client, pairs).sort_values(QUERY)
+        copies, firsts = row_positions(found[QUERY].to_numpy()), row_positions(found[KNOWN].to_numpy())
+        named = locate([(partition, offset) for _, partition, offset in firsts])
+        return [((part, offset), same_content(first)) for (_, part, offset), first in zip(copies, named)]
+    assert check_id == "near-duplicate"
+    found = _computed(client, _earlier_near_pairs(frame, options.near_distance)).sort_values(QUERY)
+    rows = np.unique(np.concatenate([found[QUERY].to_numpy(np.int64), found[KNOWN].to_numpy(np.int64)]))
+    involved = Column(np.array([(p, o) for _, p, o in row_positions(rows)], np.int64).reshape(-1, 2), rows)
+    pairs = (np.searchsorted(rows, found[QUERY].to_numpy()), np.searchsorted(rows, found[KNOWN].to_numpy()))
+    return near_images(involved, locate, np.arange(len(rows)), pairs, found[DISTANCE].tolist())
+
+
+def _earlier_near_pairs(frame: dd.DataFrame, radius: int) -> dd.DataFrame:
+    """Each image's nearest earlier image within ``radius`` bits (the first of equals), among
+    the first image of each identity: the firsts kept by a shuffle on the identity, then
+    exploded into band rows and shuffled on the band keys, each band's rows of a partition
+    compared by `near_pairs` (earlier ones only), each image's best kept."""
+    partitions = frame.npartitions
+    firsts = frame.shuffle(on=IDENTITY, npartitions=partitions).map_partitions(
+        _first_of_each_identity, meta=hash_columns(*_no_values())
     )
-    found = _computed(client, pairs).sort_values(QUERY)
-    copies, firsts = row_positions(found[QUERY].to_numpy()), row_positions(found[KNOWN].to_numpy())
-    named = locate([(partition, offset) for _, partition, offset in firsts])
-    return [((part, offset), same_content(first)) for (_, part, offset), first in zip(copies, named)]
+    exploded = _tagged(firsts, [ROW, PHASH], QUERY_SIDE).map_partitions(
+        _band_rows, band_layout(radius), meta=_band_meta()
+    )
+    shuffled = exploded.shuffle(on=[BAND, BAND_KEY], npartitions=partitions)
+    pairs = shuffled.map_partitions(_earlier_near_in, radius, meta=_pairs_meta())
+    return pairs.shuffle(on=QUERY, npartitions=partitions).map_partitions(_best_per_query, meta=_pairs_meta())
+
+
+def _first_of_each_identity(part: pd.DataFrame) -> pd.DataFrame:
+    return part.sort_values(ROW, kind="stable").drop_duplicates(IDENTITY)
+
+
+def _earlier_near_in(part: pd.DataFrame, radius: int) -> pd.DataFrame:
+    import pandas as pd
+
+    found = [_pairs_meta()]
+    for _, band in part.groupby(BAND, sort=False):
+        band = band.sort_values(ROW, kind="stable")
+        rows, hashes = band[ROW].to_numpy(np.int64), band[PHASH].to_numpy(np.uint64)
+        near, nearest, distance = near_pairs(hashes, hashes, radius, earlier=True)
+        found.append(_pairs(rows[near], rows[nearest], distance))
+    return _best_per_query(pd.concat(found, ignore_index=True))
 
 
 def leaks_on_cluster(

@@ -221,7 +221,7 @@ class ScanAggregate:
                 from scrub.scanning.joins import joined_on_cluster, judge_on_cluster
 
                 if joined_on_cluster([store]):
-                    judgement = judge_on_cluster(check.id, store, locate)
+                    judgement = judge_on_cluster(check.id, store, self.options, locate)
                 else:
                     judgement = check.func(store.column(), self.options, locate)
             else:
