@@ -276,9 +276,9 @@ def _band_meta() -> pd.DataFrame:
     )
 
 
-# The scan's joins on its cluster: `duplicate` and `split-leak` judged where their columns were
-# collected. A record's row number says where it is: the run's dataset (its tag), the partition
-# and the offset, in bits that sort as the datasets, partitions and records do.
+# The scan's joins on its cluster: `duplicate`, `near-duplicate` and `split-leak` judged where
+# their columns were collected. A record's row number says where it is: the run's dataset (its
+# tag), the partition and the offset, in bits that sort as the datasets, partitions and records do.
 
 #: the bits of a row number: dataset tag, partition, offset (within 63 bits)
 TAG_BITS, PARTITION_BITS, OFFSET_BITS = 8, 23, 32
@@ -301,7 +301,7 @@ def joined_on_cluster(stores: Sequence[ColumnStore | RareValueStore]) -> bool:
 
 def leave_on_cluster(scans: Sequence[DatasetScan], scheduler: str, kept: bool) -> None:
     """Set which columns each scan's work leaves on the cluster's workers (`PartitionWork.leaving`):
-    on a cluster, `duplicate`'s and `split-leak`'s, unless the driver needs their values: a
+    on a cluster, those of `JOINED_ON_CLUSTER`, unless the driver needs their values: a
     dataset with a result cache (it stores every record's values), split-leak with kept splits
     (``kept``: ``--against``, whose store keeps them) or with texts signed (``--near-text``: its
     MinHash join runs in the driver). A dataset beyond the row numbers' bits keeps its columns too."""
@@ -312,7 +312,7 @@ def leave_on_cluster(scans: Sequence[DatasetScan], scheduler: str, kept: bool) -
             continue
         leave = set()
         for check in scan.checks:
-            if check.id in ("duplicate", "near-duplicate") and check.kind == "dataset":
+            if check.id in JOINED_ON_CLUSTER and check.kind == "dataset":
                 leave.add(check.id)
             elif check.id == "split-leak" and check.kind == "split" and scan.split and not kept:
                 signs_texts = column_layout(np.dtype(check.column_dtype).itemsize)[1]
