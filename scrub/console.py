@@ -137,111 +137,16 @@ def _under(path: str, parent: str) -> str:
 
 
 def print_summary(summary, findings=None) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    info = summary.dataset
-    layout = info.layout + (f", {counted(len(info.classes), 'class')}" if info.classes else "")
-    out.print(f"[bold]{escape(summary.path)}[/bold]: {info.format} ({escape(layout)})", soft_wrap=True)
-    if info.skipped:
-        skipped = ", ".join(counted(n, what) for what, n in sorted(info.skipped.items()))
-        out.print(f"skipped: {skipped}", markup=False)
-    if summary.parts:
-        parts = Table("dataset", "format", "records", "errors", "warnings", box=None)
-        parts.columns[0].overflow = "fold"  # a path cut short could name the wrong dataset
-        for part in summary.parts:
-            parts.add_row(
-                escape(_under(part.path, summary.path)),
-                part.dataset.format,
-                f"{part.records:,}",
-                f"{part.records_with_errors:,}",
-                f"{part.records_warned:,}",
-            )
-        out.print(parts)
-    table = Table("check", "severity", "issues", box=None)
-    from scrub.checks import REGISTRY
-
-    overrides = summary.options.get("check_severity") or {}
-    for check_id, count in sorted(summary.issues_by_check.items()):
-        style = "" if count else "dim"
-        table.add_row(
-            check_id, overrides.get(check_id, REGISTRY[check_id].severity.value), str(count), style=style
-        )
-    out.print(table)
-    out.print(
-        f"{counted(summary.records, 'record')} scanned in {summary.seconds:.2f} s "
-        f"({summary.records_per_second:,.0f} records/s, {summary.scheduler}, "
-        f"{summary.workers} worker{'s' if summary.workers != 1 else ''})"
-    )
-    out.print(
-        f"{counted(summary.issues, 'issue')}; {counted(summary.records_with_errors, 'record')} to quarantine "
-        "(errors), "
-        f"{summary.records_with_warnings:,} with any issue"
-    )
-    drifted = summary.drift or []
-    if summary.drift is not None and not drifted:
-        out.print("drift from the baseline: none past the thresholds", markup=False)
-    if drifted:
-        out.print(f"drift from the baseline ({counted(len(drifted), 'finding')}):", markup=False)
-        checks = max(len(found["check"]) for found in drifted)
-        for found in drifted:  # one line each: logs and greps read them
-            place = f"{_under(found['dataset'], summary.path)}: " if "dataset" in found else ""
-            out.print(f" {found['check']:<{checks}}  {place}{found['message']}", markup=False, soft_wrap=True)
-    for part in summary.parts or [summary]:
-        causes = part.sole_causes()
-        if causes:
-            name = f"{part.path}: " if summary.parts else ""
-            out.print(
-                f"{name}every record is flagged by {' and '.join(causes)}: the dataset is bad as a whole, "
-                "not record by record (fix refuses to empty it; see the first error below)",
-                markup=False,
-                soft_wrap=True,
-            )
+    """The scan's summary as people read it: what was scanned, the checks' counts, drift, what
+    is bad as a whole, the replay, the records with errors, the cache and the baseline, notes."""
+    _print_header(summary)
+    _print_checks(summary)
+    _print_drift(summary)
+    _print_sole_causes(summary)
     if summary.replay is not None:
-        replay = summary.replay
-        # records the token replay skipped as the scan's errors are not unreplayable (a note says them)
-        skipped = sum(n for why, n in replay["skipped"].items() if why != "condemned")
-        standardization = replay["standardization"]
-        inputs = "standardized (" + standardization["source"] + ")" if standardization else "raw values"
-        tokens = replay.get("tokens")
-        model = replay["options"]["model"]
-        if tokens is not None:  # token data: a language model over a vocabulary
-            model = "embedding language" if ":" not in model else model
-            shape = f"vocabulary {tokens['vocab_size']:,} (from {tokens['vocab_from']})"
-            hashed = tokens.get("model_vocabulary")
-            if hashed is not None and hashed < tokens["vocab_size"]:
-                shape += f" hashed into {hashed:,}"
-        else:
-            shape = f"{counted(replay['classes'], 'class')}, {counted(replay['features'], 'feature')}"
-        out.print(
-            f"dummy-loss replay: {counted(replay['records_replayed'], 'record')} in "
-            f"{counted(replay['batches'], 'batch')} ({counted(replay['records_applied'], 'record')} trained "
-            f"on), {model} model, {shape}, {replay['options']['precision']}"
-            + ("" if tokens is not None else f", {inputs}")
-            + f"; {counted(skipped, 'record')} not replayable (see the checks above)",
-            markup=False,
-        )
+        _print_replay(summary.replay)
     if findings is not None and findings.errors:
-        out.print("records with errors:", markup=False)
-        from scrub.reports.findings import mark, record_name
-
-        names = [record_name(issue) for issue in findings.errors]
-        width = min(40, max(map(len, names)))
-        checks = max(len(issue.check) for issue in findings.errors)
-        # against a baseline, a first column marks the new and reappeared (listed first)
-        marks = [mark(issue.status) for issue in findings.errors]
-        marked = max(map(len, marks)) if summary.baseline is not None else 0
-        for name, issue, label in zip(
-            names, findings.errors, marks
-        ):  # one line each, never wrapped: logs and greps read them
-            column = f"{label:<{marked}}  " if marked else ""
-            out.print(
-                f" {column}{name:<{width}}  {issue.check:<{checks}}  {issue.message}",
-                markup=False,
-                soft_wrap=True,
-            )
-        if findings.more_errors:
-            out.print(f"and {counted(findings.more_errors, 'more error')} in the manifest", markup=False)
+        _print_errors(summary, findings)
     if summary.cache is not None:
         out.print(
             f"cache: {counted(summary.cache['reused'], 'record')} reused, {summary.cache['scanned']:,} "
@@ -263,6 +168,131 @@ def print_summary(summary, findings=None) -> None:
     for note in summary.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print(f"manifest: {summary.manifest}", markup=False, soft_wrap=True)
+
+
+def _print_header(summary) -> None:
+    """The dataset's path, format and layout, what was skipped, and a run's datasets."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    info = summary.dataset
+    layout = info.layout + (f", {counted(len(info.classes), 'class')}" if info.classes else "")
+    out.print(f"[bold]{escape(summary.path)}[/bold]: {info.format} ({escape(layout)})", soft_wrap=True)
+    if info.skipped:
+        skipped = ", ".join(counted(n, what) for what, n in sorted(info.skipped.items()))
+        out.print(f"skipped: {skipped}", markup=False)
+    if summary.parts:
+        parts = Table("dataset", "format", "records", "errors", "warnings", box=None)
+        parts.columns[0].overflow = "fold"  # a path cut short could name the wrong dataset
+        for part in summary.parts:
+            parts.add_row(
+                escape(_under(part.path, summary.path)),
+                part.dataset.format,
+                f"{part.records:,}",
+                f"{part.records_with_errors:,}",
+                f"{part.records_warned:,}",
+            )
+        out.print(parts)
+
+
+def _print_checks(summary) -> None:
+    """Each check's severity and count, the time taken, the records to quarantine."""
+    from rich.table import Table
+
+    table = Table("check", "severity", "issues", box=None)
+    from scrub.checks import REGISTRY
+
+    overrides = summary.options.get("check_severity") or {}
+    for check_id, count in sorted(summary.issues_by_check.items()):
+        style = "" if count else "dim"
+        table.add_row(
+            check_id, overrides.get(check_id, REGISTRY[check_id].severity.value), str(count), style=style
+        )
+    out.print(table)
+    out.print(
+        f"{counted(summary.records, 'record')} scanned in {summary.seconds:.2f} s "
+        f"({summary.records_per_second:,.0f} records/s, {summary.scheduler}, "
+        f"{summary.workers} worker{'s' if summary.workers != 1 else ''})"
+    )
+    out.print(
+        f"{counted(summary.issues, 'issue')}; {counted(summary.records_with_errors, 'record')} to quarantine "
+        "(errors), "
+        f"{summary.records_with_warnings:,} with any issue"
+    )
+
+
+def _print_drift(summary) -> None:
+    drifted = summary.drift or []
+    if summary.drift is not None and not drifted:
+        out.print("drift from the baseline: none past the thresholds", markup=False)
+    if drifted:
+        out.print(f"drift from the baseline ({counted(len(drifted), 'finding')}):", markup=False)
+        checks = max(len(found["check"]) for found in drifted)
+        for found in drifted:  # one line each: logs and greps read them
+            place = f"{_under(found['dataset'], summary.path)}: " if "dataset" in found else ""
+            out.print(f" {found['check']:<{checks}}  {place}{found['message']}", markup=False, soft_wrap=True)
+
+
+def _print_sole_causes(summary) -> None:
+    for part in summary.parts or [summary]:
+        causes = part.sole_causes()
+        if causes:
+            name = f"{part.path}: " if summary.parts else ""
+            out.print(
+                f"{name}every record is flagged by {' and '.join(causes)}: the dataset is bad as a whole, "
+                "not record by record (fix refuses to empty it; see the first error below)",
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def _print_replay(replay: dict) -> None:
+    # records the token replay skipped as the scan's errors are not unreplayable (a note says them)
+    skipped = sum(n for why, n in replay["skipped"].items() if why != "condemned")
+    standardization = replay["standardization"]
+    inputs = "standardized (" + standardization["source"] + ")" if standardization else "raw values"
+    tokens = replay.get("tokens")
+    model = replay["options"]["model"]
+    if tokens is not None:  # token data: a language model over a vocabulary
+        model = "embedding language" if ":" not in model else model
+        shape = f"vocabulary {tokens['vocab_size']:,} (from {tokens['vocab_from']})"
+        hashed = tokens.get("model_vocabulary")
+        if hashed is not None and hashed < tokens["vocab_size"]:
+            shape += f" hashed into {hashed:,}"
+    else:
+        shape = f"{counted(replay['classes'], 'class')}, {counted(replay['features'], 'feature')}"
+    out.print(
+        f"dummy-loss replay: {counted(replay['records_replayed'], 'record')} in "
+        f"{counted(replay['batches'], 'batch')} ({counted(replay['records_applied'], 'record')} trained "
+        f"on), {model} model, {shape}, {replay['options']['precision']}"
+        + ("" if tokens is not None else f", {inputs}")
+        + f"; {counted(skipped, 'record')} not replayable (see the checks above)",
+        markup=False,
+    )
+
+
+def _print_errors(summary, findings) -> None:
+    """The records with errors, one line each, never wrapped: logs and greps read them."""
+    out.print("records with errors:", markup=False)
+    from scrub.reports.findings import mark, record_name
+
+    names = [record_name(issue) for issue in findings.errors]
+    width = min(40, max(map(len, names)))
+    checks = max(len(issue.check) for issue in findings.errors)
+    # against a baseline, a first column marks the new and reappeared (listed first)
+    marks = [mark(issue.status) for issue in findings.errors]
+    marked = max(map(len, marks)) if summary.baseline is not None else 0
+    for name, issue, label in zip(
+        names, findings.errors, marks
+    ):  # one line each, never wrapped: logs and greps read them
+        column = f"{label:<{marked}}  " if marked else ""
+        out.print(
+            f" {column}{name:<{width}}  {issue.check:<{checks}}  {issue.message}",
+            markup=False,
+            soft_wrap=True,
+        )
+    if findings.more_errors:
+        out.print(f"and {counted(findings.more_errors, 'more error')} in the manifest", markup=False)
 
 
 def print_fix(report: dict) -> None:
