@@ -27,9 +27,9 @@ Columns = dict[str, tuple[list[Any], list[Any]]]
 
 @dataclass(frozen=True)
 class LeftPart:
-    """A partition's column left on the cluster worker that collected it (`scrub.pipeline`'s
-    `LeavingWork`), in place of its values: the future of the worker's columns left behind (a
-    dict by check id; None until the driver attaches it) and how many values it holds."""
+    """A partition's column left on the cluster worker that collected it (`scrub.pipeline.Leaving`),
+    in place of its values: the future of the worker's columns left behind (a dict by check id;
+    None until the driver attaches it) and how many values it holds."""
 
     future: Any
     count: int
