@@ -74,21 +74,28 @@ def duplicate(column: Column, options: CheckOptions, locate: Locate) -> Judgemen
     if len(column.values) == 0:
         return []
     order = column.in_dataset_order()
-    by_identity = order[_grouping_order(column.values[order])]
-    sorted_values = column.values[by_identity]
+    copies, firsts = later_copies(column.values[order])
+    if not len(copies):
+        return []
+    first_identities = locate(_positions(column, order[firsts]))
+    return [
+        (position, same_content(first))
+        for position, first in zip(_positions(column, order[copies]), first_identities)
+    ]
+
+
+def later_copies(identities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``identities`` (``S16``) in dataset order: the index of each that an earlier one
+    equals, grouped by identity, and the index of its identity's first. `duplicate`'s grouping,
+    here and on a cluster (`scrub.scanning.joins`)."""
+    by_identity = _grouping_order(identities)
+    sorted_values = identities[by_identity]
     same_as_previous = np.zeros(len(sorted_values), dtype=bool)
     same_as_previous[1:] = sorted_values[1:] == sorted_values[:-1]
-    if not same_as_previous.any():
-        return []
     group_starts = np.flatnonzero(~same_as_previous)
     group_ids = np.cumsum(~same_as_previous) - 1
     duplicates = np.flatnonzero(same_as_previous)
-    firsts = by_identity[group_starts[group_ids[duplicates]]]
-    first_identities = locate(_positions(column, firsts))
-    return [
-        (position, same_content(first))
-        for position, first in zip(_positions(column, by_identity[duplicates]), first_identities)
-    ]
+    return by_identity[duplicates], by_identity[group_starts[group_ids[duplicates]]]
 
 
 def same_content(first: tuple[str, str, int]) -> Finding:

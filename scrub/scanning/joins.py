@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrub.checks.base import CheckOptions, Column, Finding, Locate, Position
-from scrub.checks.dataset import near_images, same_content
+from scrub.checks.dataset import later_copies, near_images, same_content
 from scrub.checks.perceptual import NO_HASH, near_pairs
 from scrub.checks.splits import column_layout, identity_parts
 from scrub.errors import IncompleteScan, first_line
@@ -175,7 +175,7 @@ def _exact_pairs(known: dd.DataFrame, queries: dd.DataFrame, partitions: int) ->
 
 
 def _exact_in(part: pd.DataFrame) -> pd.DataFrame:
-    known = part[part[SIDE] == KNOWN_SIDE].sort_values(ROW).drop_duplicates(IDENTITY)
+    known = _first_of_each_identity(part[part[SIDE] == KNOWN_SIDE])
     joined = part[part[SIDE] == QUERY_SIDE].merge(known, on=IDENTITY, suffixes=("_query", "_known"))
     return _pairs(
         joined[f"{ROW}_query"].to_numpy(np.int64),
@@ -221,17 +221,19 @@ def _band_rows(part: pd.DataFrame, layout: list[tuple[int, int]]) -> pd.DataFram
     )
 
 
-def _near_in(part: pd.DataFrame, radius: int) -> pd.DataFrame:
+def _near_in(part: pd.DataFrame, radius: int, earlier: bool = False) -> pd.DataFrame:
     """Each query's nearest known hash among a partition's rows, a band at a time (a row is in
-    a partition at most once a band: a band's rows are a `near_pairs` of their own)."""
+    a partition at most once a band: a band's rows are a `near_pairs` of their own). ``earlier``:
+    the rows are one side, each compared with those before it (`near-duplicate`'s pairs)."""
     import pandas as pd
 
     found = [_pairs_meta()]
     for _, band in part.groupby(BAND, sort=False):
-        known = band[band[SIDE] == KNOWN_SIDE].sort_values(ROW)  # the first of equals: the smallest row
-        queries = band[band[SIDE] == QUERY_SIDE]
+        band = band.sort_values(ROW, kind="stable")  # the first of equals: the smallest row
+        known = band if earlier else band[band[SIDE] == KNOWN_SIDE]
+        queries = band if earlier else band[band[SIDE] == QUERY_SIDE]
         near, nearest, distance = near_pairs(
-            known[PHASH].to_numpy(np.uint64), queries[PHASH].to_numpy(np.uint64), radius
+            known[PHASH].to_numpy(np.uint64), queries[PHASH].to_numpy(np.uint64), radius, earlier
         )
         found.append(
             _pairs(queries[ROW].to_numpy(np.int64)[near], known[ROW].to_numpy(np.int64)[nearest], distance)
@@ -361,24 +363,14 @@ def _earlier_near_pairs(frame: dd.DataFrame, radius: int) -> dd.DataFrame:
         _band_rows, band_layout(radius), meta=_band_meta()
     )
     shuffled = exploded.shuffle(on=[BAND, BAND_KEY], npartitions=partitions)
-    pairs = shuffled.map_partitions(_earlier_near_in, radius, meta=_pairs_meta())
+    pairs = shuffled.map_partitions(_near_in, radius, True, meta=_pairs_meta())
     return pairs.shuffle(on=QUERY, npartitions=partitions).map_partitions(_best_per_query, meta=_pairs_meta())
 
 
 def _first_of_each_identity(part: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``part`` whose identity no row before them holds (the partition holds every
+    row of its identities)."""
     return part.sort_values(ROW, kind="stable").drop_duplicates(IDENTITY)
-
-
-def _earlier_near_in(part: pd.DataFrame, radius: int) -> pd.DataFrame:
-    import pandas as pd
-
-    found = [_pairs_meta()]
-    for _, band in part.groupby(BAND, sort=False):
-        band = band.sort_values(ROW, kind="stable")
-        rows, hashes = band[ROW].to_numpy(np.int64), band[PHASH].to_numpy(np.uint64)
-        near, nearest, distance = near_pairs(hashes, hashes, radius, earlier=True)
-        found.append(_pairs(rows[near], rows[nearest], distance))
-    return _best_per_query(pd.concat(found, ignore_index=True))
 
 
 def leaks_on_cluster(
@@ -465,14 +457,11 @@ def _no_values() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _later_copies(part: pd.DataFrame) -> pd.DataFrame:
     """Each row of a partition whose identity an earlier row has, with the first such row (the
-    partition holds every row of its identities)."""
+    partition holds every row of its identities), grouped as `duplicate` groups them."""
+    part = part.sort_values(ROW, kind="stable")
     rows = part[ROW].to_numpy(np.int64)
-    high, low = part[IDENTITY_HIGH].to_numpy(np.uint64), part[IDENTITY_LOW].to_numpy(np.uint64)
-    order = np.lexsort((rows, low, high))
-    rows, high, low = rows[order], high[order], low[order]
-    same = np.zeros(len(rows), bool)
-    same[1:] = (high[1:] == high[:-1]) & (low[1:] == low[:-1])
-    starts = np.flatnonzero(~same)
-    group = np.cumsum(~same) - 1
-    later = np.flatnonzero(same)
-    return _pairs(rows[later], rows[starts[group[later]]], np.full(len(later), EXACT, np.int64))
+    words = np.stack(
+        [part[IDENTITY_HIGH].to_numpy(np.uint64), part[IDENTITY_LOW].to_numpy(np.uint64)], axis=1
+    )
+    copies, firsts = later_copies(np.ascontiguousarray(words.astype(">u8")).view("S16").reshape(-1))
+    return _pairs(rows[copies], rows[firsts], np.full(len(copies), EXACT, np.int64))
