@@ -32,10 +32,11 @@ class ColumnStore:
         """How many values the column holds, here and left on a cluster."""
         return sum(len(values) for values in self._values) + sum(part.count for _, part in self.left)
 
-    def add(self, partition: int, offsets: Any, values: Any = None) -> None:
-        if isinstance(offsets, LeftPart):
-            self.left.append((partition, offsets))
-            return
+    def add_left(self, partition: int, part: LeftPart) -> None:
+        """A partition's values left on a cluster, in place of the values themselves."""
+        self.left.append((partition, part))
+
+    def add(self, partition: int, offsets: Any, values: Any) -> None:
         if len(offsets) == 0:
             return
         positions = np.empty((len(offsets), 2), dtype=np.int32)

@@ -15,7 +15,7 @@ from scrub.checks.base import Check, CheckOptions, Finding, Position
 from scrub.checks.splits import column_layout
 from scrub.paths import EVALUATION, TRAINING
 from scrub.scanning.columnstores import ColumnStore, RareValueStore
-from scrub.scanning.joins import joined_on_cluster
+from scrub.scanning.joins import joined_on_cluster, leaks_on_cluster
 from scrub.wording import counted
 
 if TYPE_CHECKING:
@@ -187,8 +187,6 @@ def _leaks_on_cluster(
 ) -> list[PlacedLeak]:
     """`split-leak` of columns left on the cluster, joined there (`scrub.scanning.joins`): the
     training splits and the evaluation split tagged by their place in ``judged``."""
-    from scrub.scanning.joins import leaks_on_cluster
-
     tags = {scan: tag for tag, scan in enumerate(judged)}
     scanned = [(owner, split) for owner, split in enumerate(training) if isinstance(split, ScannedSplit)]
     owners = {tags[split.scan]: owner for owner, split in scanned}

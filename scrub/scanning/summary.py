@@ -26,6 +26,7 @@ from scrub.replay.standardize import Moments
 from scrub.reports.findings import Collector
 from scrub.scanning.baseline import Baseline
 from scrub.scanning.columnstores import ColumnStore, column_store
+from scrub.scanning.joins import joined_on_cluster, judge_on_cluster
 from scrub.scanning.results import LeftPart, NumericStats, PartitionResult
 from scrub.wording import counted
 
@@ -133,7 +134,7 @@ class ScanAggregate:
             store = self.columns[check_id]
             if isinstance(column, LeftPart):  # left on a cluster's worker, joined there
                 assert isinstance(store, ColumnStore)  # a column of identities
-                store.add(result.partition, column)
+                store.add_left(result.partition, column)
             else:
                 store.add(result.partition, *column)
         if self.profiled is not None:
@@ -217,14 +218,10 @@ class ScanAggregate:
                 continue
             assert check.func is not None  # a dataset check's judge
             store = self.columns[check.id]
-            if isinstance(store, ColumnStore) and store.left:  # left on a cluster
-                from scrub.scanning.joins import joined_on_cluster, judge_on_cluster
-
-                if joined_on_cluster([store]):
-                    judgement = judge_on_cluster(check.id, store, self.options, locate)
-                else:
-                    judgement = check.func(store.column(), self.options, locate)
-            else:
+            if joined_on_cluster([store]):  # left on a cluster, too many to fetch: judged there
+                assert isinstance(store, ColumnStore)  # what `joined_on_cluster` tells
+                judgement = judge_on_cluster(check.id, store, self.options, locate)
+            else:  # (a column left on a cluster is fetched by `ColumnStore.column`)
                 judgement = check.func(store.column(), self.options, locate)
             self.notes += [
                 f"{check.id}: {finding.message}" for position, finding in judgement if position is None
