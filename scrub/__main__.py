@@ -5,7 +5,7 @@ def main() -> None:
     import gc
     import signal
 
-    from scrub.interrupt import import_blocked, install, leave_interrupted, requested
+    from scrub.execution.interrupt import import_blocked, install, leave_interrupted, requested
 
     install()
     try:

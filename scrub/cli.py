@@ -29,7 +29,7 @@ from scrub.console import (
     write_json,
 )
 from scrub.errors import ExitCode, IncompleteScan, OutputError, ScrubError
-from scrub.interrupt import EXIT_CODE, interrupted
+from scrub.execution.interrupt import EXIT_CODE, interrupted
 from scrub.options.flags import NOT_OPTIONS, ConfigOpt, IsolatedOpt, PathsArg, built_from_keys, key_option
 from scrub.wording import counted
 
@@ -64,7 +64,7 @@ def guarded(command: Callable[[], int]) -> None:
         _fail(str(error))
     except ScrubError as error:
         _fail(str(error))
-    except KeyboardInterrupt:  # see scrub.interrupt: the temporary outputs are gone, the pool stopped
+    except KeyboardInterrupt:  # see scrub.execution.interrupt: temporary outputs gone, the pool stopped
         interrupted()
         raise typer.Exit(EXIT_CODE) from None
     except typer.Exit:

@@ -14,6 +14,7 @@ last resort (any folder); see `scrub.readers.base.open_reader`.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -102,16 +103,18 @@ def format_names(plugins: bool = True) -> list[str]:
     return [name for name in FORMATS if name in BUILT_IN]
 
 
-_plugins_loaded = False
+#: the import path the installed packages' formats were last looked up on (None: never)
+_plugins_looked_up_on: tuple[str, ...] | None = None
 
 
 def load_plugins() -> None:
-    """Register the formats of installed packages (the ``scrub.formats`` entry points), once;
-    a broken one is a one-line error naming it."""
-    global _plugins_loaded
-    if _plugins_loaded:
+    """Register the formats of installed packages (the ``scrub.formats`` entry points), once for
+    an import path (a path added since, as a test's, is looked at again); a broken one is a
+    one-line error naming it."""
+    global _plugins_looked_up_on
+    if _plugins_looked_up_on == tuple(sys.path):
         return
-    _plugins_loaded = True
+    _plugins_looked_up_on = tuple(sys.path)
     from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINTS):
@@ -121,7 +124,12 @@ def load_plugins() -> None:
             raise UsageError(f"format plugin {point.name} ({point.value}) does not load: {error}") from None
         if not isinstance(row, Format):
             raise UsageError(f"format plugin {point.name} ({point.value}) is not a scrub.formats.Format")
-        register(row, before="images")  # before the reader that takes any folder
+        if FORMATS.get(row.name) == row:  # registered on an earlier look: not twice
+            continue
+        try:
+            register(row, before="images")  # before the reader that takes any folder
+        except ValueError as error:  # a name or an option another format holds
+            raise UsageError(f"format plugin {point.name} ({point.value}): {error}") from None
 
 
 BUILT_IN: frozenset[str] = frozenset()  # scrub's own formats (set below)

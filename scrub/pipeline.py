@@ -42,6 +42,7 @@ from scrub.errors import UsageError
 
 if TYPE_CHECKING:
     from scrub.options.model import RunOptions
+from scrub.execution.interrupt import deferred, ignore_in_worker
 from scrub.execution.workers import (
     GuardedWork,
     can_fork,
@@ -52,7 +53,6 @@ from scrub.execution.workers import (
     worker_context,
 )
 from scrub.fixing.outputs import remove_abandoned_scratch
-from scrub.interrupt import deferred, ignore_in_worker
 
 LOCAL_SCHEDULERS = ("threads", "processes", "sync")
 #: Work (one core's seconds, `Reader.work_seconds`) below which a scan runs in its own process:

@@ -199,7 +199,7 @@ CTRL_C_WHILE_THE_SERVER_STARTS = r"""
 import os, signal, threading
 from multiprocessing import forkserver
 from scrub.execution import workers
-from scrub.interrupt import import_blocked
+from scrub.execution.interrupt import import_blocked
 
 import_blocked("numpy")
 seen = []
@@ -243,7 +243,7 @@ def test_a_ctrl_c_while_the_worker_server_starts_is_not_lost(tmp_path):
 
 CTRL_C_IN_A_DEFERRED_BLOCK = r"""
 import os, signal, time
-from scrub import interrupt
+from scrub.execution import interrupt
 
 interrupt.install()
 steps = []

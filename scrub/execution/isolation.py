@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scrub.errors import ScrubError
-from scrub.interrupt import ignore_in_worker
+from scrub.execution.interrupt import ignore_in_worker
 
 CRASHED = "decoder crashed"
 TIMED_OUT = "timed out"

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from scrub.execution.interrupt import ignore_in_worker, ignored_by_children
 from scrub.execution.lifeline import hand_down
 from scrub.fixing.outputs import remove_abandoned_scratch
-from scrub.interrupt import ignore_in_worker, ignored_by_children
 
 
 def start_worker_server() -> None:
     """The server, and every worker forked from it, ignores SIGINT: Ctrl-C is the driver's (see
-    `scrub.interrupt`)."""
+    `scrub.execution.interrupt`)."""
     from multiprocessing import forkserver, resource_tracker
 
     hand_down()  # the server dies with this process (see `scrub.execution.lifeline`)

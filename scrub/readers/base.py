@@ -395,7 +395,8 @@ def names_dataset(path: Path) -> bool:
         return False  # not reached: an error is raised as one line
     if path.exists():
         return True
-    for name in format_names(plugins=False):
+    # installed packages' formats too, looked up only now: a path that exists never pays for them
+    for name in format_names():
         endings = reader_class(name).prefix_files
         if endings and all(Path(f"{path}{ending}").is_file() for ending in endings):
             return True
