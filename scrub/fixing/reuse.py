@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from scrub.checks.base import CheckOptions
 from scrub.errors import ScrubError, UsageError
 from scrub.manifest import (
     GUARD_KIND,
@@ -122,7 +123,8 @@ def recorded_reading(record: dict[str, Any]) -> dict[str, Any]:
     """The reading options a scan record holds (`ReadOptions.recorded`: the format, the options
     that decide what a record is), by attribute, those left at their default aside."""
     reading = record.get("reading") or {}
-    known = ReadOptions(max_length=1).recorded("")  # max_length: recorded only where it was set
+    # a check option is recorded with the reading where it shaped the records (`Reader.shaped_by`)
+    known = set(ReadOptions().recorded("")) | {item.name for item in fields(CheckOptions)}
     return {name: value for name, value in reading.items() if name in known and value not in (None, False)}
 
 

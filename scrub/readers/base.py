@@ -43,7 +43,7 @@ CacheEntry = tuple[str, str | None, str, bytes | None]
 
 
 #: `ReadOptions` fields that are not a reader's options (nor recorded with a scan)
-NOT_READERS = ("format", "own", "storage_options")
+NOT_READERS = ("format", "own", "storage_options", "shaping")
 
 
 @dataclass(frozen=True)
@@ -62,17 +62,18 @@ class ReadOptions:
     #: fsspec's options for URLs (endpoint, profile...; ``{"s3": {...}}`` for one protocol): where
     #: the data lives, not what a record is, so neither a reader's option nor recorded (secrets)
     storage_options: tuple[tuple[str, Any], ...] = ()
-    #: the record size of flat token files (`--max-length`, a checking option): set by
-    #: `scrub.scanning.opening` only for a reader whose ``options_used`` holds it, and recorded only when
-    #: set (it decides what a record is there, and nowhere else)
-    max_length: int | None = None
+    #: (name, value) of the check options that decide what the reader's records are
+    #: (`Reader.shaped_by`: a flat token file's windows are ``--max-length`` tokens long), set by
+    #: `scrub.scanning.opening`; read as attributes as the others (``options.max_length``), and
+    #: recorded with the scan where set (they decide what a record is there, and nowhere else)
+    shaping: tuple[tuple[str, Any], ...] = ()
     #: (attribute, value) of the formats' own options that were given
     own: tuple[tuple[str, Any], ...] = ()
 
     def __getattr__(self, name: str) -> Any:
         """A format's own option (only called for a name that is not a field)."""
         if not name.startswith("_"):
-            for attribute, value in self.__dict__.get("own", ()):
+            for attribute, value in (*self.__dict__.get("own", ()), *self.__dict__.get("shaping", ())):
                 if attribute == name:
                     return value
             for key in FORMAT_KEYS.values():
@@ -100,12 +101,16 @@ class ReadOptions:
         the format read and every reading option, the formats' own included (paths as text)."""
         names = [item.name for item in fields(self) if item.name not in NOT_READERS]
         names += [key.attribute for key in FORMAT_KEYS.values()]
-        return {"format": format} | {
-            name: str(value) if isinstance(value, Path) else value
-            for name in names
-            for value in [getattr(self, name)]
-            if name != "max_length" or value is not None
-        }
+        shaping = {name: value for name, value in self.shaping if value is not None}
+        return (
+            {"format": format}
+            | {
+                name: str(value) if isinstance(value, Path) else value
+                for name in names
+                for value in [getattr(self, name)]
+            }
+            | shaping
+        )
 
 
 def _unfrozen(pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
@@ -204,6 +209,11 @@ class Reader(ABC, Generic[PartitionT]):
     positional_keys: bool = False
     #: The `ReadOptions` fields this reader reads; another one given is an error naming these.
     options_used: ClassVar[frozenset[str]] = frozenset()
+    #: The check options (`scrub.checks.base.CheckOptions` fields) that decide what this format's
+    #: records are (a flat token file is read in windows of ``--max-length`` tokens): handed to
+    #: the reader in `ReadOptions.shaping`, recorded with the scan, reused by ``fix --manifest``
+    #: and ``restore`` as the reading options are.
+    shaped_by: ClassVar[frozenset[str]] = frozenset()
     #: Whether only the scan's own process can read the dataset (LevelDB): threads or sync only.
     in_one_process: ClassVar[bool] = False
     #: Whether the scan's process holds nothing of the dataset that a forked copy of it could

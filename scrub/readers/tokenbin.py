@@ -118,7 +118,7 @@ class TokenBinReader(Reader[Windows]):
     records_per_task = 0  # partitions are sized in tokens
     provides = frozenset({Carries.TOKENS})
     positional_keys = True
-    options_used = frozenset({"max_length"})
+    shaped_by = frozenset({"max_length"})  # the window is what a record is
 
     @classmethod
     def sniff(cls, path: Path) -> bool:

@@ -63,8 +63,11 @@ def open_dataset(
         reader = open_reader(place, options.read, options.origin)
     except UnusableDataset as error:
         raise UnopenedDataset(str(error)) from None
-    if "max_length" in type(reader).options_used:  # flat token files: the window is what a record is
-        reader.options = replace(reader.options, max_length=options.checks.max_length)
+    shaped_by = sorted(type(reader).shaped_by)  # check options that decide what a record is
+    if shaped_by:
+        reader.options = replace(
+            reader.options, shaping=tuple((n, getattr(options.checks, n)) for n in shaped_by)
+        )
     if before_open is not None:
         before_open(reader)
     try:
