@@ -147,8 +147,9 @@ class TokenRecords:
                 self.on_record(offset)
             if isinstance(item, Batch):
                 self.read += len(item)
-                if isinstance(item.data, TokenRows):
-                    yield from token_rows(item, self.skipped, self._condemned(offset, len(item)))
+                as_records = records_of_batches(item.data)
+                if as_records is not None:
+                    yield from as_records(item, self.skipped, self._condemned(offset, len(item)))
                 elif self.skipped is not None:  # rows of numbers: not a language model's records
                     self.skipped["payload"] += len(item)
                 continue
@@ -471,3 +472,19 @@ def replay_tokens(
             f"{agreeing(texts, 'it becomes', 'they become')} tokens only with --tokenizer"
         )
     return described | found
+
+
+#: payload type -> how a batch of it becomes language-model records for the token replay
+#: (``(batch, skipped, condemned) -> records``, as `token_rows`); a format whose batches carry
+#: token sequences of its own kind registers it here. Other batches are rows of numbers.
+TOKEN_BATCHES: dict[type, Callable[[Batch, Counter[str] | None, np.ndarray | None], list[Record]]] = {
+    TokenRows: token_rows
+}
+
+
+def records_of_batches(
+    data: Any,
+) -> Callable[[Batch, Counter[str] | None, np.ndarray | None], list[Record]] | None:
+    """How batches of ``data``'s type (or its nearest registered base) become token records;
+    None for rows of numbers."""
+    return next((TOKEN_BATCHES[kind] for kind in type(data).__mro__ if kind in TOKEN_BATCHES), None)

@@ -50,6 +50,35 @@ CHECK_ROWS = 4096
 
 
 @dataclass(frozen=True)
+class BatchHandling:
+    """How the scan checks and profiles a batch whose payload (`Batch.data`) is of one type:
+    ``check(work, rows, plan, columns, label_counts, result, encoder)`` runs the checks on
+    `CHECK_ROWS` rows of it, ``profile(collector, batch)`` samples it for the profile."""
+
+    check: Callable[..., None]
+    profile: Callable[[Collector, Batch], None]
+
+
+#: payload type -> its `BatchHandling`; a type registered nowhere in its bases is checked as rows
+#: of numbers (`ROW_BATCHES`). A format whose batches carry a payload of its own registers its
+#: handling here (`handles_batches`) rather than the runner testing types.
+BATCH_HANDLERS: dict[type, BatchHandling] = {}
+
+
+def handles_batches(payload: type, handling: BatchHandling) -> None:
+    """Register how batches of ``payload`` are checked and profiled."""
+    BATCH_HANDLERS[payload] = handling
+
+
+def batch_handling(data: Any) -> BatchHandling:
+    """The handling registered for ``data``'s type or its nearest base; else rows of numbers."""
+    for kind in type(data).__mro__:
+        if kind in BATCH_HANDLERS:
+            return BATCH_HANDLERS[kind]
+    return ROW_BATCHES
+
+
+@dataclass(frozen=True)
 class LeftColumns:
     """The `scrub.pipeline.Leaving` of a `PartitionWork` on a cluster: the columns of the checks
     ``names`` stay on the worker that collected them."""
@@ -128,23 +157,13 @@ class PartitionWork:
         for item in self.reader.read(partition, start, stop):
             if on_record is not None:
                 on_record(offset)
-            if isinstance(item, Batch) and isinstance(item.data, TokenRows):
-                result.records += len(item)
-                if collector is not None:  # once per block read: it samples a few sequences of it
-                    collector.tokens(item)
-                for rows in item.slices(CHECK_ROWS):
-                    self._check_tokens(rows, plan, columns, result, encoder)
-                    if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
-                        encoder.flush(result)
-                offset += len(item)
-            elif isinstance(item, Batch):
+            if isinstance(item, Batch):
+                handling = batch_handling(item.data)
                 result.records += len(item)
                 if collector is not None:  # once per block read: it samples a few rows of it
-                    collector.rows(item)
+                    handling.profile(collector, item)
                 for rows in item.slices(CHECK_ROWS):
-                    self._check_batch(
-                        rows, plan.batch, plan.dataset, columns, label_counts, result, encoder=encoder
-                    )
+                    handling.check(self, rows, plan, columns, label_counts, result, encoder)
                     if encoder is not None and len(result.issues) >= FLUSH_ISSUES:
                         encoder.flush(result)
                 offset += len(item)
@@ -474,3 +493,21 @@ def _packed(offsets: list, values: list) -> tuple[Any, Any]:
     if offsets and isinstance(offsets[0], np.ndarray):
         return np.concatenate(offsets), np.concatenate(values)
     return offsets, values
+
+
+#: rows of numbers (array datasets; `Pieces` of big rows): the batch forms of the record checks
+ROW_BATCHES = BatchHandling(
+    check=lambda work, rows, plan, columns, label_counts, result, encoder: work._check_batch(
+        rows, plan.batch, plan.dataset, columns, label_counts, result, encoder=encoder
+    ),
+    profile=Collector.rows,
+)
+handles_batches(
+    TokenRows,  # a flat token store's sequences: the token checks' vectorized forms
+    BatchHandling(
+        check=lambda work, rows, plan, columns, label_counts, result, encoder: work._check_tokens(
+            rows, plan, columns, result, encoder
+        ),
+        profile=Collector.tokens,
+    ),
+)
