@@ -176,10 +176,7 @@ def walk_shard(
         if with_headers:
             raw.append(block)
         if kind == b"x":  # pax records for the next header
-            try:
-                records = file.read(size)
-            except STREAM_ERRORS:
-                records = b""
+            records = _read_or_empty(file, size)
             if len(records) < size:
                 walk.cut = True
                 return
@@ -192,42 +189,68 @@ def walk_shard(
                 raw.append(records + bytes(-size % BLOCK))
             offset += BLOCK + size + (-size % BLOCK)
             continue
-        if kind == b"\0" and name.endswith("/"):  # an old tar's folder, as tarfile reads it
-            kind = b"5"
-        if "path" in pending:
-            name = pending["path"].rstrip("/")  # as tarfile applies it
-        if "size" in pending:
-            size = int(pending["size"])
-        regular = kind in REGULAR_TYPES
-        if kind == b"5":
-            name = name.rstrip("/")
-        offset_data = offset + BLOCK
-        member = Member(
-            name, first, offset_data, size, regular, header=b"".join(raw) if with_headers else None
+        header = b"".join(raw) if with_headers else None
+        member, available = _member(
+            file, (name, size, kind), pending, first, offset, header, with_data, size_of
         )
         pending, raw = {}, []
-        stored = size if regular else 0
-        if regular and with_data:
-            try:
-                member.data = file.read(size)
-            except STREAM_ERRORS:
-                member.data = b""
-            member.cut = len(member.data) < size
-            available = offset_data + len(member.data)
-        elif regular:
-            available = size_of if size_of is not None else _size(file, offset_data + size)
-            member.cut = offset_data + size > available
-        offset = offset_data + stored + (-stored % BLOCK)
+        stored = member.size if member.regular else 0
+        offset = member.offset_data + stored + (-stored % BLOCK)
         walk.end = offset
         yield member
         if member.cut:
             walk.cut = True
-            walk.end = min(available, offset_data + size)
+            walk.end = min(available, member.offset_data + member.size)
             return
         first = offset
     walk.damaged, walk.cut = _rest(file, walk.end)
     if not walk.damaged and not walk.cut:
         walk.unterminated = _size(file, walk.end + 1) <= walk.end
+
+
+def _read_or_empty(file: IO[bytes], size: int) -> bytes:
+    """``size`` bytes from the file's position; fewer where the shard ends, none where a
+    compressed shard's stream breaks."""
+    try:
+        return file.read(size)
+    except STREAM_ERRORS:
+        return b""
+
+
+def _member(
+    file: IO[bytes],
+    parsed: tuple[str, int, bytes],
+    pending: dict[str, str],
+    first: int,
+    offset: int,
+    header: bytes | None,
+    with_data: bool,
+    size_of: int | None,
+) -> tuple[Member, int]:
+    """The member whose header (``parsed``: name, size, type flag) is at ``offset``, its pax
+    records (``pending``) applied as tarfile applies them, its data read when ``with_data``; and
+    how far the shard's bytes reach for it (where a cut member ends)."""
+    name, size, kind = parsed
+    if kind == b"\0" and name.endswith("/"):  # an old tar's folder, as tarfile reads it
+        kind = b"5"
+    if "path" in pending:
+        name = pending["path"].rstrip("/")  # as tarfile applies it
+    if "size" in pending:
+        size = int(pending["size"])
+    regular = kind in REGULAR_TYPES
+    if kind == b"5":
+        name = name.rstrip("/")
+    offset_data = offset + BLOCK
+    member = Member(name, first, offset_data, size, regular, header=header)
+    available = offset_data + size
+    if regular and with_data:
+        member.data = _read_or_empty(file, size)
+        member.cut = len(member.data) < size
+        available = offset_data + len(member.data)
+    elif regular:
+        available = size_of if size_of is not None else _size(file, offset_data + size)
+        member.cut = offset_data + size > available
+    return member, available
 
 
 #: tar type flags of regular files (``tarfile.REGULAR_TYPES``: old and new regular, contiguous)

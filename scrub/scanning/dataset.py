@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrub import pipeline
-from scrub.checks.base import COLUMN_KINDS, CheckOptions
+from scrub.checks.base import COLUMN_KINDS, Check, CheckOptions
 from scrub.checks.contract import NAMES_NO_RECORD
 from scrub.checks.labels import LABEL_SAMPLE, label_kind
 from scrub.checks.masks import ignore_note
@@ -72,58 +72,12 @@ class DatasetScan:
         self.dataset, self.options = dataset, options
         #: the dataset's split in its run (`scrub.scanning.splits`), None outside a run of splits
         self.split = split
-        info, reader = dataset.info, dataset.reader
         self.replay = options.replay
-        self.checking = replace(options.checks, labelled=info.labelled)
-        if self.checking.declared_range is None and info.class_range is not None:
-            self.checking = replace(self.checking, label_range=info.class_range)
-        if Carries.MASKS in reader.provides and self.checking.declared_range is None:
-            note = "mask values are not checked against a class count (mask-out-of-range): give --num-classes"
-            if note not in info.notes:
-                info.notes.append(note)
-        _check_label_options(dataset, options, self.replay is not None)
-        kind, kind_note = _label_kind(dataset, self.checking, options)
-        self.checking = replace(self.checking, label_kind=kind)
-        if kind_note is not None and kind_note not in info.notes:
-            info.notes.append(kind_note)
-        labels = Carries.CLASS_LABELS if kind == "class" else Carries.VALUE_LABELS
+        self.checking, kind = _checking(dataset, options, self.replay is not None)
         if self.replay is not None:
-            self.replay.config(
-                self.checking.precision
-            )  # bad replay options fail before the scan, not after it
-        provides = (
-            reader.provides
-            | ({Carries.REPLAY} if self.replay else set())
-            | ({Carries.BASELINE} if options.baseline is not None else set())
-            | ({Carries.CONTRACT} if options.checks.contract is not None else set())
-            | ({Carries.LABEL_VECTORS} if info.label_width and kind == "class" else set())
-            | ({labels} if info.labelled else set())
-            | ({Carries.SPLITS} if split is not None else set())
-            | (
-                {Carries.NEAR_TEXTS}
-                if options.checks.near_text and Carries.TOKENS in reader.provides
-                else set()
-            )
-        )
-        self.checks = select_checks(
-            options.selection, self.checking, provides, options.origin, str(dataset.path)
-        )
-        # a contract's checks of rules it does not hold (or with no --contract) judge nothing; one
-        # on token records needs Carries.TOKENS to run on the token path, not Carries.CONTRACT
-        from scrub.profile.contract import CONTRACT_CHECKS
-
-        contract = options.checks.contract
-        held = contract.checks() if contract is not None else frozenset()
-        self.checks = [c for c in self.checks if c.id not in CONTRACT_CHECKS or c.id in held]
-        # a training split's images are hashed at their central crops too (a cropped copy in an
-        # evaluation split is near one of them); texts are signed with --near-text
-        crops = split == TRAINING and bool(self.checking.near_distance) and Carries.IMAGE in reader.provides
-        texts = bool(self.checking.near_text) and Carries.TOKENS in reader.provides
-        if crops or texts:
-            self.checks = [split_variant(c, crops, texts) if c.kind == "split" else c for c in self.checks]
-        if self.checking.near_distance and any(c.id in COMPARES_IMAGES for c in self.checks):
-            # images are compared by their perceptual hashes as well as their bytes
-            self.checking = replace(self.checking, perceptual_hashes=Carries.IMAGE in reader.provides)
+            self.replay.config(self.checking.precision)  # bad replay options fail before the scan
+        self.checks = self._chosen_checks(_provided(dataset, options, kind, self.replay is not None, split))
+        info, reader = dataset.info, dataset.reader
         self.cache: ResultCache | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)
@@ -172,6 +126,34 @@ class DatasetScan:
         self.drift: list[dict[str, Any]] | None = None
         #: partition -> (size, mtime_ns) of each of its records as read, -1 where not read
         self._versions: dict[int, np.ndarray] = {}
+
+    def _chosen_checks(self, provides: set[Carries] | frozenset[Carries]) -> list[Check]:
+        """The checks that run: those selected that the dataset's records can feed, a contract's
+        only for the rules it holds, split checks in the variant the split needs; and, where an
+        image check compares them, images hashed perceptually too (`self.checking`)."""
+        options, reader = self.options, self.dataset.reader
+        checks = select_checks(
+            options.selection, self.checking, provides, options.origin, str(self.dataset.path)
+        )
+        # a contract's checks of rules it does not hold (or with no --contract) judge nothing; one
+        # on token records needs Carries.TOKENS to run on the token path, not Carries.CONTRACT
+        from scrub.profile.contract import CONTRACT_CHECKS
+
+        contract = options.checks.contract
+        held = contract.checks() if contract is not None else frozenset()
+        checks = [c for c in checks if c.id not in CONTRACT_CHECKS or c.id in held]
+        # a training split's images are hashed at their central crops too (a cropped copy in an
+        # evaluation split is near one of them); texts are signed with --near-text
+        crops = (
+            self.split == TRAINING and bool(self.checking.near_distance) and Carries.IMAGE in reader.provides
+        )
+        texts = bool(self.checking.near_text) and Carries.TOKENS in reader.provides
+        if crops or texts:
+            checks = [split_variant(c, crops, texts) if c.kind == "split" else c for c in checks]
+        if self.checking.near_distance and any(c.id in COMPARES_IMAGES for c in checks):
+            # images are compared by their perceptual hashes as well as their bytes
+            self.checking = replace(self.checking, perceptual_hashes=Carries.IMAGE in reader.provides)
+        return checks
 
     def tasks(self) -> Tasks:
         """The dataset-wide issues the reader found, the results the cache holds, and the tasks
@@ -530,6 +512,44 @@ def _label_kind(
     if checking.label_kind == "auto" and not declared and checking.declared_range is None:
         sample = dataset.reader.label_sample(dataset.partitions, LABEL_SAMPLE)
     return label_kind(checking, sample, declared, bool(info.label_width))
+
+
+def _checking(dataset: OpenedDataset, options: ScanOptions, replay: bool) -> tuple[CheckOptions, str]:
+    """The check options for this dataset, and its labels' kind: whether it is labelled, the class
+    range it declares, the kind of its labels decided once (said in its notes, as a mask dataset's
+    values left unchecked without a class count are)."""
+    info, reader = dataset.info, dataset.reader
+    checking = replace(options.checks, labelled=info.labelled)
+    if checking.declared_range is None and info.class_range is not None:
+        checking = replace(checking, label_range=info.class_range)
+    if Carries.MASKS in reader.provides and checking.declared_range is None:
+        note = "mask values are not checked against a class count (mask-out-of-range): give --num-classes"
+        if note not in info.notes:
+            info.notes.append(note)
+    _check_label_options(dataset, options, replay)
+    kind, kind_note = _label_kind(dataset, checking, options)
+    if kind_note is not None and kind_note not in info.notes:
+        info.notes.append(kind_note)
+    return replace(checking, label_kind=kind), kind
+
+
+def _provided(
+    dataset: OpenedDataset, options: ScanOptions, kind: str, replay: bool, split: str | None
+) -> set[Carries]:
+    """What the run feeds checks: what the reader's records carry, and what the scan's options
+    add (a replay, a baseline, a contract, the labels' kind, a split, texts to sign)."""
+    info, reader = dataset.info, dataset.reader
+    provides = set(reader.provides)
+    wanted = {
+        Carries.REPLAY: replay,
+        Carries.BASELINE: options.baseline is not None,
+        Carries.CONTRACT: options.checks.contract is not None,
+        Carries.LABEL_VECTORS: bool(info.label_width) and kind == "class",
+        Carries.CLASS_LABELS if kind == "class" else Carries.VALUE_LABELS: info.labelled,
+        Carries.SPLITS: split is not None,
+        Carries.NEAR_TEXTS: bool(options.checks.near_text) and Carries.TOKENS in reader.provides,
+    }
+    return provides | {carried for carried, given in wanted.items() if given}
 
 
 def _check_label_options(dataset: OpenedDataset, scan_options: ScanOptions, replay: bool) -> None:
