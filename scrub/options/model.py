@@ -226,6 +226,38 @@ def _keyword_values(keywords: Mapping[str, Any]) -> dict[str, Any]:
 def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any:
     """A `ScanOptions` or `FixOptions` from ``values`` (key name -> value, unvalidated);
     ``where`` names where each value came from, for the messages (default: its flag)."""
+    groups = _grouped(cls, values, where)
+    checks = groups["checks"]
+    selection = groups["selection"]
+    if "plugin" in selection:
+        selection["plugins"] = selection.pop("plugin")
+    replay = groups["replay"]
+    dummy_loss = replay.pop("dummy_loss", False)
+    if replay and not dummy_loss:
+        flags = ", ".join(where.get(n.replace("_", "-"), "--" + n.replace("_", "-")) for n in replay)
+        raise UsageError(f"{flags}: need --dummy-loss (they configure the replay)")
+    if "tokenizer" in checks:
+        where = {**where, **_model_limits(checks, where)}
+    if checks.get("contract") is not None:  # read once, here: its rules travel to the workers
+        from scrub.profile.contract import load
+
+        checks["contract"] = load(checks["contract"])
+    scan = ScanOptions(
+        read=ReadOptions(**groups["read"], own=tuple(sorted(groups["format"].items()))),
+        checks=CheckOptions(**checks),
+        selection=Selection(**selection),
+        run=RunOptions(**groups["run"]),
+        replay=ReplayOptions(**replay) if dummy_loss else None,
+        origins=dict(where),
+        **{k: v for k, v in groups["scan"].items() if not (cls is FixOptions and k == "manifest")},
+    )
+    _refuse_what_needs_another(values, scan, where)
+    return scan if cls is ScanOptions else _fix_options(scan, groups, where)
+
+
+def _grouped(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``values`` validated and coerced, by option group (then attribute); an unknown option, or
+    one of fix's given to a scan, is an error."""
     unknown = [name for name in values if key_named(name) is None]
     if unknown:
         known = ", ".join(sorted(KEYS))
@@ -248,31 +280,14 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
             groups["scan"]["manifest"] = tuple(coerce(key, one, label) for one in several) or None
             continue
         groups[key.group][key.attribute] = coerce(key, value, label)
-    checks = groups["checks"]
-    selection = groups["selection"]
-    if "plugin" in selection:
-        selection["plugins"] = selection.pop("plugin")
-    replay = groups["replay"]
-    dummy_loss = replay.pop("dummy_loss", False)
-    if replay and not dummy_loss:
-        flags = ", ".join(where.get(n.replace("_", "-"), "--" + n.replace("_", "-")) for n in replay)
-        raise UsageError(f"{flags}: need --dummy-loss (they configure the replay)")
-    if "tokenizer" in checks:
-        where = {**where, **_model_limits(checks, where)}
-    if checks.get("contract") is not None:  # read once, here: its rules travel to the workers
-        from scrub.profile.contract import load
+    return groups
 
-        checks["contract"] = load(checks["contract"])
-    read = groups["read"]
-    scan = ScanOptions(
-        read=ReadOptions(**read, own=tuple(sorted(groups["format"].items()))),
-        checks=CheckOptions(**checks),
-        selection=Selection(**selection),
-        run=RunOptions(**groups["run"]),
-        replay=ReplayOptions(**replay) if dummy_loss else None,
-        origins=dict(where),
-        **{k: v for k, v in groups["scan"].items() if not (cls is FixOptions and k == "manifest")},
-    )
+
+def _refuse_what_needs_another(
+    values: Mapping[str, Any], scan: ScanOptions, where: Mapping[str, str]
+) -> None:
+    """An option that means nothing without another (a cluster, a baseline) is an error, unless
+    a config file set it (a config shared by runs that differ)."""
     if (
         values.get("cluster-wait") is not None
         and "cluster-wait" not in origins_from_files(where)
@@ -292,8 +307,13 @@ def build(cls: type, values: Mapping[str, Any], where: Mapping[str, str]) -> Any
             f"{where.get('drift-threshold', '--drift-threshold')}: drift is measured from a baseline: give "
             "--baseline OLD_MANIFEST too"
         )
-    if cls is ScanOptions:
-        return scan
+
+
+def _fix_options(
+    scan: ScanOptions, groups: dict[str, dict[str, Any]], where: Mapping[str, str]
+) -> FixOptions:
+    """`FixOptions` around ``scan``: a scan-only option given, or one at odds with reusing a
+    manifest, is an error."""
     fix = groups["fix"]
     if "manifest" in groups["scan"]:
         fix["manifest"] = groups["scan"]["manifest"]

@@ -443,47 +443,9 @@ class ParquetReader(Reader[RowGroups]):
 
         language = self._language_model(schema, names, feature_type, column, pa)
         if language is not None:
-            used = {*language.data, language.token_labels, language.attention} - {None}
-            others = [n for n in names if n not in used]
-            if others:
-                info.notes.append(f"columns not checked: {', '.join(others)}")
-            if language.kind == "tokens":
-                said = f"token ids from {language.data[0]!r}" + "".join(
-                    f", {what} from {name!r}"
-                    for what, name in (
-                        ("labels", language.token_labels),
-                        ("attention masks", language.attention),
-                    )
-                    if name is not None
-                )
-            else:
-                said = f"texts from {', '.join(map(repr, language.data))}"
-            info.notes.append(f"language-model records: {said}")
-            self.chosen = {
-                "data": list(language.data),
-                "kind": language.kind,
-                "labels": language.token_labels,
-                "attention_mask": language.attention,
-            }
+            self._chose_language(language, names, info)
             return language
-        label = self.options.label_key
-        if label is not None:
-            kind = column("label-key", label)
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-                raise UsageError(f"--label-key {label}: the column holds {kind}, not numeric labels")
-        else:
-            label = next((n for n in names if feature_type(n) == "ClassLabel"), None) or next(
-                (
-                    n
-                    for n in LABEL_COLUMNS
-                    if n in names
-                    and (
-                        pa.types.is_integer(schema.field(n).type)
-                        or pa.types.is_floating(schema.field(n).type)
-                    )
-                ),
-                None,
-            )
+        label = self._label_column(schema, names, feature_type, column, pa)
         if label is not None and feature_type(label) == "ClassLabel":
             names_of = features[label].get("names") or []
             if names_of:
@@ -514,6 +476,40 @@ class ParquetReader(Reader[RowGroups]):
             )
         self.chosen = {"data": list(chosen.data), "kind": chosen.kind, "label": label}
         return chosen
+
+    def _chose_language(self, language: Columns, names: list[str], info: DatasetInfo) -> None:
+        """Say which columns language-model records are read from, and which are not checked."""
+        used = {*language.data, language.token_labels, language.attention} - {None}
+        others = [n for n in names if n not in used]
+        if others:
+            info.notes.append(f"columns not checked: {', '.join(others)}")
+        if language.kind == "tokens":
+            said = f"token ids from {language.data[0]!r}" + "".join(
+                f", {what} from {name!r}"
+                for what, name in (("labels", language.token_labels), ("attention masks", language.attention))
+                if name is not None
+            )
+        else:
+            said = f"texts from {', '.join(map(repr, language.data))}"
+        info.notes.append(f"language-model records: {said}")
+        self.chosen = {
+            "data": list(language.data),
+            "kind": language.kind,
+            "labels": language.token_labels,
+            "attention_mask": language.attention,
+        }
+
+    def _label_column(self, schema: Any, names: list[str], feature_type, column, pa) -> str | None:
+        """The label column: ``--label-key``'s (numeric, or an error), else a ``ClassLabel``
+        feature, else the first numeric column of a usual label's name; None: unlabelled."""
+        label = self.options.label_key
+        if label is not None:
+            kind = column("label-key", label)
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                raise UsageError(f"--label-key {label}: the column holds {kind}, not numeric labels")
+            return label
+        numeric = [n for n in LABEL_COLUMNS if n in names and _numeric(schema.field(n).type, pa)]
+        return next((n for n in names if feature_type(n) == "ClassLabel"), None) or next(iter(numeric), None)
 
     def _language_model(self, schema: Any, names: list[str], feature_type, column, pa) -> Columns | None:
         """The columns of a table of language-model records (see the module's docstring), or None
@@ -958,3 +954,8 @@ class ArrowReader(ParquetReader):
                 info.issues.append(make_issue("unreadable-file", source, "*", None, Finding(why)))
                 self.provides = self.provides | {Carries.SEVERAL_FILES}  # `unreadable-file` runs
         return info, partitions
+
+
+def _numeric(kind: Any, pa: Any) -> bool:
+    """Whether an Arrow type holds numbers a label can be (integers or floats)."""
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))

@@ -183,6 +183,39 @@ def _read(stream: IO[bytes], count: int) -> tuple[bytes, str | None]:
     return (parts[0] if len(parts) == 1 else b"".join(parts)), None
 
 
+def _framing_problem(head: bytes, offset: int, size: int | None) -> tuple[int, tuple[str, str] | None]:
+    """The length a frame's header at ``offset`` claims, and (problem, why) where the framing
+    ends at it: a header cut short, a length whose CRC fails, a length past the file's end."""
+    if len(head) < HEADER:
+        return 0, (CUT, f"the file ends {len(head)} bytes into its header")
+    (length,) = struct.unpack_from("<Q", head)
+    if not header_ok(head):
+        unframed = f"the {size - offset:,} bytes" if size is not None else "the bytes"
+        why = f"its length's CRC does not match (length field {length:,}): {unframed} from there on "
+        why += "cannot be framed"
+        return length, (LENGTH_CRC, why)
+    if size is not None and offset + HEADER + length + FOOTER > size:
+        left = size - offset - HEADER
+        why = f"it claims {length:,} bytes of data; the file ends {left:,} bytes after its header"
+        return length, (CUT, why)
+    return length, None
+
+
+def _read_frame(stream: IO[bytes], position: int, offset: int, length: int, head: bytes) -> Frame:
+    """The frame whose header ``head`` was just read: its data and footer read and checked (cut
+    short where the stream ends inside them, its data's CRC failing)."""
+    body, broken = _read(stream, length + FOOTER)
+    if len(body) < length + FOOTER:
+        where = f"the compressed stream breaks ({broken})" if broken else "the file ends"
+        why = f"it claims {length:,} bytes of data; {where} {len(body):,} bytes after its header"
+        return Frame(position, offset, length, None, head, body, CUT, why)
+    data = body[:length]
+    (stored,) = struct.unpack_from("<I", body, length)
+    if masked_crc(data) != stored:
+        return Frame(position, offset, length, None, head, body, DATA_CRC, "its data's CRC does not match")
+    return Frame(position, offset, length, data, head, body)
+
+
 def walk_frames(
     stream: IO[bytes],
     offset: int = 0,
@@ -210,65 +243,18 @@ def walk_frames(
             return
         if not head:
             return
-        if len(head) < HEADER:
-            yield Frame(
-                position, offset, 0, None, head, b"", CUT, f"the file ends {len(head)} bytes into its header"
-            )
-            return
-        (length,) = struct.unpack_from("<Q", head)
-        if not header_ok(head):
-            unframed = f"the {size - offset:,} bytes" if size is not None else "the bytes"
-            yield Frame(
-                position,
-                offset,
-                length,
-                None,
-                head,
-                b"",
-                LENGTH_CRC,
-                f"its length's CRC does not match (length field {length:,}): {unframed} from there on "
-                "cannot be framed",
-            )
+        length, problem = _framing_problem(head, offset, size)
+        if problem is not None:  # the framing ends here
+            yield Frame(position, offset, length, None, head, b"", *problem)
             return
         end = offset + HEADER + length + FOOTER
-        if size is not None and end > size:
-            yield Frame(
-                position,
-                offset,
-                length,
-                None,
-                head,
-                b"",
-                CUT,
-                f"it claims {length:,} bytes of data; the file ends {size - offset - HEADER:,} bytes after "
-                "its header",
-            )
-            return
         if not with_data and size is not None:
             stream.seek(end)
             yield Frame(position, offset, length, None, b"")
         else:
-            body, broken = _read(stream, length + FOOTER)
-            if len(body) < length + FOOTER:
-                where = f"the compressed stream breaks ({broken})" if broken else "the file ends"
-                yield Frame(
-                    position,
-                    offset,
-                    length,
-                    None,
-                    head,
-                    body,
-                    CUT,
-                    f"it claims {length:,} bytes of data; {where} {len(body):,} bytes after its header",
-                )
+            frame = _read_frame(stream, position, offset, length, head)
+            yield frame
+            if frame.problem == CUT:
                 return
-            data = body[:length]
-            (stored,) = struct.unpack_from("<I", body, length)
-            if masked_crc(data) != stored:
-                yield Frame(
-                    position, offset, length, None, head, body, DATA_CRC, "its data's CRC does not match"
-                )
-            else:
-                yield Frame(position, offset, length, data, head, body)
         offset = end
         position += 1
