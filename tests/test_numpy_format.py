@@ -204,6 +204,17 @@ def test_labels_in_a_npy_of_their_own_are_checked_and_split_with_the_rows(tmp_pa
     assert rescan.summary.records_with_errors == 0
 
 
+def test_masks_in_a_npy_of_their_own_are_named_and_not_said_missing(tmp_path):
+    """The notes name the --labels file of masks, and do not also say the data has no labels."""
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((6, 3, 4, 4)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.zeros((6, 4, 4), np.uint8))
+    notes = scrub.scan(
+        tmp_path / "x.npy", labels=tmp_path / "y.npy", num_classes=2, scheduler="sync"
+    ).summary.notes
+    assert f"labels: {tmp_path / 'y.npy'} holds (N, H, W) class maps: checked as segmentation masks" in notes
+    assert not [note for note in notes if "holds no label array" in note]
+
+
 @pytest.mark.slow
 def test_labels_that_do_not_align_or_apply_are_one_line(tmp_path):
     from conftest import one_line_error

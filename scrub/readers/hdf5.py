@@ -252,30 +252,8 @@ class HDF5Reader(Reader[RowRange]):
             if not isinstance(data, h5py.Dataset) or data.shape is None or len(data.shape) == 0:
                 raise UnusableDataset(f"{source}: {data_key!r} is not an array dataset with rows")
             rows = data.shape[0]
-            label = file.get(label_key) if label_key else None
-            masks = is_mask_array(label)
-            has_labels = masks or (
-                isinstance(label, h5py.Dataset) and label.shape is not None and len(label.shape) in (1, 2)
-            )
-            if has_labels and label.dtype.kind not in "biuf":
-                raise UnusableDataset(f"{source}: labels {label_key!r} are {label.dtype}, not numbers")
-            if label is not None and not has_labels:
-                shape = (
-                    "x".join(map(str, label.shape))
-                    if isinstance(label, h5py.Dataset) and label.shape
-                    else "?"
-                )
-                info.notes.append(
-                    f"labels: {source}: {label_key!r} has shape {shape}, neither class ids (N,) nor "
-                    "label vectors (N, K): not checked"
-                )
-            label_width = label.shape[1] if has_labels and len(label.shape) == 2 and label.shape[1] > 1 else 0
-            if masks:
-                self.provides = self.provides | {Carries.MASKS}
-                info.notes.append(
-                    f"labels: {source}: {label_key!r} holds (N, H, W) class maps: "
-                    "checked as segmentation masks"
-                )
+            label, masks, label_width = self._labels_of(file, label_key, source, info)
+            has_labels = label is not None
             if has_labels:
                 labels_seen.setdefault(label_key, []).append(source)
             if has_labels and label.shape[0] != rows:
@@ -293,32 +271,66 @@ class HDF5Reader(Reader[RowRange]):
                 "data": _describe(data),
                 **({"mask" if masks else "label": _describe(label)} if has_labels else {}),
             }
-            row_bytes = max(1, row_bytes_of(data))
-            filtered = data.id.get_create_plist().get_nfilters() > 0  # gzip, lzf, blosc, ...
-            plain, compressed = self._data_bytes
-            self._data_bytes = (
-                (plain, compressed + rows * row_bytes) if filtered else (plain + rows * row_bytes, compressed)
-            )
-            chunk_rows = data.chunks[0] if data.chunks else 1
-            block_rows, partition_rows = row_partitioning(row_bytes, chunk_rows, partition_size)
-            pieces = (
-                piece_plan(data.shape, data.chunks, data.dtype.itemsize) if row_bytes > BLOCK_BYTES else None
-            )
-            ranges = [
-                RowRange(
-                    path,
-                    source,
-                    start,
-                    min(start + partition_rows, rows),
-                    min(block_rows, partition_rows),
-                    label_key if has_labels else None,
-                    label_width,
-                    masks,
-                    pieces,
-                )
-                for start in range(0, rows, partition_rows)
-            ]
+            labelling = (label_key if has_labels else None, label_width, masks)
+            ranges = self._row_ranges(path, source, data, rows, partition_size, labelling)
             return rows, has_labels, ranges
+
+    def _labels_of(
+        self, file: Any, label_key: str | None, source: str, info: DatasetInfo
+    ) -> tuple[Any, bool, int]:
+        """(the labels dataset, whether it holds masks, K of (N, K) label vectors else 0) of a
+        file; None for labels that are neither class ids, vectors nor masks (said in a note)."""
+        import h5py
+
+        label: Any = file.get(label_key) if label_key else None
+        masks = is_mask_array(label)
+        has_labels = masks or (
+            isinstance(label, h5py.Dataset) and label.shape is not None and len(label.shape) in (1, 2)
+        )
+        if has_labels and label.dtype.kind not in "biuf":
+            raise UnusableDataset(f"{source}: labels {label_key!r} are {label.dtype}, not numbers")
+        if label is not None and not has_labels:
+            shape = (
+                "x".join(map(str, label.shape)) if isinstance(label, h5py.Dataset) and label.shape else "?"
+            )
+            info.notes.append(
+                f"labels: {source}: {label_key!r} has shape {shape}, neither class ids (N,) nor "
+                "label vectors (N, K): not checked"
+            )
+            return None, False, 0
+        label_width = label.shape[1] if has_labels and len(label.shape) == 2 and label.shape[1] > 1 else 0
+        if masks:
+            self.provides = self.provides | {Carries.MASKS}
+            info.notes.append(
+                f"labels: {source}: {label_key!r} holds (N, H, W) class maps: checked as segmentation masks"
+            )
+        return label, masks, label_width
+
+    def _row_ranges(
+        self,
+        path: str,
+        source: str,
+        data: Any,
+        rows: int,
+        partition_size: int,
+        labelling: tuple[str | None, int, bool],
+    ) -> list[RowRange]:
+        """A file's partitions (``labelling``: its labels' key, width and whether they are masks),
+        its rows' bytes counted as plain or compressed (`work_seconds`)."""
+        row_bytes = max(1, row_bytes_of(data))
+        filtered = data.id.get_create_plist().get_nfilters() > 0  # gzip, lzf, blosc, ...
+        plain, compressed = self._data_bytes
+        self._data_bytes = (
+            (plain, compressed + rows * row_bytes) if filtered else (plain + rows * row_bytes, compressed)
+        )
+        chunk_rows = data.chunks[0] if data.chunks else 1
+        block_rows, partition_rows = row_partitioning(row_bytes, chunk_rows, partition_size)
+        pieces = piece_plan(data.shape, data.chunks, data.dtype.itemsize) if row_bytes > BLOCK_BYTES else None
+        step = min(block_rows, partition_rows)
+        return [
+            RowRange(path, source, start, min(start + partition_rows, rows), step, *labelling, pieces)
+            for start in range(0, rows, partition_rows)
+        ]
 
     def label_sample(self, partitions: Sequence[RowRange], most: int) -> np.ndarray | None:
         """The first labels of each labelled file (of at most `SAMPLED_FILES`), ``most`` in all."""

@@ -178,30 +178,13 @@ class NumpyReader(Reader[NpyRows]):
         row_bytes = max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize)
         block_rows, partition_rows = row_partitioning(row_bytes, 1, partition_size)
         source = self.path.name
-        label_hint = None
-        label_path = self._labels_file(rows)
-        if label_path is not None:
-            if label_member is not None:
-                notes.append(f"labels: {self.options.labels} is used, not the archive's {label_member!r}")
-            label_member = None
-        elif label_member is not None and load_array(self.path, label_member).shape[0] != rows:
-            notes.append(f"labels: {label_member!r} has not as many rows as {member!r}: not used")
-            label_member = None
-        elif (
-            member is None and array.ndim == 1 and array.dtype.kind in "iub" and self.path.stem in LABEL_KEYS
-        ):
-            label_hint = (
-                f"{source} holds one integer per row, as labels do: scanned as data here; to check them "
-                f"as the labels of a data file, scan it with --labels {self.path}"
-            )
-            notes.append(label_hint)
+        label_member, label_path, label_hint = self._labels_chosen(array, member, label_member, notes)
         has_labels = label_member is not None or label_path is not None
         masks = has_labels and is_mask_array(load_array(label_path or self.path, label_member))
         if masks:
             self.provides = self.provides | {Carries.MASKS}
-            notes.append(
-                f"labels: {label_member!r} holds (N, H, W) class maps: checked as segmentation masks"
-            )
+            named = repr(label_member) if label_member is not None else str(self.options.labels)
+            notes.append(f"labels: {named} holds (N, H, W) class maps: checked as segmentation masks")
         partitions = [
             NpyRows(
                 str(self.path.resolve()),
@@ -218,14 +201,7 @@ class NumpyReader(Reader[NpyRows]):
             for start in range(0, rows, partition_rows)
         ]
         labelled = has_labels
-        info = DatasetInfo(
-            format=self.format,
-            layout="file",
-            root=self.root,
-            labelled=labelled,
-            records=rows,
-            label_hint=label_hint,
-        )
+        info = DatasetInfo(self.format, "file", self.root, labelled, rows, label_hint=label_hint)
         # as for HDF5: a memory-mapped .npy runs on threads (NumPy's reductions release the GIL),
         # an .npz on processes (each worker decompresses its members); small work in-process
         compressed = member is not None and _compressed(self.path)
@@ -245,9 +221,33 @@ class NumpyReader(Reader[NpyRows]):
             shape = load_array(label_path or self.path, label_member).shape
             if len(shape) == 2 and shape[1] > 1:
                 info.label_width = shape[1]
-        else:
+        elif not labelled:
             info.notes.append(f"labels: {source} holds no label array: label checks are not run")
         return info, partitions
+
+    def _labels_chosen(
+        self, array: np.ndarray, member: str | None, label_member: str | None, notes: list[str]
+    ) -> tuple[str | None, str | None, str | None]:
+        """(the archive's label member, the ``--labels`` file, a hint for a file that looks like
+        labels scanned as data): ``--labels`` wins over the archive's labels, a label member of
+        another length is not used, each said in ``notes``."""
+        rows = array.shape[0]
+        label_path = self._labels_file(rows)
+        if label_path is not None:
+            if label_member is not None:
+                notes.append(f"labels: {self.options.labels} is used, not the archive's {label_member!r}")
+            return None, label_path, None
+        if label_member is not None and load_array(self.path, label_member).shape[0] != rows:
+            notes.append(f"labels: {label_member!r} has not as many rows as {member!r}: not used")
+            return None, None, None
+        if member is None and array.ndim == 1 and array.dtype.kind in "iub" and self.path.stem in LABEL_KEYS:
+            hint = (
+                f"{self.path.name} holds one integer per row, as labels do: scanned as data here; to check "
+                f"them as the labels of a data file, scan it with --labels {self.path}"
+            )
+            notes.append(hint)
+            return label_member, None, hint
+        return label_member, None, None
 
     def _labels_file(self, rows: int) -> str | None:
         """The ``--labels`` file, checked: a ``.npy`` of numbers with one row per data row."""
