@@ -90,6 +90,7 @@ def test_sigkill_mid_scan_leaves_no_process_and_the_next_run_removes_its_files(w
         members = 3 if forked else 4
         assert wait_for(lambda: len(group_members(scan.pid)) >= members, 60), group_members(scan.pid)
         assert wait_for(lambda: list(tmp_path.glob(".m.jsonl.scrub-*.tmp")), 30)
+        assert wait_for(lambda: forked or scratch_of(scan.pid), 30)  # made by then on a loaded machine
         time.sleep(0.5)  # mid-scan: the workers are busy
         assert scan.poll() is None, "the scan ended before it could be killed"
         os.kill(scan.pid, signal.SIGKILL)
