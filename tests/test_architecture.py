@@ -1,6 +1,8 @@
 """The layout holds: no import cycle among scrub's modules, at module level or inside functions
 (a cycle held together by function-level imports is still a cycle: the modules cannot be read,
-tested or replaced one without the other)."""
+tested or replaced one without the other); the top of the package holds few modules (the public
+API, the commands and the shared types: the rest lives in packages that say what it is); and no
+function runs over 80 lines without the reason written beside it."""
 
 from __future__ import annotations
 
@@ -108,3 +110,49 @@ def test_the_cycle_finder_finds_one():
         "from typing import TYPE_CHECKING",
         "import scrub.y",
     ]
+
+
+#: the most modules the top of `scrub/` may hold (``__init__`` and ``__main__`` included)
+TOP_LEVEL_MOST = 15
+#: the longest a function may be without a reason written beside it
+LONGEST = 80
+#: how that reason opens: a comment just above the function (or its decorators)
+REASON = "# Over 80 lines"
+
+
+def test_the_top_of_the_package_holds_at_most_15_modules():
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= TOP_LEVEL_MOST, top
+
+
+def long_functions() -> list[str]:
+    """``path:line name (lines)`` of every function over `LONGEST` lines with no `REASON` above it."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = node.end_lineno - node.lineno + 1
+                at = first - 1  # the comment block just above, from its first line
+                while at > 0 and lines[at - 1].strip().startswith("#"):
+                    at -= 1
+                said = lines[at].strip() if at < first - 1 else ""
+                if length > LONGEST and not said.startswith(REASON):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length})")
+    return found
+
+
+def test_no_function_is_over_80_lines_without_a_reason_beside_it():
+    assert long_functions() == []
+
+
+def test_the_long_function_finder_finds_one(tmp_path, monkeypatch):
+    body = "\n".join(f"    x = {n}" for n in range(LONGEST))
+    (tmp_path / "scrub").mkdir()
+    (tmp_path / "scrub" / "long.py").write_text(
+        f"def long():\n{body}\n\n\n{REASON}: why.\ndef said():\n{body}\n"
+    )
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "scrub")
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    assert long_functions() == ["scrub/long.py:1 long (81)"]

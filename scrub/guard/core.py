@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from scrub.guard.batches import Current, GuardedLoader, RecordingBatchSampler, all_finite, batch_size_of, take
-from scrub.guard.manifest import GuardManifest, Named, record_names
+from scrub.guard.manifest import GuardManifest, Named, RecordNames, record_names
 from scrub.guard.ranks import agree, agree_with, distributed, gathered
 from scrub.guard.spike import Spike, SpikeWatch, gradient_norm
 from scrub.guard.tokens import CHECK as OUT_OF_RANGE
@@ -444,29 +444,9 @@ class NanGuard:
             if spiked is not None
             else f"step {self.steps} went non-finite"
         )
-        issues: list[Issue] = []
         if search.suspects:
-            window = self.recent[-1][0] if self.recent else None
-            if self._suspected is not None and self._suspected[0] == window:
-                return issues  # named at the first step that failed after them: once a window
-            for trained_at, indices, keys in self.recent:
-                named = (
-                    [names.of_index(i) for i in indices]
-                    if indices is not None
-                    else map(names.of_key, keys or [])
-                )
-                for record in named:
-                    issues.append(
-                        record.issue(
-                            "training-suspect",
-                            Severity.WARNING,
-                            f"trained on at step {trained_at}, before the weights were found non-finite at "
-                            f"step {self.steps}",
-                            {**step, "trained_at": trained_at},
-                        )
-                    )
-            self._suspected = (window, issues)
-            return issues
+            return self._suspect_issues(names, step)
+        issues: list[Issue] = []
         size = len(current.indices) if current.indices is not None else len(current.keys or [])
         if search.transient:
             for position in range(size):
@@ -500,6 +480,31 @@ class NanGuard:
                 )
                 for position in group.positions
             ]
+        return issues
+
+    def _suspect_issues(self, names: RecordNames, step: dict[str, Any]) -> list[Issue]:
+        """The records trained on in the recent window (`training-suspect`), when the weights
+        themselves were found non-finite: named once a window, at the first step that failed
+        after them."""
+        window = self.recent[-1][0] if self.recent else None
+        if self._suspected is not None and self._suspected[0] == window:
+            return []
+        issues: list[Issue] = []
+        for trained_at, indices, keys in self.recent:
+            named = (
+                [names.of_index(i) for i in indices] if indices is not None else map(names.of_key, keys or [])
+            )
+            for record in named:
+                issues.append(
+                    record.issue(
+                        "training-suspect",
+                        Severity.WARNING,
+                        f"trained on at step {trained_at}, before the weights were found non-finite at "
+                        f"step {self.steps}",
+                        {**step, "trained_at": trained_at},
+                    )
+                )
+        self._suspected = (window, issues)
         return issues
 
     def _spike_issues(

@@ -212,6 +212,49 @@ def _unpacked_run(octets: np.ndarray, start: int, end: int) -> int:
     return count
 
 
+def _float_data(
+    buf: Any, start: int, pos: int, end: int, wire: int, octets: np.ndarray | None, floats: list[np.ndarray]
+) -> int:
+    """Read a ``float_data`` field whose tag began at ``start`` (its value at ``pos``) into
+    ``floats``, as a view of ``buf``; the position after it. Unpacked values behind the canonical
+    one-byte tag are read as one run of every such field that follows (``octets``: ``buf`` as
+    bytes), each ``float_data`` value of a long run costing no Python step."""
+    if wire == 2:  # packed
+        size, pos = _length(buf, pos, end, "float_data")
+        if size % 4:
+            raise DatumError(f"float_data: packed length {size} at byte {start} is not 4*n")
+        floats.append(np.frombuffer(buf, _FLOAT_LE, size // 4, pos))
+        return pos + size
+    if octets is not None:  # unpacked, canonical tag: the fast path
+        count = _unpacked_run(octets, start, end)
+        if count == 0:
+            raise DatumError(f"float_data: truncated float at byte {pos}")
+        floats.append(np.ndarray((count,), _FLOAT_LE, buf, pos, (5,)))
+        return start + 5 * count
+    if end - pos < 4:  # unpacked behind an over-long tag: one value
+        raise DatumError(f"float_data: truncated float at byte {pos}")
+    floats.append(np.frombuffer(buf, _FLOAT_LE, 1, pos))
+    return pos + 4
+
+
+def _skipped(buf: Any, start: int, pos: int, end: int, number: int, wire: int) -> int:
+    """The position after an unknown field's value (its tag began at ``start``); a group is left
+    to protobuf (`_NeedsProtobuf`)."""
+    if wire == 0:
+        return _varint(buf, pos, end, f"field {number}")[1]
+    if wire == 2:
+        size, pos = _length(buf, pos, end, f"field {number}")
+        return pos + size
+    if wire in (1, 5):
+        pos += 8 if wire == 1 else 4
+        if pos > end:
+            raise DatumError(f"field {number}: truncated at byte {start}")
+        return pos
+    if wire == 3:
+        raise _NeedsProtobuf
+    raise DatumError(f"end-group tag without a group at byte {start}")
+
+
 def _decode(buf: Any, strict: bool) -> Datum:
     """The decoder behind `parse_datum` (``strict=False``) and `looks_like_datum` (unknown fields
     are errors too). ``buf`` is any bytes-like object supporting indexing and the buffer API."""
@@ -246,41 +289,15 @@ def _decode(buf: Any, strict: bool) -> Datum:
                 size, pos = _length(buf, pos, end, name)
                 data = (pos, pos + size)
                 pos += size
-            elif wire == 2:  # packed float_data
-                size, pos = _length(buf, pos, end, name)
-                if size % 4:
-                    raise DatumError(f"float_data: packed length {size} at byte {start} is not 4*n")
-                floats.append(np.frombuffer(buf, _FLOAT_LE, size // 4, pos))
-                pos += size
-            elif pos == start + 1:  # unpacked float_data, canonical tag: the fast path
-                if octets is None:
-                    octets = np.frombuffer(buf, np.uint8)
-                count = _unpacked_run(octets, start, end)
-                if count == 0:
-                    raise DatumError(f"float_data: truncated float at byte {pos}")
-                floats.append(np.ndarray((count,), _FLOAT_LE, buf, pos, (5,)))
-                pos = start + 5 * count
-            else:  # unpacked float_data behind an over-long tag: one value
-                if end - pos < 4:
-                    raise DatumError(f"float_data: truncated float at byte {pos}")
-                floats.append(np.frombuffer(buf, _FLOAT_LE, 1, pos))
-                pos += 4
+            else:
+                canonical = wire == 5 and pos == start + 1  # unpacked behind a one-byte tag
+                if canonical and octets is None:
+                    octets = np.frombuffer(buf, np.uint8)  # the fast path's view, made once
+                pos = _float_data(buf, start, pos, end, wire, octets if canonical else None, floats)
             continue
         if strict:
             raise DatumError(f"unknown field {number} at byte {start}")
-        if wire == 0:
-            _, pos = _varint(buf, pos, end, f"field {number}")
-        elif wire == 2:
-            size, pos = _length(buf, pos, end, f"field {number}")
-            pos += size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-            if pos > end:
-                raise DatumError(f"field {number}: truncated at byte {start}")
-        elif wire == 3:
-            raise _NeedsProtobuf
-        else:
-            raise DatumError(f"end-group tag without a group at byte {start}")
+        pos = _skipped(buf, start, pos, end, number, wire)
 
     if not floats:
         float_data = _NO_FLOATS

@@ -196,20 +196,7 @@ def shares_plot(
     if not categories:
         return "<p class=muted>nothing counted</p>", ""
     named = {_category(issue): issue for issue in marks.on(key, exact)}
-    # the categories a finding names are drawn whatever their share, then the largest
-    largest = sorted(
-        categories,
-        key=lambda c: (
-            c not in named,
-            -max(_share(tonight.get(c, 0), total), _share((baseline or {}).get(c, 0), before)),
-        ),
-    )
-    shown = largest[:MAX_CATEGORIES] if by_share else sorted(largest[:MAX_CATEGORIES], key=_category_order)
-    top = max(
-        [_share(tonight.get(c, 0), total) for c in shown]
-        + [_share((baseline or {}).get(c, 0), before) for c in shown]
-        + [1e-12]
-    )
+    shown, top = _shown(categories, named, (tonight, total), (baseline or {}, before), by_share)
     height, axis = 150, 18
     step = min(WIDTH / len(shown), MAX_STEP)
     width = max(MIN_WIDTH, round(step * len(shown)))
@@ -259,6 +246,25 @@ def shares_plot(
     left = len(categories) - len(shown)
     note = f"<p class=muted>{counted(left, f'more {name}')} with smaller shares not drawn</p>" if left else ""
     return svg, note
+
+
+def _shown(
+    categories: list[str],
+    named: Mapping[str, Issue],
+    tonight: tuple[Mapping[str, int], float],
+    baseline: tuple[Mapping[str, int], float],
+    by_share: bool,
+) -> tuple[list[str], float]:
+    """The categories drawn (those a finding names whatever their share, then the largest; at
+    most `MAX_CATEGORIES`, in category order unless ``by_share``) and the largest share among
+    them, tonight's or the baseline's (each given as (counts, what the shares are of))."""
+
+    def largest_share(category: str) -> float:
+        return max(_share(counts.get(category, 0), whole) for counts, whole in (tonight, baseline))
+
+    largest = sorted(categories, key=lambda c: (c not in named, -largest_share(c)))
+    shown = largest[:MAX_CATEGORIES] if by_share else sorted(largest[:MAX_CATEGORIES], key=_category_order)
+    return shown, max([largest_share(c) for c in shown] + [1e-12])
 
 
 def _category(issue: Issue) -> str:
