@@ -4,7 +4,7 @@ whether a value came from a flag, a config file or an API keyword."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +105,12 @@ def coerce(key: Key, value: Any, where: str) -> Any:
     return value
 
 
-def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
-    """``{"fp16-overflow": "error"}`` (a config table) or ``["fp16-overflow=error"]`` (flags)."""
+def _table(
+    value: Any, where: str, pair: str, table: str, parse: Callable[[str, str, str], Any] = lambda _w, _n, v: v
+) -> Mapping[str, Any]:
+    """A table of name = value: a config file's table as it is, or flags' ``NAME=VALUE`` items
+    (a string, a list of them, or the model's own (name, value) pairs), each value through
+    ``parse(where, name, text)``; ``pair`` and ``table`` say the expected forms."""
     if isinstance(value, str):
         value = [value]
     if isinstance(value, (list, tuple)):
@@ -114,13 +118,26 @@ def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
         for item in value:
             if isinstance(item, tuple) and len(item) == 2:  # the model's own form
                 item = f"{item[0]}={item[1]}"
-            check, sep, level = str(item).partition("=")
+            name, sep, text = str(item).partition("=")
             if not sep:
-                raise UsageError(f"{where}: expected CHECK=LEVEL, got {item!r}")
-            pairs[check.strip()] = level.strip()
+                raise UsageError(f"{where}: expected {pair}, got {item!r}")
+            pairs[name.strip()] = parse(where, name.strip(), text.strip())
         value = pairs
     if not isinstance(value, Mapping):
-        raise UsageError(f"{where}: expected a table of check = level")
+        raise UsageError(f"{where}: expected a table of {table}")
+    return value
+
+
+def _number(where: str, name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{where}: {name}: expected a number, got {text!r}") from None
+
+
+def _severities(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{"fp16-overflow": "error"}`` (a config table) or ``["fp16-overflow=error"]`` (flags)."""
+    value = _table(value, where, "CHECK=LEVEL", "check = level")
     for check, level in value.items():
         if level not in SEVERITY_LEVELS:
             raise UsageError(f"{where}: {check} = {level!r}: choose one of {', '.join(SEVERITY_LEVELS)}")
@@ -132,25 +149,7 @@ def _thresholds(value: Any, where: str) -> tuple[tuple[str, float], ...]:
     family (`scrub.profile.drift.FAMILIES`), each a number from 0 to 1."""
     from scrub.profile.drift import FAMILIES
 
-    if isinstance(value, str):
-        value = [value]
-    if isinstance(value, (list, tuple)):
-        pairs: dict[str, Any] = {}
-        for item in value:
-            if isinstance(item, tuple) and len(item) == 2:  # the model's own form
-                item = f"{item[0]}={item[1]}"
-            family, sep, number = str(item).partition("=")
-            if not sep:
-                raise UsageError(f"{where}: expected FAMILY=VALUE, got {item!r}")
-            try:
-                pairs[family.strip()] = float(number)
-            except ValueError:
-                raise UsageError(
-                    f"{where}: {family.strip()}: expected a number, got {number.strip()!r}"
-                ) from None
-        value = pairs
-    if not isinstance(value, Mapping):
-        raise UsageError(f"{where}: expected a table of family = threshold")
+    value = _table(value, where, "FAMILY=VALUE", "family = threshold", _number)
     found = {}
     for family, number in value.items():
         if family not in FAMILIES:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scrub.profile.sketches import PENDING, Numeric, TopCounts, describe_columns, sketch_columns
+from scrub.profile.sketches import PENDING, Numeric, Pending, TopCounts, describe_columns, sketch_columns
 
 __all__ = ["PROFILE_VERSION", "PartitionProfile", "finish_profile", "load_profile"]
 
@@ -43,7 +43,7 @@ _LEVELS = np.arange(256, dtype=np.float64)
 _SQUARES = _LEVELS * _LEVELS
 
 
-class ArrayGroup:
+class ArrayGroup(Pending):
     """The rows of one shape: how many, their dtypes, their values pooled and per position.
 
     The sampled rows' first positions are held as blocks until more than `PENDING` rows are (a
@@ -51,9 +51,10 @@ class ArrayGroup:
     at most `PENDING` rows (every dataset's, at `ROWS_SAMPLED`) is stated exactly when the
     profile is finished (`describe_columns`), as a Numeric of that many values is."""
 
-    __slots__ = ("records", "dtypes", "row", "features", "positions", "names", "_held", "_size")
+    __slots__ = ("records", "dtypes", "row", "features", "positions", "names")
 
     def __init__(self, positions: int, thin: int = 1) -> None:
+        super().__init__()  # held: (rows, features) blocks
         self.records = 0
         self.dtypes: Counter[str] = Counter()
         self.row = Numeric(thin)
@@ -62,8 +63,6 @@ class ArrayGroup:
         self.features = [Numeric(thin) for _ in range(profiled)]
         #: the names of the row's elements where the reader knows them (a table's columns)
         self.names: tuple[str, ...] | None = None
-        self._held: list[np.ndarray] = []  # (rows, features) blocks
-        self._size = 0
 
     def add_rows(self, features: np.ndarray, pooled: np.ndarray) -> None:
         """Sampled rows: their first positions (one column a feature; the group's own copy),
@@ -93,11 +92,7 @@ class ArrayGroup:
         self.row.merge(other.row)
         for mine, theirs in zip(self.features, other.features):
             mine.merge(theirs)
-        if other._held:
-            self._held += other._held
-            self._size += other._size
-            if self._size > PENDING:
-                self.flush()
+        self._adopt_pending(other)
 
     def to_dict(self) -> dict[str, Any]:
         if self._held and self._size <= PENDING and all(feature.empty for feature in self.features):

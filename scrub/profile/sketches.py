@@ -116,7 +116,28 @@ class Quantiles:
         (self._state,) = state
 
 
-class Numeric:
+class Pending:
+    """What holds values as they come until more than `PENDING` are, then folds them into its
+    sketches at once (`flush`); a merge adopts the other's held values (`_adopt_pending`)."""
+
+    __slots__ = ("_held", "_size")
+
+    def __init__(self) -> None:
+        self._held: list[Any] = []
+        self._size = 0
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def _adopt_pending(self, other: "Pending") -> None:
+        if other._held:
+            self._held += other._held
+            self._size += other._size
+            if self._size > PENDING:
+                self.flush()
+
+
+class Numeric(Pending):
     """One feature's numbers: exact counts of what was seen (finite, NaN, Inf, zero), the
     extremes and the sum, and the quantiles of the finite values.
 
@@ -127,9 +148,10 @@ class Numeric:
     a few microseconds to make and to merge, which per feature per partition added up to more
     than the sketching itself (docs/profile.md, "Cost")."""
 
-    __slots__ = ("count", "nan", "inf", "zero", "low", "high", "total", "quantiles", "thin", "_held", "_size")
+    __slots__ = ("count", "nan", "inf", "zero", "low", "high", "total", "quantiles", "thin")
 
     def __init__(self, thin: int = 1) -> None:
+        super().__init__()  # held: float64 arrays, or per-record floats (a list)
         self.count = self.nan = self.inf = self.zero = 0
         self.low: float | None = None
         self.high: float | None = None
@@ -138,8 +160,6 @@ class Numeric:
         #: the values go into the sketch thinned by this (`Quantiles.update`); alike in every
         #: partition of a dataset
         self.thin = thin
-        self._held: list[Any] = []  # float64 arrays, or per-record floats (a list)
-        self._size = 0
 
     def add(self, values: Any) -> None:
         """Add an array of values (any shape, any real or complex dtype; booleans as 0/1)."""
@@ -221,11 +241,7 @@ class Numeric:
             self.low = other.low if self.low is None else min(self.low, other.low)
             self.high = other.high if self.high is None else max(self.high, other.high)
         self.quantiles.merge(other.quantiles)
-        if other._held:
-            self._held += other._held
-            self._size += other._size
-            if self._size > PENDING:
-                self.flush()
+        self._adopt_pending(other)
 
     def to_dict(self) -> dict[str, Any]:
         """The profile's ``Numeric`` (docs/profile.md). While every value is still held (at most

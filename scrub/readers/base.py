@@ -324,6 +324,42 @@ class Reader(ABC, Generic[PartitionT]):
         return None
 
 
+class FileSetReader(Reader[PartitionT]):
+    """The reader of a dataset that is one file of a kind or a folder of them (WebDataset shards,
+    TFRecord files), as `scrub.writers.base.FileSetWriter` writes them: it sniffs and lists its
+    files one way."""
+
+    @classmethod
+    @abstractmethod
+    def is_set_file(cls, path: Any) -> bool:
+        """Whether ``path``, a file, is one of the format's (cheap: its name, its first bytes)."""
+
+    @classmethod
+    @abstractmethod
+    def set_files_in(cls, folder: Any) -> list[Any]:
+        """The format's files directly inside ``folder``, by name."""
+
+    @classmethod
+    def set_of_files(cls, files: list[Any]) -> bool:
+        """Whether a folder holding ``files`` (`set_files_in`'s) is a dataset of the format."""
+        return bool(files)
+
+    @classmethod
+    def sniff(cls, path: Path) -> bool:
+        if path.is_file():
+            return cls.is_set_file(path)
+        if not path.is_dir():
+            return False
+        try:
+            return cls.set_of_files(cls.set_files_in(path))
+        except OSError:
+            return False
+
+    def files(self) -> list[Any]:
+        """The dataset's files in order (its one file, for a file source)."""
+        return [self.path] if self.path.is_file() else self.set_files_in(self.path)
+
+
 #: format name -> "module:Class" of its reader: the format table's view (`scrub.formats`);
 #: imports are deferred until a reader is used.
 REGISTRY = READERS

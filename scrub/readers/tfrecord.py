@@ -43,7 +43,7 @@ import numpy as np
 
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import DatasetInfo, Reader
+from scrub.readers.base import DatasetInfo, FileSetReader
 from scrub.readers.images import parse_label
 from scrub.readers.tfexample import ExampleError, Feature, parse_example
 from scrub.readers.tfframes import (
@@ -116,7 +116,7 @@ class FrameSpan:
         return self.count
 
 
-class TFRecordReader(Reader[FrameSpan]):
+class TFRecordReader(FileSetReader[FrameSpan]):
     format = "tfrecord"
     forks_cleanly = True  # its scan holds record offsets, no handle
     file_suffixes = (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz")
@@ -129,18 +129,12 @@ class TFRecordReader(Reader[FrameSpan]):
     label_feature: str | None = None
 
     @classmethod
-    def sniff(cls, path: Path) -> bool:
-        if path.is_file():
-            return is_tfrecord_file(path)
-        if not path.is_dir():
-            return False
-        try:
-            return bool(tfrecord_files(path))
-        except OSError:
-            return False
+    def is_set_file(cls, path: Path) -> bool:
+        return is_tfrecord_file(path)
 
-    def files(self) -> list[Path]:
-        return [self.path] if self.path.is_file() else tfrecord_files(self.path)
+    @classmethod
+    def set_files_in(cls, folder: Path) -> list[Path]:
+        return tfrecord_files(folder)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[FrameSpan]]:
         files = self.files()

@@ -55,7 +55,7 @@ import xxhash
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import EXTENSION_FORMATS
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import CacheEntry, DatasetInfo, Reader
+from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader
 from scrub.readers.images import parse_label
 from scrub.readers.tarwalk import (
     SHARD_SUFFIXES,
@@ -170,7 +170,7 @@ class ShardSpan:
         return self.count if self.only is None else len(self.only)
 
 
-class WebDatasetReader(Reader[ShardSpan]):
+class WebDatasetReader(FileSetReader[ShardSpan]):
     format = "webdataset"
     forks_cleanly = True  # its scan holds shards' offsets, no handle
     file_suffixes = SHARD_SUFFIXES
@@ -183,21 +183,18 @@ class WebDatasetReader(Reader[ShardSpan]):
     label_suffix: str | None = None
 
     @classmethod
-    def sniff(cls, path: Path) -> bool:
-        if path.is_file():
-            return is_shard_name(path.name) and looks_like_tar(path)
-        if not path.is_dir():
-            return False
-        try:
-            shards = shard_files(path)
-        except OSError:
-            return False
-        # the first shard may be the damaged one of many (a `damaged-shard` finding): any other
-        return any(looks_like_tar(shard) for shard in shards)
+    def is_set_file(cls, path: Path) -> bool:
+        return is_shard_name(path.name) and looks_like_tar(path)
 
-    def shards(self) -> list[Any]:
+    @classmethod
+    def set_files_in(cls, folder: Any) -> list[Any]:
         """The shards: local paths, or objects of a bucket (`scrub.storage`)."""
-        return [self.path] if self.path.is_file() else shard_files(self.path)
+        return shard_files(folder)
+
+    @classmethod
+    def set_of_files(cls, files: list[Any]) -> bool:
+        # the first shard may be the damaged one of many (a `damaged-shard` finding): any other
+        return any(looks_like_tar(shard) for shard in files)
 
     def place(self, path: str) -> Any:
         """A partition's shard as a path or an object (a worker opens it itself)."""
@@ -205,7 +202,7 @@ class WebDatasetReader(Reader[ShardSpan]):
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[ShardSpan]]:
         forget_listings(self.path)
-        shards = self.shards()
+        shards = self.files()
         if not shards:
             raise UnusableDataset(f"{self.path}: no .tar shards in this folder")
         self.root = str(self.path.parent if self.path.is_file() else self.path)
@@ -573,7 +570,7 @@ class WebDatasetReader(Reader[ShardSpan]):
                     )
 
     def members(self, partitions: Sequence[ShardSpan]) -> Iterator[str]:
-        for shard in self.shards():
+        for shard in self.files():
             yield str(shard)
 
     def locate(self, partition: ShardSpan, offsets: Sequence[int]) -> list[tuple[str, str, int]]:

@@ -38,7 +38,7 @@ class WebDatasetWriter(FileSetWriter[WebDatasetReader]):
     split_name = staticmethod(shard_stem)
 
     def source_files(self) -> list[Any]:
-        return self.reader.shards()
+        return self.reader.files()
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
