@@ -7,7 +7,7 @@ travels unchanged through every stage, so no later stage ever re-derives it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -115,6 +115,38 @@ _DESCRIBED = {
 SEVERITY_NAMES = {severity: severity.value for severity in Severity}
 
 
+def manifest_fields(
+    source: str,
+    key: str,
+    index: int | None,
+    check: str,
+    severity: str,
+    message: str,
+    details: dict[str, Any],
+    content: str | None = None,
+    status: str | None = None,
+    dataset: str | None = None,
+) -> dict[str, Any]:
+    """A manifest line's fields in their order (docs/outputs.md): laid out here only, for an
+    issue (`Issue.to_dict`) and for a batch's findings encoded without an issue object each
+    (`scrub.scanning.encoding.Encoder.add_rows`)."""
+    line: dict[str, Any] = {} if dataset is None else {"dataset": dataset}
+    line |= {
+        "source": source,
+        "key": key,
+        "index": index,
+        "check": check,
+        "severity": severity,
+        "message": message,
+        "details": details,
+    }
+    if content is not None:
+        line["content"] = content
+    if status is not None:
+        line["status"] = status
+    return line
+
+
 @dataclass(slots=True)
 class Issue:
     """One problem found on one record (or on the dataset, with key ``*``).
@@ -139,21 +171,26 @@ class Issue:
     dataset: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        line: dict[str, Any] = {} if self.dataset is None else {"dataset": self.dataset}
-        line |= {
-            "source": self.source,
-            "key": self.key,
-            "index": self.index,
-            "check": self.check,
-            "severity": self.severity.value,
-            "message": self.message,
-            "details": self.details,
-        }
-        if self.content is not None:
-            line["content"] = self.content
-        if self.status is not None:
-            line["status"] = self.status
-        return line
+        return manifest_fields(
+            self.source,
+            self.key,
+            self.index,
+            self.check,
+            self.severity.value,
+            self.message,
+            self.details,
+            self.content,
+            self.status,
+            self.dataset,
+        )
+
+    def stamp(self, severities: Mapping[str, Severity], dataset: str | None) -> None:
+        """Set what the run decides for every issue before its manifest line is written: the
+        severity the user set for its check, and the dataset it belongs to in a run of several."""
+        if self.check in severities:
+            self.severity = severities[self.check]
+        if dataset is not None:
+            self.dataset = dataset
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Issue":

@@ -16,7 +16,7 @@ from scrub.checks.base import (
     sorted_unique,
 )
 from scrub.manifest import LINE_OPTIONS, encode_key, encode_line, json_default
-from scrub.records import SEVERITY_NAMES, Batch, Issue, Severity
+from scrub.records import SEVERITY_NAMES, Batch, Issue, Severity, manifest_fields
 from scrub.reports.findings import Collector
 from scrub.scanning.results import PartitionResult, row_digest
 
@@ -68,10 +68,7 @@ class Encoder:
         pieces = []
         flagged: dict[str, list[int]] = {}
         for issue, offset in zip(result.issues, result.offsets):
-            if issue.check in encoding.severities:
-                issue.severity = encoding.severities[issue.check]
-            if encoding.dataset is not None:
-                issue.dataset = encoding.dataset
+            issue.stamp(encoding.severities, encoding.dataset)
             pieces.append(encode_line(issue))
             collector.add(issue)
             flagged.setdefault(issue.severity.value, []).append(offset)
@@ -87,9 +84,8 @@ class Encoder:
         finding (only for the few the reports keep): the dense path of a broken shard, where
         every row of every block is flagged. The lines are the ones `flush` writes."""
         encoding, collector = self.encoding, self.collector
-        forced = encoding.severities.get(check.id)
-        head: dict[str, Any] = {} if encoding.dataset is None else {"dataset": encoding.dataset}
-        head |= {"source": encode_key(batch.source)}
+        forced = encoding.severities.get(check.id)  # as `Issue.stamp` sets it
+        source = encode_key(batch.source)
         by_position = batch.keys is None  # rows keyed by position: their content is their identity
         pieces = []
         flagged: dict[Severity, list[int]] = {}
@@ -99,16 +95,17 @@ class Encoder:
             severity = forced or finding.severity or check.severity
             index = batch.start + row
             key = batch.key(row)
-            line = head | {
-                "key": key if key.isascii() else encode_key(key),
-                "index": index,
-                "check": check.id,
-                "severity": SEVERITY_NAMES[severity],
-                "message": finding.message,
-                "details": finding.details,
-            }
-            if by_position:
-                line["content"] = row_digest(batch, row)
+            line = manifest_fields(
+                source,
+                key if key.isascii() else encode_key(key),
+                index,
+                check.id,
+                SEVERITY_NAMES[severity],
+                finding.message,
+                finding.details,
+                row_digest(batch, row) if by_position else None,
+                dataset=encoding.dataset,
+            )
             try:
                 pieces.append(orjson.dumps(line, default=json_default, option=LINE_OPTIONS))
             except (orjson.JSONEncodeError, TypeError):  # what encode_line falls back on

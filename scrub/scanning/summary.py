@@ -172,10 +172,7 @@ class ScanAggregate:
         ``position``: its record's (partition, offset), when it has one; ``placed``: the caller
         marks the position itself (many at once, `_mark`), and ``partition`` says its partition
         (the reports' order)."""
-        if issue.check in self.severities:
-            issue.severity = self.severities[issue.check]
-        if self.dataset is not None:
-            issue.dataset = self.dataset
+        issue.stamp(self.severities, self.dataset)
         if self.baseline is not None:
             self.baseline.classify(issue)
         if issue.check in LABEL_CHECKS:
