@@ -46,7 +46,6 @@ from scrub.options.model import FixOptions, ScanOptions, Selection, merged
 from scrub.paths import EVALUATION, TRAINING, split_roles
 from scrub.records import Issue, Severity
 from scrub.scanning.cache import holds_results
-from scrub.scanning.fingerprint import fingerprint
 from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
 from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.scanning.summary import Progress
@@ -310,7 +309,7 @@ def _write(
     assert outputs.clean_target is not None  # staged
     tally = writer.write(verdicts, outputs.clean_target, outputs.quarantine_target, link=options.link)
     _refuse_one_cause(dataset.path, source.manifest, verdicts, severity, tally, options.allow_majority)
-    if fingerprint(dataset.reader, dataset.partitions, dataset.info.root) != dataset.fingerprint:
+    if dataset.take_fingerprint() != dataset.fingerprint:
         raise ScrubError(f"{dataset.path}: the dataset changed while fix ran; nothing was written")
     verification = _verify(
         writer, verdicts, tally, outputs.clean_target, outputs.quarantine_target, source.summary["records"]

@@ -15,7 +15,6 @@ from scrub.fixing.buckets import BucketOutput
 from scrub.fixing.outputs import StagedOutput
 from scrub.manifest import scan_record_path
 from scrub.paths import is_within, overlaps
-from scrub.scanning.fingerprint import fingerprint
 from scrub.scanning.opening import OpenedDataset
 from scrub.storage import Location, is_url, location
 from scrub.writers.base import Writer
@@ -206,6 +205,4 @@ def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset, suffixes: 
 
 def fingerprint_now(dataset: OpenedDataset) -> dict[str, Any]:
     """The dataset's fingerprint, taken here when opening left it to a cached scan's lookups."""
-    if dataset.fingerprint is not None:
-        return dataset.fingerprint
-    return fingerprint(dataset.reader, dataset.partitions, dataset.info.root)
+    return dataset.fingerprint if dataset.fingerprint is not None else dataset.take_fingerprint()

@@ -33,7 +33,6 @@ from scrub.reports import THUMBNAILS
 from scrub.reports.findings import KEYS_PER_CHECK, Collector
 from scrub.scanning.baseline import Baseline
 from scrub.scanning.encoding import Encoding
-from scrub.scanning.fingerprint import fingerprint
 from scrub.scanning.opening import OpenedDataset
 from scrub.scanning.results import PartitionResult
 from scrub.scanning.runner import PartitionWork
@@ -226,7 +225,7 @@ class DatasetScan:
             aggregate.add(result)
 
         # the stats the lookups took are the fingerprint's: a second stat of every file is not needed
-        dataset.fingerprint = fingerprint(reader, dataset.partitions, dataset.info.root, cache.stats)
+        dataset.fingerprint = dataset.take_fingerprint(known=cache.stats)
         self.left = sum(len(s) for s in subsets)
         self.task_count = math.ceil(self.left / size)
         return Tasks(subset_work, subsets, add, subset_work.failure)
@@ -238,9 +237,7 @@ class DatasetScan:
         dataset, aggregate = self.dataset, self.aggregate
         aggregate.finish_profile(self.label_kind)
         if dataset.fingerprint is None:  # the records carried their files' versions
-            dataset.fingerprint = fingerprint(
-                dataset.reader, dataset.partitions, dataset.info.root, read=self._read_versions()
-            )
+            dataset.fingerprint = dataset.take_fingerprint(read=self._read_versions())
             self._versions.clear()
         info = dataset.info
         aggregate.finish_dataset_checks(*self.identities())

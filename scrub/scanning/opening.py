@@ -4,7 +4,7 @@ and `fix` both start from."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,16 @@ class OpenedDataset:
     #: None until taken: a cached scan takes it from its lookups' stats, a scan whose records carry
     #: their files' versions from its reads
     fingerprint: dict[str, Any] | None
+
+    def take_fingerprint(
+        self,
+        known: dict[str, tuple[int, int]] | None = None,
+        read: Iterator[tuple[int, int] | None] | None = None,
+    ) -> dict[str, Any]:
+        """The dataset's fingerprint as it is now (`scrub.scanning.fingerprint.fingerprint`), from
+        the stats ``known`` already (a cached scan's lookups) or the versions its reads found
+        (``read``), else from a stat of each file: the one way every command takes it."""
+        return fingerprint(self.reader, self.partitions, self.info.root, known, read)
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -76,8 +86,10 @@ def open_dataset(
         raise UnopenedDataset(str(error), reader.format) from None
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
     later = cached or (scanned and reader.records_carry_versions)
-    taken = None if later else fingerprint(reader, partitions, info.root)
-    return OpenedDataset(place, reader, info, partitions, taken)
+    dataset = OpenedDataset(place, reader, info, partitions, None)
+    if not later:
+        dataset.fingerprint = dataset.take_fingerprint()
+    return dataset
 
 
 def options_of(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:
