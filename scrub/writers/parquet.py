@@ -36,7 +36,6 @@ from scrub.readers.parquet import (
     ArrowStorage,
     ParquetReader,
     ParquetStorage,
-    huggingface_features,
     pyarrow_modules,
 )
 from scrub.readers.savedtodisk import (
@@ -48,6 +47,7 @@ from scrub.readers.savedtodisk import (
     rebuilt_state,
     state_files,
 )
+from scrub.readers.tablecontents import huggingface_features
 from scrub.writers.base import Tally, Verdicts, Writer
 
 
