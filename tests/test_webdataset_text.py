@@ -15,7 +15,7 @@ import pytest
 
 import scrub
 from scrub.fixing.restoring import restore
-from scrub.readers.webdataset import decode_tenbin
+from scrub.readers.samplecontents import decode_tenbin
 
 wds = pytest.importorskip("webdataset")
 

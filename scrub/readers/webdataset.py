@@ -4,30 +4,11 @@ A sample is the run of consecutive members that share a key, by WebDataset's own
 (``webdataset.tariterators.base_plus_ext``): the member's path up to the first dot of its
 basename; the rest is the member's extension (``jpg``, ``cls``, ``seg.png``). Members without an
 extension, directories, links and ``__meta__``-style members belong to no sample, as for
-WebDataset; `fix` copies them unchanged. A sample's record is its key, its data (the member
-``--data-key`` names, else the first of these) and its label (``.cls`` and the other class-id
-extensions, ``.txt`` when every sampled one is an integer, or ``--label-key``):
-
-* an image member: an image record;
-* a ``.npy`` member: an array record;
-* a ``.json`` or msgpack (``.mp``, ``.msgpack``, ``.msg``) object with a language model's fields
-  (``input_ids``, ``messages``, ``prompt``/``completion``, ``text``: read by
-  `scrub.readers.tokenfields.fill_record`): a token or text record;
-* a ``.ten`` (``.tenbin``, ``.tb``) member (WebDataset's tenbin, `decode_tenbin`): its first
-  integer array is the input ids of a token record (an array named ``labels`` is their labels,
-  one named ``attn`` or ``mask`` their attention mask); without an integer array its first array
-  is an array record;
-* a ``.txt`` (``.text``, ``.transcript``) member that is not the label: a text record (UTF-8, as
-  WebDataset decodes it);
-* a ``.json`` or msgpack value of numbers (an object of numbers, a list of them): an array
-  record of those numbers. Another object is metadata (a URL, a source): a sample with nothing
-  else is ``malformed-sample``, as one with no member to train on (named by ``--data-key``:
-  ``malformed-record``, naming its fields).
-
-A member compressed with gzip (``.txt.gz``, as WebDataset decompresses it) is read as the member
-it holds. The dataset is a language model's (`Carries.TOKENS`) when the first samples are
-token or text records. Its other ``.npy``, ``.json``, msgpack and ``.ten`` members are checked to
-load.
+WebDataset; `fix` copies them unchanged. This module is the container: it walks shards and groups
+their members into samples, and says what the shard did to a sample (cut short, a doubled
+extension); what the members hold, and how a sample becomes a record, is the content
+interpreter's, `scrub.readers.samplecontents` (WebDataset's ``decode`` stage). The dataset is a
+language model's (`Carries.TOKENS`) when the first samples are token or text records.
 
 Shards are walked by `scrub.readers.tarwalk`: the driver walks every shard's headers (seeking
 past the data of an uncompressed shard; a compressed one is decompressed once) to count samples
@@ -40,23 +21,23 @@ on the shard.
 
 from __future__ import annotations
 
-import json
 import re
-import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
-from scrub.checks.images import EXTENSION_FORMATS
 from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader
-from scrub.readers.images import parse_label
+from scrub.readers.samplecontents import (
+    IMAGE_SUFFIXES,
+    SampleContents,
+    choose_label_suffix,
+)
 from scrub.readers.tarwalk import (
     SHARD_SUFFIXES,
     STREAM_ERRORS,
@@ -69,8 +50,6 @@ from scrub.readers.tarwalk import (
     shard_files,
     walk_shard,
 )
-from scrub.readers.tokenfields import KNOWN, fill_record
-from scrub.readers.values import decode_value, use_array
 from scrub.records import Carries, Record
 from scrub.storage import forget_listings, is_url, location, stat_version
 from scrub.wording import agreeing, counted
@@ -79,22 +58,12 @@ from scrub.wording import agreeing, counted
 _KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 #: members WebDataset skips as metadata (its ``skip_meta``)
 _META = re.compile(r"__[^/]*__($|/)")
-IMAGE_SUFFIXES = frozenset(extension.lstrip(".") for extension in EXTENSION_FORMATS)
-#: extensions that hold a class id, in the order one is chosen (WebDataset decodes them as int)
-LABEL_SUFFIXES = ("cls", "cls2", "class", "label", "target")
 #: how many ``.txt`` members are read to tell class ids from captions
 SAMPLED_TEXTS = 64
 #: how many of the first samples are read to tell a language model's dataset (`Carries.TOKENS`)
 SAMPLED_RECORDS = 32
-JSON_SUFFIXES = frozenset({"json", "jsn"})
-MSGPACK_SUFFIXES = frozenset({"mp", "msgpack", "msg"})
-TEXT_SUFFIXES = frozenset({"txt", "text", "transcript"})
-#: WebDataset's extensions of tenbin members
-TENBIN_SUFFIXES = frozenset({"ten", "tenbin", "tb"})
 #: how many shards of a bucket the driver walks at once (each waits on its requests)
 WALKERS = 8
-#: a gzip member decompresses to at most this much (a small bomb is not read whole)
-GZIP_LIMIT = 1 << 28
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -181,6 +150,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
 
     #: the label's extension chosen by `open` (None: unlabelled)
     label_suffix: str | None = None
+    #: how a sample's members become a record (`scrub.readers.samplecontents`), set by `open`
+    contents: SampleContents = SampleContents(None, None)
 
     @classmethod
     def is_set_file(cls, path: Path) -> bool:
@@ -261,7 +232,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
                     "members (its last sample may be missing members)"
                 )
             info.files[source] = described
-        self.label_suffix = self._label_suffix(suffixes, texts, info)
+        self.label_suffix = choose_label_suffix(self.options.label_key, suffixes, texts, info, self.path)
+        self.contents = SampleContents(self.options.data_key, self.label_suffix)
         info.labelled = self.label_suffix is not None
         data_key = self.options.data_key
         if data_key is not None and data_key.lower() not in suffixes:
@@ -301,30 +273,6 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             )
         else:
             self.provides = type(self).provides | {Carries.TOKENS, Carries.SEQUENCES}
-
-    def _label_suffix(self, suffixes: dict[str, int], texts: list[bytes], info: DatasetInfo) -> str | None:
-        given = self.options.label_key
-        if given is not None:
-            if given.lower() not in suffixes:
-                known = ", ".join(sorted(suffixes)) or "none"
-                raise UsageError(
-                    f"--label-key {given}: no sample of {self.path} has it (extensions: {known})"
-                )
-            return given.lower()
-        chosen = next((suffix for suffix in LABEL_SUFFIXES if suffix in suffixes), None)
-        if chosen is not None:
-            return chosen
-        if texts and all(isinstance(parse_label(_text(t)), int) for t in texts):
-            info.notes.append("labels read from the .txt members (every one sampled is an integer)")
-            return "txt"
-        if texts:
-            info.notes.append(
-                "the .txt members are text (captions), not class ids: no labels are checked "
-                "(--label-key names a label member)"
-            )
-        else:
-            info.notes.append("no .cls (or other class-id) member: no labels are checked")
-        return None
 
     def read(self, partition: ShardSpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         if partition.only is not None:
@@ -388,8 +336,9 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
                     return
 
     def _record(self, sample: Sample, source: str, index: int) -> Record:
+        """A sample's record: what the shard did to it (a cut, a doubled extension) said here, what
+        its members hold read by `SampleContents`."""
         record = Record(source, sample.key, index, None)
-        data_suffix = self.options.data_key.lower() if self.options.data_key else None
         seen: set[str] = set()
         for suffix, member in sample.members:
             if suffix in seen:
@@ -426,148 +375,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
                     offset=sample.cut_after,
                 )
             )
-        if data_suffix is None:
-            data_suffix = self._data_suffix(sample, seen)
-        data = sample.get(data_suffix) if data_suffix is not None else None
-        if data is None:
-            wanted = f".{data_suffix}" if self.options.data_key else "image, .npy, text, .json, .mp or .ten"
-            record.problems.append(
-                problem(
-                    record,
-                    "malformed-sample",
-                    f"no {wanted} member (has {', '.join('.' + s for s in sorted(seen)) or 'none'})",
-                    extensions=sorted(seen),
-                )
-            )
-        elif not data.cut:
-            assert data.data is not None and data_suffix is not None
-            record.meta["name"] = data.name
-            self._read_data(record, data_suffix, data)
-        for suffix, member in sample.members:
-            if member is not data and not member.cut:
-                self._check_member(record, suffix, member)
-        record.meta["label_known"] = self.label_suffix is not None
-        label = sample.get(self.label_suffix) if self.label_suffix else None
-        if label is not None and not label.cut:
-            assert label.data is not None
-            record.label = parse_label(_text(label.data))
+        self.contents.fill(record, sample.members, seen)
         return record
-
-    def _data_suffix(self, sample: Sample, seen: set[str]) -> str | None:
-        """The extension of the member that is a sample's data (see the module's docstring)."""
-        lasts = [(suffix, _inner(suffix)) for suffix, _ in sample.members if suffix != self.label_suffix]
-        for suffix, last in lasts:
-            if last.rsplit(".", 1)[-1] in IMAGE_SUFFIXES:
-                return suffix
-        if "npy" in seen:
-            return "npy"
-        values: dict[str, Any] = {}
-        for suffix, last in lasts:
-            member = sample.get(suffix)
-            if (last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES) and member is not None and member.data:
-                try:
-                    value = values[suffix] = _decoded(last, member.data)
-                except ValueError:
-                    continue  # said where it is checked
-                if isinstance(value, dict) and any(name in value for name in KNOWN):
-                    return suffix
-        for wanted in (TENBIN_SUFFIXES, TEXT_SUFFIXES):
-            found = next((suffix for suffix, last in lasts if last in wanted), None)
-            if found is not None:
-                return found
-        # numbers are data (WebDataset's mpdata.tar); another object is metadata (a URL, a source)
-        return next((suffix for suffix, value in values.items() if _numbers(value) is not None), None)
-
-    def _read_data(self, record: Record, suffix: str, member: Member) -> None:
-        """Set the record's payload from its data member (see the module's docstring)."""
-        assert member.data is not None
-        data = member.data
-        last = _inner(suffix)
-        if last != suffix:  # a gzip member: the member it holds
-            try:
-                data = _gunzip(data)
-            except ValueError as error:
-                record.problems.append(problem(record, "malformed-sample", f"{member.name}: {error}"))
-                return
-        if last.rsplit(".", 1)[-1] in IMAGE_SUFFIXES:
-            record.payload, record.meta["kind"] = data, "image"
-        elif last == "npy":
-            decode_value(record, data, "npy", False)
-        elif last in TEXT_SUFFIXES:
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as error:
-                record.problems.append(
-                    problem(record, "malformed-record", f"{member.name} is not UTF-8 text: {error.reason}")
-                )
-                return
-            record.payload, record.meta["kind"] = (("text", text, True),), "text"
-        elif last in TENBIN_SUFFIXES:
-            try:
-                arrays = decode_tenbin(data)
-            except ValueError as error:
-                record.problems.append(problem(record, "malformed-sample", f"{member.name}: {error}"))
-                return
-            _use_tensors(record, arrays, member.name)
-        elif last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES:
-            try:
-                value = _decoded(last, data)
-            except ValueError as error:
-                record.problems.append(problem(record, "malformed-sample", f"{member.name}: {error}"))
-                return
-            numbers = _numbers(value)
-            if numbers is not None:
-                use_array(record, numbers)
-            elif isinstance(value, dict):
-                fill_record(record, value)
-            else:
-                record.problems.append(
-                    problem(
-                        record,
-                        "malformed-record",
-                        f"{member.name} holds {type(value).__name__}, not an object",
-                    )
-                )
-        else:  # a member --data-key names, of no known kind: its bytes (as images are read)
-            record.payload, record.meta["kind"] = data, "image"
-
-    def _check_member(self, record: Record, suffix: str, member: Member) -> None:
-        """A sample's ``.json``, msgpack, ``.ten`` and other ``.npy`` members must load."""
-        assert member.data is not None
-        last = suffix.rsplit(".", 1)[-1]
-        if last in JSON_SUFFIXES or last in MSGPACK_SUFFIXES or last in TENBIN_SUFFIXES:
-            try:
-                decode_tenbin(member.data) if last in TENBIN_SUFFIXES else _decoded(last, member.data)
-            except ValueError as error:
-                record.problems.append(
-                    problem(
-                        record,
-                        "malformed-sample",
-                        f"{member.name} does not load: {error}",
-                        member=member.name,
-                    )
-                )
-        elif last == "npy":
-            side = Record(record.source, record.key, record.index, None)
-            decode_value(side, member.data, "npy", False)
-            for found in side.problems:
-                found.check = "malformed-sample"
-                found.message = f"{member.name}: {found.message}"
-                record.problems.append(found)
-            values = side.payload
-            if isinstance(values, np.ndarray) and values.dtype.kind in "fc":
-                with np.errstate(invalid="ignore"):
-                    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
-                if bad:
-                    record.problems.append(
-                        problem(
-                            record,
-                            "nonfinite-data",
-                            f"{member.name}: {bad} NaN or infinite values",
-                            member=member.name,
-                            count=bad,
-                        )
-                    )
 
     def members(self, partitions: Sequence[ShardSpan]) -> Iterator[str]:
         for shard in self.files():
@@ -588,133 +397,10 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         ]
 
 
-#: tenbin's dtype codes (webdataset.tenbin's ``long_to_short``; its ``u4`` is NumPy's uint32)
-TENBIN_DTYPES = frozenset({"f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"})
-TENBIN_MAGIC = b"~TenBin~"
-
-
-def decode_tenbin(data: bytes) -> list[tuple[str, np.ndarray]]:
-    """The (name, array) pairs of a ``.ten`` member, by WebDataset's tenbin layout: chunks of
-    ``~TenBin~``, an int64 length and that many bytes padded to a multiple of 64, in pairs of a
-    header chunk (int64s: the dtype code as 8 ASCII bytes, the name as 8 ASCII bytes, the rank,
-    the dimensions) and a data chunk. Little-endian, as every machine WebDataset runs on writes
-    it. ValueError saying what is wrong."""
-    chunks: list[bytes] = []
-    offset = 0
-    while offset < len(data):
-        if data[offset : offset + 8] != TENBIN_MAGIC:
-            raise ValueError(f"no tenbin chunk at byte {offset} (magic {data[offset : offset + 8]!r})")
-        if offset + 16 > len(data):
-            raise ValueError(f"tenbin chunk at byte {offset} is cut short")
-        size = int.from_bytes(data[offset + 8 : offset + 16], "little", signed=True)
-        if size < 0 or offset + 16 + size > len(data):
-            raise ValueError(
-                f"tenbin chunk at byte {offset} claims {size} bytes, {len(data) - offset - 16} follow"
-            )
-        chunks.append(data[offset + 16 : offset + 16 + size])
-        offset += 16 + -(-size // 64) * 64
-    if len(chunks) % 2:
-        raise ValueError(f"{counted(len(chunks), 'tenbin chunk')}: a header without its data")
-    arrays = []
-    for header, values in zip(chunks[::2], chunks[1::2]):
-        if len(header) < 24 or len(header) % 8:
-            raise ValueError(f"a tenbin header of {len(header)} bytes")
-        code = header[:8].rstrip(b"\0").decode("ascii", errors="replace")
-        name = header[8:16].rstrip(b"\0").decode("ascii", errors="replace")
-        numbers = np.frombuffer(header, dtype="<i8")
-        rank = int(numbers[2])
-        if code not in TENBIN_DTYPES:
-            raise ValueError(f"tenbin dtype {code!r} is not one tenbin writes")
-        if not 0 <= rank < 10 or len(numbers) < 3 + rank or (numbers[3 : 3 + rank] < 0).any():
-            raise ValueError(f"a tenbin header of rank {rank} with dimensions {numbers[3:].tolist()}")
-        shape = tuple(int(n) for n in numbers[3 : 3 + rank])
-        dtype = np.dtype("<" + code)
-        count = int(np.prod(shape, dtype=np.int64))
-        if count * dtype.itemsize > len(values):
-            raise ValueError(
-                f"tenbin array {name!r} of shape {shape} needs {count * dtype.itemsize} bytes, "
-                f"has {len(values)}"
-            )
-        arrays.append((name, np.frombuffer(values, dtype=dtype, count=count).reshape(shape)))
-    return arrays
-
-
-def _use_tensors(record: Record, arrays: list[tuple[str, np.ndarray]], name: str) -> None:
-    """A ``.ten`` member's arrays as a record: the first integer array not named as labels or a
-    mask is the input ids (see the module's docstring), else the first array is an array record."""
-    labels = next((a for n, a in arrays if n == "labels" and a.dtype.kind in "iu"), None)
-    mask = next(
-        (a for n, a in arrays if n.startswith(("attn", "attentio", "mask")) and a.dtype.kind in "iu"), None
-    )
-    ids = next((a for n, a in arrays if a.dtype.kind in "iu" and a is not labels and a is not mask), None)
-    if ids is not None:
-        record.payload, record.meta["kind"] = ids.ravel(), "tokens"
-        if labels is not None:
-            record.meta["token_labels"] = labels.ravel()
-        if mask is not None:
-            record.meta["attention_mask"] = mask.ravel()
-    elif arrays:
-        use_array(record, arrays[0][1])
-    else:
-        record.problems.append(problem(record, "malformed-sample", f"{name} holds no array"))
-
-
-def _inner(suffix: str) -> str:
-    """The extension of the member a gzip member holds (``txt.gz`` -> ``txt``), else ``suffix``."""
-    return suffix[:-3] if suffix.endswith(".gz") else suffix
-
-
-def _gunzip(data: bytes) -> bytes:
-    """A gzip member's content, at most `GZIP_LIMIT` bytes; ValueError saying why not."""
-    inflater = zlib.decompressobj(wbits=47)  # gzip or zlib headers
-    try:
-        out = inflater.decompress(data, GZIP_LIMIT)
-    except zlib.error as error:
-        raise ValueError(f"does not decompress: {error}") from None
-    if inflater.unconsumed_tail:
-        raise ValueError(f"decompresses to more than {GZIP_LIMIT} bytes")
-    return out
-
-
-def _decoded(suffix: str, data: bytes) -> Any:
-    """A ``.json`` or msgpack member's value; ValueError saying why it does not load."""
-    if suffix in JSON_SUFFIXES:
-        try:
-            return json.loads(data)
-        except ValueError as error:
-            raise ValueError(f"not JSON: {error}") from None
-    try:
-        import msgpack
-    except ImportError:
-        raise ValueError("msgpack is not installed: pip install msgpack") from None
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as error:
-        raise ValueError(f"not msgpack: {error}") from None
-
-
-def _numbers(value: Any) -> np.ndarray | None:
-    """An object of numbers or a list of them as a float64 row (WebDataset's numeric ``.mp``
-    samples), else None."""
-    items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else None
-    if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
-        return None
-    if isinstance(value, list) and all(isinstance(v, int) for v in items):
-        return None  # a bare list of integers: read as a record's fields cannot name it
-    try:
-        return np.asarray(items, dtype=np.float64)
-    except OverflowError:
-        return None
-
-
 def _last_whole(sample: Sample) -> str:
     """What a cut's message says of the last whole sample before ``sample`` (when its partition
     holds it)."""
     return f"; the last whole sample is {sample.previous}" if sample.previous is not None else ""
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace").strip()
 
 
 @dataclass
