@@ -452,8 +452,10 @@ def checks(
         from scrub.api import load_plugins
         from scrub.checks import REGISTRY, catalogue
         from scrub.checks.base import DOC_SECTIONS
+        from scrub.formats import load_format_checks
 
         load_plugins(plugin or ())
+        load_format_checks()  # installed formats' own reader checks too
 
         if check_id is None:
             table = Table("id", "severity", "kind", "finds", box=None)

@@ -41,6 +41,10 @@ class Format:
     #: keywords as every option is, read by its reader as ``self.options.<attribute>``; two
     #: formats may share one (the same `Key`)
     options: tuple[Key, ...] = ()
+    #: the module that declares the format's own reader checks (`scrub.checks.base.reader_check`,
+    #: beside the reader that raises them), where they are not scrub's own: imported when the
+    #: catalogue is listed (`scrub checks`), as a scan imports it with the reader
+    checks: str | None = None
 
     def install_hint(self) -> str | None:
         """How to install what it needs, for the one line a missing library gives."""
@@ -130,6 +134,19 @@ def load_plugins() -> None:
             register(row, before="images")  # before the reader that takes any folder
         except ValueError as error:  # a name or an option another format holds
             raise UsageError(f"format plugin {point.name} ({point.value}): {error}") from None
+
+
+def load_format_checks() -> None:
+    """Import every format's own checks module (`Format.checks`), installed packages' included,
+    so that the catalogue lists their checks; one that does not import is a one-line error."""
+    for name in format_names():
+        module = FORMATS[name].checks
+        if module is None:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # any error of a third-party module: said, never a traceback
+            raise UsageError(f"format {name}: its checks ({module}) do not import: {error}") from None
 
 
 BUILT_IN: frozenset[str] = frozenset()  # scrub's own formats (set below)
