@@ -5,6 +5,8 @@ written as a pair of files, with a reader check of its own, it passes scrub's co
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -29,3 +31,18 @@ class TestToyFormat(FormatSuite):
         labels[9] = toyrows.NO_LABEL
         toyrows.write_pair(tmp_path / "train", rows, labels[:-1])  # the last row past the labels' end
         return Subject("toyrows", tmp_path / "train", {"num_classes": 3})
+
+
+def test_scrub_checks_lists_and_explains_the_formats_own_check():
+    environment = {**os.environ, "PYTHONPATH": f"{TOY}{os.pathsep}{REPO}"}
+    listed = subprocess.run(
+        [sys.executable, "-m", "scrub", "checks"], capture_output=True, text=True, env=environment
+    )
+    assert listed.returncode == 0 and "toyrows-unlabelled" in listed.stdout, listed.stderr
+    explained = subprocess.run(
+        [sys.executable, "-m", "scrub", "checks", "toyrows-unlabelled"],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    assert explained.returncode == 0 and "labelled -1" in explained.stdout, explained.stderr

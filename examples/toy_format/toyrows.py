@@ -207,4 +207,5 @@ TOYROWS = Format(
     "toyrows:ToyWriter",
     "toyrows",
     holds="a toyrows pair (PREFIX.rows + PREFIX.labels, named by PREFIX or either file)",
+    checks="toyrows",  # where its reader check is declared: `scrub checks` lists it
 )
