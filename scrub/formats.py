@@ -180,6 +180,7 @@ NUMPY_LABELS = Key(
         "NumPy: a .npy of labels aligned with the data file's rows (X.npy --labels y.npy): read, "
         "checked and split by fix together with the rows."
     ),
+    companion="the labels",
 )
 
 for _row in (

@@ -35,6 +35,10 @@ class Key:
     #: an output option each dataset of a run may set for itself (a config file's ``cache``):
     #: not one of the run's (`run_wide`)
     each_dataset: bool = False
+    #: a format's own option naming a file read beside the data file, and what that file is
+    #: ("the labels": NumPy's ``--labels``): a folder or a pattern that names the file too does
+    #: not scan it as a dataset, and it belongs to one data file (`expand_datasets`)
+    companion: str | None = None
 
     @property
     def commands(self) -> tuple[str, ...]:

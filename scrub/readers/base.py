@@ -667,15 +667,19 @@ class Datasets:
     skipped: list[Path] = field(default_factory=list)
     #: entries of a folder of datasets that are scrub's own outputs (``NAME.clean``, ...)
     outputs: list[Path] = field(default_factory=list)
-    #: the ``--labels`` file, where a folder or a pattern names it too: the data's labels
-    labels: list[Path] = field(default_factory=list)
+    #: files a format's option reads beside the data file (`Key.companion`: NumPy's ``--labels``),
+    #: where a folder or a pattern names them too: what each is, and the file
+    companions: list[tuple[str, Path]] = field(default_factory=list)
 
     def note(self) -> str | None:
         said = []
+        companions: dict[str, list[Path]] = {}
+        for what, path in self.companions:
+            companions.setdefault(what, []).append(path)
         for what, paths in (
             ("not datasets", self.skipped),
             ("scrub's own outputs (cleaned copies, quarantines)", self.outputs),
-            ("the labels --labels reads with the data", self.labels),
+            *companions.items(),
         ):
             if paths:
                 names = ", ".join(str(p) for p in paths[:5]) + (
@@ -721,15 +725,21 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
     unique: dict[Any, Path] = {}
     for path in found.paths:
         unique.setdefault(str(path) if is_url(path) else path.resolve(), path)
-    if options.labels is not None and Path(options.labels).resolve() in unique:
-        found.labels.append(unique.pop(Path(options.labels).resolve()))  # not data: the data's labels
+    companions = [(key, getattr(options, key.attribute)) for key in FORMAT_KEYS.values() if key.companion]
+    for key, named in companions:
+        if named is not None and Path(named).resolve() in unique:  # not data: read with the data
+            said = f"{key.companion} --{key.name} reads with the data"
+            found.companions.append((said, unique.pop(Path(named).resolve())))
     found.paths = list(unique.values())
-    if options.labels is not None and len(found.paths) > 1:
-        names = ", ".join(str(path) for path in found.paths[:3]) + (" ..." if len(found.paths) > 3 else "")
-        raise UsageError(
-            f"--labels {options.labels}: the labels of one data file, and {len(found.paths)} datasets are "
-            f"named ({names}): name the data file alone"
-        )
+    for key, named in companions:
+        if named is not None and len(found.paths) > 1:
+            names = ", ".join(str(path) for path in found.paths[:3]) + (
+                " ..." if len(found.paths) > 3 else ""
+            )
+            raise UsageError(
+                f"--{key.name} {named}: {key.companion} of one data file, and {len(found.paths)} datasets "
+                f"are named ({names}): name the data file alone"
+            )
     return found
 
 
