@@ -41,7 +41,7 @@ from scrub.readers.base import DatasetInfo
 from scrub.readers.images import parse_label
 from scrub.readers.tarwalk import Member
 from scrub.readers.tokenfields import KNOWN, fill_record
-from scrub.readers.values import decode_value, use_array
+from scrub.readers.values import decode_value, nonfinite_beside, use_array
 from scrub.records import Record
 from scrub.wording import counted
 
@@ -227,18 +227,7 @@ class SampleContents:
                 record.problems.append(found)
             values = side.payload
             if isinstance(values, np.ndarray) and values.dtype.kind in "fc":
-                with np.errstate(invalid="ignore"):
-                    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
-                if bad:
-                    record.problems.append(
-                        problem(
-                            record,
-                            "nonfinite-data",
-                            f"{member.name}: {bad} NaN or infinite values",
-                            member=member.name,
-                            count=bad,
-                        )
-                    )
+                nonfinite_beside(record, member.name, values, member=member.name)
 
 
 def _get(members: Sequence[tuple[str, Member]], extension: str) -> Member | None:

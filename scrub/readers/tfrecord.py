@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, FileSetReader
@@ -58,7 +56,7 @@ from scrub.readers.tfframes import (
     walk_frames,
 )
 from scrub.readers.tokenfields import IDS, TEXT_FIELDS, fill_record
-from scrub.readers.values import use_array
+from scrub.readers.values import nonfinite_beside, use_array
 from scrub.records import Carries, Record
 from scrub.storage import is_url, location
 
@@ -327,17 +325,7 @@ class TFRecordReader(FileSetReader[FrameSpan]):
                 fill_record(record, _fields(example), data_key=data, label_key=self.options.label_key)
         for name, (kind, values) in example.items():
             if kind == "float" and name != data and name != self.label_feature and values.size:
-                bad = int(values.size - np.count_nonzero(np.isfinite(values)))
-                if bad:
-                    record.problems.append(
-                        problem(
-                            record,
-                            "nonfinite-data",
-                            f"{name}: {bad} NaN or infinite values",
-                            feature=name,
-                            count=bad,
-                        )
-                    )
+                nonfinite_beside(record, name, values, feature=name)
         if self.label_feature is not None:
             record.label = _label(example.get(self.label_feature))
 

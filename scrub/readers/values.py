@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -253,3 +254,15 @@ def use_array(record: Record, array: np.ndarray) -> None:
         return
     record.payload, record.meta["kind"] = array, "array"
     record.meta["shape"] = "x".join(map(str, array.shape))  # uint8 data and float_data batch alike
+
+
+def nonfinite_beside(record: Record, name: str, values: np.ndarray, **where: Any) -> None:
+    """A ``nonfinite-data`` problem on ``record`` where ``values``, an array read beside its data
+    (another ``.npy`` member, a float feature), holds NaN or infinite values; ``where`` names the
+    array in the details (``member=...``, ``feature=...``)."""
+    with np.errstate(invalid="ignore"):
+        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+    if bad:
+        record.problems.append(
+            problem(record, "nonfinite-data", f"{name}: {bad} NaN or infinite values", **where, count=bad)
+        )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from scrub.checks.contract import names_no_record
 from scrub.fixing.ledger import Ledger
 from scrub.formats import WRITERS
-from scrub.readers.base import Reader
+from scrub.readers.base import FileSetReader, Reader
 from scrub.records import Issue, Severity
 from scrub.storage import is_url
 
@@ -170,9 +170,10 @@ class FileSetWriter(Writer[ReaderT]):
     def base_name(self) -> str:
         return self.source.name if self.source.is_dir() else self.split_name(self.source.name)[0]
 
-    @abstractmethod
     def source_files(self) -> list[Any]:
-        """The source's files in order (its one file, for a file source)."""
+        """The source's files in order (its one file, for a file source): by default, as its
+        reader (a `scrub.readers.base.FileSetReader`) lists them."""
+        return cast(FileSetReader, self.reader).files()
 
     def file_name(self, file: Any) -> str:
         """A source file's name within the dataset: its records' source, its output's name."""

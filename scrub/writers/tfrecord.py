@@ -58,9 +58,6 @@ class TFRecordWriter(FileSetWriter[TFRecordReader]):
 
     split_name = staticmethod(split_name)
 
-    def source_files(self) -> list[Any]:
-        return self.reader.files()
-
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
         quarantines = self.make_outputs(clean, quarantine)

@@ -15,7 +15,7 @@ import shutil
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, cast
 
 from scrub.fixing.ledger import Ledger, identity_seed
 from scrub.readers.tarwalk import SHARD_SUFFIXES, Member, is_compressed, open_shard, walk_shard
@@ -36,9 +36,6 @@ class WebDatasetWriter(FileSetWriter[WebDatasetReader]):
     reads_objects = True
 
     split_name = staticmethod(shard_stem)
-
-    def source_files(self) -> list[Any]:
-        return self.reader.files()
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
         tally = Tally()
