@@ -195,6 +195,12 @@ class _Comparison:
         self.notes.append(f"drift: {feature} is in {side} only, not in {other}: not compared")
         return True
 
+    def _moved(
+        self, family: str, feature: str, distance: float, limit: float, said: str, details: dict[str, Any]
+    ) -> None:
+        """A feature of ``family`` moved past its limit: the family's drift check finds it."""
+        self.found.append(DriftFinding(FAMILY_CHECKS[family], feature, distance, limit, said, details))
+
     def record_count(self, previous: Mapping[str, Any], current: Mapping[str, Any]) -> None:
         before, now = int(previous.get("records", 0)), int(current.get("records", 0))
         threshold = self.thresholds.records
@@ -437,24 +443,16 @@ class _Comparison:
                 )
                 + f": sampling misses it so only by chance (L-infinity distance {distance:.3f})"
             )
-        self.found.append(
-            DriftFinding(
-                FAMILY_CHECKS[family],
-                feature,
-                distance,
-                limit,
-                said,
-                {
-                    "metric": "l-infinity",
-                    "rule": rule,
-                    "category": name,
-                    "previous_share": share_before,
-                    "current_share": share_now,
-                    "family_threshold": threshold,
-                    "sampling_floor": limit if limit > threshold else None,
-                },
-            )
-        )
+        details = {
+            "metric": "l-infinity",
+            "rule": rule,
+            "category": name,
+            "previous_share": share_before,
+            "current_share": share_now,
+            "family_threshold": threshold,
+            "sampling_floor": limit if limit > threshold else None,
+        }
+        self._moved(family, feature, distance, limit, said, details)
 
     def top_ids(self, previous: Mapping[str, Any], current: Mapping[str, Any]) -> None:
         """The most frequent ids' shares of all tokens. An id listed on one side only is below the
@@ -547,29 +545,24 @@ class _Comparison:
         if distance <= limit:
             return
         median_before, median_now = quantiles_before[50], quantiles_now[50]
-        self.found.append(
-            DriftFinding(
-                FAMILY_CHECKS[family],
-                feature,
-                distance,
-                limit,
-                f"{feature}{f' (column {named})' if named else ''}: "
-                f"{_centres(previous, current, median_before, median_now)} "
-                f"(range {_range(current, quantiles_now)}, baseline "
-                f"{_range(previous, quantiles_before)}): Jensen-Shannon distance "
-                f"{distance:.3f} > {limit:.3f}" + _floor_said(limit, threshold),
-                {
-                    "metric": "jensen-shannon",
-                    "previous_median": median_before,
-                    "current_median": median_now,
-                    "previous_mean": previous.get("mean"),
-                    "current_mean": current.get("mean"),
-                    "family_threshold": threshold,
-                    "sampling_floor": floor if floor > threshold else None,
-                    **({"column": named} if named else {}),
-                },
-            )
+        said = (
+            f"{feature}{f' (column {named})' if named else ''}: "
+            f"{_centres(previous, current, median_before, median_now)} "
+            f"(range {_range(current, quantiles_now)}, baseline "
+            f"{_range(previous, quantiles_before)}): Jensen-Shannon distance "
+            f"{distance:.3f} > {limit:.3f}" + _floor_said(limit, threshold)
         )
+        details = {
+            "metric": "jensen-shannon",
+            "previous_median": median_before,
+            "current_median": median_now,
+            "previous_mean": previous.get("mean"),
+            "current_mean": current.get("mean"),
+            "family_threshold": threshold,
+            "sampling_floor": floor if floor > threshold else None,
+            **({"column": named} if named else {}),
+        }
+        self._moved(family, feature, distance, limit, said, details)
 
 
 def _rows_sketched(group: Mapping[str, Any], features: Mapping[str, Any]) -> int:
