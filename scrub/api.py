@@ -22,7 +22,7 @@ from scrub.errors import (
     UsageError,
 )
 from scrub.options.model import ReplayOptions, ScanOptions
-from scrub.readers.base import expand_datasets
+from scrub.readers.base import Datasets, expand_datasets
 from scrub.scanning.cache import holds_results
 from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, options_of, worker_starter
 from scrub.scanning.run import ScanResult, Unopened, run_wide, scan_dataset, scan_opened
@@ -71,12 +71,13 @@ def scan(
     """
     started = time.perf_counter()
     options = options_of(options, keywords)
-    if isinstance(path, (str, Path)) and not _names_several(path, options):
+    found = _several(path, options)
+    if found is None:
+        assert isinstance(path, (str, Path))  # a list always names several
         return _reported(scan_one(path, options, progress=progress, started=started), options)
-    found = expand_datasets([path] if isinstance(path, (str, Path)) else path, options.read)
     note = found.note()
     scanned = scan_many(
-        [(p, options) for p in found.paths],
+        [(p, replace(options, read=found.sniffed_reading(p, options.read))) for p in found.paths],
         options,
         progress=progress,
         started=started,
@@ -122,14 +123,17 @@ def scan_one(
         dataset.reader.close()
 
 
-def _names_several(path: str | Path, options: ScanOptions) -> bool:
-    """Whether one path names several datasets (a pattern, a folder of datasets), as on the
-    command line; a dataset path is opened as it is."""
+def _several(path: str | Path | Sequence[str | Path], options: ScanOptions) -> Datasets | None:
+    """The datasets ``path`` names, listed once (their formats found on the way are carried to
+    their opening); None where it is one dataset path, opened as it is (as on the command
+    line)."""
+    if not isinstance(path, (str, Path)):
+        return expand_datasets(path, options.read)
     place = location(path, options.read.storage)
     if place.exists() and options.read.format not in (None, "auto"):
-        return False
+        return None
     found = expand_datasets([path], options.read)
-    return [str(p) for p in found.paths] != [str(place)] or bool(found.skipped)
+    return found if [str(p) for p in found.paths] != [str(place)] or found.skipped else None
 
 
 def scan_many(

@@ -34,7 +34,8 @@ from scrub.options.flags import NOT_OPTIONS, ConfigOpt, IsolatedOpt, PathsArg, b
 from scrub.wording import counted
 
 if TYPE_CHECKING:
-    pass
+    from scrub.options.model import FixOptions, ScanOptions
+    from scrub.readers.base import Datasets
 
 app = typer.Typer(
     add_completion=False,
@@ -210,8 +211,23 @@ def _resolve_many(command: str, arguments: list[str], ctx: typer.Context, config
     paths = [location(argument, read.storage) for argument in arguments]
     if len(paths) == 1 and [str(p) for p in found.paths] == [str(p) for p in paths] and not found.skipped:
         return options, None, []
-    datasets = [(dataset, _resolve(command, dataset, ctx, config).options) for dataset in found.paths]
+    datasets = [
+        (dataset, _sniffed(found, dataset, _resolve(command, dataset, ctx, config).options))
+        for dataset in found.paths
+    ]
     return options, datasets, [found.note()] if found.note() else []
+
+
+def _sniffed(found: Datasets, dataset: Path, options: ScanOptions | FixOptions) -> ScanOptions | FixOptions:
+    """A dataset's options with the format its listing found (`Datasets.sniffed_reading`)."""
+    from dataclasses import replace
+
+    from scrub.options.model import FixOptions
+
+    if isinstance(options, FixOptions):  # fix's reading is its scan's
+        reading = found.sniffed_reading(dataset, options.scan.read)
+        return replace(options, scan=replace(options.scan, read=reading))
+    return replace(options, read=found.sniffed_reading(dataset, options.read))
 
 
 def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | bool | None):

@@ -17,7 +17,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence, Sized
 from contextvars import ContextVar
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -43,7 +43,7 @@ CacheEntry = tuple[str, str | None, str, bytes | None]
 
 
 #: `ReadOptions` fields that are not a reader's options (nor recorded with a scan)
-NOT_READERS = ("format", "own", "storage_options", "shaping")
+NOT_READERS = ("format", "own", "storage_options", "shaping", "sniffed")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class ReadOptions:
     shaping: tuple[tuple[str, Any], ...] = ()
     #: (attribute, value) of the formats' own options that were given
     own: tuple[tuple[str, Any], ...] = ()
+    #: the format `expand_datasets` found the dataset to be (a child of a folder of datasets):
+    #: `open_reader` takes it instead of sniffing the path again; not an option, not recorded
+    sniffed: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         """A format's own option (only called for a name that is not a field)."""
@@ -406,6 +409,8 @@ def open_reader(
         raise UnusableDataset(f"{path}: no such file or directory")
     if options.format not in (None, "auto"):
         return _applicable(reader_class(options.format), path, options, origin)
+    if options.sniffed is not None:  # sniffed once already, when a folder of datasets was listed
+        return _applicable(reader_class(options.sniffed), path, options, origin)
     token = _SHARED_SNIFFS.set({})
     try:
         return _sniffed_reader(path, options, origin)
@@ -667,9 +672,22 @@ class Datasets:
     skipped: list[Path] = field(default_factory=list)
     #: entries of a folder of datasets that are scrub's own outputs (``NAME.clean``, ...)
     outputs: list[Path] = field(default_factory=list)
+    #: the format each dataset was found to be where listing it took a sniff (a child of a
+    #: folder of datasets), by its path: opening it takes that (`sniffed_reading`)
+    formats: dict[str, str] = field(default_factory=dict)
     #: files a format's option reads beside the data file (`Key.companion`: NumPy's ``--labels``),
     #: where a folder or a pattern names them too: what each is, and the file
     companions: list[tuple[str, Path]] = field(default_factory=list)
+
+    def sniffed_reading(self, path: Path, options: ReadOptions) -> ReadOptions:
+        """``options`` for opening the dataset ``path``, with the format its listing found, if
+        any: the path is sniffed once."""
+        found = self.formats.get(str(path))
+        return (
+            options
+            if found is None or options.format not in (None, "auto")
+            else replace(options, sniffed=found)
+        )
 
     def note(self) -> str | None:
         said = []
@@ -778,8 +796,13 @@ def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
     for child in children:
         if is_output_name(child.name):
             found.outputs.append(child)
-        else:
-            (found.paths if is_dataset(child) else found.skipped).append(child)
+            continue
+        held_as = dataset_format(child)
+        if held_as is None:
+            found.skipped.append(child)
+            continue
+        found.paths.append(child)
+        found.formats[str(child)] = held_as
 
 
 def _collection(path: Path) -> list[Path] | None:
@@ -826,7 +849,15 @@ def _one_dataset(path: Path) -> bool:
 def is_dataset(path: Path) -> bool:
     """Whether a child of a folder of datasets is one (`Reader.holds_dataset`: an image folder
     needs an image in it)."""
-    return any(reader_class(name).holds_dataset(path) for name in format_names(plugins=False))
+    return dataset_format(path) is not None
+
+
+def dataset_format(path: Path) -> str | None:
+    """The format of the first reader that holds ``path`` as a dataset, in the order
+    `open_reader` sniffs them (scrub's own formats, the image folders' last), else None."""
+    return next(
+        (name for name in format_names(plugins=False) if reader_class(name).holds_dataset(path)), None
+    )
 
 
 def _sniffs(cls: type[Reader], path: Any) -> bool:
