@@ -10,22 +10,11 @@ record `truncated-record`, on that record.
 
 A record's key is its position in its file, from 0 ("1234"), as TensorFlow counts records (its
 ``DataLossError`` names the offset, ``tfds`` and ``skip()``/``take()`` the position); its source
-is the file's name. Its Example's features (decoded by `scrub.readers.tfexample`, without
-TensorFlow) make the record:
-
-* the bytes feature ``--data-key`` names, else ``image/encoded`` (or ``image``, TFDS's name): an
-  image record (its bytes are the encoded image: the image checks run);
-* the int64 list ``--data-key`` names, else ``input_ids`` (with ``labels`` and
-  ``attention_mask``), or a bytes ``text``: a token or text record
-  (`scrub.readers.tokenfields.fill_record`);
-* the float list ``--data-key`` names, else the first float list by name: an array record (the
-  numeric checks);
-
-and its class label is the int64 (or float, or UTF-8 number) feature ``--label-key``, else
-``image/class/label``, else ``label``. Float lists other than the data are checked for NaN and
-Inf (`nonfinite-data`, naming the feature). A record that is not an Example, or has none of
-these, is `malformed-record`. What the dataset carries (`Reader.provides`) is judged from its
-first records, as the WebDataset reader judges it.
+is the file's name. What its Example's features hold (decoded by `scrub.readers.tfexample`,
+without TensorFlow), and how they make the record, is the content interpreter's,
+`scrub.readers.examplecontents`; a record that is not an Example is `malformed-record`. What the
+dataset carries (`Reader.provides`) is judged from its first records, as the WebDataset reader
+judges it.
 
 Partitions are ranges of records found by walking the length headers (seeking past the data);
 a GZIP file is one partition, read forward (counting its records decompresses it once).
@@ -42,7 +31,7 @@ from typing import Any
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
 from scrub.readers.base import DatasetInfo, FileSetReader
-from scrub.readers.images import parse_label
+from scrub.readers.examplecontents import LABEL_FEATURES, ExampleContents
 from scrub.readers.tfexample import ExampleError, Feature, parse_example
 from scrub.readers.tfframes import (
     CRC_IMPLEMENTATION,
@@ -55,8 +44,6 @@ from scrub.readers.tfframes import (
     stored_size,
     walk_frames,
 )
-from scrub.readers.tokenfields import IDS, TEXT_FIELDS, fill_record
-from scrub.readers.values import nonfinite_beside, use_array
 from scrub.records import Carries, Record
 from scrub.storage import is_url, location
 
@@ -64,10 +51,6 @@ from scrub.storage import is_url, location
 _NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
 #: a shard's name without an extension (``train-00000-of-00010``): its first header decides
 _SHARD = re.compile(r"-\d{5}-of-\d{5}$")
-#: bytes features that hold an encoded image, in the order one is chosen
-IMAGE_FEATURES = ("image/encoded", "image")
-#: features that hold the class label, in the order one is chosen
-LABEL_FEATURES = ("image/class/label", "label")
 #: how many of the first records are read to judge what the dataset carries
 SAMPLED_RECORDS = 32
 #: one core's time to check a record (to tell a dataset worth a pool of processes): an image's
@@ -125,6 +108,8 @@ class TFRecordReader(FileSetReader[FrameSpan]):
 
     #: the label's feature chosen by `open` (None: unlabelled)
     label_feature: str | None = None
+    #: how an Example becomes a record (`scrub.readers.examplecontents`), set by `open`
+    contents: ExampleContents = ExampleContents(None, None, None)
 
     @classmethod
     def is_set_file(cls, path: Path) -> bool:
@@ -223,15 +208,17 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             )
         self.label_feature = label_key or next((name for name in LABEL_FEATURES if name in names), None)
         kinds: set[str] = set()
+        judging = ExampleContents(data_key, label_key, self.label_feature)
         for example in examples:
             record = Record("", "", 0, None)
-            self._fill(record, example)
+            judging.fill(record, example)
             if record.meta.get("kind"):
                 kinds.add(record.meta["kind"])
         language = kinds & {"tokens", "text"}
         if language and label_key is None:
             self.label_feature = None  # a language model's labels are its tokens'
         info.labelled = self.label_feature is not None
+        self.contents = ExampleContents(data_key, label_key, self.label_feature)
         if kinds:
             provides = {Carries.FRAMES}
             if "image" in kinds:
@@ -288,63 +275,8 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             record.problems.append(problem(record, "malformed-record", f"not a tf.Example: {error}"))
             record.meta["label_known"] = False
             return record
-        self._fill(record, example)
+        self.contents.fill(record, example)
         return record
-
-    def _fill(self, record: Record, example: dict[str, Feature]) -> None:
-        """The record's payload, label and side checks from its Example's features."""
-        data = self._data_feature(example)
-        if data is None:
-            wanted = (
-                f"{self.options.data_key!r} (--data-key)"
-                if self.options.data_key
-                else "image/encoded, image, input_ids, text or a float list"
-            )
-            present = ", ".join(list(example)[:6]) or "no feature"
-            record.problems.append(
-                problem(
-                    record,
-                    "malformed-record",
-                    f"none of the features a record is read by ({wanted}): it has {present}",
-                )
-            )
-        else:
-            kind, values = example[data]
-            if kind == "bytes" and data not in TEXT_FIELDS:
-                if len(values) != 1:
-                    record.problems.append(
-                        problem(
-                            record, "malformed-record", f"{data} holds {len(values)} byte strings, not one"
-                        )
-                    )
-                else:
-                    record.payload, record.meta["kind"] = values[0], "image"
-            elif kind == "float":
-                use_array(record, values)
-            else:
-                fill_record(record, _fields(example), data_key=data, label_key=self.options.label_key)
-        for name, (kind, values) in example.items():
-            if kind == "float" and name != data and name != self.label_feature and values.size:
-                nonfinite_beside(record, name, values, feature=name)
-        if self.label_feature is not None:
-            record.label = _label(example.get(self.label_feature))
-
-    def _data_feature(self, example: dict[str, Feature]) -> str | None:
-        """The feature that is the record's data (see the module's docstring)."""
-        if self.options.data_key is not None:
-            return self.options.data_key if self.options.data_key in example else None
-        for name in IMAGE_FEATURES:
-            if example.get(name, ("",))[0] == "bytes":
-                return name
-        if example.get(IDS, ("",))[0] == "int64":
-            return IDS
-        for name in TEXT_FIELDS:
-            if example.get(name, ("",))[0] == "bytes":
-                return name
-        floats = sorted(
-            name for name, (kind, _) in example.items() if kind == "float" and name != self.label_feature
-        )
-        return floats[0] if floats else None
 
     def members(self, partitions: Sequence[FrameSpan]) -> Iterator[str]:
         for file in self.files():
@@ -352,37 +284,3 @@ class TFRecordReader(FileSetReader[FrameSpan]):
 
     def locate(self, partition: FrameSpan, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition.source, str(partition.position + o), partition.first_index + o) for o in offsets]
-
-
-def _fields(example: dict[str, Feature]) -> dict[str, Any]:
-    """An Example's features as a record's fields, for `fill_record`: integer and float lists as
-    arrays, a single UTF-8 byte string as text."""
-    fields: dict[str, Any] = {}
-    for name, (kind, values) in example.items():
-        if kind == "bytes":
-            if len(values) == 1:
-                try:
-                    fields[name] = values[0].decode("utf-8")
-                except UnicodeDecodeError:
-                    fields[name] = values[0]
-            else:
-                fields[name] = list(values)
-        elif kind != "none":
-            fields[name] = values
-    return fields
-
-
-def _label(feature: Feature | None) -> int | float | str | None:
-    """A label feature's value: one integer or float (a UTF-8 number parsed), None when the
-    feature is absent or empty, the values as text when there are several (not a class id)."""
-    if feature is None:
-        return None
-    kind, values = feature
-    if kind == "none" or len(values) == 0:
-        return None
-    if len(values) > 1:  # not one class id: said by non-integer-label
-        return " ".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values[:8])
-    value = values[0]
-    if kind == "bytes":
-        return parse_label(value.decode("utf-8", "replace").strip())
-    return int(value) if kind == "int64" else float(value)
