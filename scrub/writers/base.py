@@ -115,13 +115,21 @@ class Writer(ABC, Generic[ReaderT]):
         self.run = run  # of the fix; None: the defaults
 
     @property
+    def prefix(self) -> Path:
+        """The prefix a pair is named by (`output_suffixes`): the source as given, or one of the
+        pair's files without its ending."""
+        return self.source.with_suffix("") if self.source.suffix in self.output_suffixes else self.source
+
+    @property
     def output_is_folder(self) -> bool:
-        """Whether the cleaned copy is a folder (else a single file, like the source)."""
-        return self.source.is_dir() or self.info.listed
+        """Whether the cleaned copy is a folder (else a single file, like the source, or a pair)."""
+        return not self.output_suffixes and (self.source.is_dir() or self.info.listed)
 
     def clean_name(self) -> str:
         """The default cleaned copy's name, beside the source: ``NAME.clean`` for a folder or a
-        list file's folder, ``STEM.clean.EXT`` for a single file."""
+        list file's folder, ``STEM.clean.EXT`` for a single file, ``PREFIX.clean`` for a pair."""
+        if self.output_suffixes:
+            return f"{self.prefix.name}.clean"
         if self.source.is_dir():
             return f"{self.source.name}.clean"
         if self.info.listed:
@@ -129,16 +137,19 @@ class Writer(ABC, Generic[ReaderT]):
         return f"{self.source.stem}.clean{self.source.suffix}"
 
     def base_name(self) -> str:
-        """The source's name without its extension (files) or its name (folders)."""
+        """The source's name without its extension (files), its name (folders), or a pair's
+        prefix's name."""
+        if self.output_suffixes:
+            return self.prefix.name
         return self.source.name if self.source.is_dir() else self.source.stem
 
     def quarantine_name(self) -> str:
         """The quarantined dataset's name inside the quarantine folder."""
-        return self.base_name() if self.info.listed else self.source.name
+        return self.base_name() if self.info.listed or self.output_suffixes else self.source.name
 
     def dataset_in(self, target: Path) -> Path:
         """The path to scan inside a written output (a list layout's list file)."""
-        return target / self.source.name if self.info.listed else target
+        return target / self.source.name if self.info.listed and not self.output_suffixes else target
 
     @abstractmethod
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:

@@ -31,7 +31,6 @@ from scrub.readers.megatron import (
     INDEX_CHUNK,
     IndexFacts,
     MegatronReader,
-    pair_of,
     read_index,
     readable_span,
 )
@@ -40,27 +39,7 @@ from scrub.writers.base import Tally, Verdicts, Writer
 
 class MegatronWriter(Writer[MegatronReader]):
     format = "megatron"
-    output_suffixes = ENDINGS
-
-    @property
-    def prefix(self) -> Path:
-        return pair_of(self.source)
-
-    @property
-    def output_is_folder(self) -> bool:
-        return False
-
-    def clean_name(self) -> str:
-        return f"{self.prefix.name}.clean"
-
-    def base_name(self) -> str:
-        return self.prefix.name
-
-    def quarantine_name(self) -> str:
-        return self.prefix.name
-
-    def dataset_in(self, target: Path) -> Path:
-        return target
+    output_suffixes = ENDINGS  # named by a prefix, as the source (`Writer.prefix`)
 
     def _bad(self, verdicts: Verdicts, facts: IndexFacts) -> np.ndarray:
         """The indices of the sequences set aside, sorted."""
