@@ -138,24 +138,8 @@ class ToyWriter(Writer[ToyReader]):
     format = "toyrows"
     output_suffixes = (ROWS, LABELS)  # the hook: the cleaned copy is a pair named by a prefix
 
-    @property
-    def output_is_folder(self) -> bool:
-        return False
-
-    def clean_name(self) -> str:
-        return f"{self.reader.prefix.name}.clean"
-
-    def base_name(self) -> str:
-        return self.reader.prefix.name
-
-    def quarantine_name(self) -> str:
-        return self.reader.prefix.name
-
-    def dataset_in(self, target: Path) -> Path:
-        return target
-
     def _set_aside(self, verdicts: Verdicts, rows: int) -> np.ndarray:
-        source = f"{self.reader.prefix.name}{ROWS}"
+        source = f"{self.prefix.name}{ROWS}"
         bad = np.zeros(rows, bool)
         if source in verdicts.files:
             bad[:] = True
@@ -166,11 +150,11 @@ class ToyWriter(Writer[ToyReader]):
 
     def _values(self, indices: np.ndarray, rows: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """The ledger's value of each row: its source index, values and label."""
-        seed = identity_seed(f"{self.reader.prefix.name}{ROWS}")
+        seed = identity_seed(f"{self.prefix.name}{ROWS}")
         return row_values(seed, indices, [row_digests(np.asarray(rows)), row_digests(labels.reshape(-1, 1))])
 
     def write(self, verdicts: Verdicts, clean: Path, quarantine: Path | None, link: bool = False) -> Tally:
-        rows, labels = read_pair(self.reader.prefix)
+        rows, labels = read_pair(self.prefix)
         padded = np.full(len(rows), NO_LABEL, "<i4")
         padded[: min(len(rows), len(labels))] = labels[: len(rows)]
         bad = self._set_aside(verdicts, len(rows))
@@ -189,7 +173,7 @@ class ToyWriter(Writer[ToyReader]):
         ledger = Ledger()
         if not Path(f"{target}{ROWS}").exists():
             return ledger
-        source_rows, _ = read_pair(self.reader.prefix)
+        source_rows, _ = read_pair(self.prefix)
         bad = self._set_aside(verdicts, len(source_rows))
         origin = np.flatnonzero(bad if side == "quarantine" else ~bad)
         rows, labels = read_pair(target)
