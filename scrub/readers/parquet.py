@@ -270,8 +270,6 @@ class ParquetReader(Reader[RowGroups]):
     #: how the files are read: Parquet's row groups, or Arrow IPC's record batches
     storage: ClassVar[type[ParquetStorage] | type[ArrowStorage]] = ParquetStorage
     columns: Columns | None = None
-    #: how the chosen columns' rows become records (`scrub.readers.tablecontents`)
-    rows: TableRows | None = None
     #: the columns chosen, as the summary's ``dataset.files`` says them
     chosen: dict[str, Any] = {}
 
@@ -334,7 +332,6 @@ class ParquetReader(Reader[RowGroups]):
             if schema is None:
                 schema = file_schema
                 self.columns, self.chosen = choose_columns(schema, self.options, self.path, info)
-                self.rows = TableRows(self.columns, self.options.data_key)
             assert self.columns is not None
             dtype = self.columns.ids_dtype(file_schema)  # each file's ids in its own dtype
             if dtype is not None:
@@ -404,6 +401,7 @@ class ParquetReader(Reader[RowGroups]):
         wanted = list(columns.data) + [
             name for name in (columns.label, columns.token_labels, columns.attention) if name is not None
         ]
+        rows = TableRows(columns, self.options.data_key)  # how the chosen columns make records
         stop = len(partition) if stop is None else min(stop, len(partition))
         firsts = dict(zip(partition.groups, itertools.accumulate((0, *partition.sizes))))
         needed = [
@@ -423,9 +421,8 @@ class ParquetReader(Reader[RowGroups]):
                 ) from None
             offset = firsts[group]
             begin, end = max(start - offset, 0), min(stop - offset, table.num_rows)
-            assert self.rows is not None  # set by `open`, pickled to the workers
             piece = table.slice(begin, end - begin)
-            yield from self.rows.rows(
+            yield from rows.rows(
                 piece, partition.source, partition.first_row + offset + begin, offset + begin
             )
 

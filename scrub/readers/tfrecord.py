@@ -106,9 +106,8 @@ class TFRecordReader(FileSetReader[FrameSpan]):
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("PIL.Image", "numpy")
 
-    #: the label's feature chosen by `open` (None: unlabelled)
-    label_feature: str | None = None
-    #: how an Example becomes a record (`scrub.readers.examplecontents`), set by `open`
+    #: how an Example becomes a record (`scrub.readers.examplecontents`), set by `open`: the data
+    #: feature, and the label's (None: unlabelled)
     contents: ExampleContents = ExampleContents(None, None, None)
 
     @classmethod
@@ -206,9 +205,9 @@ class TFRecordReader(FileSetReader[FrameSpan]):
                 f"--label-key {label_key}: no record of the first {len(examples)} of {self.path} has it "
                 f"(features: {known})"
             )
-        self.label_feature = label_key or next((name for name in LABEL_FEATURES if name in names), None)
+        label_feature = label_key or next((name for name in LABEL_FEATURES if name in names), None)
         kinds: set[str] = set()
-        judging = ExampleContents(data_key, label_key, self.label_feature)
+        judging = ExampleContents(data_key, label_key, label_feature)
         for example in examples:
             record = Record("", "", 0, None)
             judging.fill(record, example)
@@ -216,9 +215,9 @@ class TFRecordReader(FileSetReader[FrameSpan]):
                 kinds.add(record.meta["kind"])
         language = kinds & {"tokens", "text"}
         if language and label_key is None:
-            self.label_feature = None  # a language model's labels are its tokens'
-        info.labelled = self.label_feature is not None
-        self.contents = ExampleContents(data_key, label_key, self.label_feature)
+            label_feature = None  # a language model's labels are its tokens'
+        info.labelled = label_feature is not None
+        self.contents = ExampleContents(data_key, label_key, label_feature)
         if kinds:
             provides = {Carries.FRAMES}
             if "image" in kinds:
@@ -232,8 +231,8 @@ class TFRecordReader(FileSetReader[FrameSpan]):
                     f"(of the first {len(examples)} read)"
                 )
             self.provides = frozenset(provides)
-        if self.label_feature is not None:
-            info.notes.append(f"labels from the feature {self.label_feature!r}")
+        if label_feature is not None:
+            info.notes.append(f"labels from the feature {label_feature!r}")
 
     def _frames(self, partition: FrameSpan, start: int, stop: int) -> Iterator[Frame]:
         """Frames ``start:stop`` of a partition; data read only from ``start`` on."""
@@ -258,7 +257,7 @@ class TFRecordReader(FileSetReader[FrameSpan]):
 
     def _record(self, frame: Frame, source: str, index: int) -> Record:
         record = Record(source, str(frame.position), index, None)
-        record.meta["label_known"] = self.label_feature is not None
+        record.meta["label_known"] = self.contents.label_feature is not None
         if frame.problem is not None:
             check = "record-crc-mismatch" if frame.problem in (LENGTH_CRC, DATA_CRC) else "truncated-record"
             details: dict[str, Any] = {"offset": frame.offset, "length": frame.length}

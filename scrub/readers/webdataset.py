@@ -148,9 +148,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
     options_used = frozenset({"data_key", "label_key"})
     worker_imports = ("PIL.Image", "numpy")
 
-    #: the label's extension chosen by `open` (None: unlabelled)
-    label_suffix: str | None = None
-    #: how a sample's members become a record (`scrub.readers.samplecontents`), set by `open`
+    #: how a sample's members become a record (`scrub.readers.samplecontents`), set by `open`: the
+    #: data's extension, and the label's (None: unlabelled)
     contents: SampleContents = SampleContents(None, None)
 
     @classmethod
@@ -232,9 +231,9 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
                     "members (its last sample may be missing members)"
                 )
             info.files[source] = described
-        self.label_suffix = choose_label_suffix(self.options.label_key, suffixes, texts, info, self.path)
-        self.contents = SampleContents(self.options.data_key, self.label_suffix)
-        info.labelled = self.label_suffix is not None
+        label_suffix = choose_label_suffix(self.options.label_key, suffixes, texts, info, self.path)
+        self.contents = SampleContents(self.options.data_key, label_suffix)
+        info.labelled = label_suffix is not None
         data_key = self.options.data_key
         if data_key is not None and data_key.lower() not in suffixes:
             known = ", ".join(sorted(suffixes)) or "none"
@@ -297,7 +296,7 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         if partition.path not in versions:
             versions[partition.path] = stat_version(self.place(partition.path))
         size, version = versions[partition.path]
-        context = f"{self.label_suffix}|{sorted(str(carried) for carried in self.provides)}"
+        context = f"{self.contents.label_suffix}|{sorted(str(carried) for carried in self.provides)}"
         identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
         return [
             (
