@@ -120,7 +120,7 @@ def scan_one(
     try:
         return scan_dataset(dataset, options, progress=progress, started=started)
     finally:
-        dataset.reader.close()
+        dataset.close()
 
 
 def _several(path: str | Path | Sequence[str | Path], options: ScanOptions) -> Datasets | None:
@@ -173,7 +173,7 @@ def scan_many(
         )
     finally:
         for dataset in opened:
-            dataset.reader.close()
+            dataset.close()
 
 
 def is_scan_record(source: str | Path) -> bool:

@@ -239,11 +239,17 @@ def _resolve(command: str, path: Path, ctx: typer.Context, config: Path | bool |
 
 JsonOpt = key_option("json", "scan", panel=False)
 QuietOpt = key_option("quiet", "scan", panel=False)
+StorageOpt = key_option("storage-options", "scan", panel=False)
 
 
 @app.command()
 def restore(
-    quarantine: Annotated[Path, typer.Argument(help="A quarantine folder `scrub fix --quarantine` wrote.")],
+    quarantine: Annotated[
+        str,
+        typer.Argument(
+            help="A quarantine folder `scrub fix --quarantine` wrote: a path or a URL (s3://...)."
+        ),
+    ],
     key: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -252,9 +258,10 @@ def restore(
         ),
     ] = None,
     into: Annotated[
-        Optional[Path],
+        Optional[str],
         typer.Option(help="Write the cleaned copy here (default: the one fix wrote, replaced)."),
     ] = None,
+    storage_options: StorageOpt = None,  # type: ignore[valid-type]
     json_path: JsonOpt = None,  # type: ignore[valid-type]  # built from KEYS
     quiet: QuietOpt = False,  # type: ignore[valid-type]
 ) -> None:
@@ -265,7 +272,7 @@ def restore(
         from scrub.fixing.restoring import restore as run_restore
 
         with ProgressBar(quiet) as progress:
-            result = run_restore(quarantine, key, into, progress=progress)
+            result = run_restore(quarantine, key, into, progress=progress, storage_options=storage_options)
         write_json(json_path, result.scan_summary | {"fix": result.report, "exit_code": 0})
         if not quiet:
             print_fix(result.report)

@@ -104,7 +104,7 @@ class FormatSuite:
         assert members and len(set(members)) == len(members)
         present = [m for m in members if os.path.lexists(m)]
         assert len(present) >= len(members) - len(dataset.info.issues) - 2  # a planted missing file or two
-        dataset.reader.close()
+        dataset.close()
 
     def test_fix_round_trips_every_record_once_and_the_copy_rescans_clean(self, subject: Subject) -> None:
         options = {**subject.options, "scheduler": "sync"}

@@ -71,18 +71,15 @@ class BucketOutput:
                 f"{destination}: name a prefix inside the bucket for the {what} (like "
                 f"{destination.protocol if isinstance(destination.protocol, str) else 's3'}://{key}/clean/)"
             )
-        if suffixes:
-            raise UsageError(
-                f"{destination}: a {what} made of several files named by one prefix "
-                f"({', '.join('NAME' + s for s in suffixes)}) cannot be written to object storage yet; "
-                "--out a local path"
-            )
+        #: the endings of the objects a pair's output is (``NAME.bin``, ``NAME.idx``); () for one
+        #: object or a prefix of them
+        self.suffixes = suffixes
         self.fs = destination.fs
         self.key = key  # bucket/prefix
         self.parent, self.name = key.rsplit("/", 1)
         self.scratch: Path | None = None
         self.staging: str | None = None  # bucket/.NAME.scrub-staging-ID
-        self.files: list[tuple[Path, str]] = []  # (local file, its name under the output; "" = itself)
+        self.files: list[tuple[Path, str]] = []  # (local file, its key relative to the parent)
         self.etags: dict[str, str] = {}
         self._lease: dict[str, Any] = {}
         self._stop = threading.Event()
@@ -92,6 +89,8 @@ class BucketOutput:
         """Whether an object is at the destination or under its prefix."""
         with remote_errors(self.destination):
             self.fs.invalidate_cache()
+            if self.suffixes:
+                return any(self.fs.isfile(self.key + suffix) for suffix in self.suffixes)
             if self.fs.isfile(self.key):
                 return True
             try:
@@ -121,7 +120,7 @@ class BucketOutput:
         and ETag; nothing is under the destination yet."""
         assert self.scratch is not None
         local = self.scratch / self.name
-        self.files = _files_of(local, self.destination, self.what)
+        self.files = _files_of(local, self.destination, self.what, self.suffixes)
         self.staging = f"{self.parent}/.{self.name}{STAGING_MARK}{uuid.uuid4().hex[:12]}"
         self._write_lease("uploading")
         self._heartbeat = threading.Thread(target=self._renew, name="scrub-lease", daemon=True)
@@ -140,7 +139,9 @@ class BucketOutput:
         with remote_errors(self.destination):
             self._write_lease("copying", [name for _, name in self.files])
             if self.exists():  # --force: what it replaces goes first
-                if self.fs.isfile(self.key):
+                if self.suffixes:
+                    self.fs.rm([self.key + e for e in self.suffixes if self.fs.isfile(self.key + e)])
+                elif self.fs.isfile(self.key):
                     self.fs.rm_file(self.key)
                 else:
                     self.fs.rm(self.key + "/", recursive=True)
@@ -170,10 +171,10 @@ class BucketOutput:
         self._remove_scratch()
 
     def _staged(self, name: str) -> str:
-        return f"{self.staging}/{self.name}" + (f"/{name}" if name else "")
+        return f"{self.staging}/{name}"
 
     def _final(self, name: str) -> str:
-        return self.key + (f"/{name}" if name else "")
+        return f"{self.parent}/{name}"
 
     def _write_lease(self, phase: str, copying: list[str] | None = None) -> None:
         self._lease = {
@@ -183,6 +184,7 @@ class BucketOutput:
             "heartbeat": time.time(),
             "destination": self.key,
             "phase": phase,
+            "relative_to": "parent",  # the keys in ``copying``: beside the destination
             "copying": copying if copying is not None else self._lease.get("copying", []),
         }
         self.fs.pipe_file(f"{self.staging}/{LEASE}", json.dumps(self._lease).encode())
@@ -234,7 +236,10 @@ def remove_abandoned(destination: Location) -> list[str]:
             if lease is not None and lease.get("phase") == "copying":
                 for copied in lease.get("copying", []):
                     with contextlib.suppress(FileNotFoundError):
-                        fs.rm_file(key + (f"/{copied}" if copied else ""))
+                        if lease.get("relative_to") == "parent":
+                            fs.rm_file(f"{parent}/{copied}")
+                        else:  # a lease from before pairs: its keys are under the destination
+                            fs.rm_file(key + (f"/{copied}" if copied else ""))
             _remove_staging(fs, sibling)
             removed.append(sibling)
         fs.invalidate_cache()
@@ -274,11 +279,15 @@ def _remove_staging(fs: Any, staging: str) -> None:
         fs.rm_file(f"{staging}/{LEASE}")
 
 
-def _files_of(local: Path, destination: Location, what: str) -> list[tuple[Path, str]]:
-    """The files of a written output, with their names under it ("" for a single-file output).
-    An object store holds no links: an output that holds one (a link to an unreadable file,
-    recreated as it was) cannot go there."""
-    if local.is_symlink() or not local.is_dir():
+def _files_of(
+    local: Path, destination: Location, what: str, suffixes: tuple[str, ...] = ()
+) -> list[tuple[Path, str]]:
+    """The files of a written output, with their keys relative to the destination's parent
+    (``NAME``, ``NAME/a/b``, or a pair's ``NAME.bin``). An object store holds no links: an output
+    that holds one (a link to an unreadable file, recreated as it was) cannot go there."""
+    if suffixes:
+        paths = [local.with_name(local.name + suffix) for suffix in suffixes]
+    elif local.is_symlink() or not local.is_dir():
         paths = [local]
     else:
         paths = sorted(path for path in local.rglob("*") if path.is_symlink() or not path.is_dir())
@@ -288,7 +297,7 @@ def _files_of(local: Path, destination: Location, what: str) -> list[tuple[Path,
                 f"the {what} holds a symbolic link ({path.relative_to(local.parent)}), which object "
                 f"storage cannot hold, writing {destination}; nothing was written"
             )
-    return [(path, "" if path == local else path.relative_to(local).as_posix()) for path in paths]
+    return [(path, path.relative_to(local.parent).as_posix()) for path in paths]
 
 
 def _check_object(

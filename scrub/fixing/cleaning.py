@@ -121,6 +121,15 @@ def fix(
     )
     try:
         writer = writer_for(dataset, scan_options.run)
+        if is_url(dataset.path) and dataset.reader.staged is None and not writer.reads_objects:
+            # its writer copies the kept records from the source's files: read a local copy
+            dataset.close()
+            dataset = open_dataset(
+                path,
+                replace(scan_options, read=replace(scan_options.read, local_copy=True)),
+                scanned=not manifests,
+            )
+            writer = writer_for(dataset, scan_options.run)
         _check_writable(dataset, writer, options)
         outputs = FixOutputs(
             dataset,
@@ -170,7 +179,7 @@ def fix(
                 raise failed from None
             raise
     finally:
-        dataset.reader.close()
+        dataset.close()
     return FixResult(
         clean=outputs.clean.destination,
         dataset=writer.dataset_in(outputs.clean.destination),
@@ -216,14 +225,7 @@ def _fix_options(
 
 
 def _check_writable(dataset: OpenedDataset, writer: Writer, options: FixOptions) -> None:
-    """Refuse, before anything is written, what this writer cannot do: a cleaned copy in object
-    storage of a format whose writer reads local files only, and ``--link`` where it cannot link."""
-    if is_url(dataset.path) and not writer.reads_objects:
-        raise UsageError(
-            f"{dataset.path}: fix cannot write a cleaned copy of a {dataset.reader.format} dataset in "
-            "object storage yet (WebDataset, JSON Lines and TFRecord only): scan it there, or fix a "
-            "local copy"
-        )
+    """Refuse, before anything is written, ``--link`` where it cannot link."""
     if options.link and any(is_url(place) for place in (options.out, options.quarantine_dir) if place):
         raise UsageError("--link: hard-links kept files on one disk; object storage holds no links")
     if options.link and not writer.links:

@@ -11,6 +11,7 @@ their manifest lines.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,12 +27,14 @@ from scrub.manifest import (
     read_json_record,
     read_manifest,
     read_scan_record,
+    scan_record_path,
     write_scan_record,
 )
 from scrub.options.model import FixOptions
 from scrub.readers.base import names_dataset
 from scrub.records import Issue
 from scrub.scanning.summary import Progress
+from scrub.storage import Location, is_url, location, remote_errors
 from scrub.wording import counted
 
 
@@ -49,31 +52,33 @@ def restore(
     wrote, replaced). Raises `ScrubError` with one line when the quarantine, the source or a key
     is not what it should be. ``keywords``: how to run (``scheduler``, ``workers``, ``quiet``,
     ...), as for `scrub.fix`."""
-    quarantine = Path(quarantine)
-    record = _fix_record(quarantine)
-    manifest = quarantine / QUARANTINE_MANIFEST
-    scan_record = read_scan_record(manifest)
-    source = Path(record.get("source_path") or record["source"])
-    if not names_dataset(source):
-        raise UnusableDataset(
-            f"{quarantine}: the source fix read, {source}, is gone: restore writes the cleaned copy from it "
-            "(copy the quarantined records back by hand)"
-        )
-    issues = list(read_manifest(manifest))
-    restored = _chosen(issues, keys, quarantine)
-    kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
-    options = FixOptions.build(
-        **recorded_reading(scan_record),
-        out=Path(into) if into is not None else _clean_of(record),
-        quarantine_dir=quarantine,
-        severity=record.get("severity", "error"),
-        link=bool(record.get("link")),
-        force=True,
-        **keywords,
-    )
-    _unchanged(source, options, record)
+    storage = FixOptions.build(**keywords).scan.read.storage
+    quarantine = location(quarantine, storage)
     scratch = scratch_directory("restore")
     try:
+        held = _held_here(quarantine, Path(scratch.name) / "quarantine")
+        record = _fix_record(quarantine, held)
+        manifest = held / QUARANTINE_MANIFEST
+        scan_record = read_scan_record(manifest)
+        source = location(record.get("source_path") or record["source"], storage)
+        if not names_dataset(source):
+            raise UnusableDataset(
+                f"{quarantine}: the source fix read, {source}, is gone: restore writes the cleaned copy "
+                "from it (copy the quarantined records back by hand)"
+            )
+        issues = list(read_manifest(manifest))
+        restored = _chosen(issues, keys, quarantine)
+        kept = [issue for issue in issues if (issue.source, issue.key) not in restored]
+        options = FixOptions.build(
+            **recorded_reading(scan_record),
+            out=str(into) if into is not None else _clean_of(record),
+            quarantine_dir=str(quarantine),
+            severity=record.get("severity", "error"),
+            link=bool(record.get("link")),
+            force=True,
+            **keywords,
+        )
+        _unchanged(source, options, record)
         verdicts = Path(scratch.name) / QUARANTINE_MANIFEST
         writer = ManifestWriter(verdicts)
         for issue in kept:
@@ -86,7 +91,7 @@ def restore(
         scratch.cleanup()
 
 
-def _unchanged(source: Path, options: FixOptions, record: dict[str, Any]) -> None:
+def _unchanged(source: Location, options: FixOptions, record: dict[str, Any]) -> None:
     """Refuse a source that changed since the fix: the cleaned copy would then not be the one the
     quarantine's records were taken from (a restore puts back records, it does not fix anew)."""
     from scrub.scanning.opening import open_dataset
@@ -95,7 +100,7 @@ def _unchanged(source: Path, options: FixOptions, record: dict[str, Any]) -> Non
     try:
         now = (dataset.fingerprint or {}).get("digest")
     finally:
-        dataset.reader.close()
+        dataset.close()
     if now != (record.get("fingerprint") or {}).get("digest"):
         raise UnusableDataset(
             f"{source}: changed since the fix that wrote this quarantine: a restore puts its records back "
@@ -103,22 +108,36 @@ def _unchanged(source: Path, options: FixOptions, record: dict[str, Any]) -> Non
         )
 
 
-def _clean_of(record: dict[str, Any]) -> Path:
+def _clean_of(record: dict[str, Any]) -> str:
     """The cleaned copy fix wrote: as it was named when it still names it from here."""
-    named, absolute = Path(record["clean"]), record.get("clean_path")
-    if absolute is None or named.resolve() == Path(absolute):
-        return named
-    return Path(absolute)
+    named, absolute = record["clean"], record.get("clean_path")
+    if is_url(named) or absolute is None or Path(named).resolve() == Path(absolute):
+        return str(named)
+    return str(absolute)
 
 
-def _fix_record(quarantine: Path) -> dict[str, Any]:
+def _held_here(quarantine: Location, scratch: Path) -> Path:
+    """The folder that holds the quarantine's fix record and manifest on this machine: the
+    quarantine itself, or, for one in object storage, ``scratch`` with a copy of those files."""
+    if not is_url(quarantine):
+        return Path(quarantine)
+    scratch.mkdir()
+    for name in (FIX_RECORD, QUARANTINE_MANIFEST, scan_record_path(Path(QUARANTINE_MANIFEST)).name):
+        with remote_errors(quarantine), contextlib.suppress(FileNotFoundError):
+            quarantine.fs.get_file(f"{quarantine.path.rstrip('/')}/{name}", str(scratch / name))
+    return scratch
+
+
+def _fix_record(quarantine: Location, held: Path) -> dict[str, Any]:
     missing = UnusableDataset(
         f"{quarantine}: not a quarantine `scrub fix --quarantine` wrote (no {FIX_RECORD})"
     )
-    return read_json_record(quarantine / FIX_RECORD, "a fix record", "source", missing)
+    return read_json_record(held / FIX_RECORD, "a fix record", "source", missing)
 
 
-def _chosen(issues: Sequence[Issue], keys: Sequence[str] | None, quarantine: Path) -> set[tuple[str, str]]:
+def _chosen(
+    issues: Sequence[Issue], keys: Sequence[str] | None, quarantine: Location
+) -> set[tuple[str, str]]:
     """The records to restore, as (source, key): every record the manifest names, or those
     ``keys`` name; a key that names none is an error (a typo must not pass for a restore)."""
     held = {(issue.source, issue.key) for issue in issues if issue.status != "resolved"}

@@ -34,6 +34,7 @@ from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
+from scrub.storage.staging import MOST_OBJECTS, StagedCopy, fetch_heads, fill, local_copy
 
 #: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
 #: of entries); small and picklable, and ``len()`` is its number of records.
@@ -43,7 +44,7 @@ CacheEntry = tuple[str, str | None, str, bytes | None]
 
 
 #: `ReadOptions` fields that are not a reader's options (nor recorded with a scan)
-NOT_READERS = ("format", "own", "storage_options", "shaping", "sniffed")
+NOT_READERS = ("format", "own", "storage_options", "shaping", "sniffed", "local_copy")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class ReadOptions:
     #: the format `expand_datasets` found the dataset to be (a child of a folder of datasets):
     #: `open_reader` takes it instead of sniffing the path again; not an option, not recorded
     sniffed: str | None = None
+    #: read a dataset in object storage from a local copy even where its reader reads objects:
+    #: a fix whose writer opens the source's files itself (`scrub.storage.staging`); not recorded
+    local_copy: bool = False
 
     def __getattr__(self, name: str) -> Any:
         """A format's own option (only called for a name that is not a field)."""
@@ -247,6 +251,10 @@ class Reader(ABC, Generic[PartitionT]):
     #: trainer): a folder of such files is a folder of datasets (`expand_datasets`), as a folder
     #: of LMDB environments is, where a folder of HDF5 files is one dataset.
     files_are_datasets: ClassVar[bool] = False
+    #: Whether it reads a dataset in object storage where it lives (``s3://...``: through fsspec,
+    #: by ranges); the others' libraries open local files only, so `open_reader` gives them a
+    #: local copy (`scrub.storage.staging`).
+    reads_objects: ClassVar[bool] = False
 
     # What `open` sets and writers (`scrub.writers`) may read; nothing else of a reader is theirs.
     #: The folder the records' paths are relative to (an image folder, a list file's root, an
@@ -259,6 +267,8 @@ class Reader(ABC, Generic[PartitionT]):
     def __init__(self, path: Path, options: ReadOptions) -> None:
         self.path = path
         self.options = options
+        #: the dataset in object storage this reader reads a local copy of (`open_reader`)
+        self.staged: StagedCopy | None = None
         if self.forks_cleanly and is_url(path):
             self.forks_cleanly = False
 
@@ -405,6 +415,8 @@ def open_reader(
     A reading option this reader does not use is an error that names the ones it does use:
     ``--data-key`` on an image folder must not pass for a key that was looked at.
     """
+    if is_url(path):
+        return _object_store_reader(path, options, origin)
     if not names_dataset(path):
         raise UnusableDataset(f"{path}: no such file or directory")
     if options.format not in (None, "auto"):
@@ -416,6 +428,51 @@ def open_reader(
         return _sniffed_reader(path, options, origin)
     finally:
         _SHARED_SNIFFS.reset(token)
+
+
+def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
+    """`open_reader` of a dataset in object storage: its format's reader where that reads objects
+    (`Reader.reads_objects`), else the reader of a local copy (`scrub.storage.staging`), whose
+    format is found on a mirror of the objects' heads before the objects are copied whole."""
+    if not names_dataset(place):
+        raise UnusableDataset(f"{place}: no such object or prefix")
+    named = options.format if options.format not in (None, "auto") else options.sniffed
+    if named is None:
+        *specific, catch_all = format_names(plugins=False)
+        for name in specific:
+            if reader_class(name).reads_objects and _sniffs(reader_class(name), place):
+                named = name
+                break
+        else:
+            if reader_class(catch_all).holds_dataset(place):  # a folder of images, a list file
+                named = catch_all
+    if named is not None and reader_class(named).reads_objects and not options.local_copy:
+        return _applicable(reader_class(named), place, options, origin)
+    endings = tuple(dict.fromkeys(e for n in format_names() for e in reader_class(n).prefix_files))
+    copy = local_copy(place, endings, most=MOST_OBJECTS if named is None else None)
+    if copy is None and named is None:  # a folder of very many objects: the image reader's
+        return _applicable(reader_class(format_names(plugins=False)[-1]), place, options, origin)
+    if copy is None:
+        raise UnusableDataset(f"{place}: no such object or prefix")
+    try:
+        if named is None:  # its format is found on the objects' heads, before they are copied
+            fetch_heads(copy, place)
+            reader = open_reader(copy.path, options, origin)
+            if type(reader).reads_objects:  # a folder nothing else takes: the image reader's
+                copy.remove()
+                return _applicable(type(reader), place, options, origin)
+            fill(copy, place)
+        else:
+            fill(copy, place)
+            reader = open_reader(copy.path, replace(options, sniffed=named), origin)
+    except UnusableDataset as error:
+        copy.remove()
+        raise UnusableDataset(str(error).replace(str(copy.path), str(place))) from None
+    except BaseException:
+        copy.remove()
+        raise
+    reader.staged = copy
+    return reader
 
 
 def _sniffed_reader(path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
@@ -442,7 +499,10 @@ def names_dataset(path: Path) -> bool:
     ``data/my_text_document`` for ``my_text_document.bin`` and ``.idx``)."""
     if is_url(path):
         with remote_errors(path):
-            return bool(path.exists())
+            if path.exists():
+                return True
+            pairs = {tuple(reader_class(name).prefix_files) for name in format_names()} - {()}
+            return any(all((path.parent / f"{path.name}{e}").exists() for e in pair) for pair in pairs)
         return False  # not reached: an error is raised as one line
     if path.exists():
         return True

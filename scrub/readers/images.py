@@ -153,6 +153,7 @@ def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
 
 class ImageReader(Reader[Sequence[Entry]]):
     format = "images"
+    reads_objects = True  # through fsspec (`scrub.storage`)
     preferred_scheduler = "processes"
     forks_cleanly = True  # its scan holds a listing of files, no handle
     records_per_task = 1000

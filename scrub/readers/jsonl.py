@@ -435,6 +435,7 @@ def _json_kind(value: Any) -> str:
 
 class JsonLinesReader(Reader[Lines]):
     format = "jsonl"
+    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds line offsets, no handle
     file_suffixes = SUFFIXES
     records_per_task = 20_000

@@ -260,6 +260,7 @@ class RowGroups:
 
 class ParquetReader(Reader[RowGroups]):
     format = "parquet"
+    reads_objects = True  # through fsspec (`scrub.storage`)
     file_suffixes = (".parquet",)
     records_per_task = 2000
     positional_keys = True

@@ -167,6 +167,7 @@ def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) ->
 
 class SegmentationReader(Reader[Sequence[Pair]]):
     format = "segmentation"
+    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds pairs of file names, no handle
     records_per_task = 500
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.MASKS})

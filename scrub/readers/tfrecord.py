@@ -99,6 +99,7 @@ class FrameSpan:
 
 class TFRecordReader(FileSetReader[FrameSpan]):
     format = "tfrecord"
+    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds record offsets, no handle
     file_suffixes = (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz")
     records_per_task = 500

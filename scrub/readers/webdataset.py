@@ -141,6 +141,7 @@ class ShardSpan:
 
 class WebDatasetReader(FileSetReader[ShardSpan]):
     format = "webdataset"
+    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds shards' offsets, no handle
     file_suffixes = SHARD_SUFFIXES
     records_per_task = 500

@@ -15,7 +15,7 @@ scan: the version of the very bytes verified, with no ``stat`` before the first 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ def fingerprint(
     reader: Reader,
     partitions: list,
     root: str | Path,
-    known: dict[str, tuple[int, int]] | None = None,
+    known: Mapping[str, tuple[int, int | str]] | None = None,
     read: Iterator[tuple[int, int] | None] | None = None,
 ) -> dict[str, Any]:
     """``{"digest", "files", "bytes"}`` of the dataset ``reader`` opened; ``known`` holds the

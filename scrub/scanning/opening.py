@@ -19,6 +19,7 @@ from scrub.options.model import RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.scanning.fingerprint import fingerprint
 from scrub.storage import is_url, location
+from scrub.storage.staging import StagedCopy
 
 
 @dataclass
@@ -40,8 +41,16 @@ class OpenedDataset:
     ) -> dict[str, Any]:
         """The dataset's fingerprint as it is now (`scrub.scanning.fingerprint.fingerprint`), from
         the stats ``known`` already (a cached scan's lookups) or the versions its reads found
-        (``read``), else from a stat of each file: the one way every command takes it."""
+        (``read``), else from a stat of each file: the one way every command takes it. A local
+        copy of a dataset in object storage is fingerprinted by its objects' versions, as the
+        dataset is where it is read in place: a scan and a fix agree however each read it."""
+        if self.reader.staged is not None:
+            return fingerprint(self.reader, self.partitions, self.info.root, self.reader.staged.versions())
         return fingerprint(self.reader, self.partitions, self.info.root, known, read)
+
+    def close(self) -> None:
+        """Release what the reader holds open, and its local copy of a dataset in object storage."""
+        _release(self.reader)
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -78,18 +87,55 @@ def open_dataset(
         reader.options = replace(
             reader.options, shaping=tuple((n, getattr(options.checks, n)) for n in shaped_by)
         )
-    if before_open is not None:
-        before_open(reader)
     try:
-        info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
-    except UnusableDataset as error:
-        raise UnopenedDataset(str(error), reader.format) from None
+        if reader.staged is not None:
+            _reachable_by_workers(reader.staged, options.run)
+        if before_open is not None:
+            before_open(reader)
+        try:
+            info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
+        except UnusableDataset as error:
+            raise UnopenedDataset(_named(str(error), reader), reader.format) from None
+    except BaseException:
+        _release(reader)
+        raise
+    if reader.staged is not None:
+        info.notes[:] = [reader.staged.note, *(_named(note, reader) for note in info.notes)]
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
-    later = cached or (scanned and reader.records_carry_versions)
+    later = reader.staged is None and (cached or (scanned and reader.records_carry_versions))
     dataset = OpenedDataset(place, reader, info, partitions, None)
     if not later:
         dataset.fingerprint = dataset.take_fingerprint()
     return dataset
+
+
+def _release(reader: Reader) -> None:
+    try:
+        reader.close()
+    finally:
+        if reader.staged is not None:
+            reader.staged.remove()
+
+
+def _named(text: str, reader: Reader) -> str:
+    """``text`` with the local copy of a dataset in object storage named by its URL."""
+    return text if reader.staged is None else text.replace(str(reader.staged.path), reader.staged.url)
+
+
+def _reachable_by_workers(staged: StagedCopy, run: RunOptions) -> None:
+    """Refuse a cluster elsewhere for a dataset copied to this machine: its workers could not open
+    the copy. One on this machine (a loopback address) reads it as local workers do."""
+    address = run.scheduler or ""
+    if "://" not in address:
+        return
+    host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
+        return
+    raise UsageError(
+        f"{staged.url}: its format's library opens local files only, so this run reads a copy on "
+        f"this machine, which the workers of {address} cannot open: scan it with local workers "
+        "(--scheduler processes), or from a machine of the cluster with the dataset on its disk"
+    )
 
 
 def options_of(options: ScanOptions | None, keywords: dict[str, Any]) -> ScanOptions:

@@ -102,16 +102,23 @@ class Writer(ABC, Generic[ReaderT]):
     #: Where the cleaned copy is several files named by one prefix (Megatron's ``PREFIX.bin`` and
     #: ``PREFIX.idx``): their endings; `write` then gets the prefix (`scrub.fixing.outputs.StagedOutput`).
     output_suffixes: ClassVar[tuple[str, ...]] = ()
-    #: Whether it reads a source in object storage (``fix s3://...``); the others refuse one in
-    #: one line rather than fail on its first file
+    #: Whether it reads a source in object storage where it lives (``fix s3://...``); the others
+    #: write from a local copy of it (`scrub.storage.staging`, made by `scrub.fixing.cleaning`)
     reads_objects: ClassVar[bool] = False
 
     def __init__(self, dataset: OpenedDataset, run: RunOptions | None = None) -> None:
         self.dataset = dataset
         self.reader = cast(ReaderT, dataset.reader)  # the table pairs the format's reader and writer
         self.info = dataset.info
-        #: the source: a local path, or an object store's (writers that say `reads_objects`)
-        self.source: Path = dataset.path if is_url(dataset.path) else Path(dataset.path)
+        #: the source: a local path (the local copy of one in object storage), or an object
+        #: store's (writers that say `reads_objects`)
+        self.source: Path = (
+            Path(dataset.reader.path)
+            if dataset.reader.staged is not None
+            else dataset.path
+            if is_url(dataset.path)
+            else Path(dataset.path)
+        )
         self.run = run  # of the fix; None: the defaults
 
     @property

@@ -125,11 +125,12 @@ def stat_version(path: Location) -> tuple[int, int | str]:
         return listed
     with remote_errors(path):
         info = path.fs.info(path.path)
-    return _version(info)
+    return version_of(info)
 
 
-def _version(info: Mapping[str, Any]) -> tuple[int, str]:
-    """(size, version) of an object from what its store says of it (`stat_version`)."""
+def version_of(info: Mapping[str, Any]) -> tuple[int, str]:
+    """(size, version) of an object from what its store says of it (`stat_version`), as a
+    listing gives it too."""
     version = info.get("ETag") or info.get("etag") or info.get("generation") or info.get("mtime")
     version = version or info.get("LastModified") or info.get("last_modified") or ""
     return int(info.get("size") or 0), str(version).strip('"')
@@ -180,7 +181,7 @@ def list_objects(prefix: Location) -> dict[str, int]:
         info = found[name]
         if info.get("type") == "directory" or not name.startswith(base) or name.endswith("/"):
             continue  # folder markers (zero-byte ``key/`` objects) hold no record
-        size, version = _version(info)
+        size, version = version_of(info)
         listing[name[len(base) :]] = size
         _LISTED_VERSIONS[f"{scheme}://{name}"] = (size, version)
     if len(_LISTINGS) > 16:
