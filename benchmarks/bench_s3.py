@@ -10,8 +10,16 @@ as whole processes, best of ``--repeat`` (interleaved):
 * ``scrub scan s3://BUCKET/train-{000000..000019}.tar --storage-options ...`` (a brace pattern:
   each shard a dataset), and the same shards named by their prefix (one dataset);
 
-and prints throughput ratios against the floor (issue 31's goal: scrub ≥ 0.8 of it) and against
-the naive loop, with each process tree's peak resident memory. The server shares the machine's
+* ``scrub scan s3://BUCKET/shards --cache DIR`` of the same shards unchanged since a first
+  cached scan (a nightly job on a night when nothing changed);
+
+and an HDF5 file in the bucket, which scrub reads from a local copy (h5py opens files by name):
+the floor (``s3fs.cat`` of the object), the naive way (download it with s3fs, then read every
+chunk with h5py and test it with ``np.isfinite``) and ``scrub scan s3://BUCKET/h5/train.h5``.
+
+It prints throughput ratios against the floor (issue 31's goal: scrub ≥ 0.8 of it) and against
+the naive loop, with each process tree's peak resident memory and the requests the server
+answered for it (from its request log: listings, GETs, HEADs). The server shares the machine's
 cores with the process being timed, as a loopback server must.
 
     python benchmarks/bench_s3.py [--shards 20] [--samples 200] [--repeat 3] [--markdown-out r.md]
@@ -22,10 +30,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -58,6 +68,58 @@ for url in sys.argv[2:]:
                     bad += 1
 print(bad)
 """
+
+
+NAIVE_HDF5 = r"""
+import sys, tempfile, h5py, numpy as np, s3fs
+fs = s3fs.S3FileSystem(endpoint_url=sys.argv[1])
+with tempfile.TemporaryDirectory() as folder:
+    fs.get_file(sys.argv[2], f"{folder}/train.h5")
+    bad = 0
+    with h5py.File(f"{folder}/train.h5", "r") as file:
+        data = file["data"]
+        for start in range(0, len(data), 4096):
+            bad += int((~np.isfinite(data[start : start + 4096])).any(axis=1).sum())
+print(bad)
+"""
+
+
+class RequestLog(logging.Handler):
+    """Counts the requests moto's server answers (its werkzeug log: one line per request), by
+    kind: a listing (``GET /bucket?list-type=2``), a GET of an object or a range, a HEAD, other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if '"GET ' in text:
+            self.counts["list" if "list-type=" in text else "get"] += 1
+        elif '"HEAD ' in text:
+            self.counts["head"] += 1
+        else:
+            self.counts["other"] += 1
+
+    def taken(self) -> Counter[str]:
+        counts, self.counts = self.counts, Counter()
+        return counts
+
+
+def hdf5_file(folder: Path, rows: int, width: int) -> Path:
+    """An HDF5 file of ``rows`` float32 vectors (with labels), one in 1,000 holding a NaN."""
+    import h5py
+
+    path = folder / "train.h5"
+    if not path.exists():
+        rng = np.random.default_rng(1)
+        data = rng.normal(size=(rows, width)).astype(np.float32)
+        data[::1000, 3] = np.nan
+        with h5py.File(path.with_suffix(".tmp"), "w") as file:
+            file.create_dataset("data", data=data, chunks=(1024, width))
+            file.create_dataset("label", data=rng.integers(0, 10, rows))
+        path.with_suffix(".tmp").rename(path)
+    return path
 
 
 def jpeg(rng: np.random.Generator, side: int) -> bytes:
@@ -104,6 +166,9 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=20)
     parser.add_argument("--samples", type=int, default=200, help="samples per shard")
     parser.add_argument("--side", type=int, default=128, help="image side in pixels")
+    parser.add_argument(
+        "--hdf5-rows", type=int, default=100_000, help="rows of the HDF5 file (256 floats each)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--scrub-args", default="", help="extra arguments for scrub scan")
@@ -118,6 +183,10 @@ def main() -> int:
 
     paths = generate(arguments.workdir, arguments.shards, arguments.samples, arguments.side)
     total = sum(path.stat().st_size for path in paths)
+    hdf5 = hdf5_file(arguments.workdir.parent, arguments.hdf5_rows, 256)
+    requests = RequestLog()
+    logging.getLogger("werkzeug").addHandler(requests)
+    logging.getLogger("werkzeug").setLevel(logging.INFO)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -127,6 +196,7 @@ def main() -> int:
         client.create_bucket(Bucket=BUCKET)
         for path in paths:
             client.put_object(Bucket=BUCKET, Key=f"shards/{path.name}", Body=path.read_bytes())
+        client.put_object(Bucket=BUCKET, Key="h5/train.h5", Body=hdf5.read_bytes())
         urls = [f"s3://{BUCKET}/shards/{path.name}" for path in paths]
         pattern = f"s3://{BUCKET}/shards/train-{{000000..{arguments.shards - 1:06d}}}.tar"
         options = json.dumps({"endpoint_url": endpoint})
@@ -146,18 +216,31 @@ def main() -> int:
             "scrub (prefix)": scrub(f"s3://{BUCKET}/shards"),
             "scrub (prefix, --scheduler sync)": [*scrub(f"s3://{BUCKET}/shards"), "--scheduler", "sync"],
             "scrub (local copy)": scrub(str(arguments.workdir)),
-        }
+            "scrub (prefix, --cache, nothing changed)": [
+                *scrub(f"s3://{BUCKET}/shards"), "--cache", str(out / "cache")
+            ],
+            "HDF5 floor (s3fs.cat)": [arguments.python, "-c", FLOOR, endpoint, f"s3://{BUCKET}/h5/train.h5"],
+            "HDF5 naive (download, h5py)": [
+                arguments.python, "-c", NAIVE_HDF5, endpoint, f"s3://{BUCKET}/h5/train.h5"
+            ],
+            "HDF5 scrub (a local copy)": scrub(f"s3://{BUCKET}/h5/train.h5"),
+        }  # fmt: skip
+        timed(commands["scrub (prefix, --cache, nothing changed)"])  # the first night: fills the cache
         runs: dict[str, list[tuple[float, int, str]]] = {name: [] for name in commands}
+        counted: dict[str, Counter[str]] = {}
         for _ in range(arguments.repeat):
             for name, command in commands.items():
+                requests.taken()
                 runs[name].append(timed(command))
+                counted[name] = requests.taken()
+                if name == "scrub (prefix)":
+                    summary = json.loads((out / "summary.json").read_text())
         best = {name: min(results, key=lambda r: r[0]) for name, results in runs.items()}
-        summary = json.loads((out / "summary.json").read_text())
     finally:
         server.stop()
 
-    floor = best["floor (s3fs.cat)"][0]
-    naive = best["naive loop"][0]
+    floors = {"HDF5": best["HDF5 floor (s3fs.cat)"][0], "": best["floor (s3fs.cat)"][0]}
+    naives = {"HDF5": best["HDF5 naive (download, h5py)"][0], "": best["naive loop"][0]}
     images = arguments.shards * arguments.samples
     lines = [
         f"## scrub S3 benchmark ({datetime.now(timezone.utc):%Y-%m-%d})",
@@ -168,15 +251,22 @@ def main() -> int:
         f"best of {arguments.repeat}, whole processes",
         f"- corrupt images found: scrub {summary['issues']['by_check'].get('corrupt-image')}, naive "
         f"{best['naive loop'][2].strip()}",
+        f"- an HDF5 file of {arguments.hdf5_rows} x 256 float32 ({hdf5.stat().st_size / 1e6:.1f} MB, a NaN "
+        f"in every 1,000th row: the naive way found {best['HDF5 naive (download, h5py)'][2].strip()})",
         "",
-        "| command | seconds (runs) | MB/s | vs floor (goal ≥ 0.8) | vs naive | peak RSS MiB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| command | seconds (runs) | MB/s | vs floor (goal ≥ 0.8) | vs naive | peak RSS MiB "
+        "| requests: list / GET / HEAD / other |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, (seconds, peak, _) in best.items():
         each = ", ".join(f"{r[0]:.2f}" for r in runs[name])
+        kind = "HDF5" if name.startswith("HDF5") else ""
+        size = hdf5.stat().st_size if kind else total
+        made, floor, naive = counted[name], floors[kind], naives[kind]
         lines.append(
-            f"| {name} | {seconds:.2f} ({each}) | {total / seconds / 1e6:.0f} | {floor / seconds:.2f} | "
-            f"{naive / seconds:.2f}x | {peak / 2**20:.0f} |"
+            f"| {name} | {seconds:.2f} ({each}) | {size / seconds / 1e6:.0f} | {floor / seconds:.2f} | "
+            f"{naive / seconds:.2f}x | {peak / 2**20:.0f} "
+            f"| {made['list']} / {made['get']} / {made['head']} / {made['other']} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from scrub.errors import (
     ScrubError,
@@ -27,7 +27,7 @@ from scrub.scanning.cache import holds_results
 from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, options_of, worker_starter
 from scrub.scanning.run import ScanResult, Unopened, run_wide, scan_dataset, scan_opened
 from scrub.scanning.summary import Progress
-from scrub.storage import location
+from scrub.storage import is_location, location
 
 __all__ = [
     "OpenedDataset",
@@ -73,7 +73,7 @@ def scan(
     options = options_of(options, keywords)
     found = _several(path, options)
     if found is None:
-        assert isinstance(path, (str, Path))  # a list always names several
+        assert is_location(path)  # a list always names several
         return _reported(scan_one(path, options, progress=progress, started=started), options)
     note = found.note()
     scanned = scan_many(
@@ -127,8 +127,8 @@ def _several(path: str | Path | Sequence[str | Path], options: ScanOptions) -> D
     """The datasets ``path`` names, listed once (their formats found on the way are carried to
     their opening); None where it is one dataset path, opened as it is (as on the command
     line)."""
-    if not isinstance(path, (str, Path)):
-        return expand_datasets(path, options.read)
+    if not is_location(path):
+        return expand_datasets(cast(Sequence[str | Path], path), options.read)
     place = location(path, options.read.storage)
     if place.exists() and options.read.format not in (None, "auto"):
         return None

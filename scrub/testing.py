@@ -24,10 +24,14 @@ the marker, or run pytest without ``--strict-markers``). scrub's own formats run
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,17 +43,19 @@ from scrub.fixing.restoring import restore
 from scrub.manifest import read_manifest
 from scrub.options.model import ScanOptions
 from scrub.readers.base import Reader, reader_class
-from scrub.records import Batch
+from scrub.records import Batch, Issue
 from scrub.scanning.opening import OpenedDataset, open_dataset
+from scrub.storage import is_url, location
 
 
 @dataclass(frozen=True)
 class Subject:
     """A dataset of the format under test: its format's name, its path (what ``scrub scan`` is
-    given), and the options it is scanned with (API keywords: ``{"num_classes": 10}``)."""
+    given: a local path, or a URL with ``storage_options`` among the options), and the options
+    it is scanned with (API keywords: ``{"num_classes": 10}``)."""
 
     format: str
-    path: Path
+    path: Path | str
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,6 +70,17 @@ def records_read(reader: Reader, partition: Any) -> list[tuple[str, str, int]]:
     return found
 
 
+def verdicts_in(quarantine: Any) -> list[Issue]:
+    """The verdicts of a quarantine's manifest, on this machine or in object storage."""
+    manifest = quarantine / "manifest.jsonl"
+    if not is_url(manifest):
+        return list(read_manifest(manifest))
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "manifest.jsonl"
+        copy.write_bytes(manifest.read_bytes())
+        return list(read_manifest(copy))
+
+
 class FormatSuite:
     """The tests every format passes; a subclass provides the ``subject`` fixture."""
 
@@ -72,39 +89,50 @@ class FormatSuite:
         raise NotImplementedError("a FormatSuite subclass provides the subject fixture: see scrub.testing")
 
     @staticmethod
-    def opened(subject: Subject) -> OpenedDataset:
+    @contextmanager
+    def opened(subject: Subject) -> Iterator[OpenedDataset]:
+        """The subject opened, closed after (a local copy of one in object storage removed)."""
         dataset = open_dataset(subject.path, ScanOptions.build(**subject.options))
-        assert dataset.reader.format == subject.format
-        return dataset
+        try:
+            assert dataset.reader.format == subject.format
+            yield dataset
+        finally:
+            dataset.close()
 
     def test_partitions_cover_every_record_exactly_once_and_locate_names_them(self, subject: Subject) -> None:
-        dataset = self.opened(subject)
-        reader, partitions = dataset.reader, dataset.partitions
-        assert sum(len(partition) for partition in partitions) == dataset.info.records > 0
-        read = []
-        for partition in partitions:
-            found = records_read(reader, partition)
-            assert len(found) == len(partition)
-            assert [tuple(identity) for identity in reader.locate(partition, range(len(partition)))] == found
-            read += found
-        assert len(set(read)) == len(read) == dataset.info.records  # each record once
-        reader.close()
+        with self.opened(subject) as dataset:
+            reader, partitions = dataset.reader, dataset.partitions
+            assert sum(len(partition) for partition in partitions) == dataset.info.records > 0
+            read = []
+            for partition in partitions:
+                found = records_read(reader, partition)
+                assert len(found) == len(partition)
+                assert [tuple(i) for i in reader.locate(partition, range(len(partition)))] == found
+                read += found
+            assert len(set(read)) == len(read) == dataset.info.records  # each record once
 
     def test_the_reader_and_its_partitions_pickle_and_read_the_same(self, subject: Subject) -> None:
-        dataset = self.opened(subject)
-        reader, partitions = dataset.reader, dataset.partitions
-        copy, copied = pickle.loads(pickle.dumps((reader, partitions)))
-        assert [records_read(copy, p) for p in copied] == [records_read(reader, p) for p in partitions]
-        reader.close()
-        copy.close()
+        with self.opened(subject) as dataset:
+            reader, partitions = dataset.reader, dataset.partitions
+            copy, copied = pickle.loads(pickle.dumps((reader, partitions)))
+            try:
+                assert [records_read(copy, p) for p in copied] == [
+                    records_read(reader, p) for p in partitions
+                ]
+            finally:
+                copy.close()
 
     def test_members_are_the_files_records_come_from(self, subject: Subject) -> None:
-        dataset = self.opened(subject)
-        members = list(dataset.reader.members(dataset.partitions))
-        assert members and len(set(members)) == len(members)
-        present = [m for m in members if os.path.lexists(m)]
-        assert len(present) >= len(members) - len(dataset.info.issues) - 2  # a planted missing file or two
-        dataset.close()
+        with self.opened(subject) as dataset:
+            members = list(dataset.reader.members(dataset.partitions))
+            assert members and len(set(members)) == len(members)
+            storage = dataset.reader.options.storage
+            present = [
+                m for m in members if (location(m, storage).exists() if is_url(m) else os.path.lexists(m))
+            ]
+            assert (
+                len(present) >= len(members) - len(dataset.info.issues) - 2
+            )  # a planted missing file or two
 
     def test_fix_round_trips_every_record_once_and_the_copy_rescans_clean(self, subject: Subject) -> None:
         options = {**subject.options, "scheduler": "sync"}
@@ -131,20 +159,17 @@ class FormatSuite:
         fixed = scrub.fix(subject.path, quarantine=True, **options)
         assert fixed.quarantine is not None
         quarantined = fixed.report["quarantined"]
-        errors = [
-            i for i in read_manifest(fixed.quarantine / "manifest.jsonl") if i.severity.value == "error"
-        ]
+        errors = [i for i in verdicts_in(fixed.quarantine) if i.severity.value == "error"]
         one = next(i for i in errors if i.key != "*")
-        partly = restore(fixed.quarantine, keys=[f"{one.source}:{one.key}"], scheduler="sync")
+        running = {k: v for k, v in options.items() if k in ("scheduler", "storage_options")}
+        partly = restore(fixed.quarantine, keys=[f"{one.source}:{one.key}"], **running)
         assert partly.verified and partly.report["quarantined"] < quarantined
         assert partly.report["kept"] + partly.report["quarantined"] == fixed.report["records"]
         assert partly.quarantine is not None
-        assert (one.source, one.key) not in {
-            (i.source, i.key) for i in read_manifest(partly.quarantine / "manifest.jsonl")
-        }
-        whole = restore(fixed.quarantine, scheduler="sync")
+        assert (one.source, one.key) not in {(i.source, i.key) for i in verdicts_in(partly.quarantine)}
+        whole = restore(fixed.quarantine, **running)
         assert whole.verified and whole.quarantine is not None
-        assert not list(read_manifest(whole.quarantine / "manifest.jsonl"))  # no verdict left
+        assert not verdicts_in(whole.quarantine)  # no verdict left
         # what is still set aside is what fix sets aside whatever the verdicts, and says so
         assert whole.report["quarantined"] == 0 or whole.report["forced"], whole.report
         assert whole.report["kept"] + whole.report["quarantined"] == fixed.report["records"]
@@ -156,7 +181,10 @@ class FormatSuite:
         new process, given this one's import path: its workers are forked from it where the
         format's reader `forks_cleanly`, else they come from the worker server; a reader that
         only one process may hold, on threads): the same manifest lines."""
-        options = [f"--{name.replace('_', '-')}={value}" for name, value in subject.options.items()]
+        options = [
+            f"--{name.replace('_', '-')}={json.dumps(value) if isinstance(value, dict) else value}"
+            for name, value in subject.options.items()
+        ]
         pool = "threads" if reader_class(subject.format).in_one_process else "processes"
         environment = {**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)}
         manifests = []

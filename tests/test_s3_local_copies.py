@@ -237,3 +237,13 @@ def test_restore_of_no_quarantine_in_a_bucket_is_one_line(s3_server):
         "scrub: error: s3://scrub-restore-none/q: not a quarantine `scrub fix --quarantine` wrote "
         "(no fix.json)"
     )
+
+
+@pytest.mark.parametrize(
+    "sample, name", [("hdf5", "train_list.txt"), ("coco", "annotations/instances_val2017.json")]
+)
+def test_a_file_that_names_files_beyond_it_is_refused_in_one_line(s3_server, tmp_path, sample, name):
+    _, url = in_bucket(s3_server, tmp_path, sample, f"scrub-copy-names-{sample}")
+    message = one_line_error("scan", f"{url}/{name}", "--storage-options", json.dumps(storage(s3_server)))
+    assert message.startswith(f"scrub: error: {url}/{name}: ") and SCRATCH_PREFIX not in message
+    assert scratch_copies() == []

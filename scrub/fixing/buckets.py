@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,12 @@ LEASE_REFRESH = 30.0
 #: a lease not renewed for this long belongs to a run that is gone (seconds; another host's run
 #: cannot be asked whether its process lives)
 LEASE_EXPIRY = 15 * 60.0
-#: test-only: seconds to wait after each object is uploaded or copied, so that a test can kill a
-#: run while it stages or copies (see tests/test_s3_fix.py)
+#: objects uploaded, copied or checked at once (over the store's asynchronous client where it
+#: has one): each is a request of tens of ms on S3, one after the other a fix of thousands of
+#: files would take minutes to publish
+OBJECTS_AT_ONCE = 64
+#: test-only: seconds to wait after each batch of objects is uploaded or copied, so that a test
+#: can kill a run while it stages or copies (see tests/test_s3_fix.py)
 PAUSE_VARIABLE = "SCRUB_TEST_UPLOAD_PAUSE"
 
 
@@ -126,10 +131,12 @@ class BucketOutput:
         self._heartbeat = threading.Thread(target=self._renew, name="scrub-lease", daemon=True)
         self._heartbeat.start()
         with remote_errors(self.destination):
-            for path, name in self.files:
-                staged = self._staged(name)
-                self.fs.put_file(str(path), staged)
-                self.etags[name] = _check_object(self.fs, staged, path, self.destination, self.what)
+            for batch in _batches(self.files):
+                staged = [self._staged(name) for _, name in batch]
+                self.fs.put([str(path) for path, _ in batch], staged)
+                infos = _infos(self.fs, staged)
+                for (path, name), key in zip(batch, staged):
+                    self.etags[name] = _check_object(infos[key], key, path, self.destination, self.what)
                 _test_pause()
 
     def commit(self) -> None:
@@ -145,10 +152,12 @@ class BucketOutput:
                     self.fs.rm_file(self.key)
                 else:
                     self.fs.rm(self.key + "/", recursive=True)
-            for path, name in self.files:
-                final = self._final(name)
-                self.fs.copy(self._staged(name), final)
-                _check_object(self.fs, final, path, self.destination, self.what, self.etags[name])
+            for batch in _batches(self.files):
+                finals = [self._final(name) for _, name in batch]
+                self.fs.copy([self._staged(name) for _, name in batch], finals)
+                infos = _infos(self.fs, finals)
+                for (path, name), key in zip(batch, finals):
+                    _check_object(infos[key], key, path, self.destination, self.what, self.etags[name])
                 _test_pause()
             self._write_lease("copied")
             self._stop_heartbeat()
@@ -206,8 +215,31 @@ class BucketOutput:
             self.scratch = None
 
 
+def _batches(files: list[tuple[Path, str]]) -> Iterator[list[tuple[Path, str]]]:
+    """``files`` in batches of `OBJECTS_AT_ONCE`, each uploaded or copied at once."""
+    for start in range(0, len(files), OBJECTS_AT_ONCE):
+        yield files[start : start + OBJECTS_AT_ONCE]
+
+
+def _infos(fs: Any, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """What the store says of each of ``keys`` (size, ETag), requested at once where its client
+    is asynchronous (s3fs, gcsfs, adlfs)."""
+    fs.invalidate_cache()
+    if getattr(fs, "async_impl", False) and len(keys) > 1:
+        from fsspec.asyn import sync  # type: ignore[import-untyped]
+
+        async def every() -> list[Any]:
+            import asyncio
+
+            return await asyncio.gather(*(fs._info(key) for key in keys))
+
+        return dict(zip(keys, sync(fs.loop, every)))
+    return {key: fs.info(key) for key in keys}
+
+
 def _test_pause() -> None:
-    """Wait `PAUSE_VARIABLE` seconds (tests only: to kill a run between two uploads or copies)."""
+    """Wait `PAUSE_VARIABLE` seconds (tests only: to kill a run between two batches of uploads
+    or copies)."""
     pause = float(os.environ.get(PAUSE_VARIABLE) or 0)
     if pause > 0:
         time.sleep(pause)
@@ -301,12 +333,12 @@ def _files_of(
 
 
 def _check_object(
-    fs: Any, key: str, local: Path, destination: Location, what: str, etag: str | None = None
+    info: dict[str, Any], key: str, local: Path, destination: Location, what: str, etag: str | None = None
 ) -> str:
-    """Check an uploaded or copied object against the local file it holds: its size, and its ETag
-    where the store makes it the MD5 of the bytes (S3: of each part, for a multipart upload), else
-    the ETag the staged object had. Returns the object's ETag ("" where there is none)."""
-    info = fs.info(key)
+    """Check an uploaded or copied object (``info``: what the store says of it) against the local
+    file it holds: its size, and its ETag where the store makes it the MD5 of the bytes (S3: of
+    each part, for a multipart upload), else the ETag the staged object had. Returns the object's
+    ETag ("" where there is none)."""
     size = local.stat().st_size
     found = str(info.get("ETag") or info.get("etag") or "").strip('"')
     problem = None

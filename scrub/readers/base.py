@@ -439,8 +439,8 @@ def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str
     named = options.format if options.format not in (None, "auto") else options.sniffed
     if named is None:
         *specific, catch_all = format_names(plugins=False)
-        for name in specific:
-            if reader_class(name).reads_objects and _sniffs(reader_class(name), place):
+        for name in specific:  # in the order of a local path's sniffs (YOLO's folder before images)
+            if _sniffs(reader_class(name), place):
                 named = name
                 break
         else:

@@ -83,7 +83,6 @@ def image_folder(path: Path, first: str | None, root: Path | None) -> Path:
 
 class CocoReader(Reader[Sequence[CocoImage]]):
     format = "coco"
-    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds the parsed annotations, no handle
     records_per_task = 500
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.BOXES})

@@ -24,6 +24,7 @@ from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
 from scrub.readers.images import IMAGE_EXTENSIONS
 from scrub.records import Carries, Record
+from scrub.storage import is_url, list_objects
 from scrub.wording import agreeing, counted
 
 IMAGE_FOLDERS = ("images", "JPEGImages", "img_dir", "imgs", "img")
@@ -157,7 +158,14 @@ def unsafe_file(record: Record, shown: str) -> None:
 
 
 def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) -> bool:
-    """Whether a file whose name is ``wanted`` lies below ``folder`` (stops at the first)."""
+    """Whether a file whose name is ``wanted`` lies below ``folder`` (stops at the first); in
+    object storage, by one listing of the prefix (a YOLO or mask folder found there is then read
+    from a local copy, `scrub.storage.staging`)."""
+    if is_url(folder):
+        return any(
+            wanted(key.rsplit("/", 1)[-1]) and not any(part.startswith(".") for part in key.split("/")[:-1])
+            for key in list_objects(folder)
+        )
     for _directory, folders, files in os.walk(folder):
         folders[:] = [name for name in folders if not name.startswith(".")]
         if any(wanted(name) for name in files):
@@ -167,7 +175,6 @@ def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) ->
 
 class SegmentationReader(Reader[Sequence[Pair]]):
     format = "segmentation"
-    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds pairs of file names, no handle
     records_per_task = 500
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.MASKS})

@@ -111,7 +111,6 @@ def parse_labels(text: bytes) -> tuple[list[Box], list[tuple[str, str]]]:
 
 class YoloReader(Reader[Sequence[Pair]]):
     format = "yolo"
-    reads_objects = True  # through fsspec (`scrub.storage`)
     forks_cleanly = True  # its scan holds pairs of file names, no handle
     records_per_task = 500
     provides = frozenset({Carries.IMAGE, Carries.BYTES, Carries.BOXES})

@@ -4,6 +4,7 @@ and `fix` both start from."""
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -100,6 +101,7 @@ def open_dataset(
         _release(reader)
         raise
     if reader.staged is not None:
+        _within_copy(reader, partitions)
         info.notes[:] = [reader.staged.note, *(_named(note, reader) for note in info.notes)]
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
     later = reader.staged is None and (cached or (scanned and reader.records_carry_versions))
@@ -117,9 +119,39 @@ def _release(reader: Reader) -> None:
             reader.staged.remove()
 
 
+def _within_copy(reader: Reader, partitions: list) -> None:
+    """Refuse a dataset in object storage that names files beyond what its URL names (a list
+    file, a COCO JSON and its image folder): its local copy does not hold them, and every record
+    would pass for a missing file."""
+    assert reader.staged is not None
+    copy = os.path.join(str(reader.staged.folder), "")
+    outside = next(
+        (
+            m
+            for m in reader.members(partitions)
+            if not (os.path.abspath(m).startswith(copy) and os.path.lexists(m))
+        ),
+        None,
+    )
+    if outside is not None:
+        _release(reader)
+        raise UnopenedDataset(
+            f"{reader.staged.url}: names files beyond it ({os.path.basename(outside)}, ...), which are read "
+            "from this machine only for its format: list files and COCO annotations in object storage "
+            "are not read yet (copy the dataset down first)",
+            reader.format,
+        )
+
+
 def _named(text: str, reader: Reader) -> str:
-    """``text`` with the local copy of a dataset in object storage named by its URL."""
-    return text if reader.staged is None else text.replace(str(reader.staged.path), reader.staged.url)
+    """``text`` with the local copy of a dataset in object storage (and the folder it is in) named
+    by its URL (and the prefix it is in)."""
+    if reader.staged is None:
+        return text
+    staged = reader.staged
+    return text.replace(str(staged.path), staged.url).replace(
+        str(staged.folder), staged.url.rsplit("/", 1)[0]
+    )
 
 
 def _reachable_by_workers(staged: StagedCopy, run: RunOptions) -> None:

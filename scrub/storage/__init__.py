@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import IO, Any, cast
+from typing import IO, Any, TypeGuard, cast
 
 from scrub.errors import UnusableDataset, UsageError
 
@@ -56,6 +56,11 @@ def is_url(text: str | PurePath | Any) -> bool:
     if not isinstance(text, (str, PurePath)) and hasattr(text, "protocol"):
         return getattr(text, "protocol", "") not in ("", "file", "local")
     return bool(URL.match(str(text))) and not str(text).startswith("file://")
+
+
+def is_location(value: object) -> TypeGuard[Location]:
+    """Whether ``value`` names one place (a path, a URL, a `UPath`), not a sequence of them."""
+    return isinstance(value, (str, PurePath)) or hasattr(value, "protocol")
 
 
 def location(text: str | PurePath | Any, storage_options: Mapping[str, Any] | None = None) -> Location:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,11 @@ def local_copy(
     folder = Path(scratch_folder("source"))
     url = str(place).rstrip("/")
     key = str(place.path).rstrip("/")
-    return StagedCopy(url, key, folder / (url.rsplit("/", 1)[-1] or "dataset"), folder, listing)
+    copy = StagedCopy(url, key, folder / (url.rsplit("/", 1)[-1] or "dataset"), folder, listing)
+    # `StagedCopy.remove` removes it when the run ends; this is the net for a caller that drops it
+    # unclosed (at the latest when this process exits), and the next run's for a killed one
+    weakref.finalize(copy, shutil.rmtree, folder, True)
+    return copy
 
 
 def fetch_heads(copy: StagedCopy, place: Location) -> StagedCopy:

@@ -28,6 +28,8 @@ class Sample:
     path: str = ""
     options: dict[str, Any] = field(default_factory=dict)
     needs: str | None = None
+    #: why it is not read from a bucket (None: it is, `TestBuiltInFormatsInABucket`)
+    local_only: str | None = None
 
     @property
     def id(self) -> str:
@@ -36,8 +38,8 @@ class Sample:
 
 SAMPLES_BY_FORMAT = [
     Sample("images", "images"),
-    Sample("images", "imagelist", "train.txt", {"num_classes": 10}),
-    Sample("hdf5", "hdf5", "train_list.txt"),
+    Sample("images", "imagelist", "train.txt", {"num_classes": 10}, local_only="a list file"),
+    Sample("hdf5", "hdf5", "train_list.txt", local_only="a list file"),
     Sample("hdf5", "hdf5", "train.h5"),
     Sample("numpy", "numpy", "features.npy"),
     Sample("numpy", "numpy", "train.npz", {"num_classes": 5}),
@@ -49,7 +51,7 @@ SAMPLES_BY_FORMAT = [
     Sample("arrow", "hf_tokens", "", {"vocab_size": 1000}, needs="pyarrow"),  # save_to_disk, tokens
     Sample("segmentation", "segmentation", "", {"num_classes": 5}),
     Sample("yolo", "yolo"),
-    Sample("coco", "coco", "annotations/instances_val2017.json"),
+    Sample("coco", "coco", "annotations/instances_val2017.json", local_only="images beside its JSON"),
     Sample("mds", "mds", "", {"vocab_size": 1000}),
     Sample("jsonl", "jsonl", "train.jsonl", {"vocab_size": 1000}),
     Sample("megatron", "megatron", "my_text_document", {"vocab_size": 1000, "max_length": 64}),  # a prefix
@@ -91,6 +93,48 @@ class TestBuiltInFormats(FormatSuite):
     def subject(self, request, tmp_path) -> Subject:
         sample = request.param
         return Subject(sample.format, dataset_of(sample, tmp_path), sample.options)
+
+
+#: the formats some tests run for in a bucket, not every one: each such test costs seconds there
+#: (the test S3 server answers one request at a time), and every format of a kind reaches the
+#: bucket through the same code. Worker processes: one read in place, one from a local copy;
+#: restore: those and a pair of objects (Megatron) and a writer that copies from a local copy
+#: (Parquet).
+SOME_FORMATS = {
+    "test_worker_processes_find_what_one_process_finds": {"webdataset", "hdf5"},
+    "test_restore_puts_back_one_record_then_every_one": {"webdataset", "hdf5", "megatron", "parquet"},
+}
+
+
+def for_some_formats(subject: Subject, test: str) -> None:
+    if subject.format not in SOME_FORMATS[test]:
+        pytest.skip(f"{test} in a bucket: run for {', '.join(sorted(SOME_FORMATS[test]))}")
+
+
+@pytest.mark.slow
+class TestBuiltInFormatsInABucket(FormatSuite):
+    """The same datasets in a bucket of a real S3 server on loopback (moto's), named by URL: read
+    where they live or from a local copy (`scrub.storage.staging`), fixed and restored with their
+    outputs beside them in the bucket. A bucket holds no links: the samples' are left out."""
+
+    @pytest.fixture(params=[s for s in SAMPLES_BY_FORMAT if not s.local_only], ids=lambda sample: sample.id)
+    def subject(self, request, tmp_path, s3_server) -> Subject:
+        sample = request.param
+        dataset = dataset_of(sample, tmp_path)
+        for link in [path for path in (tmp_path / sample.copy).rglob("*") if path.is_symlink()]:
+            link.unlink()
+        url = s3_server.upload(tmp_path / sample.copy, "scrub-conformance", tmp_path.name)
+        named = f"{url}/{dataset.relative_to(tmp_path / sample.copy).as_posix()}".removesuffix("/.")
+        storage = {**s3_server.storage_options, "key": "scrub-test", "secret": "scrub-test"}
+        return Subject(sample.format, named, {**sample.options, "storage_options": storage})
+
+    def test_worker_processes_find_what_one_process_finds(self, subject: Subject, tmp_path: Path) -> None:
+        for_some_formats(subject, "test_worker_processes_find_what_one_process_finds")
+        super().test_worker_processes_find_what_one_process_finds(subject, tmp_path)
+
+    def test_restore_puts_back_one_record_then_every_one(self, subject: Subject) -> None:
+        for_some_formats(subject, "test_restore_puts_back_one_record_then_every_one")
+        super().test_restore_puts_back_one_record_then_every_one(subject)
 
 
 #: the extra of pyproject.toml that installs what a format needs
