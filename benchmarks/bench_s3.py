@@ -32,6 +32,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 import tarfile
 import tempfile
@@ -93,10 +94,12 @@ class RequestLog(logging.Handler):
         self.counts: Counter[str] = Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if '"GET ' in text:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage())  # a colored line: a 206 or a 404
+        method = re.search(r'"([A-Z]+) ', text)
+        kind = method.group(1) if method else ""
+        if kind == "GET":
             self.counts["list" if "list-type=" in text else "get"] += 1
-        elif '"HEAD ' in text:
+        elif kind == "HEAD":
             self.counts["head"] += 1
         else:
             self.counts["other"] += 1

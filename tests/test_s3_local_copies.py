@@ -75,20 +75,6 @@ def test_a_dataset_of_local_files_in_a_bucket_scans_as_on_disk(s3_server, tmp_pa
     assert scratch_copies() == []  # removed when the scan ended
 
 
-def test_worker_processes_read_the_local_copy(s3_server, tmp_path):
-    local, url = in_bucket(s3_server, tmp_path, "hdf5", "scrub-copy-workers")
-    here = scrub.scan(local / "train.h5", scheduler="sync", partition_size=50)
-    there = scrub.scan(
-        f"{url}/train.h5",
-        storage_options=storage(s3_server),
-        scheduler="processes",
-        workers=2,
-        partition_size=50,
-    )
-    assert findings(there) == findings(here)
-    assert scratch_copies() == []
-
-
 def test_a_cluster_elsewhere_is_refused_in_one_line(s3_server, tmp_path):
     _, url = in_bucket(s3_server, tmp_path, "hdf5", "scrub-copy-cluster")
     message = one_line_error(

@@ -6,6 +6,7 @@ dataset here fails a test: a new format is a reader, a writer, a table row and a
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,46 +96,79 @@ class TestBuiltInFormats(FormatSuite):
         return Subject(sample.format, dataset_of(sample, tmp_path), sample.options)
 
 
-#: the formats some tests run for in a bucket, not every one: each such test costs seconds there
-#: (the test S3 server answers one request at a time), and every format of a kind reaches the
-#: bucket through the same code. Worker processes: one read in place, one from a local copy;
-#: restore: those and a pair of objects (Megatron) and a writer that copies from a local copy
-#: (Parquet).
-SOME_FORMATS = {
-    "test_worker_processes_find_what_one_process_finds": {"webdataset", "hdf5"},
+def without_links(sample: Sample, tmp_path: Path) -> tuple[Path, str]:
+    """The sample's folder with its links removed (an object store holds none), and the dataset's
+    path relative to it ("" for the folder itself)."""
+    dataset = dataset_of(sample, tmp_path)
+    folder = tmp_path / sample.copy
+    for link in [path for path in folder.rglob("*") if path.is_symlink()]:
+        link.unlink()
+    relative = dataset.relative_to(folder).as_posix()
+    return folder, "" if relative == "." else relative
+
+
+IN_OBJECT_STORAGE = [s for s in SAMPLES_BY_FORMAT if not s.local_only]
+
+
+class TestBuiltInFormatsInMemory(FormatSuite):
+    """The same datasets in fsspec's memory file system (``memory://``, this process's own object
+    store: no ETags, no asynchronous client), named by URL: read where they live or from a local
+    copy (`scrub.storage.staging`), fixed and restored with their outputs beside them there."""
+
+    @pytest.fixture(params=IN_OBJECT_STORAGE, ids=lambda sample: sample.id)
+    def subject(self, request, tmp_path) -> Iterator[Subject]:
+        import fsspec
+
+        folder, path = without_links(request.param, tmp_path)
+        store, prefix = fsspec.filesystem("memory"), f"/conformance/{tmp_path.name}"
+        for file in [file for file in folder.rglob("*") if file.is_file()]:
+            store.pipe_file(f"{prefix}/{file.relative_to(folder).as_posix()}", file.read_bytes())
+        yield Subject(request.param.format, f"memory://{prefix}/{path}".rstrip("/"), request.param.options)
+        store.rm(prefix, recursive=True)  # the outputs beside the dataset too
+
+    def test_worker_processes_find_what_one_process_finds(self, subject: Subject, tmp_path: Path) -> None:
+        pytest.skip("memory:// is this process's own: worker processes cannot see it (see the S3 class)")
+
+
+#: the formats the suite runs for in a bucket of the test S3 server, not every one (the memory
+#: file system runs them all): each test costs a second or more there (the server answers one
+#: request at a time), and every format of a kind reaches a bucket through the same code: read
+#: in place (WebDataset, images) or from a local copy (HDF5), a writer that copies from its copy
+#: (Parquet, images), a pair of objects (Megatron), a folder found by a listing (YOLO). Restore
+#: and worker processes, the dearest, run for fewer.
+IN_A_BUCKET = {"webdataset", "hdf5", "parquet", "images", "megatron", "yolo"}
+FEWER_IN_A_BUCKET = {
     "test_restore_puts_back_one_record_then_every_one": {"webdataset", "hdf5", "megatron", "parquet"},
+    "test_worker_processes_find_what_one_process_finds": {"webdataset", "hdf5"},
 }
-
-
-def for_some_formats(subject: Subject, test: str) -> None:
-    if subject.format not in SOME_FORMATS[test]:
-        pytest.skip(f"{test} in a bucket: run for {', '.join(sorted(SOME_FORMATS[test]))}")
 
 
 @pytest.mark.slow
 class TestBuiltInFormatsInABucket(FormatSuite):
     """The same datasets in a bucket of a real S3 server on loopback (moto's), named by URL: read
-    where they live or from a local copy (`scrub.storage.staging`), fixed and restored with their
-    outputs beside them in the bucket. A bucket holds no links: the samples' are left out."""
+    where they live or from a local copy, fixed and restored with their outputs beside them in
+    the bucket, scanned by worker processes that open the bucket themselves."""
 
-    @pytest.fixture(params=[s for s in SAMPLES_BY_FORMAT if not s.local_only], ids=lambda sample: sample.id)
+    @pytest.fixture(params=[s for s in IN_OBJECT_STORAGE if s.format in IN_A_BUCKET], ids=lambda s: s.id)
     def subject(self, request, tmp_path, s3_server) -> Subject:
-        sample = request.param
-        dataset = dataset_of(sample, tmp_path)
-        for link in [path for path in (tmp_path / sample.copy).rglob("*") if path.is_symlink()]:
-            link.unlink()
-        url = s3_server.upload(tmp_path / sample.copy, "scrub-conformance", tmp_path.name)
-        named = f"{url}/{dataset.relative_to(tmp_path / sample.copy).as_posix()}".removesuffix("/.")
+        folder, path = without_links(request.param, tmp_path)
+        url = s3_server.upload(folder, "scrub-conformance", tmp_path.name)
         storage = {**s3_server.storage_options, "key": "scrub-test", "secret": "scrub-test"}
-        return Subject(sample.format, named, {**sample.options, "storage_options": storage})
+        named = f"{url}/{path}".rstrip("/")
+        return Subject(request.param.format, named, {**request.param.options, "storage_options": storage})
 
-    def test_worker_processes_find_what_one_process_finds(self, subject: Subject, tmp_path: Path) -> None:
-        for_some_formats(subject, "test_worker_processes_find_what_one_process_finds")
-        super().test_worker_processes_find_what_one_process_finds(subject, tmp_path)
+    @staticmethod
+    def for_fewer(subject: Subject, test: str) -> None:
+        if subject.format not in FEWER_IN_A_BUCKET[test]:
+            pytest.skip(f"{test} in a bucket: run for {', '.join(sorted(FEWER_IN_A_BUCKET[test]))}")
 
     def test_restore_puts_back_one_record_then_every_one(self, subject: Subject) -> None:
-        for_some_formats(subject, "test_restore_puts_back_one_record_then_every_one")
+        self.for_fewer(subject, "test_restore_puts_back_one_record_then_every_one")
         super().test_restore_puts_back_one_record_then_every_one(subject)
+
+    def test_worker_processes_find_what_one_process_finds(self, subject: Subject, tmp_path: Path) -> None:
+        self.for_fewer(subject, "test_worker_processes_find_what_one_process_finds")
+        super().test_worker_processes_find_what_one_process_finds(subject, tmp_path)
 
 
 #: the extra of pyproject.toml that installs what a format needs
