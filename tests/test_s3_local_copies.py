@@ -2,8 +2,8 @@
 flat token files), in a bucket of a real S3 server on loopback (moto's): read from a local copy
 that the run makes, says and removes; fixed from a bucket into a bucket (Parquet and image
 folders too, whose writers copy from the source's files), the outputs read back by each format's
-own library; a scan's manifest serves a later ``fix --manifest`` of the same objects; a
-quarantine in a bucket is restored."""
+own library; a scan's manifest serves a later ``fix --manifest`` of the same objects. Restore
+from a bucket: the conformance suite (tests/conformance/test_formats.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from conftest import SAMPLES, one_line_error
 
 import scrub
 from scrub.fixing.outputs import SCRATCH_PREFIX
-from scrub.fixing.restoring import restore
 from scrub.storage import staging
 
 pytest.importorskip("s3fs")
@@ -201,17 +200,6 @@ def test_a_scan_of_the_bucket_serves_a_later_fix_manifest(s3_server, tmp_path):
     assert fixed.verified and fixed.report["quarantined"] == len(
         {i.key for i in scanned.issues() if i.severity == "error"}
     )
-
-
-def test_a_quarantine_in_a_bucket_is_restored(s3_server, tmp_path):
-    h5py = pytest.importorskip("h5py")
-    bucket, fixed = fix_into_bucket(s3_server, tmp_path, "hdf5", "train.h5", "scrub-restore-hdf5")
-    restored = restore(f"s3://{bucket}/out/quarantine", storage_options=storage(s3_server), scheduler="sync")
-    assert restored.verified and restored.report["quarantined"] == 0
-    body = s3_server.client.get_object(Bucket=bucket, Key="out/clean")["Body"].read()
-    with h5py.File(io.BytesIO(body), "r") as clean:
-        assert len(clean["data"]) == fixed.report["kept"] + fixed.report["quarantined"]
-    assert scratch_copies() == []
 
 
 def test_restore_of_no_quarantine_in_a_bucket_is_one_line(s3_server):

@@ -467,7 +467,7 @@ def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str
             reader = open_reader(copy.path, replace(options, sniffed=named), origin)
     except UnusableDataset as error:
         copy.remove()
-        raise UnusableDataset(str(error).replace(str(copy.path), str(place))) from None
+        raise UnusableDataset(copy.named(str(error))) from None
     except BaseException:
         copy.remove()
         raise

@@ -96,13 +96,14 @@ def open_dataset(
         try:
             info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
         except UnusableDataset as error:
-            raise UnopenedDataset(_named(str(error), reader), reader.format) from None
+            said = str(error) if reader.staged is None else reader.staged.named(str(error))
+            raise UnopenedDataset(said, reader.format) from None
     except BaseException:
         _release(reader)
         raise
     if reader.staged is not None:
         _within_copy(reader, partitions)
-        info.notes[:] = [reader.staged.note, *(_named(note, reader) for note in info.notes)]
+        info.notes[:] = [reader.staged.note, *(reader.staged.named(note) for note in info.notes)]
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
     later = reader.staged is None and (cached or (scanned and reader.records_carry_versions))
     dataset = OpenedDataset(place, reader, info, partitions, None)
@@ -141,17 +142,6 @@ def _within_copy(reader: Reader, partitions: list) -> None:
             "are not read yet (copy the dataset down first)",
             reader.format,
         )
-
-
-def _named(text: str, reader: Reader) -> str:
-    """``text`` with the local copy of a dataset in object storage (and the folder it is in) named
-    by its URL (and the prefix it is in)."""
-    if reader.staged is None:
-        return text
-    staged = reader.staged
-    return text.replace(str(staged.path), staged.url).replace(
-        str(staged.folder), staged.url.rsplit("/", 1)[0]
-    )
 
 
 def _reachable_by_workers(staged: StagedCopy, run: RunOptions) -> None:

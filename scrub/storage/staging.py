@@ -65,6 +65,16 @@ class StagedCopy:
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def named(self, text: str) -> str:
+        """``text`` (a reader's message or note) with the copy named by its URL, and the scratch
+        folder it is in by the URL's prefix: what a person reads names the bucket, not scratch."""
+        return text.replace(str(self.path), self.url).replace(str(self.folder), self.url.rsplit("/", 1)[0])
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled copy (a reader sent to a worker) leaves the listing behind: only the process
+        that made the copy fingerprints it, and a listing may hold thousands of objects."""
+        return self.__dict__ | {"listing": {}}
+
     def local(self, key: str) -> Path:
         """Where the object ``key`` is copied to: what ``url`` names is copied to ``path``; an
         object below it keeps its key relative to it, a pair's file its own name beside it."""

@@ -133,14 +133,11 @@ class TestBuiltInFormatsInMemory(FormatSuite):
 #: the formats the suite runs for in a bucket of the test S3 server, not every one (the memory
 #: file system runs them all): each test costs a second or more there (the server answers one
 #: request at a time), and every format of a kind reaches a bucket through the same code: read
-#: in place (WebDataset, images) or from a local copy (HDF5), a writer that copies from its copy
-#: (Parquet, images), a pair of objects (Megatron), a folder found by a listing (YOLO). Restore
-#: and worker processes, the dearest, run for fewer.
-IN_A_BUCKET = {"webdataset", "hdf5", "parquet", "images", "megatron", "yolo"}
-FEWER_IN_A_BUCKET = {
-    "test_restore_puts_back_one_record_then_every_one": {"webdataset", "hdf5", "megatron", "parquet"},
-    "test_worker_processes_find_what_one_process_finds": {"webdataset", "hdf5"},
-}
+#: in place (WebDataset), from a local copy (HDF5), a pair of objects (Megatron). Parquet and
+#: image folders fixed from a bucket into one: tests/test_s3_local_copies.py. Worker processes,
+#: the dearest, run for fewer.
+IN_A_BUCKET = {"webdataset", "hdf5", "megatron"}
+FEWER_IN_A_BUCKET = {"test_worker_processes_find_what_one_process_finds": {"webdataset", "hdf5"}}
 
 
 @pytest.mark.slow
@@ -161,10 +158,6 @@ class TestBuiltInFormatsInABucket(FormatSuite):
     def for_fewer(subject: Subject, test: str) -> None:
         if subject.format not in FEWER_IN_A_BUCKET[test]:
             pytest.skip(f"{test} in a bucket: run for {', '.join(sorted(FEWER_IN_A_BUCKET[test]))}")
-
-    def test_restore_puts_back_one_record_then_every_one(self, subject: Subject) -> None:
-        self.for_fewer(subject, "test_restore_puts_back_one_record_then_every_one")
-        super().test_restore_puts_back_one_record_then_every_one(subject)
 
     def test_worker_processes_find_what_one_process_finds(self, subject: Subject, tmp_path: Path) -> None:
         self.for_fewer(subject, "test_worker_processes_find_what_one_process_finds")
