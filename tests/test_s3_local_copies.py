@@ -221,3 +221,18 @@ def test_a_file_that_names_files_beyond_it_is_refused_in_one_line(s3_server, tmp
     message = one_line_error("scan", f"{url}/{name}", "--storage-options", json.dumps(storage(s3_server)))
     assert message.startswith(f"scrub: error: {url}/{name}: ") and SCRATCH_PREFIX not in message
     assert scratch_copies() == []
+
+
+def test_a_fix_says_why_it_reads_a_copy_of_a_format_read_in_place(s3_server, tmp_path):
+    _, url = in_bucket(s3_server, tmp_path, "parquet", "scrub-fix-why")
+    fixed = scrub.fix(
+        f"{url}/train.parquet",
+        out=tmp_path / "clean.parquet",
+        storage_options=storage(s3_server),
+        num_classes=10,
+        scheduler="sync",
+    )
+    said = [note for note in fixed.scan.summary.notes if "copied to local scratch" in note]
+    assert len(said) == 1 and said[0].startswith(
+        f"{url}/train.parquet: fix writes its cleaned copy from the source's files: 1 object ("
+    )

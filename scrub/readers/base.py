@@ -34,7 +34,15 @@ from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
-from scrub.storage.staging import MOST_OBJECTS, StagedCopy, fetch_heads, fill, local_copy
+from scrub.storage.staging import (
+    LIBRARY_OPENS_FILES,
+    MOST_OBJECTS,
+    WRITER_COPIES_FILES,
+    StagedCopy,
+    fetch_heads,
+    fill,
+    local_copy,
+)
 
 #: What a reader splits a dataset into (its own type per reader: row ranges, key ranges, tuples
 #: of entries); small and picklable, and ``len()`` is its number of records.
@@ -449,7 +457,9 @@ def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str
     if named is not None and reader_class(named).reads_objects and not options.local_copy:
         return _applicable(reader_class(named), place, options, origin)
     endings = tuple(dict.fromkeys(e for n in format_names() for e in reader_class(n).prefix_files))
-    copy = local_copy(place, endings, most=MOST_OBJECTS if named is None else None)
+    writer_needs_it = named is not None and reader_class(named).reads_objects  # `local_copy` asked
+    why = WRITER_COPIES_FILES if writer_needs_it else LIBRARY_OPENS_FILES
+    copy = local_copy(place, endings, most=MOST_OBJECTS if named is None else None, why=why)
     if copy is None and named is None:  # a folder of very many objects: the image reader's
         return _applicable(reader_class(format_names(plugins=False)[-1]), place, options, origin)
     if copy is None:

@@ -154,9 +154,9 @@ def _reachable_by_workers(staged: StagedCopy, run: RunOptions) -> None:
     if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
         return
     raise UsageError(
-        f"{staged.url}: its format's library opens local files only, so this run reads a copy on "
-        f"this machine, which the workers of {address} cannot open: scan it with local workers "
-        "(--scheduler processes), or from a machine of the cluster with the dataset on its disk"
+        f"{staged.url}: {staged.why}, so this run reads a copy on this machine, which the workers "
+        f"of {address} cannot open: run it with local workers (--scheduler processes), or from a "
+        "machine of the cluster with the dataset on its disk"
     )
 
 

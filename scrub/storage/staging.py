@@ -28,6 +28,7 @@ from typing import Any
 
 from scrub.errors import UnusableDataset
 from scrub.storage import Location, remote_errors, version_of
+from scrub.wording import counted
 
 #: bytes of each object the head mirror fetches: every format's signature lies in its first
 #: kilobytes (HDF5 looks for its own at 0, 512, 1024... in case of a user block)
@@ -39,6 +40,10 @@ SMALL_OBJECT = 1 << 20
 MOST_OBJECTS = 10_000
 #: room left on the scratch disk after a copy, beyond its size
 SPARE_BYTES = 256 << 20
+#: why a copy is read: the format's reader opens files by name
+LIBRARY_OPENS_FILES = "its format's library opens local files only"
+#: why a copy is read: `fix` of a format whose writer copies from the source's files
+WRITER_COPIES_FILES = "fix writes its cleaned copy from the source's files"
 
 
 @dataclass
@@ -56,7 +61,8 @@ class StagedCopy:
     folder: Path
     #: key -> what the store lists of it (size, modification time), in key order
     listing: dict[str, dict[str, Any]]
-    complete: bool = False
+    #: why a copy is read rather than the objects (said in the note and in refusals)
+    why: str = LIBRARY_OPENS_FILES
 
     @property
     def bytes(self) -> int:
@@ -91,17 +97,17 @@ class StagedCopy:
 
     @property
     def note(self) -> str:
-        from scrub.wording import counted
-
         return (
-            f"{self.url}: its format's library opens local files only: "
-            f"{counted(len(self.listing), 'object')} ({_size(self.bytes)}) copied to local scratch for "
-            "this run and removed after it"
+            f"{self.url}: {self.why}: {counted(len(self.listing), 'object')} ({_size(self.bytes)}) "
+            "copied to local scratch for this run and removed after it"
         )
 
 
 def local_copy(
-    place: Location, prefix_endings: tuple[str, ...] = (), most: int | None = None
+    place: Location,
+    prefix_endings: tuple[str, ...] = (),
+    most: int | None = None,
+    why: str = LIBRARY_OPENS_FILES,
 ) -> StagedCopy | None:
     """An empty local copy of what ``place`` names (an object, every object below a prefix, or the
     objects ``place`` + each of ``prefix_endings``: Megatron's ``name.bin`` and ``name.idx``), to
@@ -114,7 +120,7 @@ def local_copy(
     folder = Path(scratch_folder("source"))
     url = str(place).rstrip("/")
     key = str(place.path).rstrip("/")
-    copy = StagedCopy(url, key, folder / (url.rsplit("/", 1)[-1] or "dataset"), folder, listing)
+    copy = StagedCopy(url, key, folder / (url.rsplit("/", 1)[-1] or "dataset"), folder, listing, why)
     # `StagedCopy.remove` removes it when the run ends; this is the net for a caller that drops it
     # unclosed (at the latest when this process exits), and the next run's for a killed one
     weakref.finalize(copy, shutil.rmtree, folder, True)
@@ -150,7 +156,7 @@ def fill(copy: StagedCopy, place: Location) -> StagedCopy:
     if copy.bytes + SPARE_BYTES > free:
         copy.remove()
         raise UnusableDataset(
-            f"{copy.url}: its format's library opens local files only, and copying its "
+            f"{copy.url}: {copy.why}, and copying its "
             f"{_size(copy.bytes)} needs more than the {_size(free)} free in {tempfile.gettempdir()}: "
             "set TMPDIR to a larger disk, or copy the dataset down first"
         )
@@ -166,7 +172,6 @@ def fill(copy: StagedCopy, place: Location) -> StagedCopy:
     except BaseException:
         copy.remove()
         raise
-    copy.complete = True
     return copy
 
 
