@@ -51,7 +51,7 @@ from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.scanning.summary import Progress
 from scrub.storage import Location, is_url, location
 from scrub.wording import counted
-from scrub.writers.base import Tally, Verdicts, Writer, writer_for
+from scrub.writers.base import Tally, Verdicts, Writer, writer_class, writer_for
 
 
 @dataclass
@@ -118,18 +118,11 @@ def fix(
         scan_options,
         before_open=worker_starter(scan_options.run) if early else None,
         scanned=not manifests,  # fix --manifest compares the fingerprint before writing anything
+        # a writer that copies the kept records from the source's files writes from a local copy
+        needs_files=lambda format_name: not writer_class(format_name).reads_objects,
     )
     try:
         writer = writer_for(dataset, scan_options.run)
-        if is_url(dataset.path) and dataset.reader.staged is None and not writer.reads_objects:
-            # its writer copies the kept records from the source's files: read a local copy
-            dataset.close()
-            dataset = open_dataset(
-                path,
-                replace(scan_options, read=replace(scan_options.read, local_copy=True)),
-                scanned=not manifests,
-            )
-            writer = writer_for(dataset, scan_options.run)
         _check_writable(dataset, writer, options)
         outputs = FixOutputs(
             dataset,

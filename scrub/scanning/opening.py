@@ -64,6 +64,7 @@ def open_dataset(
     options: ScanOptions | None = None,
     before_open: Callable[[Reader], None] | None = None,
     scanned: bool = False,
+    needs_files: Callable[[str], bool] | None = None,
     **keywords: Any,
 ) -> OpenedDataset:
     """Find the reader for ``path``, validate the dataset, split it, fingerprint it.
@@ -73,7 +74,10 @@ def open_dataset(
     can start meanwhile. ``scanned``: the caller scans every record next, so where they carry
     their files' versions (`Reader.records_carry_versions`) the fingerprint is taken from the
     reads (`scrub.scanning.dataset.DatasetScan.finish`), off the path to the first task, and of
-    the very bytes verified.
+    the very bytes verified. ``needs_files(format)``: whether the caller reads the source's
+    files itself (`fix`'s writer), so that a dataset in object storage is read from a local copy
+    even where its reader reads objects; asked once the format is known, before the dataset is
+    opened.
     """
     options = options_of(options, keywords)
     place: Path = location(path, options.read.storage)
@@ -81,6 +85,9 @@ def open_dataset(
         place = place.resolve()  # outputs are named after it
     try:
         reader = open_reader(place, options.read, options.origin)
+        if is_url(place) and reader.staged is None and needs_files is not None and needs_files(reader.format):
+            local = replace(options.read, sniffed=reader.format, local_copy=True)
+            reader = open_reader(place, local, options.origin)
     except UnusableDataset as error:
         raise UnopenedDataset(str(error)) from None
     shaped_by = sorted(type(reader).shaped_by)  # check options that decide what a record is

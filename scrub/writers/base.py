@@ -226,8 +226,12 @@ def link_again(source: str, destination: Path) -> None:
     os.symlink(os.path.join(os.path.dirname(os.path.abspath(source)), os.readlink(source)), destination)
 
 
+def writer_class(format_name: str) -> type[Writer[Any]]:
+    """The writer class of a format of the table."""
+    module, _, name = REGISTRY[format_name].partition(":")
+    return cast(type[Writer[Any]], getattr(importlib.import_module(module), name))
+
+
 def writer_for(dataset: OpenedDataset, run: RunOptions | None = None) -> Writer[Any]:
     """The writer for an opened dataset's format (``run``: the fix's `RunOptions`)."""
-    target = REGISTRY[dataset.reader.format]
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(dataset, run)
+    return writer_class(dataset.reader.format)(dataset, run)
