@@ -446,14 +446,7 @@ def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str
         raise UnusableDataset(f"{place}: no such object or prefix")
     named = options.format if options.format not in (None, "auto") else options.sniffed
     if named is None:
-        *specific, catch_all = format_names(plugins=False)
-        for name in specific:  # in the order of a local path's sniffs (YOLO's folder before images)
-            if _sniffs(reader_class(name), place):
-                named = name
-                break
-        else:
-            if reader_class(catch_all).holds_dataset(place):  # a folder of images, a list file
-                named = catch_all
+        named = _first_taker(place)
     if named is not None and reader_class(named).reads_objects and not options.local_copy:
         return _applicable(reader_class(named), place, options, origin)
     endings = tuple(dict.fromkeys(e for n in format_names() for e in reader_class(n).prefix_files))
@@ -485,14 +478,22 @@ def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str
     return reader
 
 
-def _sniffed_reader(path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
-    """`open_reader` without a format given: the first reader that sniffs ``path``."""
+def _first_taker(path: Any) -> str | None:
+    """The first of scrub's own formats whose reader sniffs ``path``, else the image reader's where
+    it holds a dataset there (a folder of images, a list file): the order of every sniff."""
     *specific, catch_all = format_names(plugins=False)  # the last (images) takes any folder
     for name in specific:
         if _sniffs(reader_class(name), path):
-            return _applicable(reader_class(name), path, options, origin)
-    if reader_class(catch_all).holds_dataset(path):  # a folder of images, a list file
-        return _applicable(reader_class(catch_all), path, options, origin)
+            return name
+    return catch_all if reader_class(catch_all).holds_dataset(path) else None
+
+
+def _sniffed_reader(path: Path, options: ReadOptions, origin: Callable[[str], str]) -> Reader:
+    """`open_reader` without a format given: the first reader that sniffs ``path``."""
+    taker = _first_taker(path)
+    if taker is not None:
+        return _applicable(reader_class(taker), path, options, origin)
+    *specific, catch_all = format_names(plugins=False)
     for name in format_names():  # packages' own formats: looked for only now (see `format_names`)
         if name not in specific and name != catch_all and reader_class(name).sniff(path):
             return _applicable(reader_class(name), path, options, origin)
@@ -509,17 +510,18 @@ def names_dataset(path: Path) -> bool:
     ``data/my_text_document`` for ``my_text_document.bin`` and ``.idx``)."""
     if is_url(path):
         with remote_errors(path):
-            if path.exists():
-                return True
-            pairs = {tuple(reader_class(name).prefix_files) for name in format_names()} - {()}
-            return any(all((path.parent / f"{path.name}{e}").exists() for e in pair) for pair in pairs)
+            return _names_dataset(path)
         return False  # not reached: an error is raised as one line
+    return _names_dataset(path)
+
+
+def _names_dataset(path: Any) -> bool:
     if path.exists():
         return True
     # installed packages' formats too, looked up only now: a path that exists never pays for them
     for name in format_names():
         endings = reader_class(name).prefix_files
-        if endings and all(Path(f"{path}{ending}").is_file() for ending in endings):
+        if endings and all((path.parent / f"{path.name}{ending}").is_file() for ending in endings):
             return True
     return False
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import operator
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -126,6 +126,19 @@ def _in_hidden(key: str) -> bool:
     return any(_is_hidden(part) for part in key.split("/")[:-1])
 
 
+def holds_a_file(folder: Path, wanted: Callable[[str], bool]) -> bool:
+    """Whether a file whose name is ``wanted`` lies below ``folder``, hidden folders aside (stops
+    at the first); in object storage, by one listing of the prefix (an image folder, and a YOLO
+    or mask folder, which is then read from a local copy, `scrub.storage.staging`)."""
+    if is_url(folder):
+        return any(wanted(key.rsplit("/", 1)[-1]) and not _in_hidden(key) for key in list_objects(folder))
+    for _directory, folders, files in os.walk(folder):
+        folders[:] = [name for name in folders if not _is_hidden(name)]
+        if any(wanted(name) for name in files):
+            return True
+    return False
+
+
 def _what_it_holds(top: Sequence[os.DirEntry]) -> str:
     """What a folder with no image in it holds, for the error: a person sees at once that it is
     the wrong folder, or a folder of datasets none of which scrub recognized."""
@@ -178,13 +191,7 @@ class ImageReader(Reader[Sequence[Entry]]):
     @staticmethod
     def holds_images(folder: Path) -> bool:
         """Whether an image lies anywhere below ``folder`` (stops at the first one)."""
-        if is_url(folder):
-            return any(_has_record_extension(key) and not _in_hidden(key) for key in list_objects(folder))
-        for _directory, folders, files in os.walk(folder):
-            folders[:] = [name for name in folders if not _is_hidden(name)]
-            if any(_has_record_extension(name) for name in files):
-                return True
-        return False
+        return holds_a_file(folder, _has_record_extension)
 
     @staticmethod
     def _looks_like_list(path: Path) -> bool:

@@ -22,9 +22,8 @@ from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
 from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, ReadAhead, Reader, split_records
-from scrub.readers.images import IMAGE_EXTENSIONS
+from scrub.readers.images import IMAGE_EXTENSIONS, holds_a_file
 from scrub.records import Carries, Record
-from scrub.storage import is_url, list_objects
 from scrub.wording import agreeing, counted
 
 IMAGE_FOLDERS = ("images", "JPEGImages", "img_dir", "imgs", "img")
@@ -120,7 +119,7 @@ def find_folders(path: Path) -> tuple[Path, Path] | None:
         return None
     for name in MASK_FOLDERS:
         masks = path / name
-        if masks.is_dir() and holds_a_file(masks):
+        if masks.is_dir() and holds_a_file(masks, is_image_name):
             return images, masks
     return None
 
@@ -155,22 +154,6 @@ def unsafe_file(record: Record, shown: str) -> None:
     record.problems.append(
         problem(record, "unsafe-path", f"not read: {shown} resolves outside the dataset root")
     )
-
-
-def holds_a_file(folder: Path, wanted: Callable[[str], bool] = is_image_name) -> bool:
-    """Whether a file whose name is ``wanted`` lies below ``folder`` (stops at the first); in
-    object storage, by one listing of the prefix (a YOLO or mask folder found there is then read
-    from a local copy, `scrub.storage.staging`)."""
-    if is_url(folder):
-        return any(
-            wanted(key.rsplit("/", 1)[-1]) and not any(part.startswith(".") for part in key.split("/")[:-1])
-            for key in list_objects(folder)
-        )
-    for _directory, folders, files in os.walk(folder):
-        folders[:] = [name for name in folders if not name.startswith(".")]
-        if any(wanted(name) for name in files):
-            return True
-    return False
 
 
 class SegmentationReader(Reader[Sequence[Pair]]):

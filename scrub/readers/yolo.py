@@ -21,10 +21,10 @@ from scrub.checks.base import problem
 from scrub.checks.boxes import Box
 from scrub.errors import UnusableDataset
 from scrub.readers.base import DatasetInfo, Reader, split_records
+from scrub.readers.images import holds_a_file
 from scrub.readers.segmentation import (
     IMAGE_FOLDERS,
     Pair,
-    holds_a_file,
     pair_files,
     read_ahead_pairs,
     unsafe_file,
