@@ -19,7 +19,7 @@ from scrub.errors import ScrubError, first_line
 from scrub.fixing.outputs import new_file_mode, temporary_file, write_atomically, write_failure
 from scrub.paths import absolute_place, common_folder
 from scrub.records import Issue
-from scrub.storage import is_url
+from scrub.storage import on_this_machine
 
 MANIFEST_SUFFIX = ".scrub.jsonl"
 #: the ``kind`` of the record beside a NaN guard's manifest (`scrub.guard`): its records are named,
@@ -64,7 +64,7 @@ def _naming(dataset: str | Path | None, several: Sequence[str]) -> tuple[Path, l
         return folder, [*names, "datasets"] if dataset is None else names, absolute_place(common)
     if dataset is None:  # a path that names no dataset yet: the scan says why, in one line
         return Path(), ["datasets"], ""
-    if is_url(dataset):  # an object's: in the working directory, named after it
+    if not on_this_machine(dataset):  # an object's: in the working directory, named after it
         names = [part for part in str(dataset).split("://", 1)[1].split("/") if part]
         return Path(), names or ["dataset"], str(dataset)
     dataset = Path(dataset)

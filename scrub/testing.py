@@ -45,7 +45,7 @@ from scrub.options.model import ScanOptions
 from scrub.readers.base import Reader, reader_class
 from scrub.records import Batch, Issue
 from scrub.scanning.opening import OpenedDataset, open_dataset
-from scrub.storage import is_url, location
+from scrub.storage import location, on_this_machine
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def records_read(reader: Reader, partition: Any) -> list[tuple[str, str, int]]:
 def verdicts_in(quarantine: Any) -> list[Issue]:
     """The verdicts of a quarantine's manifest, on this machine or in object storage."""
     manifest = quarantine / "manifest.jsonl"
-    if not is_url(manifest):
+    if on_this_machine(manifest):
         return list(read_manifest(manifest))
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / "manifest.jsonl"
@@ -128,7 +128,9 @@ class FormatSuite:
             assert members and len(set(members)) == len(members)
             storage = dataset.reader.options.storage
             present = [
-                m for m in members if (location(m, storage).exists() if is_url(m) else os.path.lexists(m))
+                m
+                for m in members
+                if (os.path.lexists(m) if on_this_machine(m) else location(m, storage).exists())
             ]
             assert (
                 len(present) >= len(members) - len(dataset.info.issues) - 2

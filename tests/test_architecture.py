@@ -1,6 +1,7 @@
 """The layout holds: no import cycle among scrub's modules, at module level or inside functions
 (a cycle held together by function-level imports is still a cycle: the modules cannot be read,
-tested or replaced one without the other); the top of the package holds few modules (the public
+tested or replaced one without the other); only the storage package tells a URL from a path;
+the top of the package holds few modules (the public
 API, the commands and the shared types: the rest lives in packages that say what it is); and no
 function runs over 80 lines without the reason written beside it."""
 
@@ -110,6 +111,33 @@ def test_the_cycle_finder_finds_one():
         "from typing import TYPE_CHECKING",
         "import scrub.y",
     ]
+
+
+def url_tests(tree: ast.Module) -> list[int]:
+    """The lines that name `scrub.storage.is_url` (imported, called or passed on)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Name) and node.id == "is_url")
+        or (isinstance(node, ast.Attribute) and node.attr == "is_url")
+        or (isinstance(node, ast.ImportFrom) and any(alias.name == "is_url" for alias in node.names))
+    )
+
+
+def test_only_the_storage_package_tells_a_url_from_a_path():
+    """Readers, writers, the scan and the fix see one storage interface (`scrub.storage.base.
+    Storage`, local and fsspec implementations): they ask it what a place can do
+    (`Storage.local_path`, `Storage.forks_cleanly`, `Storage.publish`...), never whether a
+    location is a URL, so a third storage would need no edit outside the package."""
+    found = {
+        str(path.relative_to(REPO)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] != "storage"
+        and (lines := url_tests(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert found == {}
+    seen = url_tests(ast.parse((PACKAGE / "storage" / "__init__.py").read_text(encoding="utf-8")))
+    assert seen  # not vacuous: the finder sees the package's own
 
 
 #: the most modules the top of `scrub/` may hold (``__init__`` and ``__main__`` included)

@@ -239,21 +239,16 @@ def test_dataset_checks_name_image_rows_by_their_path(tmp_path):
 
 
 def _walk_for(folder, suffix):
-    """The sniff's walk for one suffix as it was before the two sniffs shared one: the oracle."""
+    """The sniff's walk for one suffix alone, by `os.walk` (names sorted, a folder's files before
+    its sub-folders, symlinked folders not entered): the oracle."""
     import os
     from pathlib import Path
 
-    folders = [str(folder)]
-    while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.name.endswith(suffix):
-                    if entry.is_file():
-                        return Path(entry.path)
-                elif entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
+    for directory, folders, files in os.walk(folder):
+        folders[:] = sorted(n for n in folders if not n.startswith(".") and not n.endswith(suffix))
+        for name in sorted(files):
+            if not name.startswith(".") and name.endswith(suffix):
+                return Path(directory) / name
     return None
 
 

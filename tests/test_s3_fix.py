@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import scrub
-from scrub.fixing.buckets import LEASE, PAUSE_VARIABLE, STAGING_MARK
+from scrub.storage.buckets import LEASE, PAUSE_VARIABLE, STAGING_MARK
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 #: the WebDataset sample's samples with a planted defect (see tests/test_samples.py)
@@ -245,8 +245,8 @@ def test_killed_while_copying_its_copies_are_removed_by_the_next_run(s3_server):
     partial = destination_keys(s3_server, bucket)
     assert partial and len(partial) < 7 and staging_keys(s3_server, bucket)
 
-    from scrub.fixing.buckets import remove_abandoned
     from scrub.storage import location
+    from scrub.storage.buckets import remove_abandoned
 
     for name in ("held", "clean"):
         remove_abandoned(location(f"s3://{bucket}/{name}/", s3_server.storage_options))
@@ -255,8 +255,8 @@ def test_killed_while_copying_its_copies_are_removed_by_the_next_run(s3_server):
 
 def test_a_live_runs_staging_is_left_alone(s3_server):
     """A staging whose lease names a live process (this one) is not removed."""
-    from scrub.fixing.buckets import remove_abandoned
     from scrub.storage import location
+    from scrub.storage.buckets import remove_abandoned
 
     bucket = s3_server.bucket("scrub-fix-live")
     staging = f".clean{STAGING_MARK}abc"

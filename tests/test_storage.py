@@ -1,4 +1,5 @@
-"""Object storage as paths (`scrub.storage`), against a real S3 server on loopback (moto's): URLs,
+"""Object storage as paths (`scrub.storage`), against a real S3 server on loopback (moto's) and
+fsspec's memory file system: the storage interface answers alike on a disk and in a bucket; URLs,
 brace patterns and globs name objects; a missing bucket or object is one line and exit 2; the
 storage options are an option like any other and are never recorded."""
 
@@ -13,7 +14,7 @@ from conftest import one_line_error
 from scrub.errors import UnusableDataset, UsageError
 from scrub.options.model import ScanOptions
 from scrub.readers.base import ReadOptions, expand_datasets
-from scrub.storage import is_url, location, read_bytes, stat_version
+from scrub.storage import is_url, location, overlapping, read_bytes, same_place, stat_version, storage_of
 
 
 def test_urls_and_paths():
@@ -22,6 +23,72 @@ def test_urls_and_paths():
     assert location("file:///tmp/x") == Path("/tmp/x")
     assert location("data/train") == Path("data/train")
     assert str(location("memory://scrub/x.jsonl")) == "memory://scrub/x.jsonl"
+
+
+#: a tree each storage holds the same of: hidden entries (left out of `Storage.files_below`),
+#: nested folders, an empty object, sorted names that differ from insertion order
+TREE = {
+    "b.txt": b"hello",
+    "a/z.bin": b"0123456789",
+    "a/deeper/c.txt": b"c",
+    "a/.hidden.txt": b"h",
+    ".git/config": b"g",
+    "empty": b"",
+}
+
+
+def _tree_in(where: str, tmp_path: Path, s3_server) -> tuple[Path, object]:
+    """The tree on this disk, and the same in ``where`` (``memory`` or ``s3``)."""
+    local = tmp_path / "tree"
+    for key, data in TREE.items():
+        (local / key).parent.mkdir(parents=True, exist_ok=True)
+        (local / key).write_bytes(data)
+    if where == "s3":
+        return local, location(s3_server.upload(local, "scrub-interface", "tree"), s3_server.storage_options)
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/scrub-interface-{tmp_path.name}/tree"
+    for key, data in TREE.items():
+        fs.pipe_file(f"{root}/{key}", data)
+    return local, location(f"memory:/{root}")
+
+
+@pytest.mark.parametrize("where", ["memory", "s3"])
+def test_the_storage_interface_answers_alike_on_a_disk_and_in_a_bucket(where, tmp_path, s3_server):
+    """fsspec's abstract tests' way: one tree, every method of `scrub.storage.base.Storage`, the
+    local implementation as the oracle of the object store's."""
+    local, remote = _tree_in(where, tmp_path, s3_server)
+    on_disk, in_bucket = storage_of(local), storage_of(remote)
+    assert on_disk is not in_bucket
+    assert list(in_bucket.walk(remote)) == list(on_disk.walk(local))
+    pruned = []
+    for relative, folders, _ in in_bucket.walk(remote):
+        pruned.append(relative)
+        folders[:] = [name for name in folders if name != "a"]  # os.walk's contract: not entered
+    assert pruned == ["", ".git"]
+    below = ["b.txt", "empty", "a/z.bin", "a/deeper/c.txt"]  # the walk's order: a folder's files first
+    assert list(in_bucket.files_below(remote)) == list(on_disk.files_below(local)) == below
+    assert in_bucket.files_in(remote) == on_disk.files_in(local) == ["b.txt", "empty"]
+    for key, data in TREE.items():
+        for storage, root in ((on_disk, local), (in_bucket, remote)):
+            path = root.joinpath(*key.split("/"))
+            assert storage.read_bytes(path) == data
+            assert storage.read_range(path, 1, 3) == data[1:4] and storage.read_head(path, 2) == data[:2]
+            assert storage.size(path) == len(data) == storage.version(path)[0]
+            assert storage.relative(path, root) == key
+            with storage.open_range(path, 2, None, 4) as file:
+                assert file.read() == data[2:]
+            with storage.open_stream(path) as stream:
+                assert stream.read() == data
+            with storage.open_random(path) as random:
+                assert random.read() == data
+    assert on_disk.local_path(local) == str(local) and in_bucket.local_path(remote) is None
+    assert not in_bucket.forks_cleanly and on_disk.forks_cleanly
+    assert same_place(remote / "a") == f"{str(remote).rstrip('/')}/a"
+    assert overlapping(remote / "a", remote) and overlapping(remote, remote / "a" / "deeper")
+    assert not overlapping(remote / "a", remote / "b.txt") and not overlapping(remote, local)
+    assert overlapping(local / "a", local) and not overlapping(local / "a", local / "b.txt")
 
 
 def test_objects_are_read_and_versioned_by_their_etag(s3_server, tmp_path):

@@ -33,7 +33,6 @@ from scrub.errors import (
     UsageError,
     first_line,
 )
-from scrub.fixing.buckets import BucketOutput
 from scrub.fixing.destinations import QUARANTINE_MANIFEST, FixOutputs, absolute, inside_folder
 from scrub.fixing.outputs import free_bytes, scratch_directory, write_failure
 from scrub.fixing.reuse import reused_verdicts, with_scan_reading
@@ -49,7 +48,7 @@ from scrub.scanning.cache import holds_results
 from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, worker_starter
 from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.scanning.summary import Progress
-from scrub.storage import Location, is_url, location
+from scrub.storage import Location, location, on_this_machine
 from scrub.wording import counted
 from scrub.writers.base import Tally, Verdicts, Writer, writer_class, writer_for
 
@@ -219,7 +218,8 @@ def _fix_options(
 
 def _check_writable(dataset: OpenedDataset, writer: Writer, options: FixOptions) -> None:
     """Refuse, before anything is written, ``--link`` where it cannot link."""
-    if options.link and any(is_url(place) for place in (options.out, options.quarantine_dir) if place):
+    places = [place for place in (options.out, options.quarantine_dir) if place]
+    if options.link and not all(on_this_machine(place) for place in places):
         raise UsageError("--link: hard-links kept files on one disk; object storage holds no links")
     if options.link and not writer.links:
         raise UsageError(
@@ -611,8 +611,7 @@ def _check_space(dataset: OpenedDataset, outputs: "FixOutputs", linked: bool) ->
     none). Failing half-way costs more (HDF5 cannot even close a file on a full disk)."""
     facts = dataset.fingerprint or {}
     needed = 0 if linked else int(facts.get("bytes") or 0)  # hard links need no room
-    staged = outputs.clean.scratch if isinstance(outputs.clean, BucketOutput) else outputs.clean.destination
-    free = free_bytes(staged or Path(tempfile.gettempdir()))  # a bucket's outputs are staged here first
+    free = free_bytes(outputs.clean.written_in or Path(tempfile.gettempdir()))  # on this machine first
     if free is not None and needed > free:
         raise OutputError(
             f"no space left on device writing the cleaned copy {outputs.clean.destination}: the outputs need "

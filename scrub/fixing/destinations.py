@@ -1,5 +1,5 @@
 """Where `fix` writes: the cleaned copy and the quarantine, each staged until committed (renamed
-into place on a disk, copied into place in object storage: `scrub.fixing.buckets`), never
+into place on a disk, copied into place in object storage: `scrub.storage.buckets`), never
 overlapping the source, and a killed run's orphaned quarantine told apart from a user's."""
 
 from __future__ import annotations
@@ -11,12 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UsageError
-from scrub.fixing.buckets import BucketOutput
 from scrub.fixing.outputs import StagedOutput
 from scrub.manifest import scan_record_path
 from scrub.paths import is_within, overlaps
 from scrub.scanning.opening import OpenedDataset
-from scrub.storage import Location, is_url, location
+from scrub.storage import (
+    Location,
+    Publication,
+    location,
+    on_this_machine,
+    overlapping,
+    same_place,
+    storage_of,
+)
 from scrub.writers.base import Writer
 
 #: the record of a fix, in its quarantine (what `scrub restore` reads)
@@ -30,7 +37,8 @@ def inside_folder(folder: Location | None, name: str) -> Location | None:
 
 
 def absolute(place: Location) -> str:
-    return str(place) if is_url(place) else os.path.abspath(place)
+    """What names ``place`` from anywhere (a fix record's paths: `scrub restore` runs elsewhere)."""
+    return same_place(place)
 
 
 class FixOutputs:
@@ -58,17 +66,19 @@ class FixOutputs:
                 else clean_path.parent / f"{writer.base_name()}.quarantine"
             )
         _refuse_overlaps(dataset, clean_path, quarantine_path)
-        self.clean: StagedOutput | BucketOutput = _staged(
+        self.clean: Publication = storage_of(clean_path).publish(
             clean_path, force=force, what="cleaned copy", suffixes=writer.output_suffixes
         )
-        self.quarantine: StagedOutput | BucketOutput | None = None
-        if quarantine_path is not None:
-            orphan = not is_url(quarantine_path) and _is_orphan(
+        self.quarantine: Publication | None = None
+        if quarantine_path is not None:  # a killed run's, on a disk: see `_is_orphan`
+            orphan = on_this_machine(quarantine_path) and _is_orphan(
                 quarantine_path, clean_path, dataset, writer.output_suffixes
             )
-            self.quarantine = _staged(quarantine_path, force=force or orphan, what="quarantine")
-        #: whether an output goes to object storage (staged locally, then uploaded: `scrub.fixing.buckets`)
-        self.remote = any(isinstance(output, BucketOutput) for output in (self.clean, self.quarantine))
+            self.quarantine = storage_of(quarantine_path).publish(
+                quarantine_path, force=force or orphan, what="quarantine"
+            )
+        #: whether an output is sent elsewhere once written (object storage: `scrub.storage.buckets`)
+        self.remote = any(output is not None and output.uploads for output in (self.clean, self.quarantine))
         for output in (self.clean, self.quarantine):
             if output is not None:
                 output.check()
@@ -116,7 +126,7 @@ class FixOutputs:
             assert self.folder is not None  # staged with the quarantine
             (self.folder / FIX_RECORD).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         for output in (self.quarantine, self.clean):  # into object storage: every object staged first
-            if isinstance(output, BucketOutput):
+            if output is not None:
                 output.upload()
         if self.quarantine is not None:
             self.quarantine.commit()
@@ -132,60 +142,26 @@ def _refuse_overlaps(dataset: OpenedDataset, clean: Path, quarantine: Path | Non
     """Outputs must not be, contain or lie inside the source: fix never touches it (and
     ``--force`` would delete what an output replaces)."""
     outputs = [("--out", clean)] + ([("--quarantine-dir", quarantine)] if quarantine is not None else [])
-    for option, output in outputs:  # in object storage: by their keys (a source there is one prefix)
-        if (
-            is_url(output)
-            and is_url(dataset.path)
-            and (_within_prefix(output, dataset.path) or _within_prefix(dataset.path, output))
-        ):
-            raise UsageError(
-                f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path"
-            )
-    both_remote = quarantine is not None and is_url(clean) and is_url(quarantine)
-    if both_remote and (_within_prefix(clean, quarantine) or _within_prefix(quarantine, clean)):
-        raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
-    if is_url(dataset.path):
-        return  # a local output cannot overlap it
-    source = os.path.realpath(dataset.path)
     for option, output in outputs:
-        if is_url(output):
-            continue  # cannot overlap the source on this machine
-        target = os.path.realpath(output)
-        if is_within(source, target) or (dataset.path.is_dir() and is_within(target, source)):
+        if overlapping(output, dataset.path):
             raise UsageError(
                 f"{option} {output}: overlaps the source dataset {dataset.path}; choose another path"
             )
+    for option, output in outputs:  # a folder that holds files a list or a pair names
         if (
-            os.path.lexists(output)
+            on_this_machine(output)
+            and on_this_machine(dataset.path)
+            and os.path.lexists(output)
             and overlaps(output, dataset.info.root)
             and any(
                 is_within(os.path.abspath(member), os.path.abspath(output), itself=False)
-                or is_within(os.path.realpath(member), target, itself=False)
+                or is_within(os.path.realpath(member), os.path.realpath(output), itself=False)
                 for member in dataset.reader.members(dataset.partitions)
             )
         ):
             raise UsageError(f"{option} {output}: holds files of the source dataset; choose another path")
-    if (
-        quarantine is not None
-        and not is_url(clean)
-        and not is_url(quarantine)
-        and overlaps(clean, quarantine)
-    ):
+    if quarantine is not None and overlapping(clean, quarantine):
         raise UsageError(f"--out {clean} and --quarantine-dir {quarantine} overlap; choose separate paths")
-
-
-def _within_prefix(inner: Location, outer: Location) -> bool:
-    inner_key, outer_key = str(inner).rstrip("/"), str(outer).rstrip("/")
-    return inner_key == outer_key or inner_key.startswith(outer_key + "/")
-
-
-def _staged(destination: Location, **keywords: Any) -> StagedOutput | BucketOutput:
-    """The staging of an output on a disk (renamed into place) or in object storage (copied)."""
-    return (
-        BucketOutput(destination, **keywords)
-        if is_url(destination)
-        else StagedOutput(destination, **keywords)
-    )
 
 
 def _is_orphan(quarantine: Path, clean: Path, dataset: OpenedDataset, suffixes: tuple[str, ...] = ()) -> bool:

@@ -37,6 +37,15 @@ class StagedOutput:
         self.suffixes = suffixes
         self.staging: Path | None = None
 
+    uploads = False  # `scrub.storage.Publication`: committing renames, nothing is sent
+
+    @property
+    def written_in(self) -> Path:
+        return self.destination
+
+    def upload(self) -> None:
+        """Nothing to send: the staged output is one rename from its destination."""
+
     def _names(self) -> list[str]:
         """The names the output is, beside the destination's folder."""
         return [self.destination.name + suffix for suffix in self.suffixes] or [self.destination.name]

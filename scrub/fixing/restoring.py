@@ -34,7 +34,7 @@ from scrub.options.model import FixOptions
 from scrub.readers.base import names_dataset
 from scrub.records import Issue
 from scrub.scanning.summary import Progress
-from scrub.storage import Location, is_url, location, remote_errors
+from scrub.storage import Location, location, on_this_machine, remote_errors, same_place
 from scrub.wording import counted
 
 
@@ -111,7 +111,7 @@ def _unchanged(source: Location, options: FixOptions, record: dict[str, Any]) ->
 def _clean_of(record: dict[str, Any]) -> str:
     """The cleaned copy fix wrote: as it was named when it still names it from here."""
     named, absolute = record["clean"], record.get("clean_path")
-    if is_url(named) or absolute is None or Path(named).resolve() == Path(absolute):
+    if absolute is None or same_place(named) == same_place(absolute):
         return str(named)
     return str(absolute)
 
@@ -119,7 +119,7 @@ def _clean_of(record: dict[str, Any]) -> str:
 def _held_here(quarantine: Location, scratch: Path) -> Path:
     """The folder that holds the quarantine's fix record and manifest on this machine: the
     quarantine itself, or, for one in object storage, ``scratch`` with a copy of those files."""
-    if not is_url(quarantine):
+    if on_this_machine(quarantine):
         return Path(quarantine)
     scratch.mkdir()
     for name in (FIX_RECORD, QUARANTINE_MANIFEST, scan_record_path(Path(QUARANTINE_MANIFEST)).name):

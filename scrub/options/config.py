@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from scrub.errors import UsageError
-from scrub.storage import is_url
+from scrub.storage import on_this_machine
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -102,7 +102,7 @@ def find(dataset: Path, explicit: Path | bool | None = None, cwd: Path | None = 
             raise UsageError(f"--config {explicit}: no such file")
         return ConfigFile.read(explicit)
     cwd = (cwd or Path.cwd()).resolve()
-    if is_url(dataset):  # an object store's: the config of the folder the run starts in
+    if not on_this_machine(dataset):  # an object store's: the config of the folder the run starts in
         root = cwd
     else:
         root = dataset if dataset.is_dir() else dataset.parent
@@ -176,7 +176,7 @@ def values(config: ConfigFile, dataset: Path, command: str) -> tuple[dict[str, A
 def _relative(dataset: Path, base: Path) -> str:
     """The dataset's path relative to the config file's folder, with "/" separators (a URL as
     it is: ``[paths."s3://bucket/*"]``)."""
-    if is_url(dataset):
+    if not on_this_machine(dataset):
         return str(dataset)
     try:
         return Path(os.path.relpath(dataset.resolve(), base.resolve())).as_posix()

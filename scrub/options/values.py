@@ -11,10 +11,10 @@ from typing import Any
 from scrub.errors import UsageError
 from scrub.options.key import Key
 from scrub.options.keys import SEVERITY_LEVELS
-from scrub.storage import is_url
+from scrub.storage import on_this_machine
 
 #: the path options that also take a URL of object storage (kept as text: a `Path` would fold
-#: ``s3://`` into ``s3:/``): fix's outputs (`scrub.fixing.buckets`)
+#: ``s3://`` into ``s3:/``): fix's outputs (`scrub.storage.buckets`)
 URL_KEYS = frozenset({"out", "quarantine-dir"})
 
 
@@ -65,7 +65,7 @@ def coerce(key: Key, value: Any, where: str) -> Any:
         if not isinstance(value, str) or not value:
             raise fail("a non-empty string")
         if key.kind == "path":  # a URL where the option takes one (`scrub.storage`), else a path
-            return value if key.name in URL_KEYS and is_url(value) else Path(value)
+            return value if key.name in URL_KEYS and not on_this_machine(value) else Path(value)
     elif key.kind in ("ids", "paths"):
         if isinstance(value, str):
             value = (

@@ -33,7 +33,15 @@ from scrub.fixing.outputs import is_output_name
 from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
-from scrub.storage import is_url, location, read_file, read_file_version, remote_errors
+from scrub.storage import (
+    location,
+    on_this_machine,
+    read_file,
+    read_file_version,
+    remote_errors,
+    same_place,
+    storage_of,
+)
 from scrub.storage.staging import (
     LIBRARY_OPENS_FILES,
     MOST_OBJECTS,
@@ -277,8 +285,7 @@ class Reader(ABC, Generic[PartitionT]):
         self.options = options
         #: the dataset in object storage this reader reads a local copy of (`open_reader`)
         self.staged: StagedCopy | None = None
-        if self.forks_cleanly and is_url(path):
-            self.forks_cleanly = False
+        self.forks_cleanly = self.forks_cleanly and storage_of(path).forks_cleanly
 
     @classmethod
     @abstractmethod
@@ -423,7 +430,7 @@ def open_reader(
     A reading option this reader does not use is an error that names the ones it does use:
     ``--data-key`` on an image folder must not pass for a key that was looked at.
     """
-    if is_url(path):
+    if not on_this_machine(path):  # objects: read in place, or from a local copy
         return _object_store_reader(path, options, origin)
     if not names_dataset(path):
         raise UnusableDataset(f"{path}: no such file or directory")
@@ -508,11 +515,9 @@ def _sniffed_reader(path: Path, options: ReadOptions, origin: Callable[[str], st
 def names_dataset(path: Path) -> bool:
     """Whether ``path`` exists, or is the prefix a format names its dataset by (`Reader.prefix_files`:
     ``data/my_text_document`` for ``my_text_document.bin`` and ``.idx``)."""
-    if is_url(path):
-        with remote_errors(path):
-            return _names_dataset(path)
-        return False  # not reached: an error is raised as one line
-    return _names_dataset(path)
+    with storage_of(path).errors_as_one_line(path):
+        return _names_dataset(path)
+    return False  # not reached: an error is raised as one line
 
 
 def _names_dataset(path: Any) -> bool:
@@ -794,7 +799,7 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
     found = Datasets([])
     for argument in arguments:
         text = str(argument)
-        if is_url(argument):
+        if not on_this_machine(argument):  # a URL: its patterns match keys (`_urls_in`)
             _urls_in(text, options, found)
             continue
         path = Path(text)
@@ -812,14 +817,14 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
                     found.skipped.append(match)
         else:
             _datasets_in(path, options, found)
-    unique: dict[Any, Path] = {}
+    unique: dict[str, Path] = {}
     for path in found.paths:
-        unique.setdefault(str(path) if is_url(path) else path.resolve(), path)
+        unique.setdefault(same_place(path), path)
     companions = [(key, getattr(options, key.attribute)) for key in FORMAT_KEYS.values() if key.companion]
     for key, named in companions:
-        if named is not None and Path(named).resolve() in unique:  # not data: read with the data
+        if named is not None and same_place(named) in unique:  # not data: read with the data
             said = f"{key.companion} --{key.name} reads with the data"
-            found.companions.append((said, unique.pop(Path(named).resolve())))
+            found.companions.append((said, unique.pop(same_place(named))))
     found.paths = list(unique.values())
     for key, named in companions:
         if named is not None and len(found.paths) > 1:
@@ -935,7 +940,7 @@ def dataset_format(path: Path) -> str | None:
 def _sniffs(cls: type[Reader], path: Any) -> bool:
     """Whether ``cls`` takes ``path``; for an object of a bucket, a reader whose sniffing needs a
     local file (``os`` calls, memory maps) does not take it: it fails instead of answering."""
-    if not is_url(path):
+    if on_this_machine(path):
         return cls.sniff(path)
     with remote_errors(path):
         try:

@@ -48,7 +48,14 @@ from scrub.readers.listfile import CAFFE, ListFormat, split_caffe_line
 from scrub.readers.listfile import detect as detect_list_format
 from scrub.readers.values import decode_value
 from scrub.records import Carries, Record
-from scrub.storage import FETCH_CONCURRENCY, is_url, list_objects, read_file_version, read_objects
+from scrub.storage import (
+    FETCH_CONCURRENCY,
+    list_objects,
+    on_this_machine,
+    read_file_version,
+    read_objects,
+    storage_of,
+)
 
 SNIFF_LINES = 100
 JPEG_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
@@ -130,9 +137,7 @@ def holds_a_file(folder: Path, wanted: Callable[[str], bool]) -> bool:
     """Whether a file whose name is ``wanted`` lies below ``folder``, hidden folders aside (stops
     at the first); in object storage, by one listing of the prefix (an image folder, and a YOLO
     or mask folder, which is then read from a local copy, `scrub.storage.staging`)."""
-    if is_url(folder):
-        return any(wanted(key.rsplit("/", 1)[-1]) and not _in_hidden(key) for key in list_objects(folder))
-    for _directory, folders, files in os.walk(folder):
+    for _, folders, files in storage_of(folder).walk(folder):
         folders[:] = [name for name in folders if not _is_hidden(name)]
         if any(wanted(name) for name in files):
             return True
@@ -195,7 +200,7 @@ class ImageReader(Reader[Sequence[Entry]]):
 
     @staticmethod
     def _looks_like_list(path: Path) -> bool:
-        if is_url(path):  # list files are read from this machine only
+        if not on_this_machine(path):  # list files are read from this machine only
             return False
         try:
             lines = _first_lines(path)
@@ -206,9 +211,9 @@ class ImageReader(Reader[Sequence[Entry]]):
         return bool(heads) and sum(map(_has_image_extension, heads)) * 2 >= len(heads)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Sequence[Entry]]]:
-        if is_url(self.path) and self.path.is_dir():
+        if not on_this_machine(self.path) and self.path.is_dir():
             info, entries = self._list_prefix(self.path)
-        elif is_url(self.path):
+        elif not on_this_machine(self.path):
             raise UnusableDataset(
                 f"{self.path}: not a folder of images (list files are read from this machine only)"
             )
@@ -232,10 +237,10 @@ class ImageReader(Reader[Sequence[Entry]]):
         self.work_seconds = len(entries) * IMAGE_SECONDS
         # a folder's records are every file it lists (a list file is a member the workers do not
         # read; a bucket's objects are versioned by their listing)
-        self.records_carry_versions = self.path.is_dir() and not is_url(self.path)
+        self.records_carry_versions = self.path.is_dir() and on_this_machine(self.path)
         self.root = info.root
         # the HTML report's thumbnails are files on this machine: none for a bucket's objects
-        info.image_root = None if self.arrays or is_url(self.path) else info.root
+        info.image_root = None if self.arrays or not on_this_machine(self.path) else info.root
         return info, split_records(entries, partition_size)
 
     # -- listing (driver side) -------------------------------------------------------------
@@ -418,7 +423,7 @@ class ImageReader(Reader[Sequence[Entry]]):
     # -- reading (worker side) -------------------------------------------------------------
 
     def read(self, partition: Sequence[Entry], start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        if is_url(self.path):
+        if not on_this_machine(self.path):
             yield from self._read_objects(partition[start:stop])
             return
         real_root = os.path.realpath(self.root)
@@ -491,7 +496,7 @@ class ImageReader(Reader[Sequence[Entry]]):
                     yield record
 
     def members(self, partitions: Sequence[Sequence[Entry]]) -> Iterator[str]:
-        if is_url(self.path):  # objects' URLs: the fingerprint versions them by the listing's ETags
+        if not on_this_machine(self.path):  # objects' URLs: the fingerprint versions them by their ETags
             for partition in partitions:
                 for entry in partition:
                     yield f"{self.root}/{entry.key}"
@@ -527,7 +532,7 @@ class ImageReader(Reader[Sequence[Entry]]):
         """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
         label; an entry that would not be read (outside the root) is never reused, nor yet an
         object (the cache keys files by their stat)."""
-        if is_url(self.path):
+        if not on_this_machine(self.path):
             return [None] * len(partition)
         real_root = os.path.realpath(self.root)
         prefix = os.path.join(
@@ -551,7 +556,7 @@ class ImageReader(Reader[Sequence[Entry]]):
         return entries
 
     def not_cached(self) -> str | None:
-        if is_url(self.path):
+        if not on_this_machine(self.path):
             return (
                 "an image folder's objects are not cached yet (its files are, keyed by their stat): "
                 "every record was scanned"

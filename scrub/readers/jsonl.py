@@ -47,12 +47,11 @@ from scrub.records import Carries, Record
 from scrub.storage import (
     Location,
     forget_listings,
-    is_url,
     location,
     open_range,
     read_range,
-    remote_errors,
     stat_version,
+    storage_of,
 )
 from scrub.wording import counted
 
@@ -112,13 +111,13 @@ class Decompressed:
     def __init__(self, path: Location, compression: str) -> None:
         self.damage: str | None = None
         self.stream: Any
-        self.raw = open_range(path) if is_url(path) else None  # an object: read by ranges
+        self.raw = open_range(path)  # an object: read by ranges with read-ahead
         if compression == "gzip":
-            self.stream = gzip.open(self.raw or path, "rb")  # noqa: SIM115  # closed by __exit__
+            self.stream = gzip.open(self.raw, "rb")  # noqa: SIM115  # closed by __exit__
             self.errors: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error)
         else:
             zstandard = zstandard_module()
-            self.stream = ZstdFrames(self.raw or path, zstandard)
+            self.stream = ZstdFrames(self.raw, zstandard)
             self.errors = (EOFError, OSError, zstandard.ZstdError)
 
     def readinto(self, view: memoryview) -> int:
@@ -289,7 +288,7 @@ def survey(path: Location, compression: str | None, stride: int) -> Layout:
     layout = Layout()
     offsets: list[np.ndarray] = []
     numbers: list[np.ndarray] = []
-    with open_lines(path if is_url(path) else str(path), compression) as stream:
+    with open_lines(path, compression) as stream:
         for chunk in blocks(stream):
             data = np.frombuffer(chunk, dtype=np.uint8)
             starts, blank, _ = line_layout(data, 0, len(data), 0, True)
@@ -339,47 +338,25 @@ def _scrubs_own(name: str) -> bool:
     return name.endswith(MANIFEST_SUFFIX) or is_output_name(name)
 
 
-def _first_json_lines_object(folder: Any) -> bool:
-    """`_first_json_lines_file` for a prefix of a bucket: one listing of what lies under it, its
-    folders judged from the shallowest, as the local walk judges them."""
-    by_folder: dict[str, list[str]] = {}
-    with remote_errors(folder):
-        found = folder.fs.find(folder.path)
-    for key in found:
-        parent, _, name = key.rpartition("/")
-        by_folder.setdefault(parent, []).append(name)
-    for parent in sorted(by_folder, key=lambda text: (text.count("/"), text)):
-        relative = parent[len(folder.path.rstrip("/")) :].strip("/")
-        if any(part.startswith(".") or _scrubs_own(part) for part in relative.split("/") if part):
-            continue
-        names = [n.lower() for n in by_folder[parent] if not n.startswith(".") and not _scrubs_own(n)]
-        if any(os.path.splitext(n)[1] in IMAGE_EXTENSIONS or n in METADATA_NAMES for n in names):
-            return False
-        if any(has_json_lines_name(n) for n in names):
-            return True
-    return False
+def _not_data(name: str) -> bool:
+    """A name a walk for JSON Lines files leaves out: hidden, or scrub's own outputs."""
+    return name.startswith(".") or _scrubs_own(name)
 
 
-def _first_json_lines_file(folder: Path) -> bool:
+def _first_json_lines_file(folder: Location) -> bool:
     """Whether a JSON Lines file (by its name) lies in ``folder`` or below, found without listing
-    the whole tree; one beside images is theirs (Hugging Face ImageFolder's ``metadata.jsonl``,
-    a detection dataset's annotations), not a dataset of its own."""
-    folders = [str(folder)]
-    while folders:
-        found = False
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                name = entry.name.lower()
-                if name.startswith(".") or _scrubs_own(entry.name):
-                    continue
-                if os.path.splitext(name)[1] in IMAGE_EXTENSIONS or name in METADATA_NAMES:
-                    return False
-                if has_json_lines_name(name):
-                    found = found or entry.is_file()
-                elif entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
-        if found:
-            return True
+    the whole tree (a prefix of a bucket: from one listing), a folder before those below it; one
+    beside images is theirs (Hugging Face ImageFolder's ``metadata.jsonl``, a detection
+    dataset's annotations), not a dataset of its own."""
+    storage = storage_of(folder)
+    with storage.errors_as_one_line(folder):
+        for _, folders, files in storage.walk(folder):
+            folders[:] = [name for name in folders if not _not_data(name)]
+            names = [name.lower() for name in files if not _not_data(name)]
+            if any(os.path.splitext(name)[1] in IMAGE_EXTENSIONS or name in METADATA_NAMES for name in names):
+                return False
+            if any(has_json_lines_name(name) for name in names):
+                return True
     return False
 
 
@@ -450,7 +427,7 @@ class JsonLinesReader(Reader[Lines]):
             return has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
         if path.is_dir():
             try:
-                return _first_json_lines_object(path) if is_url(path) else _first_json_lines_file(path)
+                return _first_json_lines_file(path)
             except OSError:
                 return False
         return False
@@ -465,36 +442,12 @@ class JsonLinesReader(Reader[Lines]):
             return [self.path], []
         found: list[Path] = []
         others: list[Path] = []
-        if is_url(self.path):
-            return self._objects()
-        for path in sorted(self.path.rglob("*")):
-            relative = path.relative_to(self.path)
-            if (
-                any(part.startswith(".") or _scrubs_own(part) for part in relative.parts)
-                or not path.is_file()
-            ):
-                continue
-            name = path.name.lower()
-            chosen = has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
-            (found if chosen else others).append(path)
-        return found, others
-
-    def _objects(self) -> tuple[list[Any], list[Any]]:
-        """`files` under a prefix of a bucket: one listing, in the order of their sources."""
-        found: list[Any] = []
-        others: list[Any] = []
-        folder: Any = self.path
-        with remote_errors(folder):
-            keys = folder.fs.find(folder.path)
-        prefix = folder.path.rstrip("/") + "/"
-        for key in sorted(keys, key=lambda text: text[len(prefix) :].split("/")):
-            relative = key[len(prefix) :]
-            if not key.startswith(prefix) or any(
-                part.startswith(".") or _scrubs_own(part) for part in relative.split("/")
-            ):
-                continue
-            path = self.path.joinpath(*relative.split("/"))
-            name = relative.rsplit("/", 1)[-1].lower()
+        storage = storage_of(self.path)
+        with storage.errors_as_one_line(self.path):
+            keys = list(storage.files_below(self.path, skip=_not_data))
+        for key in sorted(keys, key=lambda key: key.split("/")):  # the order of their sources
+            path = self.path.joinpath(*key.split("/"))
+            name = key.rsplit("/", 1)[-1].lower()
             chosen = has_json_lines_name(name) or (name.endswith(".json") and is_json_lines(path))
             (found if chosen else others).append(path)
         return found, others
@@ -506,9 +459,7 @@ class JsonLinesReader(Reader[Lines]):
     def source_of(self, path: Any) -> str:
         if self.path.is_file():
             return path.name
-        if is_url(self.path):
-            return str(path)[len(str(self.path).rstrip("/")) + 1 :]
-        return path.relative_to(self.path).as_posix()
+        return storage_of(self.path).relative(path, self.path)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Lines]]:
         forget_listings(self.path)

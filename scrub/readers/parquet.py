@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from scrub.readers.base import DatasetInfo, Reader, shared_sniff
 from scrub.readers.savedtodisk import damaged_descriptions, is_saved_to_disk, missing_data_file
 from scrub.readers.tablecontents import Columns, TableRows, choose_columns
 from scrub.records import Batch, Carries, Record
-from scrub.storage import Location, is_url, list_objects, location, open_binary, open_random, read_head
+from scrub.storage import Location, location, on_this_machine, open_binary, open_random, read_head, storage_of
 
 PARQUET_MAGIC = b"PAR1"
 #: `label_sample` reads the labels of at most this many files (the first, in order)
@@ -52,31 +51,18 @@ def is_parquet_file(path: Location) -> bool:
 
 def table_files(folder: Location, suffix: str = ".parquet") -> list[Path]:
     """The ``.parquet`` (or ``.arrow``) files in ``folder`` and its sub-folders (Hugging Face
-    keeps them in ``data/``), by path; a prefix's objects (URLs) by key."""
-    if is_url(folder):
-        return [folder / key for key in _table_keys(folder, suffix)]
-    return sorted(
-        path
-        for path in folder.rglob(f"*{suffix}")
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    )
-
-
-def _table_keys(prefix: Location, suffix: str) -> list[str]:
-    """The keys (relative to ``prefix``) of its ``suffix`` objects, hidden folders aside."""
-    return [
-        key
-        for key in list_objects(prefix)
-        if key.endswith(suffix) and not any(part.startswith(".") for part in key.split("/"))
-    ]
+    keeps them in ``data/``), hidden ones aside, by path (a prefix's objects: from one listing)."""
+    keys = [key for key in storage_of(folder).files_below(folder) if key.endswith(suffix)]
+    return [folder.joinpath(*key.split("/")) for key in sorted(keys, key=lambda key: key.split("/"))]
 
 
 def _opened(path: Location, random: bool = True) -> Any:
     """What pyarrow reads a table file from: a local file by its path (pyarrow's own file, or a
     memory map), an object through fsspec (`scrub.storage`: range requests, workers open it
     themselves)."""
-    if not is_url(path):
-        return str(path)
+    local = storage_of(path).local_path(path)
+    if local is not None:
+        return local
     return open_random(path) if random else open_binary(path)
 
 
@@ -106,28 +92,25 @@ class _TableWalk:
         return self.found.get(suffix)
 
 
-def _table_files(folder: Path) -> Iterator[tuple[str, Path]]:
+def _table_files(folder: Location) -> Iterator[tuple[str, Location]]:
     """(suffix, path) of each table file below ``folder``, in the order a walk for that suffix
-    alone meets them: as rglob, no hidden entry and no symlinked folder; and a folder whose name
-    ends in a suffix is not entered for that suffix (a file's name is what names a table)."""
-    folders: list[tuple[str, frozenset[str]]] = [(str(folder), frozenset())]
-    while folders:
-        directory, passed = folders.pop()
-        with os.scandir(directory) as scan:
-            entries = list(scan)  # no folder held open while the sniff looks at a file
-        for entry in entries:
-            name = entry.name
-            if name.startswith("."):
-                continue
-            if not name.endswith(TABLE_SUFFIXES):
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append((entry.path, passed))
-                continue
-            named = next(suffix for suffix in TABLE_SUFFIXES if name.endswith(suffix))
-            if named not in passed and entry.is_file():
-                yield named, Path(entry.path)
-            elif entry.is_dir(follow_symlinks=False):
-                folders.append((entry.path, passed | {named}))
+    alone meets them: no hidden entry and no symlinked folder; and a folder whose name ends in
+    a suffix is not entered for that suffix (a file's name is what names a table)."""
+    passed: dict[str, frozenset[str]] = {"": frozenset()}  # folder -> the suffixes its path has
+    for relative, folders, files in storage_of(folder).walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        here = passed.pop(relative, frozenset())
+        for name in folders:
+            named = _table_suffix(name)
+            passed[f"{relative}/{name}" if relative else name] = here | {named} if named else here
+        for name in files:
+            named = _table_suffix(name)
+            if named is not None and named not in here and not name.startswith("."):
+                yield named, folder.joinpath(*relative.split("/"), name) if relative else folder / name
+
+
+def _table_suffix(name: str) -> str | None:
+    return next((suffix for suffix in TABLE_SUFFIXES if name.endswith(suffix)), None)
 
 
 class ParquetStorage:
@@ -161,7 +144,7 @@ class ParquetStorage:
         an object's column chunks are fetched as coalesced range requests (``pre_buffer``), no
         other row group's."""
         _, parquet = pyarrow_modules()
-        with parquet.ParquetFile(_opened(path), pre_buffer=is_url(path)) as opened:
+        with parquet.ParquetFile(_opened(path), pre_buffer=not on_this_machine(path)) as opened:
             for group in wanted:
                 yield group, opened.read_row_group(group, columns=columns)
 
@@ -220,7 +203,8 @@ class ArrowStorage:
         file's batches are read in order, a stream's must be)."""
         import pyarrow as pa
 
-        return open_binary(path) if is_url(path) else pa.memory_map(str(path))
+        local = storage_of(path).local_path(path)
+        return open_binary(path) if local is None else pa.memory_map(local)
 
     @classmethod
     def groups(
@@ -278,10 +262,7 @@ class ParquetReader(Reader[RowGroups]):
     def sniff(cls, path: Path) -> bool:
         if path.is_file():
             return path.suffix.lower() == cls.storage.suffix and cls.storage.is_file(path)
-        if is_url(path) and path.is_dir():  # a prefix: one listing (`open` reuses it)
-            keys = _table_keys(path, cls.storage.suffix)
-            return bool(keys) and cls.storage.is_file(path / keys[0])
-        if path.is_dir():
+        if path.is_dir():  # a prefix of a bucket: from one listing (`open` reuses it)
             try:
                 found = first_table_file(path, cls.storage.suffix)
             except OSError:
@@ -298,13 +279,11 @@ class ParquetReader(Reader[RowGroups]):
         return [self.path] if self.path.is_file() else table_files(self.path, self.storage.suffix)
 
     def source_of(self, path: Path) -> str:
-        if is_url(path):  # a key below the prefix named (`table_files`)
-            return path.name if path == self.path else str(path)[len(str(self.path).rstrip("/")) + 1 :]
-        return path.name if self.path.is_file() else path.relative_to(self.path).as_posix()
+        return path.name if path == self.path else storage_of(self.path).relative(path, self.path)
 
     def _place(self, path: str) -> Location:
         """A partition's file: a local path, or an object this worker opens itself."""
-        return location(path, self.options.storage) if is_url(path) else path
+        return location(path, self.options.storage)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowGroups]]:
         pyarrow_modules()
@@ -324,7 +303,7 @@ class ParquetReader(Reader[RowGroups]):
                 file_schema, sizes, described = storage.facts(path)
             except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
                 reason = f"not a readable {storage.name} file ({first_line(error)})"
-                if not alone or (is_url(path) and not isinstance(error, ValueError)):
+                if not alone or (not on_this_machine(path) and not isinstance(error, ValueError)):
                     # (an object's OSError may be the network's, not the file's: never a finding)
                     raise UnusableDataset(f"{path}: {reason}") from None
                 unreadable.append(f"{source}: {reason}")  # `fix` sets it aside, whole
@@ -459,10 +438,10 @@ class ArrowReader(ParquetReader):
     @classmethod
     def sniff(cls, path: Path) -> bool:
         # a save_to_disk folder whose data files are gone is still one: `open` says what is missing
-        return super().sniff(path) or (not is_url(path) and path.is_dir() and is_saved_to_disk(path))
+        return super().sniff(path) or (on_this_machine(path) and path.is_dir() and is_saved_to_disk(path))
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[RowGroups]]:
-        local = not is_url(self.path) and self.path.is_dir()
+        local = on_this_machine(self.path) and self.path.is_dir()
         if local and (missing := missing_data_file(self.path)) is not None:
             raise UnusableDataset(missing)
         info, partitions = super().open(partition_size)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from scrub.storage import Location, RangeFile, is_url, open_range, read_range
+from scrub.storage import Location, RangeFile, open_range, read_range, storage_of
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 BLOCK = tarfile.BLOCKSIZE
@@ -35,25 +35,10 @@ def is_compressed(path: Path | str | Any) -> bool:
 
 
 def shard_files(folder: Location) -> list[Any]:
-    """The shards directly inside ``folder`` (a folder, or a prefix of a bucket), by name."""
-    if is_url(folder):  # one listing: no request per object
-        names = [entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in _listing(folder)]
-        return sorted(
-            (folder / name for name in names if is_shard_name(name) and not name.startswith(".")), key=str
-        )
-    return sorted(
-        entry
-        for entry in folder.iterdir()
-        if is_shard_name(entry.name) and not entry.name.startswith(".") and entry.is_file()
-    )
-
-
-def _listing(folder: Any) -> list[dict[str, Any]]:
-    """The objects (not sub-prefixes) directly under a bucket's prefix."""
-    from scrub.storage import remote_errors
-
-    with remote_errors(folder):
-        return [entry for entry in folder.fs.ls(folder.path, detail=True) if entry.get("type") == "file"]
+    """The shards directly inside ``folder`` (a folder, or a prefix of a bucket: one listing, no
+    request per object), by name."""
+    names = storage_of(folder).files_in(folder)
+    return [folder / name for name in names if is_shard_name(name) and not name.startswith(".")]
 
 
 def looks_like_tar(path: Location) -> bool:
@@ -111,8 +96,6 @@ def open_shard(path: Location, start: int = 0, end: int | None = None) -> IO[byt
     within ``[start, end)`` when the shard is uncompressed (a partition's bytes); a compressed
     one is read from its start."""
     if is_compressed(path):
-        if not is_url(path):
-            return cast(IO[bytes], gzip.open(path, "rb"))
         return cast(IO[bytes], _ClosingGzip(fileobj=open_range(path), mode="rb"))
     return open_range(path, start, end)
 

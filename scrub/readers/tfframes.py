@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, cast
 
-from scrub.storage import Location, is_url, open_binary
+from scrub.storage import Location, open_binary
 
 HEADER = 12  # uint64 length + uint32 masked CRC of it
 FOOTER = 4  # uint32 masked CRC of the data
@@ -95,9 +95,7 @@ def frame(data: bytes) -> bytes:
 def open_raw(path: str | Location) -> IO[bytes]:
     """A file's bytes as stored, buffered for many small reads: the one place a file is opened (an
     object of a bucket through `scrub.storage`, read in ranges with read-ahead)."""
-    if is_url(path):
-        return open_binary(path)
-    return open(path, "rb", buffering=1 << 20)
+    return open_binary(path)
 
 
 def stored_size(path: str | Location) -> int:

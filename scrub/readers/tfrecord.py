@@ -45,7 +45,7 @@ from scrub.readers.tfframes import (
     walk_frames,
 )
 from scrub.records import Carries, Record
-from scrub.storage import is_url, location
+from scrub.storage import location
 
 #: names that say a file is TFRecord
 _NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
@@ -67,7 +67,7 @@ def is_tfrecord_file(path: Path) -> bool:
     if not _SHARD.search(path.name) or not path.is_file():
         return False
     try:
-        return header_ok(first_bytes(path if is_url(path) else str(path))[0])
+        return header_ok(first_bytes(path)[0])
     except OSError:
         return False
 
@@ -148,13 +148,12 @@ class TFRecordReader(FileSetReader[FrameSpan]):
     def _spans(self, file: Path, partition_size: int, info: DatasetInfo) -> list[FrameSpan]:
         """The file's partitions, found by walking its headers (a compressed file: one)."""
         path, source = str(file), file.name
-        place = file if is_url(file) else path  # an object keeps its storage options
-        gzipped = first_bytes(place)[1]
-        size = None if gzipped else stored_size(place)
+        gzipped = first_bytes(file)[1]
+        size = None if gzipped else stored_size(file)
         spans: list[FrameSpan] = []
         first: Frame | None = None
         count = records = 0
-        with open_records(place, gzipped) as stream:
+        with open_records(file, gzipped) as stream:
             for frame in walk_frames(stream, size=size, with_data=False):
                 if first is None:
                     first = frame
@@ -240,8 +239,7 @@ class TFRecordReader(FileSetReader[FrameSpan]):
         stop = min(stop, partition.count)
         if start >= stop:
             return
-        place = location(partition.path, self.options.storage) if is_url(partition.path) else partition.path
-        with open_records(place, partition.gzipped) as stream:
+        with open_records(location(partition.path, self.options.storage), partition.gzipped) as stream:
             offset, position = partition.offset, partition.position
             if start:
                 for frame in walk_frames(stream, offset, position, start, partition.size, with_data=False):

@@ -51,7 +51,7 @@ from scrub.readers.tarwalk import (
     walk_shard,
 )
 from scrub.records import Carries, Record
-from scrub.storage import forget_listings, is_url, location, stat_version
+from scrub.storage import forget_listings, location, stat_version, storage_of
 from scrub.wording import agreeing, counted
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
@@ -62,8 +62,6 @@ _META = re.compile(r"__[^/]*__($|/)")
 SAMPLED_TEXTS = 64
 #: how many of the first samples are read to tell a language model's dataset (`Carries.TOKENS`)
 SAMPLED_RECORDS = 32
-#: how many shards of a bucket the driver walks at once (each waits on its requests)
-WALKERS = 8
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -182,8 +180,9 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         suffixes: dict[str, int] = {}  # extension -> samples holding it
         several_images = others = 0
         texts: list[bytes] = []
-        if is_url(self.path) and len(shards) > 1:  # objects: walked side by side, as requests wait
-            with ThreadPoolExecutor(min(WALKERS, len(shards))) as pool:
+        walkers = min(storage_of(self.path).requests_in_flight, len(shards))
+        if walkers > 1:  # objects: walked side by side, as each waits on its requests
+            with ThreadPoolExecutor(walkers) as pool:
                 walks = list(pool.map(lambda shard: _walk(shard, partition_size), shards))
         else:
             walks = [_walk(shard, partition_size) for shard in shards]

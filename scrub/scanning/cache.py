@@ -51,7 +51,7 @@ import xxhash
 
 from scrub.errors import ScrubError
 from scrub.fixing.outputs import PREFIX_MARK, process_alive, write_atomically
-from scrub.storage import is_url
+from scrub.storage import same_place
 
 if TYPE_CHECKING:
     from scrub.readers.base import CacheEntry
@@ -194,7 +194,7 @@ class ResultCache:
         self.directory = Path(directory)
         self.scope = scope
         self.columns = list(columns)
-        where = str(dataset) if is_url(dataset) else os.path.realpath(dataset)  # an object: its URL
+        where = same_place(dataset)  # a file: its real path; an object: its URL
         name = xxhash.xxh3_64_hexdigest(os.fsencode(where))
         self.path = self.directory / f"{scope}-{name}{SUFFIX}"
         self.notes: list[str] = []

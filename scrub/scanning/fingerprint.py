@@ -23,7 +23,7 @@ import xxhash
 
 from scrub.errors import UnusableDataset
 from scrub.readers.base import Reader
-from scrub.storage import is_url, location, stat_version
+from scrub.storage import location, storage_of
 
 
 def fingerprint(
@@ -43,21 +43,17 @@ def fingerprint(
     files = total = 0
     prefix = os.path.join(str(root), "")
     cut = len(prefix)
+    storage = storage_of(reader.path)
+    local = storage.local_path(reader.path) is not None  # members named by paths: stat-ed as they are
     lines: list[str] = []  # hashed in blocks: one update per file costs more than the stat it follows
     for path in reader.members(partitions):
         facts: tuple[int, int | str] | tuple[str] | None = (  # (size, version) or ("absent",)
             next(read) if read is not None else known.get(path)
         )
-        if facts is None and is_url(path):  # an object: its size and ETag (or generation)
+        if facts is None:  # a file's (size, mtime_ns); an object's size and ETag (or generation)
             try:
-                facts = stat_version(location(path, reader.options.storage))
-            except UnusableDataset:
-                facts = ("absent",)
-        elif facts is None:
-            try:
-                status = os.stat(path)
-                facts = (status.st_size, status.st_mtime_ns)
-            except OSError:
+                facts = storage.version(path if local else location(path, reader.options.storage))
+            except (OSError, UnusableDataset):
                 facts = ("absent",)
         relative = path[cut:] if path.startswith(prefix) else os.path.relpath(path, root)
         if len(facts) == 2:

@@ -19,7 +19,7 @@ from scrub.errors import (
 from scrub.options.model import RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.scanning.fingerprint import fingerprint
-from scrub.storage import is_url, location
+from scrub.storage import location, on_this_machine
 from scrub.storage.staging import StagedCopy
 
 
@@ -81,11 +81,16 @@ def open_dataset(
     """
     options = options_of(options, keywords)
     place: Path = location(path, options.read.storage)
-    if not is_url(place) and place.name in ("", ".", ".."):  # `scrub fix .` inside a dataset
+    if on_this_machine(place) and place.name in ("", ".", ".."):  # `scrub fix .` inside a dataset
         place = place.resolve()  # outputs are named after it
     try:
         reader = open_reader(place, options.read, options.origin)
-        if is_url(place) and reader.staged is None and needs_files is not None and needs_files(reader.format):
+        if (
+            not on_this_machine(place)
+            and reader.staged is None
+            and needs_files is not None
+            and needs_files(reader.format)
+        ):
             local = replace(options.read, sniffed=reader.format, local_copy=True)
             reader = open_reader(place, local, options.origin)
     except UnusableDataset as error:

@@ -24,7 +24,6 @@ from scrub.fixing.ledger import Ledger
 from scrub.formats import WRITERS
 from scrub.readers.base import FileSetReader, Reader
 from scrub.records import Issue, Severity
-from scrub.storage import is_url
 
 if TYPE_CHECKING:  # the fix hands a writer what it opened, and how it runs
     from scrub.options.model import RunOptions
@@ -112,13 +111,7 @@ class Writer(ABC, Generic[ReaderT]):
         self.info = dataset.info
         #: the source: a local path (the local copy of one in object storage), or an object
         #: store's (writers that say `reads_objects`)
-        self.source: Path = (
-            Path(dataset.reader.path)
-            if dataset.reader.staged is not None
-            else dataset.path
-            if is_url(dataset.path)
-            else Path(dataset.path)
-        )
+        self.source: Path = Path(dataset.reader.path) if dataset.reader.staged is not None else dataset.path
         self.run = run  # of the fix; None: the defaults
 
     @property

@@ -17,7 +17,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, cast
 
 import xxhash
 
@@ -35,7 +35,6 @@ from scrub.readers.tfframes import (
     walk_frames,
 )
 from scrub.readers.tfrecord import TFRecordReader
-from scrub.storage import is_url
 from scrub.writers.base import FileSetWriter, Tally, Verdicts
 
 #: the part of a TFRecord file's name a cleaned copy's ``.clean`` goes before
@@ -63,10 +62,10 @@ class TFRecordWriter(FileSetWriter[TFRecordReader]):
         quarantines = self.make_outputs(clean, quarantine)
         index = 0
         for file, clean_file in self.file_targets(clean):
-            source, gzipped = file.name, first_bytes(_openable(file))[1]
+            source, gzipped = file.name, first_bytes(file)[1]
             if source in verdicts.files:  # set aside whole: copied as it is
                 if file in quarantines:
-                    with open_raw(_openable(file)) as whole, open(quarantines[file], "wb") as copy:
+                    with open_raw(file) as whole, open(quarantines[file], "wb") as copy:
                         shutil.copyfileobj(whole, copy, 1 << 20)
                 for frame, contents in _frames(file, gzipped, lambda frame: None):
                     tally.quarantined.add_record(identity_seed(source, frame.position), *contents)
@@ -153,8 +152,8 @@ def _frames(
     """Every frame of a file with what the ledger tallies of it, each written to ``target(frame)``
     (None: nowhere) before the next is read: its bytes, or for a frame that ends the framing (the
     rest of the file, read and written in chunks) a digest of them."""
-    size = None if gzipped else stored_size(_openable(path))
-    with open_records(_openable(path), gzipped) as stream:
+    size = None if gzipped else stored_size(path)
+    with open_records(path, gzipped) as stream:
         for frame in walk_frames(stream, size=size):
             output = target(frame)
             if frame.problem not in (LENGTH_CRC, CUT):
@@ -174,8 +173,3 @@ def _frames(
                 except STREAM_ERRORS:
                     break
             yield frame, [b"the rest of the file", digest.digest()]
-
-
-def _openable(path: Any) -> Any:
-    """A local file as its path's text, an object as itself (it carries its storage options)."""
-    return path if is_url(path) else str(path)

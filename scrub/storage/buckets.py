@@ -39,7 +39,8 @@ from typing import Any
 
 from scrub.errors import OutputError, UsageError
 from scrub.fixing.outputs import PREFIX_MARK, process_alive, scratch_folder
-from scrub.storage import Location, remote_errors
+from scrub.storage.base import Location
+from scrub.storage.remote import remote_errors
 
 #: the staging prefix of destination NAME: ``.NAME.scrub-staging-ID`` beside it
 STAGING_MARK = f"{PREFIX_MARK}staging-"
@@ -89,6 +90,12 @@ class BucketOutput:
         self._lease: dict[str, Any] = {}
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+
+    uploads = True  # `scrub.storage.Publication`: the written files are sent to the bucket
+
+    @property
+    def written_in(self) -> Path | None:
+        return self.scratch
 
     def exists(self) -> bool:
         """Whether an object is at the destination or under its prefix."""
