@@ -12,6 +12,9 @@ as whole processes, best of ``--repeat`` (interleaved):
 
 * ``scrub scan s3://BUCKET/shards --cache DIR`` of the same shards unchanged since a first
   cached scan (a nightly job on a night when nothing changed);
+* the nightly job at scale (``--nightly-shards``, 200 small shards): its first night, a night
+  when nothing changed and one when 1% of the shards were rewritten, each with the requests it
+  made (issue 42's goal: an unchanged night costs the listing, a changed one reads those shards);
 
 and an HDF5 file in the bucket, which scrub reads from a local copy (h5py opens files by name):
 the floor (``s3fs.cat`` of the object), the naive way (download it with s3fs, then read every
@@ -39,6 +42,7 @@ import tempfile
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from bench_hdf5 import timed
@@ -92,6 +96,7 @@ class RequestLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.counts: Counter[str] = Counter()
+        self.read: set[str] = set()  # the objects GET read since `taken`
 
     def emit(self, record: logging.LogRecord) -> None:
         text = re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage())  # a colored line: a 206 or a 404
@@ -99,6 +104,8 @@ class RequestLog(logging.Handler):
         kind = method.group(1) if method else ""
         if kind == "GET":
             self.counts["list" if "list-type=" in text else "get"] += 1
+            if "list-type=" not in text and (key := re.search(r'"GET /([^ ?]+) ', text)):
+                self.read.add(key.group(1))
         elif kind == "HEAD":
             self.counts["head"] += 1
         else:
@@ -106,6 +113,7 @@ class RequestLog(logging.Handler):
 
     def taken(self) -> Counter[str]:
         counts, self.counts = self.counts, Counter()
+        self.read = set()
         return counts
 
 
@@ -163,6 +171,28 @@ def generate(folder: Path, shards: int, samples: int, side: int) -> list[Path]:
     return paths
 
 
+def nightly(client: Any, arguments: argparse.Namespace, scrub: Any, requests: RequestLog) -> dict:
+    """The nightly job's three nights over ``--nightly-shards`` shards: the first (fills the
+    cache), one when nothing changed, one after 1% of the shards were rewritten (another shard's
+    bytes: another ETag). Night -> (seconds, requests by kind, the shards GET read)."""
+    folder = arguments.workdir.parent / f"nightly-{arguments.nightly_shards}x{arguments.nightly_samples}"
+    paths = generate(folder, arguments.nightly_shards, arguments.nightly_samples, arguments.side)
+    for path in paths:
+        client.put_object(Bucket=BUCKET, Key=f"nightly/{path.name}", Body=path.read_bytes())
+    cache = Path(tempfile.mkdtemp()) / "cache"
+    command = [*scrub(f"s3://{BUCKET}/nightly"), "--cache", str(cache)]
+    nights: dict[str, tuple[float, Counter[str], set[str]]] = {}
+    for night in ("first (fills the cache)", "nothing changed", "1% of the shards rewritten"):
+        if night.startswith("1%"):
+            for path in paths[: max(1, len(paths) // 100)]:
+                client.put_object(Bucket=BUCKET, Key=f"nightly/{path.name}", Body=paths[-1].read_bytes())
+        requests.taken()
+        seconds = timed(command)[0]
+        read = requests.read.copy()
+        nights[night] = (seconds, requests.taken(), read)
+    return nights
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/scrub-bench/s3"))
@@ -176,6 +206,8 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--scrub-args", default="", help="extra arguments for scrub scan")
     parser.add_argument("--markdown-out", type=Path)
+    parser.add_argument("--nightly-shards", type=int, default=200, help="shards of the nightly rows")
+    parser.add_argument("--nightly-samples", type=int, default=20, help="samples per nightly shard")
     arguments = parser.parse_args()
 
     os.environ.update(
@@ -228,6 +260,7 @@ def main() -> int:
             ],
             "HDF5 scrub (a local copy)": scrub(f"s3://{BUCKET}/h5/train.h5"),
         }  # fmt: skip
+        nights = nightly(client, arguments, scrub, requests)
         timed(commands["scrub (prefix, --cache, nothing changed)"])  # the first night: fills the cache
         runs: dict[str, list[tuple[float, int, str]]] = {name: [] for name in commands}
         counted: dict[str, Counter[str]] = {}
@@ -271,6 +304,19 @@ def main() -> int:
             f"{naive / seconds:.2f}x | {peak / 2**20:.0f} "
             f"| {made['list']} / {made['get']} / {made['head']} / {made['other']} |"
         )
+    lines += [
+        "",
+        f"The nightly job: {arguments.nightly_shards} shards of {arguments.nightly_samples} samples, "
+        "`scrub scan s3://BUCKET/nightly --cache DIR`, one run each:",
+        "",
+        "| night | seconds | shards read (GET) | requests: list / GET / HEAD / other |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {name} | {seconds:.2f} | {len(read)} | {made['list']} / {made['get']} / {made['head']} / "
+            f"{made['other']} |"
+            for name, (seconds, made, read) in nights.items()
+        ),
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if arguments.markdown_out:

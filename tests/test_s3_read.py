@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
+import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -185,11 +188,49 @@ def test_an_unreachable_store_or_no_credentials_is_one_line(s3_server, tmp_path,
     assert "no credentials" in message
 
 
+def object_reads(caplog) -> Counter:
+    """The GETs of objects' bytes the server answered since ``caplog`` was cleared (its log holds a
+    line per request), by key; listings (``GET /bucket?list-type=2``) are not reads."""
+    found: Counter = Counter()
+    for record in caplog.records:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage())  # a 206 is a colored line
+        if record.name == "werkzeug" and (read := re.search(r'"GET /([^ ?]+) ', text)):
+            found[read.group(1)] += 1
+    return found
+
+
+def test_an_unchanged_night_reads_no_object_and_a_rewritten_shard_only_itself(s3_server, tmp_path, caplog):
+    """Issue 42's nightly job: with ``--cache``, a rerun over unchanged shards costs the listing
+    (the shards' walks and first samples come from the memo, their results from the cache); a
+    rewritten shard is read, and no other (its shards hold more samples than the opening reads
+    to tell what kind they are: those come from the first shard)."""
+    shards = tmp_path / "shards"
+    write_shards(shards, shards=3, per_shard=40)
+    url = s3_server.upload(shards, "scrub-nightly", "wds")
+    options = {
+        "storage_options": storage_options(s3_server),
+        "cache": tmp_path / "cache",
+        "scheduler": "sync",
+    }
+    first = scrub.scan(url, **options)
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    again = scrub.scan(url, **options)
+    assert object_reads(caplog) == Counter()
+    assert lines(again) == lines(first) and again.summary.cache["scanned"] == 0
+    rewritten = (shards / "train-000002.tar").read_bytes()  # another shard's bytes: another ETag
+    s3_server.client.put_object(Bucket="scrub-nightly", Key="wds/train-000001.tar", Body=rewritten)
+    caplog.clear()
+    changed = scrub.scan(url, **options)
+    assert set(object_reads(caplog)) == {"scrub-nightly/wds/train-000001.tar"}
+    assert lines(changed) == lines(scrub.scan(url, storage_options=storage_options(s3_server)))
+
+
 @pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
 def test_the_cache_reads_no_unchanged_object_again(s3_server, shards, tmp_path, kind):
     """Objects are versioned by (size, ETag) as files are by stat: a rerun checks no record of
     an unchanged object again, and every record of a rewritten one; the manifest stays a full
-    scan's. (Opening the dataset still walks the shards' headers and counts the lines.)"""
+    scan's. (Opening JSON Lines still counts the lines: only WebDataset's opening is memoized.)"""
     if kind == "webdataset":
         local, name = shards, "train-000001.tar"
         rewritten = (shards / "train-000002.tar").read_bytes()  # another shard's bytes: another ETag

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from scrub.storage import Location, RangeFile, open_range, read_range, storage_of
+from scrub.storage.memo import current_memo
 
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 BLOCK = tarfile.BLOCKSIZE
@@ -42,7 +43,12 @@ def shard_files(folder: Location) -> list[Any]:
 
 
 def looks_like_tar(path: Location) -> bool:
-    """A ``.tar`` whose first header checks out, or a gzip file named ``.tar.gz``/``.tgz``."""
+    """A ``.tar`` whose first header checks out, or a gzip file named ``.tar.gz``/``.tgz`` (what
+    this version of the file was, from the memo: an unchanged shard is not read to be sniffed)."""
+    return current_memo().remembered("tar-head", path, lambda: _looks_like_tar(path))
+
+
+def _looks_like_tar(path: Location) -> bool:
     try:
         head = read_range(path, 0, BLOCK)
     except OSError:

@@ -52,6 +52,7 @@ from scrub.readers.tarwalk import (
 )
 from scrub.records import Carries, Record
 from scrub.storage import forget_listings, location, stat_version, storage_of
+from scrub.storage.memo import Memo, current_memo
 from scrub.wording import agreeing, counted
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
@@ -180,57 +181,25 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         suffixes: dict[str, int] = {}  # extension -> samples holding it
         several_images = others = 0
         texts: list[bytes] = []
-        walkers = min(storage_of(self.path).requests_in_flight, len(shards))
-        if walkers > 1:  # objects: walked side by side, as each waits on its requests
-            with ThreadPoolExecutor(walkers) as pool:
-                walks = list(pool.map(lambda shard: _walk(shard, partition_size), shards))
-        else:
-            walks = [_walk(shard, partition_size) for shard in shards]
+        walks = self._walks(shards, partition_size)
+        #: (shard, first header) -> the keys of the partition's samples, joined by NULs (which no
+        #: tar name holds): `locate` names reused results' records without reading the shard
+        self._sample_keys: dict[tuple[str, int], str] = {}
         for shard, walked in zip(shards, walks, strict=True):
             source = shard.name
-            walk = walked.walk
             for extension, count in walked.suffixes.items():
                 suffixes[extension] = suffixes.get(extension, 0) + count
             several_images += walked.several_images
             others += walked.others
             texts += walked.texts[: SAMPLED_TEXTS - len(texts)]
+            done = 0
             for number, (first, count) in enumerate(walked.cuts):
                 end = walked.cuts[number + 1][0] if number + 1 < len(walked.cuts) else None
                 partitions.append(ShardSpan(str(shard), source, first, count, info.records, end))
+                self._sample_keys[str(shard), first] = "\0".join(walked.keys[done : done + count])
                 info.records += count
-            described: dict[str, Any] = {"samples": walked.samples, "compressed": is_compressed(shard)}
-            if walk.damaged:
-                described["damaged_after"] = walk.end
-                info.issues.append(
-                    make_issue(
-                        "damaged-shard",
-                        source,
-                        "*",
-                        None,
-                        Finding(
-                            f"no tar header at byte {walk.end}: {walk.damaged} non-zero bytes after it "
-                            "are in no member (tarfile and WebDataset stop there silently)",
-                            {"offset": walk.end, "unread_bytes": walk.damaged},
-                        ),
-                    )
-                )
-            elif walk.cut:
-                described["cut_at"] = walk.end
-                last = (
-                    f"its last, {walked.last}, is malformed-sample; those after it are lost"
-                    if walked.last is not None
-                    else "it holds none to scan"
-                )
-                info.notes.append(
-                    f"{source}: the shard ends at byte {walk.end}, inside a member or its header: it "
-                    f"was cut short after {counted(walked.samples, 'sample')} ({last})"
-                )
-            elif walk.unterminated:
-                info.notes.append(
-                    f"{source}: no end-of-archive blocks: the shard may have been cut between two "
-                    "members (its last sample may be missing members)"
-                )
-            info.files[source] = described
+                done += count
+            info.files[source] = _described(shard, walked, info)
         label_suffix = choose_label_suffix(self.options.label_key, suffixes, texts, info, self.path)
         self.contents = SampleContents(self.options.data_key, label_suffix)
         info.labelled = label_suffix is not None
@@ -249,19 +218,33 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             info.skipped["member in no sample"] = others
         return info, partitions
 
+    def _walks(self, shards: list[Any], partition_size: int) -> list[ShardWalk]:
+        """Each shard's walk; objects' side by side, as each waits on its requests."""
+        walkers = min(storage_of(self.path).requests_in_flight, len(shards))
+        memo = current_memo()  # (a thread of the pool does not see the opening's)
+        if walkers <= 1:
+            return [_walk(shard, partition_size, memo) for shard in shards]
+        with ThreadPoolExecutor(walkers) as pool:
+            return list(pool.map(lambda shard: _walk(shard, partition_size, memo), shards))
+
     def _judge_kinds(self, partitions: list[ShardSpan], info: DatasetInfo) -> None:
         """A language model's dataset (`Carries.TOKENS`) when the first samples read are token or
-        text records; mixed with images or arrays, both kinds' checks run."""
-        kinds: dict[str, int] = {}
-        read = 0
+        text records; mixed with images or arrays, both kinds' checks run. What they are is
+        remembered with the versions of the shards they come from (`scrub.storage.memo`)."""
+        sampled, held = [], 0  # the partitions the sample comes from
         for partition in partitions:
-            for record in self.read(partition, 0, SAMPLED_RECORDS - read):
-                kind = record.meta.get("kind")
-                if kind is not None:
-                    kinds[kind] = kinds.get(kind, 0) + 1
-                read += 1
-            if read >= SAMPLED_RECORDS:
+            if held >= SAMPLED_RECORDS:
                 break
+            sampled.append(partition)
+            held += partition.count
+        if not sampled:
+            return
+        places = [self.place(path) for path in dict.fromkeys(partition.path for partition in sampled)]
+        others = "|".join(f"{place}:{stat_version(place)}" for place in places[1:])  # listed: no request
+        extra = f"{sampled[0].start}|{self.options.data_key}|{self.contents.label_suffix}|{others}"
+        kinds, read = current_memo().remembered(
+            "webdataset-kinds", places[0], lambda: self._kinds(sampled), extra, list, tuple
+        )
         language = {kind for kind in kinds if kind in ("tokens", "text")}
         if not language:
             return
@@ -272,6 +255,24 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             )
         else:
             self.provides = type(self).provides | {Carries.TOKENS, Carries.SEQUENCES}
+
+    def _kinds(self, partitions: list[ShardSpan]) -> tuple[dict[str, int], int]:
+        """(kind -> records of it, records read) of the first `SAMPLED_RECORDS` samples."""
+        kinds: dict[str, int] = {}
+        read = 0
+        for partition in partitions:
+            for record in self.read(partition, 0, SAMPLED_RECORDS - read):
+                kind = record.meta.get("kind")
+                if kind is not None:
+                    kinds[kind] = kinds.get(kind, 0) + 1
+                read += 1
+            if read >= SAMPLED_RECORDS:
+                break
+        return kinds, read
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A worker gets no sample keys: it reads the samples it names."""
+        return {key: value for key, value in self.__dict__.items() if key != "_sample_keys"}
 
     def read(self, partition: ShardSpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         if partition.only is not None:
@@ -382,6 +383,10 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             yield str(shard)
 
     def locate(self, partition: ShardSpan, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
+        known = self.__dict__.get("_sample_keys", {}).get((partition.path, partition.start))
+        if known is not None:  # the walk's (or its memo's) keys: no read
+            keys = known.split("\0")
+            return [(partition.source, keys[o], partition.first_index + o) for o in offsets]
         wanted = set(offsets)
         found = {
             offset: (partition.source, sample.key, partition.first_index + offset)
@@ -394,6 +399,45 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             found.get(o) or (partition.source, f"#{partition.first_index + o}", partition.first_index + o)
             for o in offsets
         ]
+
+
+def _described(shard: Any, walked: ShardWalk, info: DatasetInfo) -> dict[str, Any]:
+    """What the summary says of a shard; its damage as a `damaged-shard` finding, a cut or a
+    missing end as a note."""
+    source, walk = shard.name, walked.walk
+    described: dict[str, Any] = {"samples": walked.samples, "compressed": is_compressed(shard)}
+    if walk.damaged:
+        described["damaged_after"] = walk.end
+        info.issues.append(
+            make_issue(
+                "damaged-shard",
+                source,
+                "*",
+                None,
+                Finding(
+                    f"no tar header at byte {walk.end}: {walk.damaged} non-zero bytes after it "
+                    "are in no member (tarfile and WebDataset stop there silently)",
+                    {"offset": walk.end, "unread_bytes": walk.damaged},
+                ),
+            )
+        )
+    elif walk.cut:
+        described["cut_at"] = walk.end
+        last = (
+            f"its last, {walked.last}, is malformed-sample; those after it are lost"
+            if walked.last is not None
+            else "it holds none to scan"
+        )
+        info.notes.append(
+            f"{source}: the shard ends at byte {walk.end}, inside a member or its header: it "
+            f"was cut short after {counted(walked.samples, 'sample')} ({last})"
+        )
+    elif walk.unterminated:
+        info.notes.append(
+            f"{source}: no end-of-archive blocks: the shard may have been cut between two "
+            "members (its last sample may be missing members)"
+        )
+    return described
 
 
 def _last_whole(sample: Sample) -> str:
@@ -415,9 +459,46 @@ class ShardWalk:
     others: int = 0
     texts: list[bytes] = field(default_factory=list)  # the first ``.txt`` members
     last: str | None = None  # the key of its last sample
+    keys: list[str] = field(default_factory=list)  # of every sample, in order
+
+    def dump(self) -> dict[str, Any]:
+        """As msgpack holds it (`scrub.storage.memo`)."""
+        walk = self.walk
+        return {
+            "walk": [walk.end, walk.cut, walk.damaged, walk.unterminated],
+            **{name: getattr(self, name) for name in ("samples", "suffixes", "several_images", "others")},
+            **{"texts": self.texts, "last": self.last, "keys": "\0".join(self.keys), "cuts": self.cuts},
+        }
+
+    @classmethod
+    def load(cls, held: dict[str, Any]) -> ShardWalk:
+        end, cut, damaged, unterminated = held["walk"]
+        return cls(
+            Walk(end, cut, damaged, unterminated),
+            held["samples"],
+            [(first, count) for first, count in held["cuts"]],
+            held["suffixes"],
+            held["several_images"],
+            held["others"],
+            held["texts"],
+            held["last"],
+            held["keys"].split("\0") if held["samples"] else [],
+        )
 
 
-def _walk(shard: Any, partition_size: int) -> ShardWalk:
+def _walk(shard: Any, partition_size: int, memo: Memo) -> ShardWalk:
+    """Walk one shard's headers (or take the walk of this version of it from the memo)."""
+    return memo.remembered(
+        "webdataset-walk",
+        shard,
+        lambda: _walk_headers(shard, partition_size),
+        str(partition_size),
+        ShardWalk.dump,
+        ShardWalk.load,
+    )
+
+
+def _walk_headers(shard: Any, partition_size: int) -> ShardWalk:
     """Walk one shard's headers: its samples, cut into partitions of ``partition_size`` (an
     uncompressed shard; a compressed one is one partition)."""
     walked = ShardWalk(Walk())
@@ -440,6 +521,7 @@ def _walk(shard: Any, partition_size: int) -> ShardWalk:
                     first = item.offset
                 walked.samples += 1
                 walked.last = item.key
+                walked.keys.append(item.key)
                 in_partition += 1
                 if in_partition == partition_size and not is_compressed(shard):
                     walked.cuts.append((first, in_partition))

@@ -20,6 +20,7 @@ from scrub.options.model import RunOptions, ScanOptions, merged
 from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.scanning.fingerprint import fingerprint
 from scrub.storage import location, on_this_machine
+from scrub.storage.memo import Memo
 from scrub.storage.staging import StagedCopy
 
 
@@ -83,6 +84,23 @@ def open_dataset(
     place: Path = location(path, options.read.storage)
     if on_this_machine(place) and place.name in ("", ".", ".."):  # `scrub fix .` inside a dataset
         place = place.resolve()  # outputs are named after it
+    memo = Memo.for_dataset(options.cache, place)  # what opening learned last time (``--cache``)
+    with memo.in_use():
+        dataset = _opened(place, options, before_open, scanned, needs_files)
+    unsaved = memo.save()
+    if unsaved is not None:
+        dataset.info.notes.append(unsaved)
+    return dataset
+
+
+def _opened(
+    place: Path,
+    options: ScanOptions,
+    before_open: Callable[[Reader], None] | None,
+    scanned: bool,
+    needs_files: Callable[[str], bool] | None,
+) -> OpenedDataset:
+    """`open_dataset` of a location."""
     try:
         reader = open_reader(place, options.read, options.origin)
         if (

@@ -85,6 +85,9 @@ class ObjectStorage(Storage):
         )
 
     def size(self, path: Location) -> int:
+        listed = _LISTED_VERSIONS.get(str(path))  # this run's listing (`forget` drops it)
+        if listed is not None:
+            return listed[0]
         with remote_errors(path):
             return int(path.fs.size(path.path))
 

@@ -1,0 +1,154 @@
+"""What a reader learned of a file or object at one version, kept for the next run.
+
+A nightly ``scan --cache DIR`` of a dataset that did not change should cost what listing it
+costs. The result cache (`scrub.scanning.cache`) spares reading records whose results it holds,
+but a reader learns things on opening too: a WebDataset shard's samples and where each
+partition starts (a walk over the shard's headers, which in a bucket fetches the shard), the
+kind of records its first samples are. A `Memo` keeps each such fact with the version of the
+file it was learned from (`scrub.storage.base.Storage.version`: size + mtime locally, size +
+ETag in a bucket, from the listing, so asking costs no request), and gives it back while that
+version is unchanged: the file is not read again to learn it.
+
+One file per dataset in DIR, ``memo-<digest of the dataset's place>.scrubmemo``: a magic line,
+the XXH3-128 of the payload, the payload (msgpack: key -> [version, value]). It holds the facts
+this run used, so a file that left the dataset leaves the memo. A file whose hash does not match,
+or that does not parse, is ignored (and rewritten): never trusted. Written atomically, and only
+when something changed; DIR keeps the `MAX_FILES` most recently used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgpack
+import xxhash
+
+from scrub.errors import ScrubError, UnusableDataset
+from scrub.storage import Location, same_place, storage_of
+
+MAGIC = b"scrub-memo 1\n"
+SUFFIX = ".scrubmemo"
+#: memo files DIR keeps, the most recently used (as it keeps result files)
+MAX_FILES = 64
+
+T = TypeVar("T")
+
+
+class Memo:
+    """Facts learned of files at their versions: those of the last run (read from ``path``),
+    and those this run used (written back by `save`). With no ``path``, nothing is kept: every
+    fact is learned again, as without ``--cache``."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.reused = 0
+        self.learned = 0
+        self._old: dict[str, list] = _read(path) if path is not None else {}
+        self._new: dict[str, list] = {}
+
+    @classmethod
+    def for_dataset(cls, directory: Path | None, dataset: Location) -> Memo:
+        """The memo of ``dataset`` in the cache directory (none without one)."""
+        if directory is None:
+            return cls()
+        name = xxhash.xxh3_64_hexdigest(os.fsencode(same_place(dataset)))
+        return cls(Path(directory) / f"memo-{name}{SUFFIX}")
+
+    def remembered(
+        self,
+        kind: str,
+        place: Location,
+        learn: Callable[[], T],
+        extra: str = "",
+        dump: Callable[[T], Any] = lambda value: value,
+        load: Callable[[Any], T] = lambda value: value,
+    ) -> T:
+        """What ``learn`` learns of ``place`` (a file or object): from the last run where the
+        place's version is the one it was learned at, else learned now and kept. ``extra``: what
+        else the fact depends on (a partition size); ``dump`` and ``load`` turn it into what
+        msgpack holds (lists, dicts, numbers, strings, bytes) and back. The version is taken
+        before learning: a file rewritten meanwhile is learned again next time."""
+        if self.path is None:
+            return learn()
+        key = f"{kind}\0{same_place(place)}\0{extra}"
+        try:
+            version = list(storage_of(place).version(place))
+        except (OSError, UnusableDataset):
+            return learn()  # it says what is wrong with the file itself
+        held = self._old.get(key)
+        if held is not None and held[0] == version:
+            self._new[key] = held
+            self.reused += 1
+            return load(held[1])
+        value = learn()
+        self._new[key] = [version, dump(value)]
+        self.learned += 1
+        return value
+
+    @contextmanager
+    def in_use(self) -> Iterator[Memo]:
+        """This memo as `current_memo` (a sniff, which runs before any reader exists, asks it so)."""
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+
+    def save(self) -> str | None:
+        """Keep what this run used for the next one; a note where it cannot be written."""
+        if self.path is None or not (self._new or self._old):
+            return None
+        from scrub.fixing.outputs import write_atomically
+
+        payload = msgpack.packb(self._new, use_bin_type=True)
+        try:
+            if self._new == self._old:  # as it is: marked used
+                os.utime(self.path)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(self.path, MAGIC + xxhash.xxh3_128_digest(payload) + payload, "cache file")
+        except (OSError, ScrubError) as error:
+            return f"cache: cannot write {self.path} ({error}): the next scan learns its files again"
+        kept = sorted(self.path.parent.glob(f"memo-*{SUFFIX}"), key=_used, reverse=True)
+        for stale in kept[MAX_FILES:]:
+            stale.unlink(missing_ok=True)
+        return None
+
+
+#: the memo of the dataset being opened (`Memo.in_use`); elsewhere (a worker) one that keeps nothing
+_CURRENT: ContextVar[Memo | None] = ContextVar("scrub_memo", default=None)
+#: what `current_memo` is outside an opening: it keeps nothing (`Memo.remembered` learns)
+_NOTHING = Memo()
+
+
+def current_memo() -> Memo:
+    """The memo of the dataset being opened, or one that keeps nothing."""
+    return _CURRENT.get() or _NOTHING
+
+
+def _used(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _read(path: Path) -> dict[str, list]:
+    """A memo file's facts; nothing where it is missing, damaged or of another layout."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}
+    payload = data[len(MAGIC) + 16 :]
+    if not data.startswith(MAGIC) or data[len(MAGIC) : len(MAGIC) + 16] != xxhash.xxh3_128_digest(payload):
+        return {}
+    try:
+        facts = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException):
+        return {}
+    return facts if isinstance(facts, dict) else {}
