@@ -91,3 +91,30 @@ def test_a_rewritten_shard_is_walked_again(tmp_path):
     fresh = scrub.scan(shards, scheduler="sync", num_classes=3)
     assert changed.summary.records == fresh.summary.records == 6 + 9
     assert lines(changed) == lines(fresh)
+
+
+def test_json_lines_records_are_named_from_the_survey_as_by_reading(tmp_path):
+    """`locate` numbers a partition's records from its file's blank lines, learned on opening,
+    exactly as reading the lines numbers them (blank runs at the start, inside and at the end of
+    partitions, a last line without a newline)."""
+    import random
+
+    from scrub.readers.base import ReadOptions, open_reader
+
+    rng = random.Random(7)
+    rows = []
+    for number in range(3000):
+        rows.append(b"\n" * rng.choice([0, 0, 0, 0, 1, 3]) + b'{"text": "%d"}\n' % number)
+    data = tmp_path / "blank.jsonl"
+    data.write_bytes(b"\n\n" + b"".join(rows) + b'{"text": "last"}')
+    reader = open_reader(data, ReadOptions())
+    _, partitions = reader.open(500)
+    assert len(partitions) > 3
+    for partition in partitions:
+        offsets = sorted(rng.sample(range(partition.records), 40)) + [0, partition.records - 1]
+        surveyed = reader.locate(partition, offsets)
+        reading = reader.__dict__.pop("_layouts")
+        try:
+            assert surveyed == reader.locate(partition, offsets)  # read from the file
+        finally:
+            reader._layouts = reading

@@ -199,14 +199,27 @@ def object_reads(caplog) -> Counter:
     return found
 
 
-def test_an_unchanged_night_reads_no_object_and_a_rewritten_shard_only_itself(s3_server, tmp_path, caplog):
-    """Issue 42's nightly job: with ``--cache``, a rerun over unchanged shards costs the listing
-    (the shards' walks and first samples come from the memo, their results from the cache); a
-    rewritten shard is read, and no other (its shards hold more samples than the opening reads
-    to tell what kind they are: those come from the first shard)."""
-    shards = tmp_path / "shards"
-    write_shards(shards, shards=3, per_shard=40)
-    url = s3_server.upload(shards, "scrub-nightly", "wds")
+def nightly_files(folder: Path, kind: str) -> list[str]:
+    """Three files of ``kind``, each holding more records than opening reads to tell their kind."""
+    if kind == "webdataset":
+        write_shards(folder, shards=3, per_shard=40)
+        return [f"train-{n:06d}.tar" for n in range(3)]
+    folder.mkdir(parents=True)
+    for n in range(3):
+        texts = (b'{"text": "file %d line %d", "label": %d}\n' % (n, line, line % 3) for line in range(40))
+        (folder / f"part-{n}.jsonl").write_bytes(b"".join(texts) + (b"not json\n" if n == 2 else b""))
+    return [f"part-{n}.jsonl" for n in range(3)]
+
+
+@pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
+def test_an_unchanged_night_reads_no_object_and_a_rewritten_one_only_itself(
+    s3_server, tmp_path, caplog, kind
+):
+    """Issue 42's nightly job: with ``--cache``, a rerun over unchanged objects costs the listing
+    (what opening learned of each, a shard's walk or a file's lines, comes from the memo; their
+    results from the cache); a rewritten object is read, and no other."""
+    names = nightly_files(tmp_path / kind, kind)
+    url = s3_server.upload(tmp_path / kind, "scrub-nightly", kind)
     options = {
         "storage_options": storage_options(s3_server),
         "cache": tmp_path / "cache",
@@ -218,19 +231,20 @@ def test_an_unchanged_night_reads_no_object_and_a_rewritten_shard_only_itself(s3
     again = scrub.scan(url, **options)
     assert object_reads(caplog) == Counter()
     assert lines(again) == lines(first) and again.summary.cache["scanned"] == 0
-    rewritten = (shards / "train-000002.tar").read_bytes()  # another shard's bytes: another ETag
-    s3_server.client.put_object(Bucket="scrub-nightly", Key="wds/train-000001.tar", Body=rewritten)
+    rewritten = (tmp_path / kind / names[2]).read_bytes()  # another file's bytes: another ETag
+    s3_server.client.put_object(Bucket="scrub-nightly", Key=f"{kind}/{names[1]}", Body=rewritten)
     caplog.clear()
     changed = scrub.scan(url, **options)
-    assert set(object_reads(caplog)) == {"scrub-nightly/wds/train-000001.tar"}
+    assert set(object_reads(caplog)) == {f"scrub-nightly/{kind}/{names[1]}"}
     assert lines(changed) == lines(scrub.scan(url, storage_options=storage_options(s3_server)))
+    assert 0 < changed.summary.cache["scanned"] < changed.summary.records
 
 
 @pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
 def test_the_cache_reads_no_unchanged_object_again(s3_server, shards, tmp_path, kind):
     """Objects are versioned by (size, ETag) as files are by stat: a rerun checks no record of
     an unchanged object again, and every record of a rewritten one; the manifest stays a full
-    scan's. (Opening JSON Lines still counts the lines: only WebDataset's opening is memoized.)"""
+    scan's."""
     if kind == "webdataset":
         local, name = shards, "train-000001.tar"
         rewritten = (shards / "train-000002.tar").read_bytes()  # another shard's bytes: another ETag

@@ -53,6 +53,7 @@ from scrub.storage import (
     stat_version,
     storage_of,
 )
+from scrub.storage.memo import current_memo
 from scrub.wording import counted
 
 #: what a JSON Lines file's name ends with (a ``.json`` is one by its content: `is_json_lines`)
@@ -78,7 +79,12 @@ BYTES_PER_SECOND = 50e6
 
 
 def compression_of(path: Location) -> str | None:
-    """ "gzip" or "zstd" by the file's first bytes (its name may not say), else None."""
+    """ "gzip" or "zstd" by the file's first bytes (its name may not say), else None (what this
+    version of the file was, from the memo: `scrub.storage.memo`)."""
+    return current_memo().remembered("compression", path, lambda: _compression_of(path))
+
+
+def _compression_of(path: Location) -> str | None:
     try:
         head = read_range(path, 0, 4)
     except OSError:
@@ -269,8 +275,9 @@ class Lines:
 
 @dataclass
 class Layout:
-    """What `survey` learned of a file: its lines, records and blank lines, and the (byte
-    offset, line) of every ``stride``-th record."""
+    """What `survey` learned of a file: its lines, records and blank lines (and which lines
+    those are: a record's line number follows from them), and the (byte offset, line) of every
+    ``stride``-th record."""
 
     lines: int = 0
     records: int = 0
@@ -280,6 +287,46 @@ class Layout:
     damage: str | None = None  # why a compressed file's stream ends early
     offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    blank_lines: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # 0-based, sorted
+
+    def dump(self) -> dict[str, Any]:
+        """As msgpack holds it (`scrub.storage.memo`): the arrays as their bytes."""
+        return self.__dict__ | {name: getattr(self, name).astype(np.int64).tobytes() for name in _ARRAYS}
+
+    @classmethod
+    def load(cls, held: dict[str, Any]) -> Layout:
+        return cls(**(held | {name: np.frombuffer(held[name], np.int64).copy() for name in _ARRAYS}))
+
+    def line_numbers(self, first_line: int, offsets: Sequence[int]) -> list[int]:
+        """The 0-based line numbers of the records at ``offsets`` counted from the record on line
+        ``first_line`` (a partition's): the non-blank lines, counted, without reading the file."""
+        blank, found = self.blank_lines, []
+        before = int(np.searchsorted(blank, first_line))  # blank lines before the partition
+        for offset in offsets:  # the first line x with offset + 1 records in [first_line, x]
+            low, high = first_line + offset, first_line + offset + len(blank) - before
+            while low < high:
+                middle = (low + high) // 2
+                records = middle - first_line + 1 - (int(np.searchsorted(blank, middle, "right")) - before)
+                low, high = (middle + 1, high) if records < offset + 1 else (low, middle)
+            found.append(low)
+        return found
+
+
+#: the arrays of a `Layout`
+_ARRAYS = ("offsets", "numbers", "blank_lines")
+
+
+def remembered_survey(path: Location, compression: str | None, stride: int) -> Layout:
+    """`survey` of this version of the file, from the memo where an earlier run with ``--cache``
+    surveyed it (`scrub.storage.memo`): an unchanged file is not read to be opened."""
+    return current_memo().remembered(
+        "jsonl-layout",
+        path,
+        lambda: survey(path, compression, stride),
+        f"{compression}|{stride}",
+        Layout.dump,
+        Layout.load,
+    )
 
 
 def survey(path: Location, compression: str | None, stride: int) -> Layout:
@@ -288,6 +335,7 @@ def survey(path: Location, compression: str | None, stride: int) -> Layout:
     layout = Layout()
     offsets: list[np.ndarray] = []
     numbers: list[np.ndarray] = []
+    blank_lines: list[np.ndarray] = []
     with open_lines(path, compression) as stream:
         for chunk in blocks(stream):
             data = np.frombuffer(chunk, dtype=np.uint8)
@@ -296,6 +344,7 @@ def survey(path: Location, compression: str | None, stride: int) -> Layout:
             first = -layout.records % stride
             offsets.append(layout.size + starts[records[first::stride]])
             numbers.append(layout.lines + records[first::stride])
+            blank_lines.append(layout.lines + np.flatnonzero(blank))
             layout.lines += len(starts)
             layout.records += len(records)
             layout.blank += int(blank.sum())
@@ -305,6 +354,7 @@ def survey(path: Location, compression: str | None, stride: int) -> Layout:
         layout.damage = getattr(stream, "damage", None)
     if offsets:
         layout.offsets, layout.numbers = np.concatenate(offsets), np.concatenate(numbers)
+        layout.blank_lines = np.concatenate(blank_lines).astype(np.int64)
     return layout
 
 
@@ -474,7 +524,7 @@ class JsonLinesReader(Reader[Lines]):
             compression = compression_of(path)
             what = {"gzip": "gzip file", "zstd": "Zstandard file"}.get(compression or "", "file")
             try:
-                layout = survey(path, compression, stride)
+                layout = remembered_survey(path, compression, stride)
             except OSError as error:
                 raise UnusableDataset(f"{path}: cannot read ({error.strerror or error})") from None
             if layout.damage is not None and not layout.lines and self.path.is_file():
@@ -504,6 +554,8 @@ class JsonLinesReader(Reader[Lines]):
                         ),
                     )
                 )
+        #: each file's survey, on the driver: `locate` numbers records from its blank lines
+        self._layouts = {str(path): layout for path, _, _, layout in layouts}
         size = partition_size_for(info.records, partition_size)
         partitions = [
             partition
@@ -527,6 +579,10 @@ class JsonLinesReader(Reader[Lines]):
             raise UnusableDataset(f"{self.path}: no JSON lines in it (empty, or every line is blank)")
         self.work_seconds = sum(layout.size for *_, layout in layouts) / BYTES_PER_SECOND
         return info, partitions
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A worker gets no surveys: it reads the lines it names."""
+        return {key: value for key, value in self.__dict__.items() if key != "_layouts"}
 
     def read(self, partition: Lines, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         data_key, label_key = self.options.data_key, self.options.label_key
@@ -580,6 +636,10 @@ class JsonLinesReader(Reader[Lines]):
     def locate(self, partition: Lines, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         if not offsets:
             return []
+        layout = self.__dict__.get("_layouts", {}).get(partition.path)
+        if layout is not None:  # opening's survey (or its memo): the file is not read
+            lines = layout.line_numbers(partition.first_line, offsets)
+            return [(partition.source, str(number + 1), number) for number in lines]
         numbers = {
             offset: number
             for offset, number, _ in _records(self.place(partition.path), partition, max(offsets) + 1)
