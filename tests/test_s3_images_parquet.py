@@ -220,10 +220,31 @@ def test_an_object_gone_after_listing_is_a_finding(s3_server, tmp_path):
     assert [(issue.key, issue.check) for issue in result.issues()] == [("a/1.jpg", "missing-file")]
 
 
-def test_the_cache_scans_objects_without_reusing_them(s3_server, images, tmp_path):
+def test_the_cache_reuses_an_image_folders_unchanged_objects(s3_server, images, tmp_path, caplog):
+    """Objects are named by the (size, ETag) their prefix's listing gave: a rerun reads no
+    unchanged object (the server's request log) and reuses its result; a rewritten one is read
+    and checked again, and the manifest stays a fresh scan's."""
+    import logging
+
+    from test_s3_read import object_reads
+
     local, url = images
-    first = scrub.scan(url, storage_options=s3_server.storage_options, scheduler="sync", cache=tmp_path / "c")
-    again = scrub.scan(url, storage_options=s3_server.storage_options, scheduler="sync", cache=tmp_path / "c")
+    options = {"storage_options": storage(s3_server), "scheduler": "sync", "cache": tmp_path / "c"}
+    first = scrub.scan(url, **options)
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    again = scrub.scan(url, **options)
     assert findings(again) == findings(first) and findings(first)
-    assert again.summary.cache is None  # not written in vain, and said: nothing is reused silently
-    assert "cache: an image folder's objects are not cached yet" in " ".join(again.summary.notes)
+    assert again.summary.cache["reused"] == first.summary.records and again.summary.cache["scanned"] == 0
+    assert not object_reads(caplog)
+    key = next(p for p in sorted(local.rglob("*.jpg")) if ".git" not in p.parts).relative_to(local)
+    garbled = b"\xff\xd8" + bytes(200)  # a JPEG's start and nothing after: corrupt now
+    s3_server.client.put_object(Bucket="scrub-images", Key=f"pets/train/{key.as_posix()}", Body=garbled)
+    caplog.clear()
+    changed = scrub.scan(url, **options)
+    assert set(object_reads(caplog)) == {f"scrub-images/pets/train/{key.as_posix()}"}
+    assert changed.summary.cache["scanned"] == 1
+    assert findings(changed) == findings(
+        scrub.scan(url, storage_options=storage(s3_server), scheduler="sync")
+    )
+    assert "corrupt-image" in {check for _, name, _, check, _ in findings(changed) if name == key.as_posix()}

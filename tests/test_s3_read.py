@@ -188,13 +188,14 @@ def test_an_unreachable_store_or_no_credentials_is_one_line(s3_server, tmp_path,
     assert "no credentials" in message
 
 
-def object_reads(caplog) -> Counter:
-    """The GETs of objects' bytes the server answered since ``caplog`` was cleared (its log holds a
-    line per request), by key; listings (``GET /bucket?list-type=2``) are not reads."""
+def object_reads(caplog, method: str = "GET") -> Counter:
+    """The GETs of objects' bytes (or another ``method``'s requests of objects) the server
+    answered since ``caplog`` was cleared (its log holds a line per request), by key; listings
+    (``GET /bucket?list-type=2``) are not reads."""
     found: Counter = Counter()
     for record in caplog.records:
         text = re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage())  # a 206 is a colored line
-        if record.name == "werkzeug" and (read := re.search(r'"GET /([^ ?]+) ', text)):
+        if record.name == "werkzeug" and (read := re.search(rf'"{method} /([^ ?]+) ', text)):
             found[read.group(1)] += 1
     return found
 
@@ -211,6 +212,23 @@ def nightly_files(folder: Path, kind: str) -> list[str]:
     return [f"part-{n}.jsonl" for n in range(3)]
 
 
+def test_a_worker_reads_its_shards_range_without_asking_its_size(s3_server, shards, caplog):
+    """The driver's listing gave each shard's size; its partitions carry it, so a worker (a pickled
+    reader in a process that listed nothing) reads its range with GETs only, no HEAD."""
+    import pickle
+
+    url = s3_server.upload(shards, "scrub-sizes", "wds")
+    options = ReadOptions(storage_options=tuple(storage_options(s3_server).items()))
+    reader = open_reader(location(url, options.storage), options)
+    _, partitions = reader.open(500)
+    worker = pickle.loads(pickle.dumps(reader))
+    storage.forget_listings(location(url, options.storage))  # as in another process
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    assert sum(1 for partition in partitions for _ in worker.read(partition)) == sum(map(len, partitions))
+    assert object_reads(caplog) and not object_reads(caplog, "HEAD")
+
+
 @pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
 def test_an_unchanged_night_reads_no_object_and_a_rewritten_one_only_itself(
     s3_server, tmp_path, caplog, kind
@@ -225,8 +243,9 @@ def test_an_unchanged_night_reads_no_object_and_a_rewritten_one_only_itself(
         "cache": tmp_path / "cache",
         "scheduler": "sync",
     }
-    first = scrub.scan(url, **options)
     caplog.set_level(logging.INFO, logger="werkzeug")
+    first = scrub.scan(url, **options)
+    assert set(object_reads(caplog)) == {f"scrub-nightly/{kind}/{name}" for name in names}
     caplog.clear()
     again = scrub.scan(url, **options)
     assert object_reads(caplog) == Counter()

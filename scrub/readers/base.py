@@ -346,11 +346,6 @@ class Reader(ABC, Generic[PartitionT]):
         """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
         raise NotImplementedError
 
-    def not_cached(self) -> str | None:
-        """Why this dataset's records are not cached although the format's are (an image folder
-        in a bucket), for the scan's note; None when they are."""
-        return None
-
 
 class FileSetReader(Reader[PartitionT]):
     """The reader of a dataset that is one file of a kind or a folder of them (WebDataset shards,

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import xxhash
+
 from scrub.checks.base import problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError
@@ -530,10 +532,11 @@ class ImageReader(Reader[Sequence[Entry]]):
 
     def cache_entries(self, partition: Sequence[Entry]) -> list[CacheEntry | None]:
         """A record's verdict depends on its bytes, its extension (`format-mismatch`) and its
-        label; an entry that would not be read (outside the root) is never reused, nor yet an
-        object (the cache keys files by their stat)."""
+        label; an entry that would not be read (outside the root) is never reused. A file is
+        named by its stat; an object by the (size, ETag) its prefix's listing gave, without a
+        request (as a shard's samples are)."""
         if not on_this_machine(self.path):
-            return [None] * len(partition)
+            return self._object_entries(partition)
         real_root = os.path.realpath(self.root)
         prefix = os.path.join(
             self.root, ""
@@ -555,13 +558,18 @@ class ImageReader(Reader[Sequence[Entry]]):
             entries.append((f"{source}\0{key}", path, context, None))
         return entries
 
-    def not_cached(self) -> str | None:
-        if not on_this_machine(self.path):
-            return (
-                "an image folder's objects are not cached yet (its files are, keyed by their stat): "
-                "every record was scanned"
-            )
-        return None
+    def _object_entries(self, partition: Sequence[Entry]) -> list[CacheEntry | None]:
+        storage = storage_of(self.path)
+        entries: list[CacheEntry | None] = []
+        for _, key, source, label, _, unsafe in partition:
+            url = f"{self.root}/{key}"
+            version = storage.known_version(url)
+            if unsafe is not None or version is None:  # (not listed: never reused)
+                entries.append(None)
+                continue
+            identity = xxhash.xxh3_128_digest(f"{url}\0{version[0]}\0{version[1]}".encode())
+            entries.append((f"{source}\0{key}", None, f"{extension_of(key)}|{label!r}", identity))
+        return entries
 
     def subset(self, partition: Sequence[Entry], offsets: Sequence[int]) -> tuple[Entry, ...]:
         return tuple(partition[o] for o in offsets)

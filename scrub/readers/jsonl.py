@@ -46,7 +46,6 @@ from scrub.readers.tokenfields import fill_record
 from scrub.records import Carries, Record
 from scrub.storage import (
     Location,
-    forget_listings,
     location,
     open_range,
     read_range,
@@ -512,7 +511,6 @@ class JsonLinesReader(Reader[Lines]):
         return storage_of(self.path).relative(path, self.path)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[Lines]]:
-        forget_listings(self.path)
         files, others = self.files()
         if not files:
             raise UnusableDataset(f"{self.path}: no JSON Lines files (.jsonl, .jsonl.gz, .jsonl.zst) here")

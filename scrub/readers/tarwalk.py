@@ -96,14 +96,14 @@ class Walk:
     unterminated: bool = False
 
 
-def open_shard(path: Location, start: int = 0, end: int | None = None) -> IO[bytes]:
+def open_shard(path: Location, start: int = 0, end: int | None = None, size: int | None = None) -> IO[bytes]:
     """The shard's uncompressed bytes, seekable (forward seeks of a compressed one decompress).
     An object of a bucket is read by ranges with read-ahead (`scrub.storage.open_range`), mostly
     within ``[start, end)`` when the shard is uncompressed (a partition's bytes); a compressed
     one is read from its start."""
     if is_compressed(path):
-        return cast(IO[bytes], _ClosingGzip(fileobj=open_range(path), mode="rb"))
-    return open_range(path, start, end)
+        return cast(IO[bytes], _ClosingGzip(fileobj=open_range(path, size=size), mode="rb"))
+    return open_range(path, start, end, size=size)
 
 
 class _ClosingGzip(gzip.GzipFile):

@@ -51,7 +51,7 @@ from scrub.readers.tarwalk import (
     walk_shard,
 )
 from scrub.records import Carries, Record
-from scrub.storage import forget_listings, location, stat_version, storage_of
+from scrub.storage import location, stat_version, storage_of
 from scrub.storage.memo import Memo, current_memo
 from scrub.wording import agreeing, counted
 
@@ -133,6 +133,9 @@ class ShardSpan:
     end: int | None = None
     #: only these samples (offsets from ``start``): what the result cache left to read
     only: tuple[int, ...] | None = None
+    #: the shard's bytes, as the driver's listing (or stat) gave them: a worker reading an
+    #: object's range need not ask its size
+    size: int | None = None
 
     def __len__(self) -> int:
         return self.count if self.only is None else len(self.only)
@@ -171,7 +174,6 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         return location(path, self.options.storage)
 
     def open(self, partition_size: int) -> tuple[DatasetInfo, list[ShardSpan]]:
-        forget_listings(self.path)
         shards = self.files()
         if not shards:
             raise UnusableDataset(f"{self.path}: no .tar shards in this folder")
@@ -192,10 +194,10 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             several_images += walked.several_images
             others += walked.others
             texts += walked.texts[: SAMPLED_TEXTS - len(texts)]
-            done = 0
+            done, size = 0, storage_of(shard).size(shard)  # an object's: from the listing
             for number, (first, count) in enumerate(walked.cuts):
                 end = walked.cuts[number + 1][0] if number + 1 < len(walked.cuts) else None
-                partitions.append(ShardSpan(str(shard), source, first, count, info.records, end))
+                partitions.append(ShardSpan(str(shard), source, first, count, info.records, end, size=size))
                 self._sample_keys[str(shard), first] = "\0".join(walked.keys[done : done + count])
                 info.records += count
                 done += count
@@ -317,7 +319,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
     ) -> Iterator[tuple[int, Sample]]:
         if start >= stop:
             return
-        with open_shard(self.place(partition.path), partition.start, partition.end) as file:
+        place = self.place(partition.path)
+        with open_shard(place, partition.start, partition.end, partition.size) as file:
             offset = 0
             walk = Walk()
             previous: str | None = None

@@ -456,8 +456,6 @@ def _open_cache(
         return None, [
             f"cache: {reader.format} records are not cached ({listed} records are): every record was scanned"
         ]
-    if reader.not_cached() is not None:
-        return None, [f"cache: {reader.not_cached()}"]
     scope = scope_digest(
         (
             __version__,

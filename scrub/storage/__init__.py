@@ -169,9 +169,13 @@ def open_random(path: Location) -> IO[bytes]:
 
 
 def open_range(
-    path: Location, start: int = 0, end: int | None = None, block_size: int = STREAM_BLOCK
+    path: Location,
+    start: int = 0,
+    end: int | None = None,
+    block_size: int = STREAM_BLOCK,
+    size: int | None = None,
 ) -> IO[bytes]:
-    return storage_of(path).open_range(path, start, end, block_size)
+    return storage_of(path).open_range(path, start, end, block_size, size)
 
 
 def read_range(path: Location, start: int, length: int) -> bytes:

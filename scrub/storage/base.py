@@ -118,10 +118,16 @@ class Storage(ABC):
 
     @abstractmethod
     def open_range(
-        self, path: Location, start: int = 0, end: int | None = None, block_size: int = STREAM_BLOCK
+        self,
+        path: Location,
+        start: int = 0,
+        end: int | None = None,
+        block_size: int = STREAM_BLOCK,
+        size: int | None = None,
     ) -> IO[bytes]:
         """A seekable stream positioned at ``start``, to be read mostly in ``[start, end)`` (a
-        partition of a shard): an object fetches that range and little more."""
+        partition of a shard): an object fetches that range and little more. ``size``: the
+        file's, where the caller knows it (a listing said): an object's is not asked again."""
 
     @abstractmethod
     def size(self, path: Location) -> int:
@@ -131,6 +137,11 @@ class Storage(ABC):
     def version(self, path: Location) -> tuple[int, int | str]:
         """(size, version): what changes when a file or object is rewritten (a file's mtime in
         ns, an object's ETag or generation). The fingerprint and the result cache key by it."""
+
+    def known_version(self, name: str) -> tuple[int, int | str] | None:
+        """The (size, version) this run's listing gave ``name`` (a URL), without a request; None
+        where none did (a file on this machine: ask `version`)."""
+        return None
 
     # -- listing -------------------------------------------------------------------------------
 

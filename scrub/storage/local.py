@@ -37,7 +37,12 @@ class LocalStorage(Storage):
         return open(path, "rb")
 
     def open_range(
-        self, path: Location, start: int = 0, end: int | None = None, block_size: int = STREAM_BLOCK
+        self,
+        path: Location,
+        start: int = 0,
+        end: int | None = None,
+        block_size: int = STREAM_BLOCK,
+        size: int | None = None,
     ) -> IO[bytes]:
         file = open(path, "rb")  # noqa: SIM115 - the caller closes it
         file.seek(start)

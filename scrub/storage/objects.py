@@ -31,7 +31,7 @@ from scrub.storage.remote import first_words, remote_errors
 #: prefix, more across prefixes) and under the open sockets a process may hold
 FETCH_CONCURRENCY = 64
 #: how long a prefix's listing is reused (`list_objects`): sniffing a prefix and opening it list
-#: it once, a later scan lists it again
+#: it once; each opening of a dataset forgets the listings before (`Storage.forget`)
 LISTING_SECONDS = 30.0
 #: what `RangeFile` fetches past its range's end at a time: a partition's walk reads the header
 #: after its last sample to know that sample is whole, and no more
@@ -77,12 +77,16 @@ class ObjectStorage(Storage):
             return cast(IO[bytes], path.fs.open(path.path, "rb", cache_type="none"))
 
     def open_range(
-        self, path: Location, start: int = 0, end: int | None = None, block_size: int = STREAM_BLOCK
+        self,
+        path: Location,
+        start: int = 0,
+        end: int | None = None,
+        block_size: int = STREAM_BLOCK,
+        size: int | None = None,
     ) -> IO[bytes]:
-        size = self.size(path)
-        return cast(
-            IO[bytes], RangeFile(path, size, start, size if end is None else min(end, size), block_size)
-        )
+        size = self.size(path) if size is None else size
+        stop = size if end is None else min(end, size)
+        return cast(IO[bytes], RangeFile(path, size, start, stop, block_size))
 
     def size(self, path: Location) -> int:
         listed = _LISTED_VERSIONS.get(str(path))  # this run's listing (`forget` drops it)
@@ -98,6 +102,9 @@ class ObjectStorage(Storage):
         with remote_errors(path):
             info = path.fs.info(path.path)
         return version_of(info)
+
+    def known_version(self, name: str) -> tuple[int, int | str] | None:
+        return _LISTED_VERSIONS.get(name)
 
     def walk(self, folder: Location) -> Iterator[tuple[str, list[str], list[str]]]:
         """From one listing of the prefix (`list_objects`): its folders are the keys' parents."""
