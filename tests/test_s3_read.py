@@ -205,6 +205,13 @@ def nightly_files(folder: Path, kind: str) -> list[str]:
     if kind == "webdataset":
         write_shards(folder, shards=3, per_shard=40)
         return [f"train-{n:06d}.tar" for n in range(3)]
+    if kind == "tfrecord":
+        pytest.importorskip("tfrecord")
+        from test_tfrecord import write_file
+
+        for n in range(3):
+            write_file(folder / f"train.tfrecord-{n:05d}-of-00003", count=40, seed=n)
+        return [f"train.tfrecord-{n:05d}-of-00003" for n in range(3)]
     folder.mkdir(parents=True)
     for n in range(3):
         texts = (b'{"text": "file %d line %d", "label": %d}\n' % (n, line, line % 3) for line in range(40))
@@ -229,7 +236,7 @@ def test_a_worker_reads_its_shards_range_without_asking_its_size(s3_server, shar
     assert object_reads(caplog) and not object_reads(caplog, "HEAD")
 
 
-@pytest.mark.parametrize("kind", ["webdataset", "jsonl"])
+@pytest.mark.parametrize("kind", ["webdataset", "jsonl", "tfrecord"])
 def test_an_unchanged_night_reads_no_object_and_a_rewritten_one_only_itself(
     s3_server, tmp_path, caplog, kind
 ):

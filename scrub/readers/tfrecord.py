@@ -17,20 +17,26 @@ dataset carries (`Reader.provides`) is judged from its first records, as the Web
 judges it.
 
 Partitions are ranges of records found by walking the length headers (seeking past the data);
-a GZIP file is one partition, read forward (counting its records decompresses it once).
+a GZIP file is one partition, read forward (counting its records decompresses it once). With
+``--cache``, a record's result is reused while its file's (size, version) is unchanged, and what
+opening learned of the file (its partitions, what its first records are) is kept by the same
+version (`scrub.storage.memo`): a night when no file changed reads none.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import DatasetInfo, FileSetReader
+from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader
 from scrub.readers.examplecontents import LABEL_FEATURES, ExampleContents
 from scrub.readers.tfexample import ExampleError, Feature, parse_example
 from scrub.readers.tfframes import (
@@ -45,7 +51,8 @@ from scrub.readers.tfframes import (
     walk_frames,
 )
 from scrub.records import Carries, Record
-from scrub.storage import location
+from scrub.storage import location, stat_version, storage_of
+from scrub.storage.memo import current_memo
 
 #: names that say a file is TFRecord
 _NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
@@ -73,10 +80,20 @@ def is_tfrecord_file(path: Path) -> bool:
 
 
 def tfrecord_files(folder: Path) -> list[Path]:
-    """The TFRecord files directly inside ``folder``, by name."""
-    return sorted(
-        entry for entry in folder.iterdir() if not entry.name.startswith(".") and is_tfrecord_file(entry)
-    )
+    """The TFRecord files directly inside ``folder``, by name (a prefix's: from one listing)."""
+    names = [name for name in storage_of(folder).files_in(folder) if not name.startswith(".")]
+    return [
+        folder / name
+        for name in names
+        if _NAMED.search(name) or (_SHARD.search(name) and _header_ok(folder / name))
+    ]
+
+
+def _header_ok(path: Path) -> bool:
+    try:
+        return header_ok(first_bytes(path)[0])
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -92,9 +109,11 @@ class FrameSpan:
     count: int
     first_index: int
     size: int | None  # the file's size where it is not compressed (frames are skipped by seeking)
+    #: only these records (offsets from ``position``): what the result cache left to read
+    only: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
-        return self.count
+        return self.count if self.only is None else len(self.only)
 
 
 class TFRecordReader(FileSetReader[FrameSpan]):
@@ -146,37 +165,37 @@ class TFRecordReader(FileSetReader[FrameSpan]):
         return info, partitions
 
     def _spans(self, file: Path, partition_size: int, info: DatasetInfo) -> list[FrameSpan]:
-        """The file's partitions, found by walking its headers (a compressed file: one)."""
-        path, source = str(file), file.name
-        gzipped = first_bytes(file)[1]
-        size = None if gzipped else stored_size(file)
-        spans: list[FrameSpan] = []
-        first: Frame | None = None
-        count = records = 0
-        with open_records(file, gzipped) as stream:
-            for frame in walk_frames(stream, size=size, with_data=False):
-                if first is None:
-                    first = frame
-                count += 1
-                records += 1
-                if not gzipped and (
-                    count >= partition_size or frame.offset + frame.length - first.offset >= PARTITION_BYTES
-                ):
-                    spans.append(self._span(path, source, size, first, count, info.records))
-                    info.records += count
-                    first, count = None, 0
-        if first is not None:
-            spans.append(self._span(path, source, size, first, count, info.records))
+        """The file's partitions (from the memo where this version of it was walked before)."""
+        learn = partial(_walk_file, file, partition_size)
+        gzipped, size, cuts = current_memo().remembered("tfrecord-walk", file, learn, str(partition_size))
+        spans = []
+        for offset, position, count in cuts:
+            span = FrameSpan(str(file), file.name, gzipped, offset, position, count, info.records, size)
+            spans.append(span)
             info.records += count
-        info.files[source] = {"records": records, "compressed": gzipped}
+        info.files[file.name] = {"records": sum(count for *_, count in cuts), "compressed": gzipped}
         return spans
 
-    @staticmethod
-    def _span(path: str, source: str, size: int | None, first: Frame, count: int, index: int) -> FrameSpan:
-        return FrameSpan(path, source, size is None, first.offset, first.position, count, index, size)
+    def _sampled(self, partitions: list[FrameSpan]) -> tuple[dict[str, str], list[str], int]:
+        """(feature -> kind, the kinds of records, how many were read) of the first Examples,
+        from the memo where the files they come from are unchanged."""
+        sampled, held = [], 0  # the partitions the sample comes from
+        for partition in partitions:
+            if held >= SAMPLED_RECORDS:
+                break
+            sampled.append(partition)
+            held += partition.count
+        if not sampled:
+            return {}, [], 0
+        places = [location(path, self.options.storage) for path in dict.fromkeys(p.path for p in sampled)]
+        others = "|".join(f"{place}:{stat_version(place)}" for place in places[1:])  # listed: no request
+        extra = f"{sampled[0].offset}|{self.options.data_key}|{self.options.label_key}|{others}"
+        learn = partial(self._examples, sampled)
+        names, kinds, read = current_memo().remembered("tfrecord-examples", places[0], learn, extra, list)
+        return names, kinds, read
 
-    def _judge(self, partitions: list[FrameSpan], info: DatasetInfo) -> None:
-        """The label feature and what the dataset carries, from its first Examples."""
+    def _examples(self, partitions: list[FrameSpan]) -> tuple[dict[str, str], list[str], int]:
+        """`_sampled`, read."""
         names: dict[str, str] = {}  # feature -> kind, over the sampled records
         examples: list[dict[str, Feature]] = []
         for partition in partitions:
@@ -193,18 +212,6 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             if len(examples) >= SAMPLED_RECORDS:
                 break
         data_key, label_key = self.options.data_key, self.options.label_key
-        if data_key is not None and data_key not in names and examples:
-            known = ", ".join(sorted(names)) or "none"
-            raise UsageError(
-                f"--data-key {data_key}: no record of the first {len(examples)} of {self.path} has it "
-                f"(features: {known})"
-            )
-        if label_key is not None and label_key not in names and examples:
-            known = ", ".join(sorted(names)) or "none"
-            raise UsageError(
-                f"--label-key {label_key}: no record of the first {len(examples)} of {self.path} has it "
-                f"(features: {known})"
-            )
         label_feature = label_key or next((name for name in LABEL_FEATURES if name in names), None)
         kinds: set[str] = set()
         judging = ExampleContents(data_key, label_key, label_feature)
@@ -213,6 +220,26 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             judging.fill(record, example)
             if record.meta.get("kind"):
                 kinds.add(record.meta["kind"])
+        return names, sorted(kinds), len(examples)
+
+    def _judge(self, partitions: list[FrameSpan], info: DatasetInfo) -> None:
+        """The label feature and what the dataset carries, from its first Examples."""
+        names, kind_list, read = self._sampled(partitions)
+        kinds = set(kind_list)
+        data_key, label_key = self.options.data_key, self.options.label_key
+        if data_key is not None and data_key not in names and read:
+            known = ", ".join(sorted(names)) or "none"
+            raise UsageError(
+                f"--data-key {data_key}: no record of the first {read} of {self.path} has it "
+                f"(features: {known})"
+            )
+        if label_key is not None and label_key not in names and read:
+            known = ", ".join(sorted(names)) or "none"
+            raise UsageError(
+                f"--label-key {label_key}: no record of the first {read} of {self.path} has it "
+                f"(features: {known})"
+            )
+        label_feature = label_key or next((name for name in LABEL_FEATURES if name in names), None)
         language = kinds & {"tokens", "text"}
         if language and label_key is None:
             label_feature = None  # a language model's labels are its tokens'
@@ -227,8 +254,7 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             if language:
                 provides |= {Carries.TOKENS, Carries.SEQUENCES}
                 info.notes.append(
-                    f"language-model records: {' and '.join(sorted(language))} "
-                    f"(of the first {len(examples)} read)"
+                    f"language-model records: {' and '.join(sorted(language))} (of the first {read} read)"
                 )
             self.provides = frozenset(provides)
         if label_feature is not None:
@@ -249,10 +275,45 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             yield from walk_frames(stream, offset, position, stop - start, partition.size)
 
     def read(self, partition: FrameSpan, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        if partition.only is not None:  # the records the cache left: from the first to the last
+            wanted = set(partition.only[start:stop])
+            first, last = min(wanted, default=0), max(wanted, default=-1) + 1
+            for frame in self._frames(partition, first, last):
+                offset = frame.position - partition.position
+                if offset in wanted:
+                    yield self._record(frame, partition.source, partition.first_index + offset)
+            return
         stop = partition.count if stop is None else stop
         for frame in self._frames(partition, start, stop):
             index = partition.first_index + frame.position - partition.position
             yield self._record(frame, partition.source, index)
+
+    def cache_entries(self, partition: FrameSpan) -> list[CacheEntry | None]:
+        """A record's verdict depends on its bytes, named without reading them by its file's (size,
+        version) (a file's mtime, an object's ETag from the listing) and its place in the file,
+        and on how the dataset was read (its data and label features, what its records carry)."""
+        versions = self.__dict__.setdefault("_versions", {})
+        if partition.path not in versions:
+            versions[partition.path] = stat_version(location(partition.path, self.options.storage))
+        size, version = versions[partition.path]
+        contents = self.contents
+        context = (
+            f"{contents.data_key}|{contents.label_key}|{contents.label_feature}|"
+            f"{sorted(str(carried) for carried in self.provides)}"
+        )
+        identity = f"{partition.source}\0{size}\0{version}\0"
+        return [
+            (
+                f"{partition.source}\0#{partition.position + offset}",
+                None,
+                context,
+                xxhash.xxh3_128_digest(f"{identity}{partition.position + offset}".encode()),
+            )
+            for offset in range(partition.count)
+        ]
+
+    def subset(self, partition: FrameSpan, offsets: Sequence[int]) -> FrameSpan:
+        return replace(partition, only=tuple(offsets))
 
     def _record(self, frame: Frame, source: str, index: int) -> Record:
         record = Record(source, str(frame.position), index, None)
@@ -282,3 +343,27 @@ class TFRecordReader(FileSetReader[FrameSpan]):
 
     def locate(self, partition: FrameSpan, offsets: Sequence[int]) -> list[tuple[str, str, int]]:
         return [(partition.source, str(partition.position + o), partition.first_index + o) for o in offsets]
+
+
+def _walk_file(file: Path, partition_size: int) -> tuple[bool, int | None, list[tuple[int, int, int]]]:
+    """(whether it is gzipped, its size where it is not, the (header offset, position, records)
+    of each partition): its length headers walked, seeking past the data (a compressed file is
+    one partition)."""
+    gzipped = first_bytes(file)[1]
+    size = None if gzipped else stored_size(file)
+    cuts: list[tuple[int, int, int]] = []
+    first: Frame | None = None
+    count = 0
+    with open_records(file, gzipped) as stream:
+        for frame in walk_frames(stream, size=size, with_data=False):
+            if first is None:
+                first = frame
+            count += 1
+            if not gzipped and (
+                count >= partition_size or frame.offset + frame.length - first.offset >= PARTITION_BYTES
+            ):
+                cuts.append((first.offset, first.position, count))
+                first, count = None, 0
+    if first is not None:
+        cuts.append((first.offset, first.position, count))
+    return gzipped, size, cuts
