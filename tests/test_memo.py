@@ -38,6 +38,15 @@ def test_a_fact_is_given_back_while_its_file_is_unchanged(tmp_path):
     data.write_bytes(b"second")  # another size, another mtime: learned again
     assert Memo(path).remembered("kind", data, learn, "extra")["text"] == "second"
     assert learned[-1] == "second"
+    memo = Memo(path)
+    memo.remembered("kind", data, learn, "extra")
+    memo.save()
+    twin = tmp_path / "twin.bin"  # the same size and mtime, another file (as rsync -t leaves one)
+    twin.write_bytes(b"third!")
+    status = data.stat()
+    os.utime(twin, ns=(status.st_atime_ns, status.st_mtime_ns))
+    os.replace(twin, data)
+    assert Memo(path).remembered("kind", data, learn, "extra")["text"] == "third!"
 
 
 def test_a_damaged_memo_is_not_trusted_and_no_path_keeps_nothing(tmp_path):

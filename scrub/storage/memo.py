@@ -76,8 +76,12 @@ class Memo:
         if self.path is None:
             return learn()
         key = f"{kind}\0{same_place(place)}\0{extra}"
+        storage = storage_of(place)
         try:
-            version = list(storage_of(place).version(place))
+            version = list(storage.version(place))
+            local = storage.local_path(place)
+            if local is not None:  # a file replaced by another of its size and mtime (rsync -t)
+                version.append(os.stat(local).st_ino)
         except (OSError, UnusableDataset):
             return learn()  # it says what is wrong with the file itself
         held = self._old.get(key)
