@@ -186,7 +186,12 @@ def test_kill_9_of_the_scan_alone_leaves_no_warning_and_no_semaphore(images, tmp
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not list(Path("/dev/shm").glob(f"sem.scrub-run-{process.pid}-*")):
         time.sleep(0.02)
+    # the scan under way, not the instant between a semaphore's creation and its registration
+    # with the resource tracker (a kill there leaves it to the next run's sweep; under a full
+    # suite's load that instant widens, and a kill once landed in it)
+    time.sleep(0.5)
     helpers = tree.children(recursive=True)
+    assert process.poll() is None, "the scan ended before the kill: make it slower"
     process.kill()
     process.wait()
     gone, alive = psutil.wait_procs(helpers, timeout=15)  # they watch their parent (scrub.execution.lifeline)
