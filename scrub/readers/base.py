@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -27,6 +27,8 @@ try:
     _RUSAGE_THREAD: int | None = resource.RUSAGE_THREAD
 except (ImportError, AttributeError):
     _RUSAGE_THREAD = None
+
+import xxhash
 
 from scrub.errors import UnusableDataset, UsageError
 from scrub.fixing.outputs import is_output_name
@@ -40,6 +42,7 @@ from scrub.storage import (
     read_file_version,
     remote_errors,
     same_place,
+    stat_version,
     storage_of,
 )
 from scrub.storage.staging import (
@@ -345,6 +348,31 @@ class Reader(ABC, Generic[PartitionT]):
     def subset(self, partition: PartitionT, offsets: Sequence[int]) -> PartitionT:
         """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
         raise NotImplementedError
+
+
+def entries_by_place(
+    reader: Reader,
+    path: str,
+    source: str,
+    anchor: object,
+    numbers: Iterable[int],
+    context: str,
+    key: Callable[[int], str],
+) -> list[CacheEntry | None]:
+    """Cache entries of records named without reading them: by their file's (size, version)
+    (`scrub.storage.stat_version`: its mtime locally, its ETag from the listing in a bucket, so a
+    file not rewritten is not read again) and their place in it (``anchor``, where their
+    partition starts, and each record's number from there). ``key(number)``: the record's key
+    in the cache; ``context``: what else its verdict depends on (how the dataset was read)."""
+    versions = reader.__dict__.setdefault("_versions", {})
+    if path not in versions:
+        versions[path] = stat_version(location(path, reader.options.storage))
+    size, version = versions[path]
+    identity = f"{source}\0{size}\0{version}\0{anchor}\0"
+    return [
+        (key(number), None, context, xxhash.xxh3_128_digest(f"{identity}{number}".encode()))
+        for number in numbers
+    ]
 
 
 class FileSetReader(Reader[PartitionT]):

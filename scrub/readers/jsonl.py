@@ -34,14 +34,20 @@ from typing import IO, Any
 
 import numpy as np
 import orjson
-import xxhash
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.checks.images import IMAGE_EXTENSIONS
 from scrub.errors import UnusableDataset, UsageError, first_line
 from scrub.fixing.outputs import is_output_name
 from scrub.manifest import MANIFEST_SUFFIX
-from scrub.readers.base import MIN_RECORDS_PER_TASK, CacheEntry, DatasetInfo, Reader, partition_size_for
+from scrub.readers.base import (
+    MIN_RECORDS_PER_TASK,
+    CacheEntry,
+    DatasetInfo,
+    Reader,
+    entries_by_place,
+    partition_size_for,
+)
 from scrub.readers.tokenfields import fill_record
 from scrub.records import Carries, Record
 from scrub.storage import (
@@ -49,7 +55,6 @@ from scrub.storage import (
     location,
     open_range,
     read_range,
-    stat_version,
     storage_of,
 )
 from scrub.storage.memo import current_memo
@@ -607,22 +612,12 @@ class JsonLinesReader(Reader[Lines]):
 
     def cache_entries(self, partition: Lines) -> list[CacheEntry | None]:
         """A line's verdict depends on its bytes, named without reading them by its file's
-        (size, version) (`scrub.storage.stat_version`: its mtime locally, its ETag in a bucket,
-        so an object not rewritten is not read again) and its place in the file."""
-        versions = self.__dict__.setdefault("_versions", {})
-        if partition.path not in versions:
-            versions[partition.path] = stat_version(self.place(partition.path))
-        size, version = versions[partition.path]
-        identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
-        return [
-            (
-                f"{partition.source}\0{offset}",
-                None,
-                "",
-                xxhash.xxh3_128_digest(f"{identity}{offset}".encode()),
-            )
-            for offset in range(partition.records)
-        ]
+        version and its place in the file (`scrub.readers.base.entries_by_place`)."""
+        source = partition.source
+        numbers = range(partition.records)
+        return entries_by_place(
+            self, partition.path, source, partition.start, numbers, "", lambda offset: f"{source}\0{offset}"
+        )
 
     def subset(self, partition: Lines, offsets: Sequence[int]) -> Lines:
         return replace(partition, only=tuple(offsets))

@@ -32,11 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader
+from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader, entries_by_place
 from scrub.readers.examplecontents import LABEL_FEATURES, ExampleContents
 from scrub.readers.tfexample import ExampleError, Feature, parse_example
 from scrub.readers.tfframes import (
@@ -289,28 +287,19 @@ class TFRecordReader(FileSetReader[FrameSpan]):
             yield self._record(frame, partition.source, index)
 
     def cache_entries(self, partition: FrameSpan) -> list[CacheEntry | None]:
-        """A record's verdict depends on its bytes, named without reading them by its file's (size,
-        version) (a file's mtime, an object's ETag from the listing) and its place in the file,
-        and on how the dataset was read (its data and label features, what its records carry)."""
-        versions = self.__dict__.setdefault("_versions", {})
-        if partition.path not in versions:
-            versions[partition.path] = stat_version(location(partition.path, self.options.storage))
-        size, version = versions[partition.path]
+        """A record's verdict depends on its bytes, named without reading them by its file's
+        version and its position in the file (`scrub.readers.base.entries_by_place`), and on how
+        the dataset was read (its data and label features, what its records carry)."""
         contents = self.contents
         context = (
             f"{contents.data_key}|{contents.label_key}|{contents.label_feature}|"
             f"{sorted(str(carried) for carried in self.provides)}"
         )
-        identity = f"{partition.source}\0{size}\0{version}\0"
-        return [
-            (
-                f"{partition.source}\0#{partition.position + offset}",
-                None,
-                context,
-                xxhash.xxh3_128_digest(f"{identity}{partition.position + offset}".encode()),
-            )
-            for offset in range(partition.count)
-        ]
+        positions = range(partition.position, partition.position + partition.count)
+        source = partition.source
+        return entries_by_place(
+            self, partition.path, source, "", positions, context, lambda position: f"{source}\0#{position}"
+        )
 
     def subset(self, partition: FrameSpan, offsets: Sequence[int]) -> FrameSpan:
         return replace(partition, only=tuple(offsets))

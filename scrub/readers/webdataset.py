@@ -28,11 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader
+from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader, entries_by_place
 from scrub.readers.samplecontents import (
     IMAGE_SUFFIXES,
     SampleContents,
@@ -292,24 +290,19 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
 
     def cache_entries(self, partition: ShardSpan) -> list[CacheEntry | None]:
         """A sample's verdict depends on its shard's bytes, named without reading them by the
-        shard's (size, version) (`scrub.storage.stat_version`: its mtime locally, its ETag in a
-        bucket, so an object not rewritten is not read again), its place in the shard, and how
-        the dataset was read (its label member, what its records carry)."""
-        versions = self.__dict__.setdefault("_versions", {})
-        if partition.path not in versions:
-            versions[partition.path] = stat_version(self.place(partition.path))
-        size, version = versions[partition.path]
+        shard's version and the sample's place in it (`scrub.readers.base.entries_by_place`), and
+        on how the dataset was read (its label member, what its records carry)."""
         context = f"{self.contents.label_suffix}|{sorted(str(carried) for carried in self.provides)}"
-        identity = f"{partition.source}\0{size}\0{version}\0{partition.start}\0"
-        return [
-            (
-                f"{partition.source}\0#{partition.first_index + offset}",
-                None,
-                context,
-                xxhash.xxh3_128_digest(f"{identity}{offset}".encode()),
-            )
-            for offset in range(partition.count)
-        ]
+        source, first = partition.source, partition.first_index
+        return entries_by_place(
+            self,
+            partition.path,
+            source,
+            partition.start,
+            range(partition.count),
+            context,
+            lambda offset: f"{source}\0#{first + offset}",
+        )
 
     def subset(self, partition: ShardSpan, offsets: Sequence[int]) -> ShardSpan:
         return replace(partition, only=tuple(offsets))
