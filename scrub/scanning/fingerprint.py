@@ -51,8 +51,10 @@ def fingerprint(
             next(read) if read is not None else known.get(path)
         )
         if facts is None:  # a file's (size, mtime_ns); an object's size and ETag (or generation)
-            try:
-                facts = storage.version(path if local else location(path, reader.options.storage))
+            try:  # an object the listing named: no request, and no `UPath` made (~90 µs each)
+                facts = storage.known_version(path) or storage.version(
+                    path if local else location(path, reader.options.storage)
+                )
             except (OSError, UnusableDataset):
                 facts = ("absent",)
         relative = path[cut:] if path.startswith(prefix) else os.path.relpath(path, root)
