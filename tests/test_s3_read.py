@@ -219,6 +219,21 @@ def nightly_files(folder: Path, kind: str) -> list[str]:
     return [f"part-{n}.jsonl" for n in range(3)]
 
 
+def test_an_object_named_as_shards_are_is_sniffed_by_its_format_alone(s3_server, shards, caplog):
+    """A shard named by its URL (a brace pattern names many) is sniffed by the WebDataset reader
+    first: no request asks the store whether it is an LMDB or LevelDB folder or an HDF5 file, as
+    every reader's sniff in order did (a dozen requests a shard); the dataset is the same."""
+    url = s3_server.upload(shards, "scrub-by-name", "wds")
+    options = ReadOptions(storage_options=tuple(storage_options(s3_server).items()))
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    reader = open_reader(location(f"{url}/train-000001.tar", options.storage), options)
+    assert reader.format == "webdataset"
+    asked = [record.getMessage() for record in caplog.records if record.name == "werkzeug"]
+    assert asked and not [line for line in asked if "data.mdb" in line or "CURRENT" in line]
+    assert len(asked) <= 3, asked
+
+
 def test_a_worker_reads_its_shards_range_without_asking_its_size(s3_server, shards, caplog):
     """The driver's listing gave each shard's size; its partitions carry it, so a worker (a pickled
     reader in a process that listed nothing) reads its range with GETs only, no HEAD."""
