@@ -17,6 +17,7 @@ from scrub.errors import (
     UsageError,
 )
 from scrub.options.model import RunOptions, ScanOptions, merged
+from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.scanning.fingerprint import fingerprint
 from scrub.storage import location, on_this_machine, storage_of
@@ -158,12 +159,12 @@ def _within_copy(reader: Reader, partitions: list) -> None:
     file, a COCO JSON and its image folder): its local copy does not hold them, and every record
     would pass for a missing file."""
     assert reader.staged is not None
-    copy = os.path.join(str(reader.staged.folder), "")
+    copy = str(reader.staged.folder)
     outside = next(
         (
             m
             for m in reader.members(partitions)
-            if not (os.path.abspath(m).startswith(copy) and os.path.lexists(m))
+            if not (is_within(os.path.abspath(m), copy, itself=False) and os.path.lexists(m))
         ),
         None,
     )
