@@ -127,3 +127,24 @@ def test_json_lines_records_are_named_from_the_survey_as_by_reading(tmp_path):
             assert surveyed == reader.locate(partition, offsets)  # read from the file
         finally:
             reader._layouts = reading
+
+
+def test_a_fact_learned_from_several_files_is_learned_again_when_any_changes(tmp_path):
+    first, second = tmp_path / "a.bin", tmp_path / "b.bin"
+    first.write_bytes(b"a")
+    second.write_bytes(b"b")
+    path = tmp_path / "memo-x.scrubmemo"
+    learned: list[int] = []
+
+    def learn() -> int:
+        learned.append(1)
+        return len(learned)
+
+    memo = Memo(path)
+    assert memo.remembered("kind", first, learn, also=[second]) == 1
+    memo.save()
+    memo = Memo(path)
+    assert memo.remembered("kind", first, learn, also=[second]) == 1  # both unchanged
+    memo.save()
+    second.write_bytes(b"bb")  # the other file only
+    assert Memo(path).remembered("kind", first, learn, also=[second]) == 2

@@ -350,6 +350,22 @@ class Reader(ABC, Generic[PartitionT]):
         raise NotImplementedError
 
 
+def sampled_files(reader: Reader, partitions: Sequence[Any], records: int) -> tuple[list[Any], list[Any]]:
+    """(the first partitions, which together hold ``records`` records or all there are; the
+    files they read, in order, as the reader opens them): what a reader judges its dataset by on
+    opening, and the files whose versions a memo of that judgement depends on
+    (`scrub.storage.memo.Memo.remembered`'s ``place`` and ``also``)."""
+    sampled: list[Any] = []  # partitions of a file each (``path``), of ``len()`` records
+    held = 0
+    for partition in partitions:
+        if held >= records:
+            break
+        sampled.append(partition)
+        held += len(partition)
+    paths = dict.fromkeys(partition.path for partition in sampled)
+    return sampled, [location(path, reader.options.storage) for path in paths]
+
+
 def entries_by_place(
     reader: Reader,
     path: str,

@@ -34,7 +34,7 @@ from typing import Any
 
 from scrub.checks.base import problem
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader, entries_by_place
+from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader, entries_by_place, sampled_files
 from scrub.readers.examplecontents import LABEL_FEATURES, ExampleContents
 from scrub.readers.tfexample import ExampleError, Feature, parse_example
 from scrub.readers.tfframes import (
@@ -49,7 +49,7 @@ from scrub.readers.tfframes import (
     walk_frames,
 )
 from scrub.records import Carries, Record
-from scrub.storage import location, stat_version, storage_of
+from scrub.storage import location, storage_of
 from scrub.storage.memo import current_memo
 
 #: names that say a file is TFRecord
@@ -69,12 +69,7 @@ def is_tfrecord_file(path: Path) -> bool:
     """Whether ``path`` is a TFRecord file, by its name or, for a bare shard name, its header."""
     if _NAMED.search(path.name):
         return path.is_file()
-    if not _SHARD.search(path.name) or not path.is_file():
-        return False
-    try:
-        return header_ok(first_bytes(path)[0])
-    except OSError:
-        return False
+    return bool(_SHARD.search(path.name)) and path.is_file() and _header_ok(path)
 
 
 def tfrecord_files(folder: Path) -> list[Path]:
@@ -177,19 +172,14 @@ class TFRecordReader(FileSetReader[FrameSpan]):
     def _sampled(self, partitions: list[FrameSpan]) -> tuple[dict[str, str], list[str], int]:
         """(feature -> kind, the kinds of records, how many were read) of the first Examples,
         from the memo where the files they come from are unchanged."""
-        sampled, held = [], 0  # the partitions the sample comes from
-        for partition in partitions:
-            if held >= SAMPLED_RECORDS:
-                break
-            sampled.append(partition)
-            held += partition.count
+        sampled, places = sampled_files(self, partitions, SAMPLED_RECORDS)
         if not sampled:
             return {}, [], 0
-        places = [location(path, self.options.storage) for path in dict.fromkeys(p.path for p in sampled)]
-        others = "|".join(f"{place}:{stat_version(place)}" for place in places[1:])  # listed: no request
-        extra = f"{sampled[0].offset}|{self.options.data_key}|{self.options.label_key}|{others}"
+        extra = f"{sampled[0].offset}|{self.options.data_key}|{self.options.label_key}"
         learn = partial(self._examples, sampled)
-        names, kinds, read = current_memo().remembered("tfrecord-examples", places[0], learn, extra, list)
+        names, kinds, read = current_memo().remembered(
+            "tfrecord-examples", places[0], learn, extra, list, also=places[1:]
+        )
         return names, kinds, read
 
     def _examples(self, partitions: list[FrameSpan]) -> tuple[dict[str, str], list[str], int]:

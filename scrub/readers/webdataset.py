@@ -30,7 +30,7 @@ from typing import Any
 
 from scrub.checks.base import Finding, make_issue, problem
 from scrub.errors import UnusableDataset, UsageError
-from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader, entries_by_place
+from scrub.readers.base import CacheEntry, DatasetInfo, FileSetReader, entries_by_place, sampled_files
 from scrub.readers.samplecontents import (
     IMAGE_SUFFIXES,
     SampleContents,
@@ -49,7 +49,7 @@ from scrub.readers.tarwalk import (
     walk_shard,
 )
 from scrub.records import Carries, Record
-from scrub.storage import location, stat_version, storage_of
+from scrub.storage import location, storage_of
 from scrub.storage.memo import Memo, current_memo
 from scrub.wording import agreeing, counted
 
@@ -231,19 +231,12 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         """A language model's dataset (`Carries.TOKENS`) when the first samples read are token or
         text records; mixed with images or arrays, both kinds' checks run. What they are is
         remembered with the versions of the shards they come from (`scrub.storage.memo`)."""
-        sampled, held = [], 0  # the partitions the sample comes from
-        for partition in partitions:
-            if held >= SAMPLED_RECORDS:
-                break
-            sampled.append(partition)
-            held += partition.count
+        sampled, places = sampled_files(self, partitions, SAMPLED_RECORDS)
         if not sampled:
             return
-        places = [self.place(path) for path in dict.fromkeys(partition.path for partition in sampled)]
-        others = "|".join(f"{place}:{stat_version(place)}" for place in places[1:])  # listed: no request
-        extra = f"{sampled[0].start}|{self.options.data_key}|{self.contents.label_suffix}|{others}"
+        extra = f"{sampled[0].start}|{self.options.data_key}|{self.contents.label_suffix}"
         kinds, read = current_memo().remembered(
-            "webdataset-kinds", places[0], lambda: self._kinds(sampled), extra, list, tuple
+            "webdataset-kinds", places[0], lambda: self._kinds(sampled), extra, list, tuple, places[1:]
         )
         language = {kind for kind in kinds if kind in ("tokens", "text")}
         if not language:

@@ -19,7 +19,7 @@ when something changed; DIR keeps the `MAX_FILES` most recently used.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -67,21 +67,20 @@ class Memo:
         extra: str = "",
         dump: Callable[[T], Any] = lambda value: value,
         load: Callable[[Any], T] = lambda value: value,
+        also: Sequence[Location] = (),
     ) -> T:
         """What ``learn`` learns of ``place`` (a file or object): from the last run where the
         place's version is the one it was learned at, else learned now and kept. ``extra``: what
-        else the fact depends on (a partition size); ``dump`` and ``load`` turn it into what
-        msgpack holds (lists, dicts, numbers, strings, bytes) and back. The version is taken
-        before learning: a file rewritten meanwhile is learned again next time."""
+        else the fact depends on (a partition size); ``also``: the other files it is learned
+        from (the first samples of a dataset may span several), whose versions must be unchanged
+        too; ``dump`` and ``load`` turn it into what msgpack holds (lists, dicts, numbers,
+        strings, bytes) and back. The versions are taken before learning: a file rewritten
+        meanwhile is learned again next time."""
         if self.path is None:
             return learn()
         key = f"{kind}\0{same_place(place)}\0{extra}"
-        storage = storage_of(place)
         try:
-            version = list(storage.version(place))
-            local = storage.local_path(place)
-            if local is not None:  # a file replaced by another of its size and mtime (rsync -t)
-                version.append(os.stat(local).st_ino)
+            version = [_version(one) for one in (place, *also)]
         except (OSError, UnusableDataset):
             return learn()  # it says what is wrong with the file itself
         held = self._old.get(key)
@@ -122,6 +121,17 @@ class Memo:
         for stale in kept[MAX_FILES:]:
             stale.unlink(missing_ok=True)
         return None
+
+
+def _version(place: Location) -> list:
+    """``place``'s version as the memo compares it: its storage's, and a local file's inode (a
+    file replaced by another of its size and mtime, as ``rsync -t`` leaves one)."""
+    storage = storage_of(place)
+    version = list(storage.version(place))
+    local = storage.local_path(place)
+    if local is not None:
+        version.append(os.stat(local).st_ino)
+    return version
 
 
 #: the memo of the dataset being opened (`Memo.in_use`); elsewhere (a worker) one that keeps nothing
