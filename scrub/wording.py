@@ -1,4 +1,5 @@
-"""Counts in words, for what people read: ``1 record``, ``2 records``, ``2 non-image files``."""
+"""Counts in words, for what people read: ``1 record``, ``2 records``, ``2 non-image files``,
+``3.1 MB``."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ def counted(count: int, phrase: str) -> str:
 def agreeing(count: int, singular: str, plural: str) -> str:
     """The word that agrees with ``count``: ``agreeing(1, "holds", "hold")`` is ``holds``."""
     return singular if count == 1 else plural
+
+
+def byte_size(count: int) -> str:
+    """A number of bytes as people read it: ``512 bytes``, ``3.1 MB``, ``1.2 GB`` (powers of 1000,
+    as object stores and disks count them)."""
+    size = float(count)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{count} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
+        size /= 1000
+    return f"{size:,.1f} GB"  # not reached: GB is the last unit
+
+
+def mebibytes(count: int) -> str:
+    """A number of bytes in MiB (the unit of the space checks that name free disk space)."""
+    return f"{count / (1 << 20):,.1f} MiB"

@@ -320,3 +320,59 @@ def test_tfrecord_shards_in_a_bucket_scan_as_on_disk(s3_server, tmp_path):
     shards = scrub.scan(pattern, storage_options=storage_options(s3_server), num_classes=10, scheduler="sync")
     # a pattern names each shard as a dataset of its own: indices count within each
     assert [line[:2] + line[3:] for line in lines(shards)] == [line[:2] + line[3:] for line in lines(there)]
+
+
+def spool_folders() -> list[Path]:
+    """The scratch folders of this process's spools (`scrub.storage.spool`)."""
+    import os
+    import tempfile
+
+    return list(Path(tempfile.gettempdir()).glob(f"scrub-*{os.getpid()}-spool-*"))
+
+
+@pytest.mark.parametrize("scheduler", ["sync", pytest.param("processes", marks=pytest.mark.slow)])
+def test_a_shard_in_a_bucket_is_read_once(s3_server, shards, caplog, scheduler):
+    """Issue 42's floor: the walk that counts a shard's samples fetches it with one request into
+    a local copy its partitions read (the workers fetched it again before); the manifest is the
+    local one's, the summary says where the shards were read, and no copy outlives the scan."""
+    url = s3_server.upload(shards, "scrub-once", scheduler)
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    found = same_scan(shards, url, s3_server, scheduler=scheduler, num_classes=3, partition_size=4)
+    reads = object_reads(caplog)
+    first = f"scrub-once/{scheduler}/train-000000.tar"
+    assert reads.pop(first) <= 2  # its sniff's first bytes, then its copy
+    assert reads == {f"scrub-once/{scheduler}/train-{n:06d}.tar": 1 for n in (1, 2)}
+    said = [note for note in found.summary.notes if "read once into local scratch" in note]
+    assert said and said[0].startswith("3 objects (")
+    assert spool_folders() == []
+
+
+def test_shards_that_do_not_fit_in_scratch_are_read_where_they_are(s3_server, shards, caplog, monkeypatch):
+    """No room for copies: each shard is read twice (its walk, then its partitions), as the
+    summary says; the findings do not change."""
+    from scrub.storage import spool
+
+    monkeypatch.setattr(spool, "ROOM_SHARE", 0.0)
+    url = s3_server.upload(shards, "scrub-once", "no-room")
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    found = same_scan(shards, url, s3_server, scheduler="sync", num_classes=3, partition_size=4)
+    assert object_reads(caplog)["scrub-once/no-room/train-000001.tar"] >= 2
+    notes = [note for note in found.summary.notes if "did not fit" in note]
+    assert notes and "3 objects" in notes[0] and "TMPDIR" in notes[0]
+    assert spool_folders() == []
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "tfrecord"])
+def test_files_a_driver_reads_whole_are_read_once(s3_server, tmp_path, caplog, kind):
+    """As shards are: a JSON Lines file's survey and a TFRecord file's walk read it whole, into
+    the copy its partitions read; the manifest is the local files'."""
+    names = nightly_files(tmp_path / kind, kind)
+    url = s3_server.upload(tmp_path / kind, "scrub-once", kind)
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    same_scan(tmp_path / kind, url, s3_server, scheduler="sync", partition_size=8)
+    reads = object_reads(caplog)
+    assert reads == {f"scrub-once/{kind}/{name}": 1 for name in names}
+    assert spool_folders() == []

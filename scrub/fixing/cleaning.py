@@ -49,7 +49,7 @@ from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, wo
 from scrub.scanning.run import ScanResult, scan_dataset
 from scrub.scanning.summary import Progress
 from scrub.storage import Location, location, on_this_machine
-from scrub.wording import counted
+from scrub.wording import counted, mebibytes
 from scrub.writers.base import Tally, Verdicts, Writer, writer_class, writer_for
 
 
@@ -616,12 +616,8 @@ def _check_space(dataset: OpenedDataset, outputs: "FixOutputs", linked: bool) ->
         raise OutputError(
             f"no space left on device writing the cleaned copy {outputs.clean.destination}: the outputs need "
             "up to "
-            f"{_mib(needed)} and {_mib(free)} are free there; nothing was written (--out elsewhere)"
+            f"{mebibytes(needed)} and {mebibytes(free)} are free there; nothing was written (--out elsewhere)"
         )
-
-
-def _mib(count: int) -> str:
-    return f"{count / (1 << 20):,.1f} MiB"
 
 
 def _verify(

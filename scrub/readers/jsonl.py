@@ -58,6 +58,7 @@ from scrub.storage import (
     storage_of,
 )
 from scrub.storage.memo import current_memo
+from scrub.storage.spool import Spool, current_spool
 from scrub.wording import counted
 
 #: what a JSON Lines file's name ends with (a ``.json`` is one by its content: `is_json_lines`)
@@ -84,8 +85,15 @@ BYTES_PER_SECOND = 50e6
 
 def compression_of(path: Location) -> str | None:
     """ "gzip" or "zstd" by the file's first bytes (its name may not say), else None (what this
-    version of the file was, from the memo: `scrub.storage.memo`)."""
-    return current_memo().remembered("compression", path, lambda: _compression_of(path))
+    version of the file was, from the memo: `scrub.storage.memo`). An object opened is copied
+    first where the opening keeps copies (`scrub.storage.spool`): its survey reads it whole next."""
+
+    def learn() -> str | None:
+        spool = current_spool()
+        copy = spool.take(path) if spool is not None else None
+        return _compression_of(path if copy is None else copy)
+
+    return current_memo().remembered("compression", path, learn)
 
 
 def _compression_of(path: Location) -> str | None:
@@ -272,6 +280,9 @@ class Lines:
     compression: str | None
     #: only these records (offsets in the partition): what the result cache left to read
     only: tuple[int, ...] | None = None
+    #: the local copy its survey made of a file in a bucket (`scrub.storage.spool`): what the
+    #: worker reads instead of fetching the object again
+    copy: str | None = None
 
     def __len__(self) -> int:
         return self.records if self.only is None else len(self.only)
@@ -320,13 +331,21 @@ class Layout:
 _ARRAYS = ("offsets", "numbers", "blank_lines")
 
 
-def remembered_survey(path: Location, compression: str | None, stride: int) -> Layout:
+def remembered_survey(
+    path: Location, compression: str | None, stride: int, spool: Spool | None = None
+) -> Layout:
     """`survey` of this version of the file, from the memo where an earlier run with ``--cache``
-    surveyed it (`scrub.storage.memo`): an unchanged file is not read to be opened."""
+    surveyed it (`scrub.storage.memo`): an unchanged file is not read to be opened. An object
+    surveyed is copied by ``spool`` first, where there is one (read once)."""
+
+    def learn() -> Layout:
+        copy = spool.take(path) if spool is not None else None
+        return survey(path if copy is None else copy, compression, stride)
+
     return current_memo().remembered(
         "jsonl-layout",
         path,
-        lambda: survey(path, compression, stride),
+        learn,
         f"{compression}|{stride}",
         Layout.dump,
         Layout.load,
@@ -523,17 +542,21 @@ class JsonLinesReader(Reader[Lines]):
         info = DatasetInfo(format=self.format, layout="lines", root=self.root, labelled=False, records=0)
         stride = max(1, min(MIN_RECORDS_PER_TASK, partition_size))
         layouts: list[tuple[Path, str, str | None, Layout]] = []
+        spool = current_spool()
+        copies: dict[str, str] = {}  # file -> the local copy its survey made (`scrub.storage.spool`)
         for path in files:
             compression = compression_of(path)
             what = {"gzip": "gzip file", "zstd": "Zstandard file"}.get(compression or "", "file")
             try:
-                layout = remembered_survey(path, compression, stride)
+                layout = remembered_survey(path, compression, stride, spool)
             except OSError as error:
                 raise UnusableDataset(f"{path}: cannot read ({error.strerror or error})") from None
             if layout.damage is not None and not layout.lines and self.path.is_file():
                 raise UnusableDataset(f"{path}: not a readable {what} ({layout.damage})")
             source = self.source_of(path)
             layouts.append((path, source, compression, layout))
+            if spool is not None and (copy := spool.copy_of(path)) is not None:
+                copies[str(path)] = str(copy)
             info.records += layout.records
             info.files[source] = {
                 "lines": layout.lines,
@@ -561,7 +584,7 @@ class JsonLinesReader(Reader[Lines]):
         self._layouts = {str(path): layout for path, _, _, layout in layouts}
         size = partition_size_for(info.records, partition_size)
         partitions = [
-            partition
+            replace(partition, copy=copies.get(partition.path))
             for path, source, compression, layout in layouts
             for partition in _partitions(str(path), source, compression, layout, stride, size)
         ]
@@ -587,13 +610,17 @@ class JsonLinesReader(Reader[Lines]):
         """A worker gets no surveys: it reads the lines it names."""
         return {key: value for key, value in self.__dict__.items() if key != "_layouts"}
 
+    def _read_from(self, partition: Lines) -> Location:
+        """Where the partition's lines are read: its file's local copy, else the file."""
+        return Path(partition.copy) if partition.copy is not None else self.place(partition.path)
+
     def read(self, partition: Lines, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         data_key, label_key = self.options.data_key, self.options.label_key
         chosen: set[int] | None = None
         if partition.only is not None:
             wanted = partition.only[start:stop]
             chosen, start, stop = set(wanted), min(wanted, default=0), max(wanted, default=-1) + 1
-        for offset, number, line in _records(self.place(partition.path), partition, stop):
+        for offset, number, line in _records(self._read_from(partition), partition, stop):
             if offset < start or (chosen is not None and offset not in chosen):
                 continue
             record = Record(partition.source, str(number + 1), number, None, None)
@@ -635,7 +662,7 @@ class JsonLinesReader(Reader[Lines]):
             return [(partition.source, str(number + 1), number) for number in lines]
         numbers = {
             offset: number
-            for offset, number, _ in _records(self.place(partition.path), partition, max(offsets) + 1)
+            for offset, number, _ in _records(self._read_from(partition), partition, max(offsets) + 1)
         }
         return [(partition.source, str(numbers[o] + 1), numbers[o]) for o in offsets]
 

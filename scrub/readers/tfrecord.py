@@ -51,6 +51,7 @@ from scrub.readers.tfframes import (
 from scrub.records import Carries, Record
 from scrub.storage import location, storage_of
 from scrub.storage.memo import current_memo
+from scrub.storage.spool import current_spool
 
 #: names that say a file is TFRecord
 _NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
@@ -104,6 +105,9 @@ class FrameSpan:
     size: int | None  # the file's size where it is not compressed (frames are skipped by seeking)
     #: only these records (offsets from ``position``): what the result cache left to read
     only: tuple[int, ...] | None = None
+    #: the local copy its walk made of a file in a bucket (`scrub.storage.spool`): what the
+    #: worker reads instead of fetching the object again
+    copy: str | None = None
 
     def __len__(self) -> int:
         return self.count if self.only is None else len(self.only)
@@ -158,12 +162,22 @@ class TFRecordReader(FileSetReader[FrameSpan]):
         return info, partitions
 
     def _spans(self, file: Path, partition_size: int, info: DatasetInfo) -> list[FrameSpan]:
-        """The file's partitions (from the memo where this version of it was walked before)."""
-        learn = partial(_walk_file, file, partition_size)
+        """The file's partitions (from the memo where this version of it was walked before); an
+        object walked is copied first where the opening keeps copies (read once)."""
+        spool = current_spool()
+
+        def learn() -> tuple[bool, int | None, list[tuple[int, int, int]]]:
+            copy = spool.take(file) if spool is not None else None
+            return _walk_file(file if copy is None else copy, partition_size)
+
         gzipped, size, cuts = current_memo().remembered("tfrecord-walk", file, learn, str(partition_size))
+        copy = spool.copy_of(file) if spool is not None else None
+        read_from = str(copy) if copy is not None else None
         spans = []
         for offset, position, count in cuts:
-            span = FrameSpan(str(file), file.name, gzipped, offset, position, count, info.records, size)
+            span = FrameSpan(
+                str(file), file.name, gzipped, offset, position, count, info.records, size, copy=read_from
+            )
             spans.append(span)
             info.records += count
         info.files[file.name] = {"records": sum(count for *_, count in cuts), "compressed": gzipped}
@@ -253,7 +267,12 @@ class TFRecordReader(FileSetReader[FrameSpan]):
         stop = min(stop, partition.count)
         if start >= stop:
             return
-        with open_records(location(partition.path, self.options.storage), partition.gzipped) as stream:
+        place = (
+            Path(partition.copy)
+            if partition.copy is not None
+            else location(partition.path, self.options.storage)
+        )
+        with open_records(place, partition.gzipped) as stream:
             offset, position = partition.offset, partition.position
             if start:
                 for frame in walk_frames(stream, offset, position, start, partition.size, with_data=False):

@@ -13,6 +13,8 @@ language model's (`Carries.TOKENS`) when the first samples are token or text rec
 Shards are walked by `scrub.readers.tarwalk`: the driver walks every shard's headers (seeking
 past the data of an uncompressed shard; a compressed one is decompressed once) to count samples
 and cut partitions at sample boundaries, and workers seek to their partition's first header. A
+shard in a bucket is fetched once, with one request, into a local copy that the walk and the
+workers read (`scrub.storage.spool`; where scratch has room). A
 shard cut short gives a ``malformed-sample`` on the sample it cuts (inside a member's data) or
 on the last one read (inside a header: the samples after it are lost); headers that stop before the
 shard's end (a damaged header: `tarfile` itself silently stops there) give a ``damaged-shard``
@@ -51,6 +53,7 @@ from scrub.readers.tarwalk import (
 from scrub.records import Carries, Record
 from scrub.storage import location, storage_of
 from scrub.storage.memo import Memo, current_memo
+from scrub.storage.spool import Spool, current_spool
 from scrub.wording import agreeing, counted
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
@@ -134,6 +137,9 @@ class ShardSpan:
     #: the shard's bytes, as the driver's listing (or stat) gave them: a worker reading an
     #: object's range need not ask its size
     size: int | None = None
+    #: the local copy its walk made of a shard in a bucket (`scrub.storage.spool`): what the
+    #: worker reads instead of fetching the object again
+    copy: str | None = None
 
     def __len__(self) -> int:
         return self.count if self.only is None else len(self.only)
@@ -181,7 +187,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
         suffixes: dict[str, int] = {}  # extension -> samples holding it
         several_images = others = 0
         texts: list[bytes] = []
-        walks = self._walks(shards, partition_size)
+        spool = current_spool()
+        walks = self._walks(shards, partition_size, spool)
         #: (shard, first header) -> the keys of the partition's samples, joined by NULs (which no
         #: tar name holds): `locate` names reused results' records without reading the shard
         self._sample_keys: dict[tuple[str, int], str] = {}
@@ -193,9 +200,13 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             others += walked.others
             texts += walked.texts[: SAMPLED_TEXTS - len(texts)]
             done, size = 0, storage_of(shard).size(shard)  # an object's: from the listing
+            copy = spool.copy_of(shard) if spool is not None else None
+            read_from = str(copy) if copy is not None else None
             for number, (first, count) in enumerate(walked.cuts):
                 end = walked.cuts[number + 1][0] if number + 1 < len(walked.cuts) else None
-                partitions.append(ShardSpan(str(shard), source, first, count, info.records, end, size=size))
+                partitions.append(
+                    ShardSpan(str(shard), source, first, count, info.records, end, size=size, copy=read_from)
+                )
                 self._sample_keys[str(shard), first] = "\0".join(walked.keys[done : done + count])
                 info.records += count
                 done += count
@@ -218,14 +229,15 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             info.skipped["member in no sample"] = others
         return info, partitions
 
-    def _walks(self, shards: list[Any], partition_size: int) -> list[ShardWalk]:
-        """Each shard's walk; objects' side by side, as each waits on its requests."""
+    def _walks(self, shards: list[Any], partition_size: int, spool: Spool | None) -> list[ShardWalk]:
+        """Each shard's walk; objects' side by side, as each waits on its requests. An object
+        walked (not remembered) is copied by ``spool`` first, where there is one: read once."""
         walkers = min(storage_of(self.path).requests_in_flight, len(shards))
         memo = current_memo()  # (a thread of the pool does not see the opening's)
         if walkers <= 1:
-            return [_walk(shard, partition_size, memo) for shard in shards]
+            return [_walk(shard, partition_size, memo, spool) for shard in shards]
         with ThreadPoolExecutor(walkers) as pool:
-            return list(pool.map(lambda shard: _walk(shard, partition_size, memo), shards))
+            return list(pool.map(lambda shard: _walk(shard, partition_size, memo, spool), shards))
 
     def _judge_kinds(self, partitions: list[ShardSpan], info: DatasetInfo) -> None:
         """A language model's dataset (`Carries.TOKENS`) when the first samples read are token or
@@ -305,7 +317,7 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
     ) -> Iterator[tuple[int, Sample]]:
         if start >= stop:
             return
-        place = self.place(partition.path)
+        place = Path(partition.copy) if partition.copy is not None else self.place(partition.path)
         with open_shard(place, partition.start, partition.end, partition.size) as file:
             offset = 0
             walk = Walk()
@@ -475,26 +487,33 @@ class ShardWalk:
         )
 
 
-def _walk(shard: Any, partition_size: int, memo: Memo) -> ShardWalk:
-    """Walk one shard's headers (or take the walk of this version of it from the memo)."""
+def _walk(shard: Any, partition_size: int, memo: Memo, spool: Spool | None = None) -> ShardWalk:
+    """Walk one shard's headers (or take the walk of this version of it from the memo), on the
+    copy ``spool`` makes of it where it is an object."""
+
+    def learn() -> ShardWalk:
+        return _walk_headers(shard, partition_size, spool.take(shard) if spool is not None else None)
+
     return memo.remembered(
         "webdataset-walk",
         shard,
-        lambda: _walk_headers(shard, partition_size),
+        learn,
         str(partition_size),
         ShardWalk.dump,
         ShardWalk.load,
     )
 
 
-def _walk_headers(shard: Any, partition_size: int) -> ShardWalk:
-    """Walk one shard's headers: its samples, cut into partitions of ``partition_size`` (an
-    uncompressed shard; a compressed one is one partition)."""
+def _walk_headers(shard: Any, partition_size: int, copy: Path | None = None) -> ShardWalk:
+    """Walk one shard's headers (on its local ``copy`` where there is one): its samples, cut
+    into partitions of ``partition_size`` (an uncompressed shard; a compressed one is one
+    partition)."""
     walked = ShardWalk(Walk())
     first: int | None = None
     in_partition = 0
+    read_from = shard if copy is None else copy
     try:
-        with open_shard(shard) as file:
+        with open_shard(read_from) as file:
             for item in group_samples(walk_shard(file, with_data=False, walk=walked.walk)):
                 if isinstance(item, Other):
                     walked.others += 1
@@ -505,7 +524,7 @@ def _walk_headers(shard: Any, partition_size: int) -> ShardWalk:
                 images = [s for s in extensions if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES]
                 walked.several_images += len(images) > 1
                 if "txt" in extensions and len(walked.texts) < SAMPLED_TEXTS:
-                    walked.texts.append(_member_bytes(shard, item.get("txt")))
+                    walked.texts.append(_member_bytes(read_from, item.get("txt")))
                 if first is None:
                     first = item.offset
                 walked.samples += 1

@@ -22,6 +22,7 @@ from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.scanning.fingerprint import fingerprint
 from scrub.storage import location, on_this_machine, storage_of
 from scrub.storage.memo import Memo
+from scrub.storage.spool import Spool, spooling
 from scrub.storage.staging import StagedCopy
 
 
@@ -36,6 +37,8 @@ class OpenedDataset:
     #: None until taken: a cached scan takes it from its lookups' stats, a scan whose records carry
     #: their files' versions from its reads
     fingerprint: dict[str, Any] | None
+    #: the local copies of objects its opening read whole, which its partitions read
+    spool: Spool | None = None
 
     def take_fingerprint(
         self,
@@ -52,8 +55,8 @@ class OpenedDataset:
         return fingerprint(self.reader, self.partitions, self.info.root, known, read)
 
     def close(self) -> None:
-        """Release what the reader holds open, and its local copy of a dataset in object storage."""
-        _release(self.reader)
+        """Release what the reader holds open, and its local copies of objects."""
+        _release(self.reader, self.spool)
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -122,36 +125,44 @@ def _opened(
         reader.options = replace(
             reader.options, shaping=tuple((n, getattr(options.checks, n)) for n in shaped_by)
         )
+    # objects a reader must read whole to open the dataset are read once, into copies its
+    # workers read, where they share this machine's disk
+    spool = Spool() if not on_this_machine(place) and _workers_here(options.run) else None
     try:
         if reader.staged is not None:
             _reachable_by_workers(reader.staged, options.run)
         if before_open is not None:
             before_open(reader)
         try:
-            info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
+            with spooling(spool):
+                info, partitions = reader.open(options.run.partition_size or reader.records_per_task)
         except UnusableDataset as error:
             said = str(error) if reader.staged is None else reader.staged.named(str(error))
             raise UnopenedDataset(said, reader.format) from None
     except BaseException:
-        _release(reader)
+        _release(reader, spool)
         raise
+    if spool is not None and spool.note is not None:
+        info.notes.append(spool.note)
     if reader.staged is not None:
         _within_copy(reader, partitions)
         info.notes[:] = [reader.staged.note, *(reader.staged.named(note) for note in info.notes)]
     cached = options.cache is not None and type(reader).cache_entries is not Reader.cache_entries
     later = reader.staged is None and (cached or (scanned and reader.records_carry_versions))
-    dataset = OpenedDataset(place, reader, info, partitions, None)
+    dataset = OpenedDataset(place, reader, info, partitions, None, spool)
     if not later:
         dataset.fingerprint = dataset.take_fingerprint()
     return dataset
 
 
-def _release(reader: Reader) -> None:
+def _release(reader: Reader, spool: Spool | None = None) -> None:
     try:
         reader.close()
     finally:
         if reader.staged is not None:
             reader.staged.remove()
+        if spool is not None:
+            spool.remove()
 
 
 def _within_copy(reader: Reader, partitions: list) -> None:
@@ -178,15 +189,22 @@ def _within_copy(reader: Reader, partitions: list) -> None:
         )
 
 
+def _workers_here(run: RunOptions) -> bool:
+    """Whether the run's workers read this machine's files: local workers, or a cluster on it (a
+    loopback address)."""
+    address = run.scheduler or ""
+    if "://" not in address:
+        return True
+    host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
 def _reachable_by_workers(staged: StagedCopy, run: RunOptions) -> None:
     """Refuse a cluster elsewhere for a dataset copied to this machine: its workers could not open
     the copy. One on this machine (a loopback address) reads it as local workers do."""
-    address = run.scheduler or ""
-    if "://" not in address:
+    if _workers_here(run):
         return
-    host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
-    if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
-        return
+    address = run.scheduler
     raise UsageError(
         f"{staged.url}: {staged.why}, so this run reads a copy on this machine, which the workers "
         f"of {address} cannot open: run it with local workers (--scheduler processes), or from a "

@@ -28,7 +28,7 @@ from typing import Any
 
 from scrub.errors import UnusableDataset
 from scrub.storage import Location, remote_errors, version_of
-from scrub.wording import counted
+from scrub.wording import byte_size, counted
 
 #: bytes of each object the head mirror fetches: every format's signature lies in its first
 #: kilobytes (HDF5 looks for its own at 0, 512, 1024... in case of a user block)
@@ -98,7 +98,7 @@ class StagedCopy:
     @property
     def note(self) -> str:
         return (
-            f"{self.url}: {self.why}: {counted(len(self.listing), 'object')} ({_size(self.bytes)}) "
+            f"{self.url}: {self.why}: {counted(len(self.listing), 'object')} ({byte_size(self.bytes)}) "
             "copied to local scratch for this run and removed after it"
         )
 
@@ -157,7 +157,7 @@ def fill(copy: StagedCopy, place: Location) -> StagedCopy:
         copy.remove()
         raise UnusableDataset(
             f"{copy.url}: {copy.why}, and copying its "
-            f"{_size(copy.bytes)} needs more than the {_size(free)} free in {tempfile.gettempdir()}: "
+            f"{byte_size(copy.bytes)} needs more than the {byte_size(free)} free in {tempfile.gettempdir()}: "
             "set TMPDIR to a larger disk, or copy the dataset down first"
         )
     remote = list(copy.listing)
@@ -212,11 +212,3 @@ def _take_time(path: Path, info: Mapping[str, Any]) -> None:
             return
     nanoseconds = int(seconds * 1e9)
     os.utime(path, ns=(nanoseconds, nanoseconds))
-
-
-def _size(count: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count = count / 1000  # type: ignore[assignment]
-    return f"{count} TB"
