@@ -27,7 +27,7 @@ from scrub.scanning.cache import holds_results
 from scrub.scanning.opening import OpenedDataset, load_plugins, open_dataset, options_of, worker_starter
 from scrub.scanning.run import ScanResult, Unopened, run_wide, scan_dataset, scan_opened
 from scrub.scanning.summary import Progress
-from scrub.storage import is_location, location
+from scrub.storage import forget_listings, is_location, listings_of_this_run, location
 
 __all__ = [
     "OpenedDataset",
@@ -71,18 +71,21 @@ def scan(
     """
     started = time.perf_counter()
     options = options_of(options, keywords)
-    found = _several(path, options)
-    if found is None:
-        assert is_location(path)  # a list always names several
-        return _reported(scan_one(path, options, progress=progress, started=started), options)
-    note = found.note()
-    scanned = scan_many(
-        [(p, replace(options, read=found.sniffed_reading(p, options.read))) for p in found.paths],
-        options,
-        progress=progress,
-        started=started,
-        notes=[note] if note else [],
-    )
+    with listings_of_this_run():  # its datasets share what it lists
+        for named in [path] if is_location(path) else cast(Sequence[str | Path], path):
+            forget_listings(location(named, options.read.storage))
+        found = _several(path, options)
+        if found is None:
+            assert is_location(path)  # a list always names several
+            return _reported(scan_one(path, options, progress=progress, started=started), options)
+        note = found.note()
+        scanned = scan_many(
+            [(p, replace(options, read=found.sniffed_reading(p, options.read))) for p in found.paths],
+            options,
+            progress=progress,
+            started=started,
+            notes=[note] if note else [],
+        )
     return _reported(scanned, options)
 
 

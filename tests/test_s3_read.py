@@ -376,3 +376,20 @@ def test_files_a_driver_reads_whole_are_read_once(s3_server, tmp_path, caplog, k
     reads = object_reads(caplog)
     assert reads == {f"scrub-once/{kind}/{name}": 1 for name in names}
     assert spool_folders() == []
+
+
+def test_a_brace_pattern_costs_its_prefixs_listing(s3_server, shards, caplog):
+    """Issue 42: a pattern of shards lists their prefix once, and each shard's opening is answered
+    from that listing: no shard is asked about on its own (a HEAD each, nine a shard before), and
+    each is fetched once for its copy (and its first bytes for its sniff)."""
+    url = s3_server.upload(shards, "scrub-pattern", "wds")
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    named = scrub.scan(
+        f"{url}/train-{{000000..000002}}.tar", storage_options=storage_options(s3_server), scheduler="sync"
+    )
+    assert len(named.summary.parts) == 3
+    names = {f"scrub-pattern/wds/train-{n:06d}.tar" for n in range(3)}
+    assert not names & set(object_reads(caplog, "HEAD"))
+    reads = object_reads(caplog)
+    assert set(reads) == names and max(reads.values()) <= 2, reads

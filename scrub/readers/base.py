@@ -36,7 +36,9 @@ from scrub.formats import FORMAT_KEYS, READERS, format_names, load_plugins
 from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import (
+    forget_listings,
     location,
+    missing_objects,
     on_this_machine,
     read_file,
     read_file_version,
@@ -893,12 +895,13 @@ def expand_datasets(arguments: Sequence[str | Path], options: ReadOptions) -> Da
 def _urls_in(text: str, options: ReadOptions, found: Datasets) -> None:
     """A URL argument: one object or prefix, a brace pattern of shards, or a glob (fsspec's)."""
     place = location(text, options.storage)
+    forget_listings(place)  # a run's first listing of a store sees it as it is now
     if BRACES.search(text):
         from braceexpand import braceexpand
 
         places = [location(url, options.storage) for url in braceexpand(text)]
         with remote_errors(place):
-            missing = [url for url in places if not url.exists()]
+            missing = missing_objects(places)
         if missing:
             raise UnusableDataset(
                 f"{text}: {missing[0]} does not exist ({len(missing)} of the {len(places)} objects this "

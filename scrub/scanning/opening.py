@@ -20,7 +20,7 @@ from scrub.options.model import RunOptions, ScanOptions, merged
 from scrub.paths import is_within
 from scrub.readers.base import DatasetInfo, Reader, open_reader
 from scrub.scanning.fingerprint import fingerprint
-from scrub.storage import location, on_this_machine, storage_of
+from scrub.storage import forget_listings, location, on_this_machine
 from scrub.storage.memo import Memo
 from scrub.storage.spool import Spool, spooling
 from scrub.storage.staging import StagedCopy
@@ -90,7 +90,7 @@ def open_dataset(
         place = place.resolve()  # outputs are named after it
     # what an earlier opening in this process listed is listed again: objects rewritten since
     # have other versions (the sniff and the opening below share one listing)
-    storage_of(place).forget(place)
+    forget_listings(place)
     memo = Memo.for_dataset(options.cache, place)  # what opening learned last time (``--cache``)
     with memo.in_use():
         dataset = _opened(place, options, before_open, scanned, needs_files)

@@ -21,7 +21,9 @@ The functions below are the interface's, for one location: `read_bytes(path)` is
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path, PurePath
 from typing import IO, Any, TypeGuard
 
@@ -36,6 +38,7 @@ from scrub.storage.objects import (
     RangeFile,
     first_words,
     list_objects,
+    missing_objects,
     read_objects,
     remote_errors,
     version_of,
@@ -53,6 +56,8 @@ __all__ = [
     "forget_listings",
     "is_location",
     "list_objects",
+    "listings_of_this_run",
+    "missing_objects",
     "location",
     "object_size",
     "on_this_machine",
@@ -195,4 +200,34 @@ def stat_version(path: Location) -> tuple[int, int | str]:
 
 
 def forget_listings(path: Location) -> None:
+    """Forget what this process listed, and the versions listed, where ``path`` is: an object
+    rewritten since is seen as it is now. Inside `listings_of_this_run`, only the first time for
+    each store: the run's datasets then share what it lists."""
+    forgotten = _RUN_FORGOT.get()
+    if forgotten is not None:
+        store = (type(storage_of(path)).__name__, id(getattr(path, "fs", None)))
+        if store in forgotten:
+            return
+        forgotten.add(store)
     storage_of(path).forget(path)
+
+
+#: inside `listings_of_this_run`: the stores whose listings the run forgot (type, file system)
+_RUN_FORGOT: ContextVar[set[tuple[str, int]] | None] = ContextVar("scrub_run_forgot", default=None)
+
+
+@contextmanager
+def listings_of_this_run() -> Iterator[None]:
+    """One run of one or several datasets (a brace pattern of shards, several URLs): what earlier
+    runs in this process listed is forgotten once per store, at its first listing or opening
+    (`forget_listings`), and every dataset's opening then shares what the run lists: a pattern's
+    objects are listed with their prefix once, not asked about one by one. Nested, the outer
+    run's listings are kept."""
+    if _RUN_FORGOT.get() is not None:
+        yield
+        return
+    token = _RUN_FORGOT.set(set())
+    try:
+        yield
+    finally:
+        _RUN_FORGOT.reset(token)

@@ -181,6 +181,27 @@ def list_objects(prefix: Location) -> dict[str, int]:
     return listing
 
 
+def missing_objects(places: Sequence[Location]) -> list[Location]:
+    """The objects or prefixes of ``places`` that do not exist, found by listing each folder they
+    are in once (a listing the file system keeps, so it also answers what their openings ask
+    about them, `scrub.storage.listings_of_this_run`), not by asking about each: a pattern of 200
+    shards costs its prefix's listing, not 200 requests. One the listing does not show is asked
+    about on its own."""
+    listed: dict[str, set[str]] = {}
+    for place in places:
+        parent = place.parent
+        if str(parent) not in listed:
+            try:
+                listed[str(parent)] = {name.rstrip("/") for name in parent.fs.ls(parent.path, detail=False)}
+            except FileNotFoundError:
+                listed[str(parent)] = set()
+    return [
+        place
+        for place in places
+        if place.path.rstrip("/") not in listed[str(place.parent)] and not place.exists()
+    ]
+
+
 def read_objects(
     prefix: Location, keys: Sequence[str], concurrency: int = FETCH_CONCURRENCY
 ) -> list[bytes | OSError]:
