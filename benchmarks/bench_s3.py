@@ -18,7 +18,10 @@ as whole processes, best of ``--repeat`` (interleaved):
 
 and an HDF5 file in the bucket, which scrub reads from a local copy (h5py opens files by name):
 the floor (``s3fs.cat`` of the object), the naive way (download it with s3fs, then read every
-chunk with h5py and test it with ``np.isfinite``) and ``scrub scan s3://BUCKET/h5/train.h5``.
+chunk with h5py and test it with ``np.isfinite``) and ``scrub scan s3://BUCKET/h5/train.h5``;
+and a Parquet dataset of ``--parquet-files`` files of float32 columns (a NaN in every 1,000th
+row): the floor (``s3fs.cat`` of its files), the naive way (``pyarrow.parquet.read_table`` of
+each file through s3fs, ``np.isfinite`` of every column) and ``scrub scan s3://BUCKET/parquet``.
 
 It prints throughput ratios against the floor (issue 31's goal: scrub ≥ 0.8 of it) and against
 the naive loop, with each process tree's peak resident memory and the requests the server
@@ -89,6 +92,20 @@ print(bad)
 """
 
 
+NAIVE_PARQUET = r"""
+import sys, numpy as np, pyarrow.parquet as pq, s3fs
+fs = s3fs.S3FileSystem(endpoint_url=sys.argv[1])
+bad = 0
+for url in sys.argv[2:]:
+    table = pq.read_table(url, filesystem=fs)
+    rows = np.zeros(table.num_rows, dtype=bool)
+    for column in table.columns:
+        rows |= ~np.isfinite(column.to_numpy())
+    bad += int(rows.sum())
+print(bad)
+"""
+
+
 class RequestLog(logging.Handler):
     """Counts the requests moto's server answers (its werkzeug log: one line per request), by
     kind: a listing (``GET /bucket?list-type=2``), a GET of an object or a range, a HEAD, other."""
@@ -131,6 +148,29 @@ def hdf5_file(folder: Path, rows: int, width: int) -> Path:
             file.create_dataset("label", data=rng.integers(0, 10, rows))
         path.with_suffix(".tmp").rename(path)
     return path
+
+
+def parquet_files(folder: Path, files: int, rows: int, width: int) -> list[Path]:
+    """``files`` Parquet files of ``rows`` rows of ``width`` float32 columns and a class label, a
+    NaN in every 1,000th row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    rng = np.random.default_rng(2)
+    for number in range(files):
+        path = folder / f"part-{number:05d}.parquet"
+        paths.append(path)
+        if path.exists():
+            continue
+        data = rng.normal(size=(rows, width)).astype(np.float32)
+        data[::1000, 5] = np.nan
+        columns = {f"f{column}": data[:, column] for column in range(width)}
+        columns["label"] = rng.integers(0, 10, rows)
+        pq.write_table(pa.table(columns), path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").rename(path)
+    return paths
 
 
 def jpeg(rng: np.random.Generator, side: int) -> bytes:
@@ -202,6 +242,8 @@ def main() -> int:
     parser.add_argument(
         "--hdf5-rows", type=int, default=100_000, help="rows of the HDF5 file (256 floats each)"
     )
+    parser.add_argument("--parquet-files", type=int, default=20)
+    parser.add_argument("--parquet-rows", type=int, default=20_000, help="rows of each Parquet file")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--scrub-args", default="", help="extra arguments for scrub scan")
@@ -219,6 +261,12 @@ def main() -> int:
     paths = generate(arguments.workdir, arguments.shards, arguments.samples, arguments.side)
     total = sum(path.stat().st_size for path in paths)
     hdf5 = hdf5_file(arguments.workdir.parent, arguments.hdf5_rows, 256)
+    tables = parquet_files(
+        arguments.workdir.parent / f"parquet-{arguments.parquet_files}x{arguments.parquet_rows}",
+        arguments.parquet_files,
+        arguments.parquet_rows,
+        32,
+    )
     requests = RequestLog()
     logging.getLogger("werkzeug").addHandler(requests)
     logging.getLogger("werkzeug").setLevel(logging.INFO)
@@ -232,6 +280,9 @@ def main() -> int:
         for path in paths:
             client.put_object(Bucket=BUCKET, Key=f"shards/{path.name}", Body=path.read_bytes())
         client.put_object(Bucket=BUCKET, Key="h5/train.h5", Body=hdf5.read_bytes())
+        for path in tables:
+            client.put_object(Bucket=BUCKET, Key=f"parquet/{path.name}", Body=path.read_bytes())
+        table_urls = [f"s3://{BUCKET}/parquet/{path.name}" for path in tables]
         urls = [f"s3://{BUCKET}/shards/{path.name}" for path in paths]
         pattern = f"s3://{BUCKET}/shards/train-{{000000..{arguments.shards - 1:06d}}}.tar"
         options = json.dumps({"endpoint_url": endpoint})
@@ -259,6 +310,11 @@ def main() -> int:
                 arguments.python, "-c", NAIVE_HDF5, endpoint, f"s3://{BUCKET}/h5/train.h5"
             ],
             "HDF5 scrub (a local copy)": scrub(f"s3://{BUCKET}/h5/train.h5"),
+            "Parquet floor (s3fs.cat)": [arguments.python, "-c", FLOOR, endpoint, *table_urls],
+            "Parquet naive (pyarrow, np.isfinite)": [
+                arguments.python, "-c", NAIVE_PARQUET, endpoint, *table_urls
+            ],
+            "Parquet scrub (prefix)": scrub(f"s3://{BUCKET}/parquet"),
         }  # fmt: skip
         nights = nightly(client, arguments, scrub, requests)
         timed(commands["scrub (prefix, --cache, nothing changed)"])  # the first night: fills the cache
@@ -271,12 +327,23 @@ def main() -> int:
                 counted[name] = requests.taken()
                 if name == "scrub (prefix)":
                     summary = json.loads((out / "summary.json").read_text())
+                if name == "Parquet scrub (prefix)":
+                    parquet_rows = json.loads((out / "summary.json").read_text())["records_with_errors"]
         best = {name: min(results, key=lambda r: r[0]) for name, results in runs.items()}
     finally:
         server.stop()
 
-    floors = {"HDF5": best["HDF5 floor (s3fs.cat)"][0], "": best["floor (s3fs.cat)"][0]}
-    naives = {"HDF5": best["HDF5 naive (download, h5py)"][0], "": best["naive loop"][0]}
+    floors = {
+        "HDF5": best["HDF5 floor (s3fs.cat)"][0],
+        "Parquet": best["Parquet floor (s3fs.cat)"][0],
+        "": best["floor (s3fs.cat)"][0],
+    }
+    naives = {
+        "HDF5": best["HDF5 naive (download, h5py)"][0],
+        "Parquet": best["Parquet naive (pyarrow, np.isfinite)"][0],
+        "": best["naive loop"][0],
+    }
+    sizes = {"HDF5": hdf5.stat().st_size, "Parquet": sum(path.stat().st_size for path in tables), "": total}
     images = arguments.shards * arguments.samples
     lines = [
         f"## scrub S3 benchmark ({datetime.now(timezone.utc):%Y-%m-%d})",
@@ -289,6 +356,9 @@ def main() -> int:
         f"{best['naive loop'][2].strip()}",
         f"- an HDF5 file of {arguments.hdf5_rows} x 256 float32 ({hdf5.stat().st_size / 1e6:.1f} MB, a NaN "
         f"in every 1,000th row: the naive way found {best['HDF5 naive (download, h5py)'][2].strip()})",
+        f"- {arguments.parquet_files} Parquet files of {arguments.parquet_rows} rows x 32 float32 "
+        f"({sizes['Parquet'] / 1e6:.1f} MB, a NaN in every 1,000th row: the naive way found "
+        f"{best['Parquet naive (pyarrow, np.isfinite)'][2].strip()}, scrub {parquet_rows})",
         "",
         "| command | seconds (runs) | MB/s | vs floor (goal ≥ 0.8) | vs naive | peak RSS MiB "
         "| requests: list / GET / HEAD / other |",
@@ -296,8 +366,8 @@ def main() -> int:
     ]
     for name, (seconds, peak, _) in best.items():
         each = ", ".join(f"{r[0]:.2f}" for r in runs[name])
-        kind = "HDF5" if name.startswith("HDF5") else ""
-        size = hdf5.stat().st_size if kind else total
+        kind = name.split()[0] if name.split()[0] in ("HDF5", "Parquet") else ""
+        size = sizes[kind]
         made, floor, naive = counted[name], floors[kind], naives[kind]
         lines.append(
             f"| {name} | {seconds:.2f} ({each}) | {size / seconds / 1e6:.0f} | {floor / seconds:.2f} | "
