@@ -328,7 +328,7 @@ def main() -> int:
                 if name == "scrub (prefix)":
                     summary = json.loads((out / "summary.json").read_text())
                 if name == "Parquet scrub (prefix)":
-                    parquet_rows = json.loads((out / "summary.json").read_text())["records_with_errors"]
+                    parquet_rows = json.loads((out / "summary.json").read_text())["quarantine"]
         best = {name: min(results, key=lambda r: r[0]) for name, results in runs.items()}
     finally:
         server.stop()

@@ -90,6 +90,8 @@ class Spool:
             copy.unlink(missing_ok=True)
             with self._lock:
                 del self._taken[str(place)]
+                self.copied -= 1
+                self.copied_bytes -= size
             raise
         return copy
 
