@@ -105,6 +105,34 @@ def test_a_huggingface_glob_names_the_objects(s3_server, tmp_path):
     assert there.summary.records == 18
 
 
+def test_a_worker_fetches_its_row_groups_and_nothing_else(s3_server, tmp_path, caplog):
+    """Issue 42's floor for Parquet: the driver read each footer (side by side) and its partitions
+    carry it with the listed size, so a worker (a pickled reader in a process that listed
+    nothing) fetches its row groups' column chunks: no footer again, no HEAD."""
+    import logging
+    import pickle
+
+    from test_s3_read import object_reads
+
+    from scrub.readers.base import ReadOptions, open_reader
+    from scrub.storage import forget_listings, location
+
+    local = huggingface_split(tmp_path / "beans")
+    url = s3_server.upload(local, "scrub-parquet-footers", "beans")
+    options = ReadOptions(storage_options=tuple(storage(s3_server).items()))
+    reader = open_reader(location(url, options.storage), options)
+    _, partitions = reader.open(4)
+    assert len(partitions) == 6 and all(p.footer is not None and p.size for p in partitions)
+    worker = pickle.loads(pickle.dumps(reader))
+    forget_listings(location(url, options.storage))  # as in another process
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    for partition in partitions:
+        caplog.clear()
+        assert len(list(worker.read(partition))) == len(partition)  # an image a record
+        assert sum(object_reads(caplog).values()) == 1  # the row group's chunks, coalesced
+        assert not object_reads(caplog, "HEAD")
+
+
 @pytest.mark.slow
 def test_workers_read_parquet_row_groups_from_the_bucket(s3_server, tmp_path):
     local = huggingface_split(tmp_path / "beans")

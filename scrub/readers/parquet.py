@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import importlib
 import itertools
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -31,6 +32,10 @@ from scrub.records import Batch, Carries, Record
 from scrub.storage import Location, location, on_this_machine, open_binary, open_random, read_head, storage_of
 
 PARQUET_MAGIC = b"PAR1"
+#: an object's footer up to this size (serialized) travels with its partitions (`RowGroups.footer`)
+FOOTER_CARRIED = 256 << 10
+T = TypeVar("T")
+R = TypeVar("R")
 #: `label_sample` reads the labels of at most this many files (the first, in order)
 SAMPLED_FILES = 16
 
@@ -56,14 +61,14 @@ def table_files(folder: Location, suffix: str = ".parquet") -> list[Path]:
     return [folder.joinpath(*key.split("/")) for key in sorted(keys, key=lambda key: key.split("/"))]
 
 
-def _opened(path: Location, random: bool = True) -> Any:
+def _opened(path: Location, random: bool = True, size: int | None = None) -> Any:
     """What pyarrow reads a table file from: a local file by its path (pyarrow's own file, or a
     memory map), an object through fsspec (`scrub.storage`: range requests, workers open it
-    themselves)."""
+    themselves; ``size``, where the listing gave it, spares asking it)."""
     local = storage_of(path).local_path(path)
     if local is not None:
         return local
-    return open_random(path) if random else open_binary(path)
+    return open_random(path, size) if random else open_binary(path)
 
 
 def first_table_file(folder: Path, suffix: str) -> Path | None:
@@ -128,23 +133,34 @@ class ParquetStorage:
         return is_parquet_file(path)
 
     @staticmethod
-    def facts(path: Location) -> tuple[Any, list[int], dict[str, Any]]:
-        """(schema, rows of each group, what the summary says of the file): only its footer is
-        read (an object's: by a range request or two)."""
+    def facts(path: Location, size: int | None = None) -> tuple[Any, list[int], dict[str, Any], Any]:
+        """(schema, rows of each group, what the summary says of the file, its footer where the
+        partitions carry it): only its footer is read (an object's: by a range request or two).
+        An object's footer, when small, travels with its partitions (`RowGroups.footer`): the
+        label sample and the workers then fetch column chunks only, not the footer again."""
         _, parquet = pyarrow_modules()
-        with parquet.ParquetFile(_opened(path)) as opened:
+        with parquet.ParquetFile(_opened(path, size=size)) as opened:
             metadata = opened.metadata
             sizes = [metadata.row_group(n).num_rows for n in range(metadata.num_row_groups)]
             described = {"rows": metadata.num_rows, "row_groups": metadata.num_row_groups}
-            return opened.schema_arrow, sizes, {**described, "created_by": metadata.created_by}
+            carried = not on_this_machine(path) and metadata.serialized_size <= FOOTER_CARRIED
+            described = {**described, "created_by": metadata.created_by}
+            return opened.schema_arrow, sizes, described, metadata if carried else None
 
     @staticmethod
-    def groups(path: Location, wanted: Sequence[int], columns: list[str] | None) -> Iterator[tuple[int, Any]]:
+    def groups(
+        path: Location,
+        wanted: Sequence[int],
+        columns: list[str] | None,
+        footer: Any = None,
+        size: int | None = None,
+    ) -> Iterator[tuple[int, Any]]:
         """(group, its table) of the groups ``wanted``, in order, only ``columns`` (None: all);
         an object's column chunks are fetched as coalesced range requests (``pre_buffer``), no
-        other row group's."""
+        other row group's (nor its footer, where the partition carries it)."""
         _, parquet = pyarrow_modules()
-        with parquet.ParquetFile(_opened(path), pre_buffer=not on_this_machine(path)) as opened:
+        source = _opened(path, size=size)
+        with parquet.ParquetFile(source, metadata=footer, pre_buffer=not on_this_machine(path)) as opened:
             for group in wanted:
                 yield group, opened.read_row_group(group, columns=columns)
 
@@ -183,9 +199,10 @@ class ArrowStorage:
             return stream.schema, iter(stream), False
 
     @classmethod
-    def facts(cls, path: Location) -> tuple[Any, list[int], dict[str, Any]]:
+    def facts(cls, path: Location, size: int | None = None) -> tuple[Any, list[int], dict[str, Any], Any]:
         """An object's batches are counted by reading them (Arrow IPC keeps no row counts in its
-        footer): opening a remote Arrow file reads it once, read ahead in blocks."""
+        footer): opening a remote Arrow file reads it once, read ahead in blocks. No footer
+        travels with the partitions."""
 
         with cls._source(path) as source:
             schema, batches, random_access = cls._batches(source)
@@ -195,7 +212,7 @@ class ArrowStorage:
             "record_batches": len(sizes),
             "ipc": "file" if random_access else "stream",
         }
-        return schema, sizes, described
+        return schema, sizes, described, None
 
     @staticmethod
     def _source(path: Location) -> Any:
@@ -208,7 +225,12 @@ class ArrowStorage:
 
     @classmethod
     def groups(
-        cls, path: Location, wanted: Sequence[int], columns: list[str] | None
+        cls,
+        path: Location,
+        wanted: Sequence[int],
+        columns: list[str] | None,
+        footer: Any = None,
+        size: int | None = None,
     ) -> Iterator[tuple[int, Any]]:
         import pyarrow as pa
 
@@ -237,6 +259,11 @@ class RowGroups:
     groups: tuple[int, ...]
     sizes: tuple[int, ...]
     first_row: int
+    #: the file's footer (pyarrow's ``FileMetaData``) where the driver read it from an object
+    #: (`ParquetStorage.facts`): a worker then fetches the column chunks only
+    footer: Any = field(default=None, compare=False, repr=False)
+    #: the file's bytes, as the driver's listing gave them (an object's: not asked again)
+    size: int | None = None
 
     def __len__(self) -> int:
         return sum(self.sizes)
@@ -297,11 +324,10 @@ class ParquetReader(Reader[RowGroups]):
         schema = None
         alone = storage.files_stand_alone and len(files) > 1  # one may be unreadable alone
         unreadable: list[str] = []  # why each file that does not open does not
-        for path in files:
+        for path, (size, facts) in zip(files, self._facts(files)):
             source = self.source_of(path)
-            try:
-                file_schema, sizes, described = storage.facts(path)
-            except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            if isinstance(facts, (OSError, ValueError)):  # pyarrow's ArrowInvalid is a ValueError
+                error = facts
                 reason = f"not a readable {storage.name} file ({first_line(error)})"
                 if not alone or (not on_this_machine(path) and not isinstance(error, ValueError)):
                     # (an object's OSError may be the network's, not the file's: never a finding)
@@ -309,6 +335,7 @@ class ParquetReader(Reader[RowGroups]):
                 unreadable.append(f"{source}: {reason}")  # `fix` sets it aside, whole
                 info.issues.append(make_issue("unreadable-file", source, "*", None, Finding(reason)))
                 continue
+            file_schema, sizes, described, footer = facts
             if schema is None:
                 schema = file_schema
                 self.columns, self.chosen = choose_columns(schema, self.options, self.path, info)
@@ -326,8 +353,9 @@ class ParquetReader(Reader[RowGroups]):
             for number in range(len(sizes)):
                 groups.append(number)
                 if sum(sizes[g] for g in groups) >= partition_size or number == len(sizes) - 1:
+                    chosen = tuple(sizes[g] for g in groups)
                     partitions.append(
-                        RowGroups(str(path), source, tuple(groups), tuple(sizes[g] for g in groups), first)
+                        RowGroups(str(path), source, tuple(groups), chosen, first, footer, size)
                     )
                     first += sum(sizes[g] for g in groups)
                     groups = []
@@ -341,6 +369,10 @@ class ParquetReader(Reader[RowGroups]):
             )
         assert self.columns is not None
         info.labelled = self.columns.label is not None
+        # a table of numbers is checked a block of rows at a time in NumPy, which threads share
+        # (faster than processes, which each import pyarrow: docs/benchmarks.md, "Reading")
+        if self.columns.kind == "table":
+            self.preferred_scheduler = "threads"
         if self.columns.language:  # token labels are not class labels
             self.provides = frozenset({Carries.TOKENS, Carries.SEQUENCES})
         if alone:  # `unreadable-file` runs
@@ -350,6 +382,19 @@ class ParquetReader(Reader[RowGroups]):
         self.positional_keys = self.columns.keyed_by_position
         partitions = [p for p in partitions if len(p)]
         return info, partitions
+
+    def _facts(self, files: list[Path]) -> list[tuple[int | None, Any]]:
+        """(its bytes where it is an object, its `facts` or the OSError or ValueError they raised)
+        of each file: objects' side by side, as each waits on its requests."""
+
+        def facts_of(path: Path) -> tuple[int | None, Any]:
+            try:
+                size = None if on_this_machine(path) else storage_of(path).size(path)  # listed
+                return size, self.storage.facts(path, size)
+            except (OSError, ValueError) as error:
+                return None, error
+
+        return _side_by_side(facts_of, files, storage_of(self.path).requests_in_flight)
 
     def label_sample(self, partitions: Sequence[RowGroups], most: int) -> np.ndarray | None:
         """The label column's first values in each file (of at most `SAMPLED_FILES`), ``most`` in
@@ -364,11 +409,17 @@ class ParquetReader(Reader[RowGroups]):
         if not firsts:
             return None
         each = -(-most // len(firsts))
-        parts = []
-        for partition in firsts:
+        label = columns.label
+
+        def labels_of(partition: RowGroups) -> list[np.ndarray]:
             place = self._place(partition.path)
-            for _, table in self.storage.groups(place, partition.groups[:1], [columns.label]):
-                parts.append(np.asarray(table.column(columns.label).to_numpy(zero_copy_only=False))[:each])
+            read = self.storage.groups(place, partition.groups[:1], [label], partition.footer, partition.size)
+            return [
+                np.asarray(table.column(label).to_numpy(zero_copy_only=False))[:each] for _, table in read
+            ]
+
+        in_flight = storage_of(self.path).requests_in_flight
+        parts = [part for found in _side_by_side(labels_of, firsts, in_flight) for part in found]
         numeric = [part for part in parts if part.dtype.kind in "biuf"]
         return np.concatenate(numeric) if numeric else None
 
@@ -389,7 +440,9 @@ class ParquetReader(Reader[RowGroups]):
             for group, size in zip(partition.groups, partition.sizes)
             if firsts[group] < stop and firsts[group] + size > start
         ]
-        groups = self.storage.groups(self._place(partition.path), needed, wanted)
+        groups = self.storage.groups(
+            self._place(partition.path), needed, wanted, partition.footer, partition.size
+        )
         while True:
             try:
                 group, table = next(groups)
@@ -424,6 +477,16 @@ class ParquetReader(Reader[RowGroups]):
             if isinstance(record, Record) and record.index - partition.first_row in wanted
         }
         return [found[offset] for offset in offsets]
+
+
+def _side_by_side(function: Callable[[T], R], items: Sequence[T], in_flight: int) -> list[R]:
+    """``function`` of each item, in order: ``in_flight`` at a time on threads (objects' reads,
+    each mostly waiting on the store), or one after another (a disk's)."""
+    workers = min(in_flight, len(items))
+    if workers <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(function, items))
 
 
 class ArrowReader(ParquetReader):

@@ -169,8 +169,8 @@ def open_binary(path: Location, block_size: int = STREAM_BLOCK) -> IO[bytes]:
     return storage_of(path).open_stream(path, block_size)
 
 
-def open_random(path: Location) -> IO[bytes]:
-    return storage_of(path).open_random(path)
+def open_random(path: Location, size: int | None = None) -> IO[bytes]:
+    return storage_of(path).open_random(path, size)
 
 
 def open_range(

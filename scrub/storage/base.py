@@ -112,9 +112,10 @@ class Storage(ABC):
         read-ahead)."""
 
     @abstractmethod
-    def open_random(self, path: Location) -> IO[bytes]:
+    def open_random(self, path: Location, size: int | None = None) -> IO[bytes]:
         """A file for a reader that asks for exactly the ranges it needs (a Parquet footer, then
-        its column chunks): an object's reads are each one request, without read-ahead."""
+        its column chunks): an object's reads are each one request, without read-ahead.
+        ``size``: its bytes where a listing gave them (an object's then need not be asked)."""
 
     @abstractmethod
     def open_range(

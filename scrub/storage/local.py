@@ -33,7 +33,7 @@ class LocalStorage(Storage):
     def open_stream(self, path: Location, block_size: int = STREAM_BLOCK) -> IO[bytes]:
         return open(path, "rb", buffering=min(block_size, 1 << 20))
 
-    def open_random(self, path: Location) -> IO[bytes]:
+    def open_random(self, path: Location, size: int | None = None) -> IO[bytes]:
         return open(path, "rb")
 
     def open_range(

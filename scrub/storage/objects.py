@@ -72,9 +72,17 @@ class ObjectStorage(Storage):
                 IO[bytes], path.fs.open(path.path, "rb", block_size=block_size, cache_type="readahead")
             )
 
-    def open_random(self, path: Location) -> IO[bytes]:
+    def open_random(self, path: Location, size: int | None = None) -> IO[bytes]:
+        """With ``size`` (the driver's listing's), a worker's reads are GETs only: fsspec's file
+        would ask the store for the object's details (a HEAD) before its first range, and
+        s3fs's reads ask for them too, to compare ETags, where the details are known (as the
+        WebDataset ranges, read with ``cat_file``, never compare)."""
+        known = {"size": size} if size is not None else {}
         with remote_errors(path):
-            return cast(IO[bytes], path.fs.open(path.path, "rb", cache_type="none"))
+            opened = path.fs.open(path.path, "rb", cache_type="none", **known)
+        if size is not None and getattr(opened, "_details", "") is None:
+            opened.details = {"name": path.path, "size": size, "type": "file"}
+        return cast(IO[bytes], opened)
 
     def open_range(
         self,

@@ -80,7 +80,7 @@ class ParquetWriter(Writer[ParquetReader]):
                     quarantines[path].parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, quarantines[path])
                 continue
-            schema, sizes, described = storage.facts(path)
+            schema, sizes, described, _ = storage.facts(path)
             outputs = {False: target}
             if path in quarantines:
                 outputs[True] = quarantines[path]
@@ -161,7 +161,7 @@ class ParquetWriter(Writer[ParquetReader]):
             info: Any = None
             if info_path.relative_to(self.source).as_posix() in damaged:
                 if names and self.reader.storage is ArrowStorage:  # from the data files' schema
-                    schema, _, _ = ArrowStorage.facts(state_path.parent / names[0])
+                    schema, *_ = ArrowStorage.facts(state_path.parent / names[0])
                     info = rebuilt_info(huggingface_features(schema))
             elif info_path.is_file():
                 info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -287,7 +287,7 @@ class ParquetWriter(Writer[ParquetReader]):
                 [row for row in range(rows) if verdicts.quarantined(source, row) == (side == "quarantine")],
                 dtype=np.int64,
             )
-            _, written, _ = storage.facts(output)
+            _, written, *_ = storage.facts(output)
             if sum(written) != len(wanted):  # a row lost or added: the sums cannot match
                 ledger.add_values(np.zeros(1, np.uint64))
             first = 0
