@@ -10,8 +10,10 @@ on it) read from the page cache. The dataset is still what its objects are: part
 the fingerprint, the result cache and the memo name the object and its listed version; only
 where the bytes are read from changes.
 
-The copies hold at most `ROOM_SHARE` of the scratch disk's free space (less `SPARE_BYTES`);
-an object beyond that is read where it is, twice, and the summary says how many were. The
+The copies hold at most `ROOM_SHARE` of the scratch disk's free space (less `SPARE_BYTES`), and
+at most `MOST_BYTES`: all of them are fetched before the scan starts (its partitions are counted
+from them), so a dataset of terabytes would fill a disk and wait long before its first record.
+An object beyond that is read where it is, twice, and the summary says how many were. The
 folder is named after this process (`scrub.fixing.outputs.scratch_folder`): removed when the
 dataset is closed, at the latest when this process exits, or by the next run when this one was
 killed.
@@ -33,6 +35,8 @@ from scrub.wording import byte_size, counted
 
 #: the share of the scratch disk's free space a run's copies may take (the rest is the user's)
 ROOM_SHARE = 0.5
+#: the most bytes a run's copies take, whatever the disk's room
+MOST_BYTES = 64 << 30
 
 
 class Spool:
@@ -56,7 +60,7 @@ class Spool:
 
             self.folder = Path(scratch_folder("spool"))
             free = shutil.disk_usage(self.folder).free
-            self.room = max(0, min(int(free * ROOM_SHARE), free - SPARE_BYTES))
+            self.room = max(0, min(int(free * ROOM_SHARE), free - SPARE_BYTES, MOST_BYTES))
             # `remove` removes it when the dataset is closed; this is the net for a caller that
             # drops it (at the latest when this process exits), and the next run's for a killed one
             weakref.finalize(self, shutil.rmtree, self.folder, True)
@@ -117,7 +121,8 @@ class Spool:
             said.append(
                 f"{counted(self.left, 'object')} ({byte_size(self.left_bytes)}) did not fit in "
                 f"{byte_size(self.room)} of scratch and {'was' if self.left == 1 else 'were'} read twice "
-                "(opening, then scanning): set TMPDIR to a larger disk"
+                "(opening, then scanning): set TMPDIR to a disk with more room (copies take at most "
+                f"half its free space and {byte_size(MOST_BYTES)})"
             )
         return "; ".join(said) or None
 
