@@ -236,3 +236,19 @@ def test_a_fix_says_why_it_reads_a_copy_of_a_format_read_in_place(s3_server, tmp
     assert len(said) == 1 and said[0].startswith(
         f"{url}/train.parquet: fix writes its cleaned copy from the source's files: 1 object ("
     )
+
+
+def test_a_prefix_of_lmdb_environments_scans_as_each_of_them(s3_server, tmp_path):
+    """As a folder of environments on disk is: each environment a dataset of the run (found from
+    the prefix's one listing), each read from its own local copy; the same findings per dataset."""
+    local, url = in_bucket(s3_server, tmp_path, "lmdb", "scrub-lmdb-folder")
+    here = scrub.scan(local, scheduler="sync")
+    there = scrub.scan(url, storage_options=storage(s3_server), scheduler="sync")
+    assert sorted(Path(p.path).name for p in there.summary.parts) == ["datum_lmdb", "lsun_lmdb", "npy.lmdb"]
+    assert [Path(p.path).name for p in there.summary.parts] == [Path(p.path).name for p in here.summary.parts]
+
+    def per_dataset(result) -> list[tuple]:
+        return sorted((Path(i.dataset or "").name, i.key, i.check, i.message) for i in result.issues())
+
+    assert per_dataset(there) == per_dataset(here) and per_dataset(here)
+    assert scratch_copies() == []

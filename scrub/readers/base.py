@@ -37,6 +37,7 @@ from scrub.paths import extension, split_roles
 from scrub.records import Batch, Carries, Issue, Record
 from scrub.storage import (
     forget_listings,
+    list_objects,
     location,
     missing_objects,
     on_this_machine,
@@ -915,8 +916,10 @@ def _urls_in(text: str, options: ReadOptions, found: Datasets) -> None:
             raise UnusableDataset(f"{text}: no object matches this pattern")
         protocol = text.split("://", 1)[0]
         found.paths += [location(f"{protocol}://{match}", options.storage) for match in matches]
-    else:
-        found.paths.append(place)
+    else:  # a prefix of datasets is each of them, as a folder is (from one listing: `list_objects`)
+        with remote_errors(place):
+            list_objects(place)  # fills the file system's listings, which the checks below read
+            _datasets_in(place, options, found)
 
 
 def _datasets_in(path: Path, options: ReadOptions, found: Datasets) -> None:
@@ -949,10 +952,10 @@ def _collection(path: Path) -> list[Path] | None:
     splits, ``train.h5`` beside ``val.h5``, stay the files of one dataset where a reader takes
     them so: name them to compare them, ``data/*``.)"""
     databases = [cls for cls in map(reader_class, format_names(plugins=False)) if cls.database_folder]
-    if not path.is_dir() or any(cls.sniff(path) for cls in databases):
+    if not path.is_dir() or any(_sniffs(cls, path) for cls in databases):
         return None
     children = sorted(child for child in path.iterdir() if not child.name.startswith("."))
-    if any(child.is_dir() and any(cls.sniff(child) for cls in databases) for child in children):
+    if any(child.is_dir() and any(_sniffs(cls, child) for cls in databases) for child in children):
         return children
     if any(split_roles([child.name for child in children if child.is_dir()])) and not _one_dataset(path):
         return children  # train/ beside val/: splits
@@ -975,7 +978,7 @@ def _one_dataset(path: Path) -> bool:
     are its folders (an MDS tree of indexes, a Hugging Face ``DatasetDict``): its splits are its
     own. The image folders' reader takes any folder, its sub-folders as classes, which splits
     are not."""
-    return any(reader_class(name).sniff(path) for name in format_names(plugins=False) if name != "images")
+    return any(_sniffs(reader_class(name), path) for name in format_names(plugins=False) if name != "images")
 
 
 def is_dataset(path: Path) -> bool:
@@ -988,18 +991,20 @@ def dataset_format(path: Path) -> str | None:
     """The format of the first reader that holds ``path`` as a dataset, in the order
     `open_reader` sniffs them (scrub's own formats, the image folders' last), else None."""
     return next(
-        (name for name in format_names(plugins=False) if reader_class(name).holds_dataset(path)), None
+        (name for name in format_names(plugins=False) if _sniffs(reader_class(name), path, held=True)), None
     )
 
 
-def _sniffs(cls: type[Reader], path: Any) -> bool:
-    """Whether ``cls`` takes ``path``; for an object of a bucket, a reader whose sniffing needs a
-    local file (``os`` calls, memory maps) does not take it: it fails instead of answering."""
+def _sniffs(cls: type[Reader], path: Any, held: bool = False) -> bool:
+    """Whether ``cls`` takes ``path`` (``held``: as a child of a folder of datasets,
+    `Reader.holds_dataset`); for an object of a bucket, a reader whose sniffing needs a local file
+    (``os`` calls, memory maps) does not take it: it fails instead of answering."""
+    sniff = cls.holds_dataset if held else cls.sniff
     if on_this_machine(path):
-        return cls.sniff(path)
+        return sniff(path)
     with remote_errors(path):
         try:
-            return cls.sniff(path)
+            return sniff(path)
         except (TypeError, NotImplementedError, AttributeError):
             return False
     return False  # not reached: an error is raised as one line

@@ -45,6 +45,7 @@ from scrub.readers.values import (
     values_carry_labels,
 )
 from scrub.records import Carries, Record
+from scrub.storage import read_head
 
 LMDB_MAGIC = 0xBEEFC0DE
 
@@ -83,10 +84,10 @@ class KeyList:
 
 
 def is_lmdb_file(path: Path) -> bool:
-    """An LMDB data file: its first meta page carries LMDB's magic number."""
+    """An LMDB data file: its first meta page carries LMDB's magic number (a file's, or an
+    object's, `scrub.storage.read_head`)."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(20)
+        head = read_head(path, 20)
     except OSError:
         return False
     return len(head) == 20 and struct.unpack_from("<I", head, 16)[0] == LMDB_MAGIC
