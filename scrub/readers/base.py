@@ -352,6 +352,13 @@ class Reader(ABC, Generic[PartitionT]):
         """A partition of only the records at ``offsets`` (needed with `cache_entries`)."""
         raise NotImplementedError
 
+    def partition_entry(self, partition: PartitionT) -> tuple[Any, str] | None:
+        """For a reader whose records are checked in blocks (no record's result to keep, so no
+        `cache_entries`): (the file a partition reads, what else its result depends on: its place
+        in the file, how the dataset is read) where its whole result depends only on those and
+        the file's version (`scrub.scanning.wholes`); None where it cannot be reused."""
+        return None
+
 
 def sampled_files(reader: Reader, partitions: Sequence[Any], records: int) -> tuple[list[Any], list[Any]]:
     """(the first partitions, which together hold ``records`` records or all there are; the

@@ -459,6 +459,15 @@ class ParquetReader(Reader[RowGroups]):
                 piece, partition.source, partition.first_row + offset + begin, offset + begin
             )
 
+    def partition_entry(self, partition: RowGroups) -> tuple[Location, str] | None:
+        """A partition's result depends on its file's bytes, its row groups (its records' keys and
+        indices are their rows in the file) and how the table is read (its columns, what its
+        records carry): kept whole by ``--cache`` (`scrub.scanning.wholes`)."""
+        carried = sorted(str(carries) for carries in self.provides)
+        return self._place(
+            partition.path
+        ), f"{partition.groups}|{partition.first_row}|{self.columns}|{carried}"
+
     def members(self, partitions: Sequence[RowGroups]) -> Iterator[str]:
         for path in self.files():
             yield str(path)

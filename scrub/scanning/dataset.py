@@ -38,6 +38,7 @@ from scrub.scanning.results import PartitionResult
 from scrub.scanning.runner import PartitionWork
 from scrub.scanning.selection import select_checks
 from scrub.scanning.summary import Progress, ScanAggregate, Summary
+from scrub.scanning.wholes import PartitionResults
 from scrub.wording import counted
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class DatasetScan:
             self.replay.config(self.checking.precision)  # bad replay options fail before the scan
         self.checks = self._chosen_checks(_provided(dataset, options, kind, self.replay is not None, split))
         info, reader = dataset.info, dataset.reader
-        self.cache: ResultCache | None
+        self.cache: ResultCache | PartitionResults | None
         self.cache, cache_notes = (
             _open_cache(dataset, options, self.checking, self.checks)
             if options.cache is not None
@@ -116,7 +117,7 @@ class DatasetScan:
             self.checking,
             self.checks,
             moments=self.replay is not None,
-            capture=self.cache is not None,
+            capture=self.cache is not None and not isinstance(self.cache, PartitionResults),
             encoding=encoding,
             profiling=profiling,
         )
@@ -162,7 +163,39 @@ class DatasetScan:
         self.aggregate.add_dataset_issues(dtype_overflows(info.token_dtypes, self.options.checks))
         if self.cache is None:
             return Tasks(self.work, list(self.dataset.partitions), self._add, self.work.failure)
-        return self._cached_tasks()
+        if isinstance(self.cache, PartitionResults):
+            return self._whole_tasks(self.cache)
+        return self._cached_tasks(self.cache)
+
+    def _whole_tasks(self, kept: PartitionResults) -> Tasks:
+        """Reuse the kept results of the partitions whose files are unchanged; return the tasks
+        for the others, whose results are kept for the next scan (`scrub.scanning.wholes`)."""
+        from scrub.scanning.reusing import Subset, SubsetWork
+
+        reader, aggregate = self.dataset.reader, self.aggregate
+        subsets = []
+        for number, partition in enumerate(self.dataset.partitions):
+            entry = reader.partition_entry(partition)
+            reused = kept.lookup(number, partition, entry, usable=self.replay is None)
+            if reused is None:  # the whole partition, its own number: a subset of all its records
+                subsets.append(Subset(number, partition, tuple(range(len(partition)))))
+                continue
+            if self.options.profile:  # counted, but nothing of them is sketched: not read
+                reused.profile = PartitionProfile(records=reused.records, reused=reused.records)
+            aggregate.add(reused)
+        work = SubsetWork(self.work)
+        records = {subset.partition_no: len(subset) for subset in subsets}
+
+        def add(result: PartitionResult) -> None:
+            kept.keep(result, records[result.partition])  # before the aggregate takes its issues
+            self._add(result)
+
+        def failure(number: int, subset: Subset, offset: int, reason: str) -> PartitionResult:
+            kept.failed(subset.partition_no)
+            return work.failure(number, subset, offset, reason)
+
+        self.task_count = len(subsets)
+        return Tasks(work, subsets, add, failure)
 
     def _add(self, result: PartitionResult) -> None:
         """A partition's result into the aggregate; the versions of the files it read kept for
@@ -187,13 +220,12 @@ class DatasetScan:
             for size, mtime in versions.tolist():
                 yield (size, mtime) if size >= 0 else None
 
-    def _cached_tasks(self) -> Tasks:
+    def _cached_tasks(self, cache: ResultCache) -> Tasks:
         """Reuse the cache's results for unchanged records; return the tasks for the others, whose
         results are stored for the next scan."""
         from scrub.scanning.reusing import Reuse, Subset, SubsetWork
 
-        dataset, cache, aggregate = self.dataset, self.cache, self.aggregate
-        assert cache is not None  # `tasks` comes here only with a cache
+        dataset, aggregate = self.dataset, self.aggregate
         reader = dataset.reader
         reuse = Reuse(reader, self.checks)
         lookups, subsets = {}, []
@@ -436,22 +468,33 @@ class DatasetScan:
         )
 
 
+#: what a cache says of a scan with ``--dummy-loss``
+REPLAY_REUSES_NOTHING = (
+    "cache: --dummy-loss reads every record for the replay, so no stored result was reused"
+)
+
+
+def _cached(cls: type[Reader]) -> bool:
+    """Whether ``--cache`` keeps the results of ``cls``'s records (one by one, or their
+    partitions whole)."""
+    return cls.cache_entries is not Reader.cache_entries or cls.partition_entry is not Reader.partition_entry
+
+
 def _open_cache(
     dataset: OpenedDataset, options: ScanOptions, checking: CheckOptions, checks: Sequence
-) -> tuple[ResultCache | None, list[str]]:
+) -> tuple[ResultCache | PartitionResults | None, list[str]]:
     """The result cache for this dataset and these options, or None and a note saying why
     (the reader's records cannot be cached)."""
     from scrub import __version__
     from scrub.scanning.cache import ResultCache, scope_digest
 
     reader = dataset.reader
-    if type(reader).cache_entries is Reader.cache_entries:
+    by_record = type(reader).cache_entries is not Reader.cache_entries
+    if not by_record and type(reader).partition_entry is Reader.partition_entry:
         from scrub.formats import format_names
         from scrub.readers.base import reader_class
 
-        cached = [
-            name for name in format_names() if reader_class(name).cache_entries is not Reader.cache_entries
-        ]
+        cached = [name for name in format_names() if _cached(reader_class(name))]
         listed = " and ".join([", ".join(cached[:-1]), cached[-1]] if len(cached) > 1 else cached)
         return None, [
             f"cache: {reader.format} records are not cached ({listed} records are): every record was scanned"
@@ -467,11 +510,14 @@ def _open_cache(
         )
     )
     assert options.cache is not None  # opened only when --cache is given
+    if not by_record:  # its records are checked in blocks: whole partitions are kept
+        wholes = PartitionResults(dataset.memo, scope)
+        if options.replay is not None:
+            wholes.notes.append(REPLAY_REUSES_NOTHING)
+        return wholes, []
     cache = ResultCache(options.cache, scope, dataset.path, [c.id for c in checks if c.kind in COLUMN_KINDS])
     if options.replay is not None:
-        cache.notes.append(
-            "cache: --dummy-loss reads every record for the replay, so no stored result was reused"
-        )
+        cache.notes.append(REPLAY_REUSES_NOTHING)
     return cache, []
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,9 @@ class OpenedDataset:
     fingerprint: dict[str, Any] | None
     #: the local copies of objects its opening read whole, which its partitions read
     spool: Spool | None = None
+    #: what its opening learned of its files, kept in the ``--cache`` directory (one that keeps
+    #: nothing without one); a scan keeps whole partitions' results in it too
+    memo: Memo = field(default_factory=Memo)
 
     def take_fingerprint(
         self,
@@ -94,6 +97,7 @@ def open_dataset(
     memo = Memo.for_dataset(options.cache, place)  # what opening learned last time (``--cache``)
     with memo.in_use():
         dataset = _opened(place, options, before_open, scanned, needs_files)
+    dataset.memo = memo
     unsaved = memo.save()
     if unsaved is not None:
         dataset.info.notes.append(unsaved)

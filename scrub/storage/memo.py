@@ -49,6 +49,9 @@ class Memo:
         self.reused = 0
         self.learned = 0
         self._old: dict[str, list] = _read(path) if path is not None else {}
+        #: what the file holds now: the last run's facts, then what a `save` wrote (a scan saves
+        #: again after its opening did, with the partitions' results it kept)
+        self._saved = self._old
         self._new: dict[str, list] = {}
 
     @classmethod
@@ -93,6 +96,29 @@ class Memo:
         self.learned += 1
         return value
 
+    def recall(self, kind: str, place: Location, extra: str = "") -> tuple[Any, list | None]:
+        """What was kept of ``place`` (`keep`) at the version it has now, else None; and that
+        version, taken now, for `keep` (None where it cannot be taken, or nothing is kept). For
+        a fact learned later than asked for (a partition's result, after the scan)."""
+        if self.path is None:
+            return None, None
+        key = f"{kind}\0{same_place(place)}\0{extra}"
+        try:
+            version = [_version(place)]
+        except (OSError, UnusableDataset):
+            return None, None
+        held = self._old.get(key)
+        if held is not None and held[0] == version:
+            self._new[key] = held
+            self.reused += 1
+            return held[1], version
+        return None, version
+
+    def keep(self, kind: str, place: Location, extra: str, version: list, value: Any) -> None:
+        """Keep ``value`` (as msgpack holds it) of ``place`` at ``version`` (`recall`'s)."""
+        self._new[f"{kind}\0{same_place(place)}\0{extra}"] = [version, value]
+        self.learned += 1
+
     @contextmanager
     def in_use(self) -> Iterator[Memo]:
         """This memo as `current_memo` (a sniff, which runs before any reader exists, asks it so)."""
@@ -104,17 +130,18 @@ class Memo:
 
     def save(self) -> str | None:
         """Keep what this run used for the next one; a note where it cannot be written."""
-        if self.path is None or not (self._new or self._old):
+        if self.path is None or not (self._new or self._saved):
             return None
         from scrub.fixing.outputs import write_atomically
 
         payload = msgpack.packb(self._new, use_bin_type=True)
         try:
-            if self._new == self._old:  # as it is: marked used
+            if self._new == self._saved:  # as it is: marked used
                 os.utime(self.path)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 write_atomically(self.path, MAGIC + xxhash.xxh3_128_digest(payload) + payload, "cache file")
+                self._saved = dict(self._new)
         except (OSError, ScrubError) as error:
             return f"cache: cannot write {self.path} ({error}): the next scan learns its files again"
         kept = sorted(self.path.parent.glob(f"memo-*{SUFFIX}"), key=_used, reverse=True)
