@@ -315,9 +315,13 @@ def main() -> int:
                 arguments.python, "-c", NAIVE_PARQUET, endpoint, *table_urls
             ],
             "Parquet scrub (prefix)": scrub(f"s3://{BUCKET}/parquet"),
+            "Parquet scrub (prefix, --cache, nothing changed)": [
+                *scrub(f"s3://{BUCKET}/parquet"), "--cache", str(out / "cache")
+            ],
         }  # fmt: skip
         nights = nightly(client, arguments, scrub, requests)
         timed(commands["scrub (prefix, --cache, nothing changed)"])  # the first night: fills the cache
+        timed(commands["Parquet scrub (prefix, --cache, nothing changed)"])
         runs: dict[str, list[tuple[float, int, str]]] = {name: [] for name in commands}
         counted: dict[str, Counter[str]] = {}
         for _ in range(arguments.repeat):

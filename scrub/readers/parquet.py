@@ -13,10 +13,12 @@ reads only its row groups and only the chosen columns. Needs ``pyarrow`` (``pip 
 from __future__ import annotations
 
 import importlib
+import io
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -30,6 +32,7 @@ from scrub.readers.savedtodisk import damaged_descriptions, is_saved_to_disk, mi
 from scrub.readers.tablecontents import Columns, TableRows, choose_columns
 from scrub.records import Batch, Carries, Record
 from scrub.storage import Location, location, on_this_machine, open_binary, open_random, read_head, storage_of
+from scrub.storage.memo import current_memo
 
 PARQUET_MAGIC = b"PAR1"
 #: an object's footer up to this size (serialized) travels with its partitions (`RowGroups.footer`)
@@ -48,6 +51,12 @@ def pyarrow_modules():
 
 
 def is_parquet_file(path: Location) -> bool:
+    """Whether the file starts as Parquet does (what this version of it did, from the memo:
+    `scrub.storage.memo`)."""
+    return current_memo().remembered("parquet-head", path, lambda: _starts_as_parquet(path))
+
+
+def _starts_as_parquet(path: Location) -> bool:
     try:
         return read_head(path, 4) == PARQUET_MAGIC
     except OSError:
@@ -385,12 +394,17 @@ class ParquetReader(Reader[RowGroups]):
 
     def _facts(self, files: list[Path]) -> list[tuple[int | None, Any]]:
         """(its bytes where it is an object, its `facts` or the OSError or ValueError they raised)
-        of each file: objects' side by side, as each waits on its requests."""
+        of each file: objects' side by side, as each waits on its requests; a file's facts from
+        the memo where an earlier ``--cache`` run read this version of its footer."""
+        memo, storage = current_memo(), self.storage  # (a thread of the pool does not see the opening's)
 
         def facts_of(path: Path) -> tuple[int | None, Any]:
             try:
                 size = None if on_this_machine(path) else storage_of(path).size(path)  # listed
-                return size, self.storage.facts(path, size)
+                learn = partial(storage.facts, path, size)
+                return size, memo.remembered(
+                    f"{storage.suffix}-facts", path, learn, "", _dump_facts, _load_facts
+                )
             except (OSError, ValueError) as error:
                 return None, error
 
@@ -408,19 +422,26 @@ class ParquetReader(Reader[RowGroups]):
         firsts = list(each_file.values())[:SAMPLED_FILES]
         if not firsts:
             return None
-        each = -(-most // len(firsts))
-        label = columns.label
+        each, label, memo = -(-most // len(firsts)), columns.label, current_memo()
 
-        def labels_of(partition: RowGroups) -> list[np.ndarray]:
+        def labels_of(partition: RowGroups) -> np.ndarray | None:
+            """A file's first ``each`` labels (from the memo while the file is unchanged)."""
+
+            def read() -> np.ndarray | None:
+                place = self._place(partition.path)
+                found = self.storage.groups(
+                    place, partition.groups[:1], [label], partition.footer, partition.size
+                )
+                parts = [np.asarray(t.column(label).to_numpy(zero_copy_only=False))[:each] for _, t in found]
+                numeric = [part for part in parts if part.dtype.kind in "biuf"]  # (not texts: no classes)
+                return np.concatenate(numeric) if numeric else None
+
+            extra = f"{each}|{columns}|{partition.groups[:1]}"
             place = self._place(partition.path)
-            read = self.storage.groups(place, partition.groups[:1], [label], partition.footer, partition.size)
-            return [
-                np.asarray(table.column(label).to_numpy(zero_copy_only=False))[:each] for _, table in read
-            ]
+            return memo.remembered("table-labels", place, read, extra, _dump_array, _load_array)
 
         in_flight = storage_of(self.path).requests_in_flight
-        parts = [part for found in _side_by_side(labels_of, firsts, in_flight) for part in found]
-        numeric = [part for part in parts if part.dtype.kind in "biuf"]
+        numeric = [part for part in _side_by_side(labels_of, firsts, in_flight) if part is not None]
         return np.concatenate(numeric) if numeric else None
 
     # -- reading (worker side) -------------------------------------------------------------
@@ -486,6 +507,39 @@ class ParquetReader(Reader[RowGroups]):
             if isinstance(record, Record) and record.index - partition.first_row in wanted
         }
         return [found[offset] for offset in offsets]
+
+
+def _dump_facts(facts: tuple[Any, list[int], dict[str, Any], Any]) -> list:
+    """A file's `facts` as msgpack holds them (`scrub.storage.memo`): the schema in Arrow's IPC
+    form, the footer as a metadata-only Parquet file (``_metadata``'s form)."""
+    schema, sizes, described, footer = facts
+    held = None
+    if footer is not None:
+        buffer = io.BytesIO()
+        footer.write_metadata_file(buffer)
+        held = buffer.getvalue()
+    return [schema.serialize().to_pybytes(), list(sizes), described, held]
+
+
+def _load_facts(held: list) -> tuple[Any, list[int], dict[str, Any], Any]:
+    import pyarrow as pa
+
+    schema, sizes, described, footer = held
+    _, parquet = pyarrow_modules()
+    metadata = parquet.read_metadata(io.BytesIO(footer)) if footer is not None else None
+    return pa.ipc.read_schema(pa.py_buffer(schema)), list(sizes), dict(described), metadata
+
+
+def _dump_array(values: np.ndarray | None) -> list | None:
+    """A label sample of numbers as msgpack holds it (its dtype, shape and bytes)."""
+    return None if values is None else [values.dtype.str, list(values.shape), values.tobytes()]
+
+
+def _load_array(held: list | None) -> np.ndarray | None:
+    if held is None:
+        return None
+    dtype, shape, data = held
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
 
 
 def _side_by_side(function: Callable[[T], R], items: Sequence[T], in_flight: int) -> list[R]:

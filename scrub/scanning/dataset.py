@@ -551,7 +551,8 @@ def _label_kind(
         return "class", None
     sample = None
     if checking.label_kind == "auto" and not declared and checking.declared_range is None:
-        sample = dataset.reader.label_sample(dataset.partitions, LABEL_SAMPLE)
+        with dataset.memo.in_use():  # a sample read before, of unchanged files, is not read again
+            sample = dataset.reader.label_sample(dataset.partitions, LABEL_SAMPLE)
     return label_kind(checking, sample, declared, bool(info.label_width))
 
 
