@@ -252,3 +252,47 @@ def test_a_prefix_of_lmdb_environments_scans_as_each_of_them(s3_server, tmp_path
 
     assert per_dataset(there) == per_dataset(here) and per_dataset(here)
     assert scratch_copies() == []
+
+
+def test_a_kept_copy_fetches_only_what_changed(s3_server, tmp_path, caplog):
+    """Issue 42's nightly job for the formats read from a local copy: with ``--cache`` the copy is
+    kept, so an unchanged night fetches no object, a rewritten object is fetched alone, and an
+    object gone from the prefix leaves the copy; each night's manifest is a fresh scan's."""
+    import logging
+
+    import h5py
+    from test_s3_read import object_reads
+
+    folder = tmp_path / "h5"
+    folder.mkdir()
+    for name, bad in (("a.h5", 3), ("b.h5", 7)):
+        data = np.arange(40, dtype=np.float32).reshape(10, 4)
+        data[bad % 10, 1] = np.nan
+        with h5py.File(folder / name, "w") as file:
+            file.create_dataset("data", data=data)
+    url = s3_server.upload(folder, "scrub-kept", "h5")
+    options = {"storage_options": storage(s3_server), "cache": tmp_path / "cache", "scheduler": "sync"}
+    caplog.set_level(logging.INFO, logger="werkzeug")
+
+    def night() -> tuple[scrub.ScanResult, set[str]]:
+        caplog.clear()
+        result = scrub.scan(url, **options)
+        reads = object_reads(caplog)
+        fresh = scrub.scan(url, storage_options=storage(s3_server), scheduler="sync")
+        assert findings(result) == findings(fresh) and result.summary.records == fresh.summary.records
+        return result, {key.rsplit("/", 1)[-1] for key, count in reads.items() if count}
+
+    first, read = night()
+    assert read == {"a.h5", "b.h5"} and first.summary.records == 20
+    again, read = night()
+    assert read == set(), read
+    assert any("read from the copy kept in" in note and "0 objects" in note for note in again.summary.notes)
+    with h5py.File(tmp_path / "b.h5", "w") as file:
+        file.create_dataset("data", data=np.full((6, 4), np.inf, np.float32))
+    s3_server.client.put_object(Bucket="scrub-kept", Key="h5/b.h5", Body=(tmp_path / "b.h5").read_bytes())
+    changed, read = night()
+    assert read == {"b.h5"} and changed.summary.records == 16
+    s3_server.client.delete_object(Bucket="scrub-kept", Key="h5/b.h5")
+    gone, read = night()
+    assert read == set() and gone.summary.records == 10
+    assert scratch_copies() == []

@@ -54,6 +54,11 @@ class Memo:
         self._saved = self._old
         self._new: dict[str, list] = {}
 
+    @property
+    def directory(self) -> Path | None:
+        """The ``--cache`` directory this memo is kept in (None: it keeps nothing)."""
+        return self.path.parent if self.path is not None else None
+
     @classmethod
     def for_dataset(cls, directory: Path | None, dataset: Location) -> Memo:
         """The memo of ``dataset`` in the cache directory (none without one)."""

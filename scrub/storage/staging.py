@@ -13,6 +13,13 @@ every object of the listing as a sparse file of its true size whose first bytes 
 object when it is small) were fetched, which is all the formats' sniffs read (magic numbers,
 ``index.json``, ``CURRENT``, a pair's names). Only then is each object fetched whole, after
 checking that the scratch disk has room for them.
+
+With ``--cache DIR`` the copy is kept for the next run, in ``DIR/copies/<digest of the URL>``,
+with the (size, version) of each object it holds: a night when nothing changed fetches nothing
+(the listing decides, as for the objects a reader reads in place), and one when an object was
+rewritten fetches that object alone (written beside its old copy, then renamed over it: a run
+reading the old one keeps it). Objects gone from the listing leave the copy. DIR keeps the
+`KEPT_COPIES` most recently used copies.
 """
 
 from __future__ import annotations
@@ -26,8 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
+import xxhash
+
 from scrub.errors import UnusableDataset
 from scrub.storage import Location, remote_errors, version_of
+from scrub.storage.memo import current_memo
 from scrub.wording import byte_size, counted
 
 #: bytes of each object the head mirror fetches: every format's signature lies in its first
@@ -44,6 +55,8 @@ SPARE_BYTES = 256 << 20
 LIBRARY_OPENS_FILES = "its format's library opens local files only"
 #: why a copy is read: `fix` of a format whose writer copies from the source's files
 WRITER_COPIES_FILES = "fix writes its cleaned copy from the source's files"
+#: copies a cache directory keeps (each a dataset's size: few)
+KEPT_COPIES = 4
 
 
 @dataclass
@@ -63,13 +76,21 @@ class StagedCopy:
     listing: dict[str, dict[str, Any]]
     #: why a copy is read rather than the objects (said in the note and in refusals)
     why: str = LIBRARY_OPENS_FILES
+    #: where a copy kept in a cache directory records the version of each object it holds
+    #: (None: a copy for this run only)
+    kept: Path | None = None
+    #: objects (and their bytes) fetched by this run: all of them, but for a kept copy's
+    fetched: tuple[int, int] = (0, 0)
 
     @property
     def bytes(self) -> int:
         return sum(_size_of(info) for info in self.listing.values())
 
     def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Delete the copy; a kept one stays for the next run (what it holds that was not
+        fetched whole is not in its versions)."""
+        if self.kept is None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def named(self, text: str) -> str:
         """``text`` (a reader's message or note) with the copy named by its URL, and the scratch
@@ -97,10 +118,34 @@ class StagedCopy:
 
     @property
     def note(self) -> str:
+        held = f"{counted(len(self.listing), 'object')} ({byte_size(self.bytes)})"
+        if self.kept is None:
+            return f"{self.url}: {self.why}: {held} copied to local scratch for this run and removed after it"
+        count, size = self.fetched
         return (
-            f"{self.url}: {self.why}: {counted(len(self.listing), 'object')} ({byte_size(self.bytes)}) "
-            "copied to local scratch for this run and removed after it"
+            f"{self.url}: {self.why}: {held} read from the copy kept in {self.folder.parent.parent}; "
+            f"{counted(count, 'object')} ({byte_size(size)}) fetched now, the others unchanged since "
+            "it was made"
         )
+
+    def held_versions(self) -> dict[str, list]:
+        """Key -> [size, version] of each object a kept copy holds whole (none for another)."""
+        if self.kept is None:
+            return {}
+        try:
+            held = msgpack.unpackb(self.kept.read_bytes(), raw=False)
+        except (OSError, ValueError, msgpack.UnpackException):
+            return {}
+        return held if isinstance(held, dict) else {}
+
+    def stale(self) -> list[str]:
+        """The keys of the objects to fetch: all of them, but for a kept copy's unchanged ones."""
+        held = self.held_versions()
+        return [
+            key
+            for key, info in self.listing.items()
+            if held.get(key) != list(version_of(info)) or not self.local(key).is_file()
+        ]
 
 
 def local_copy(
@@ -117,27 +162,50 @@ def local_copy(
         return None
     from scrub.fixing.outputs import scratch_folder
 
-    folder = Path(scratch_folder("source"))
     url = str(place).rstrip("/")
     key = str(place.path).rstrip("/")
-    copy = StagedCopy(url, key, folder / (url.rsplit("/", 1)[-1] or "dataset"), folder, listing, why)
-    # `StagedCopy.remove` removes it when the run ends; this is the net for a caller that drops it
-    # unclosed (at the latest when this process exits), and the next run's for a killed one
-    weakref.finalize(copy, shutil.rmtree, folder, True)
+    cache = current_memo().directory  # ``--cache DIR``: the copy is kept there
+    kept = _kept_folder(cache, url) if cache is not None else None
+    folder = kept.with_suffix("") if kept is not None else Path(scratch_folder("source"))
+    copy = StagedCopy(url, key, folder / (url.rsplit("/", 1)[-1] or "dataset"), folder, listing, why, kept)
+    if kept is None:
+        # `StagedCopy.remove` removes it when the run ends; this is the net for a caller that drops
+        # it unclosed (at the latest when this process exits), and the next run's for a killed one
+        weakref.finalize(copy, shutil.rmtree, folder, True)
     return copy
 
 
+def _kept_folder(cache: Path, url: str) -> Path:
+    """The versions file of the copy of ``url`` kept in ``cache`` (the copy: beside it, without
+    its suffix), marked used; the least recently used copies beyond `KEPT_COPIES` are removed."""
+    copies = cache / "copies"
+    versions = copies / f"{xxhash.xxh3_64_hexdigest(url.encode())}.versions"
+    versions.with_suffix("").mkdir(parents=True, exist_ok=True)
+    os.utime(versions.with_suffix(""))
+    folders = sorted((p for p in copies.iterdir() if p.is_dir()), key=_used, reverse=True)
+    for stale in folders[KEPT_COPIES:]:
+        shutil.rmtree(stale, ignore_errors=True)
+        stale.with_suffix(".versions").unlink(missing_ok=True)
+    return versions
+
+
 def fetch_heads(copy: StagedCopy, place: Location) -> StagedCopy:
-    """Make ``copy`` a head mirror (see the module's docstring): what sniffing reads, no more."""
-    keys = list(copy.listing)
+    """Make ``copy`` a head mirror (see the module's docstring): what sniffing reads, no more (a
+    kept copy's unchanged objects are there whole already)."""
+    keys = copy.stale()
+    if not keys:
+        return copy
+    if copy.kept is not None:  # a head is not the object: it is fetched whole before it is held
+        _keep_versions(copy, {k: v for k, v in copy.held_versions().items() if k not in set(keys)})
     ends = [
-        _size_of(info) if _size_of(info) <= SMALL_OBJECT else HEAD_BYTES for info in copy.listing.values()
+        _size_of(copy.listing[key]) if _size_of(copy.listing[key]) <= SMALL_OBJECT else HEAD_BYTES
+        for key in keys
     ]
     try:
         with remote_errors(place):
             heads = place.fs.cat_ranges(keys, [0] * len(keys), ends, on_error="return")
-        for (key, info), head in zip(copy.listing.items(), heads):
-            local = copy.local(key)
+        for key, head in zip(keys, heads):
+            info, local = copy.listing[key], copy.local(key)
             local.parent.mkdir(parents=True, exist_ok=True)
             with open(local, "wb") as file:
                 if not isinstance(head, BaseException):
@@ -151,28 +219,57 @@ def fetch_heads(copy: StagedCopy, place: Location) -> StagedCopy:
 
 
 def fill(copy: StagedCopy, place: Location) -> StagedCopy:
-    """Fetch every object of ``copy`` whole, once the scratch disk is known to hold them."""
+    """Fetch every object of ``copy`` whole (a kept copy's changed ones), once the disk is known
+    to hold them. Each is fetched beside its place, then renamed there."""
+    remote = copy.stale()
+    needed = sum(_size_of(copy.listing[key]) for key in remote)
     free = shutil.disk_usage(copy.folder).free
-    if copy.bytes + SPARE_BYTES > free:
+    if needed + SPARE_BYTES > free:
         copy.remove()
+        where = copy.folder.parent.parent if copy.kept is not None else tempfile.gettempdir()
         raise UnusableDataset(
             f"{copy.url}: {copy.why}, and copying its "
-            f"{byte_size(copy.bytes)} needs more than the {byte_size(free)} free in {tempfile.gettempdir()}: "
-            "set TMPDIR to a larger disk, or copy the dataset down first"
+            f"{byte_size(needed)} needs more than the {byte_size(free)} free in {where}: "
+            "set TMPDIR (or --cache) to a larger disk, or copy the dataset down first"
         )
-    remote = list(copy.listing)
     local = [copy.local(key) for key in remote]
+    fetched = [path.with_name(f".{path.name}.fetched") for path in local]
     try:
         for path in {path.parent for path in local}:
             path.mkdir(parents=True, exist_ok=True)
         with remote_errors(place):
-            place.fs.get(remote, [str(path) for path in local])
-        for key, path in zip(remote, local):
-            _take_time(path, copy.listing[key])
+            place.fs.get(remote, [str(path) for path in fetched])
+        for key, path, part in zip(remote, local, fetched):
+            _take_time(part, copy.listing[key])
+            os.replace(part, path)
     except BaseException:
+        for part in fetched:
+            part.unlink(missing_ok=True)
         copy.remove()
         raise
+    copy.fetched = (len(remote), needed)
+    if copy.kept is not None:
+        _leave_only_listed(copy)
+        _keep_versions(copy, {key: list(version_of(info)) for key, info in copy.listing.items()})
     return copy
+
+
+def _leave_only_listed(copy: StagedCopy) -> None:
+    """Remove from a kept copy the files of objects no longer listed (an HDF5 file deleted from
+    the prefix must not stay a file of the dataset)."""
+    listed = {str(copy.local(key)) for key in copy.listing}
+    for directory, _, files in os.walk(copy.folder):
+        for name in files:
+            if os.path.join(directory, name) not in listed:
+                os.unlink(os.path.join(directory, name))
+
+
+def _keep_versions(copy: StagedCopy, held: dict[str, list]) -> None:
+    """Record what a kept copy holds whole (key -> [size, version])."""
+    from scrub.fixing.outputs import write_atomically
+
+    assert copy.kept is not None
+    write_atomically(copy.kept, msgpack.packb(held, use_bin_type=True), "cache file")
 
 
 def _listing(place: Location, prefix_endings: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -192,6 +289,13 @@ def _listing(place: Location, prefix_endings: tuple[str, ...]) -> dict[str, dict
         for k in sorted(found)
         if found[k].get("type") != "directory" and not k.endswith("/")
     }
+
+
+def _used(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _size_of(info: Mapping[str, Any]) -> int:
