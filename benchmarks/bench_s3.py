@@ -11,7 +11,8 @@ as whole processes, best of ``--repeat`` (interleaved):
   each shard a dataset), and the same shards named by their prefix (one dataset);
 
 * ``scrub scan s3://BUCKET/shards --cache DIR`` of the same shards unchanged since a first
-  cached scan (a nightly job on a night when nothing changed);
+  cached scan (a nightly job on a night when nothing changed), and the same of the HDF5 file
+  (its local copy kept in DIR) and of the Parquet dataset (its partitions' results kept whole);
 * the nightly job at scale (``--nightly-shards``, 200 small shards): its first night, a night
   when nothing changed and one when 1% of the shards were rewritten, each with the requests it
   made (issue 42's goal: an unchanged night costs the listing, a changed one reads those shards);
@@ -310,6 +311,9 @@ def main() -> int:
                 arguments.python, "-c", NAIVE_HDF5, endpoint, f"s3://{BUCKET}/h5/train.h5"
             ],
             "HDF5 scrub (a local copy)": scrub(f"s3://{BUCKET}/h5/train.h5"),
+            "HDF5 scrub (a kept copy, --cache, nothing changed)": [
+                *scrub(f"s3://{BUCKET}/h5/train.h5"), "--cache", str(out / "cache")
+            ],
             "Parquet floor (s3fs.cat)": [arguments.python, "-c", FLOOR, endpoint, *table_urls],
             "Parquet naive (pyarrow, np.isfinite)": [
                 arguments.python, "-c", NAIVE_PARQUET, endpoint, *table_urls
@@ -322,6 +326,7 @@ def main() -> int:
         nights = nightly(client, arguments, scrub, requests)
         timed(commands["scrub (prefix, --cache, nothing changed)"])  # the first night: fills the cache
         timed(commands["Parquet scrub (prefix, --cache, nothing changed)"])
+        timed(commands["HDF5 scrub (a kept copy, --cache, nothing changed)"])
         runs: dict[str, list[tuple[float, int, str]]] = {name: [] for name in commands}
         counted: dict[str, Counter[str]] = {}
         for _ in range(arguments.repeat):
