@@ -37,8 +37,6 @@ from scrub.storage.memo import current_memo
 PARQUET_MAGIC = b"PAR1"
 #: an object's footer up to this size (serialized) travels with its partitions (`RowGroups.footer`)
 FOOTER_CARRIED = 256 << 10
-T = TypeVar("T")
-R = TypeVar("R")
 #: `label_sample` reads the labels of at most this many files (the first, in order)
 SAMPLED_FILES = 16
 
@@ -485,9 +483,8 @@ class ParquetReader(Reader[RowGroups]):
         indices are their rows in the file) and how the table is read (its columns, what its
         records carry): kept whole by ``--cache`` (`scrub.scanning.wholes`)."""
         carried = sorted(str(carries) for carries in self.provides)
-        return self._place(
-            partition.path
-        ), f"{partition.groups}|{partition.first_row}|{self.columns}|{carried}"
+        extra = f"{partition.groups}|{partition.first_row}|{self.columns}|{carried}"
+        return self._place(partition.path), extra
 
     def members(self, partitions: Sequence[RowGroups]) -> Iterator[str]:
         for path in self.files():
@@ -540,6 +537,10 @@ def _load_array(held: list | None) -> np.ndarray | None:
         return None
     dtype, shape, data = held
     return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _side_by_side(function: Callable[[T], R], items: Sequence[T], in_flight: int) -> list[R]:
