@@ -296,3 +296,25 @@ def test_a_kept_copy_fetches_only_what_changed(s3_server, tmp_path, caplog):
     gone, read = night()
     assert read == set() and gone.summary.records == 10
     assert scratch_copies() == []
+
+
+def test_an_object_named_as_a_copied_format_is_not_sniffed_by_every_reader(s3_server, tmp_path, caplog):
+    """``s3://b/h5/train.h5`` is told HDF5 by its copy's head (one request), not by every reader's
+    sniff of the URL (two dozen HEADs and listings); with its copy kept, a night that finds it
+    unchanged fetches nothing and asks a few requests in all."""
+    import logging
+
+    import h5py
+    from test_s3_read import object_reads
+
+    with h5py.File(tmp_path / "train.h5", "w") as file:
+        file.create_dataset("data", data=np.ones((20, 3), np.float32))
+    url = s3_server.upload(tmp_path / "train.h5", "scrub-named", "h5") + "/train.h5"
+    options = {"storage_options": storage(s3_server), "cache": tmp_path / "cache", "scheduler": "sync"}
+    assert scrub.scan(url, **options).summary.dataset.format == "hdf5"
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    caplog.clear()
+    again = scrub.scan(url, **options)
+    asked = [record for record in caplog.records if record.name == "werkzeug"]
+    assert again.summary.records == 20 and not object_reads(caplog)
+    assert len(asked) <= 8, [record.getMessage() for record in asked]

@@ -501,7 +501,7 @@ def _object_store_reader(place: Any, options: ReadOptions, origin: Callable[[str
     if not names_dataset(place):
         raise UnusableDataset(f"{place}: no such object or prefix")
     named = options.format if options.format not in (None, "auto") else options.sniffed
-    if named is None:
+    if named is None and not _copied_by_name(place):
         named = _taker_by_name(place) or _first_taker(place)
     if named is not None and reader_class(named).reads_objects and not options.local_copy:
         return _applicable(reader_class(named), place, options, origin)
@@ -545,6 +545,21 @@ def _taker_by_name(place: Any) -> str | None:
         if cls.reads_objects and cls.file_suffixes and name.endswith(cls.file_suffixes):
             return format_name if _sniffs(cls, place) else None
     return None
+
+
+def _copied_by_name(place: Any) -> bool:
+    """Whether an object's name says its format is one read from a local copy (``train.h5``,
+    ``x.npz``): the head mirror tells which (one request, none where ``--cache`` keeps the copy),
+    where every reader's sniff of the URL costs a request or two each. Not the suffixes of a
+    pair's files (Megatron's ``.bin`` beside ``.idx``): such an object may be half of a pair."""
+    name = str(place).rstrip("/").rsplit("/", 1)[-1].lower()
+    readers = [reader_class(format_name) for format_name in format_names(plugins=False)]
+    paired = {ending for cls in readers for ending in cls.prefix_files}
+    return any(
+        not cls.reads_objects and name.endswith(suffix) and suffix not in paired
+        for cls in readers
+        for suffix in cls.file_suffixes
+    )
 
 
 def _first_taker(path: Any) -> str | None:
