@@ -15,12 +15,11 @@ from __future__ import annotations
 import importlib
 import io
 import itertools
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -31,7 +30,16 @@ from scrub.readers.base import DatasetInfo, Reader, shared_sniff
 from scrub.readers.savedtodisk import damaged_descriptions, is_saved_to_disk, missing_data_file
 from scrub.readers.tablecontents import Columns, TableRows, choose_columns
 from scrub.records import Batch, Carries, Record
-from scrub.storage import Location, location, on_this_machine, open_binary, open_random, read_head, storage_of
+from scrub.storage import (
+    Location,
+    location,
+    on_this_machine,
+    open_binary,
+    open_random,
+    read_head,
+    side_by_side,
+    storage_of,
+)
 from scrub.storage.memo import current_memo
 
 PARQUET_MAGIC = b"PAR1"
@@ -406,7 +414,7 @@ class ParquetReader(Reader[RowGroups]):
             except (OSError, ValueError) as error:
                 return None, error
 
-        return _side_by_side(facts_of, files, storage_of(self.path).requests_in_flight)
+        return side_by_side(facts_of, files, self.path)
 
     def label_sample(self, partitions: Sequence[RowGroups], most: int) -> np.ndarray | None:
         """The label column's first values in each file (of at most `SAMPLED_FILES`), ``most`` in
@@ -438,8 +446,7 @@ class ParquetReader(Reader[RowGroups]):
             place = self._place(partition.path)
             return memo.remembered("table-labels", place, read, extra, _dump_array, _load_array)
 
-        in_flight = storage_of(self.path).requests_in_flight
-        numeric = [part for part in _side_by_side(labels_of, firsts, in_flight) if part is not None]
+        numeric = [part for part in side_by_side(labels_of, firsts, self.path) if part is not None]
         return np.concatenate(numeric) if numeric else None
 
     # -- reading (worker side) -------------------------------------------------------------
@@ -537,20 +544,6 @@ def _load_array(held: list | None) -> np.ndarray | None:
         return None
     dtype, shape, data = held
     return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def _side_by_side(function: Callable[[T], R], items: Sequence[T], in_flight: int) -> list[R]:
-    """``function`` of each item, in order: ``in_flight`` at a time on threads (objects' reads,
-    each mostly waiting on the store), or one after another (a disk's)."""
-    workers = min(in_flight, len(items))
-    if workers <= 1:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(function, items))
 
 
 class ArrowReader(ParquetReader):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from scrub.readers.tarwalk import (
     walk_shard,
 )
 from scrub.records import Carries, Record
-from scrub.storage import location, storage_of
+from scrub.storage import location, side_by_side, storage_of
 from scrub.storage.memo import Memo, current_memo
 from scrub.storage.spool import Spool, current_spool
 from scrub.wording import agreeing, counted
@@ -232,12 +231,8 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
     def _walks(self, shards: list[Any], partition_size: int, spool: Spool | None) -> list[ShardWalk]:
         """Each shard's walk; objects' side by side, as each waits on its requests. An object
         walked (not remembered) is copied by ``spool`` first, where there is one: read once."""
-        walkers = min(storage_of(self.path).requests_in_flight, len(shards))
         memo = current_memo()  # (a thread of the pool does not see the opening's)
-        if walkers <= 1:
-            return [_walk(shard, partition_size, memo, spool) for shard in shards]
-        with ThreadPoolExecutor(walkers) as pool:
-            return list(pool.map(lambda shard: _walk(shard, partition_size, memo, spool), shards))
+        return side_by_side(lambda shard: _walk(shard, partition_size, memo, spool), shards, self.path)
 
     def _judge_kinds(self, partitions: list[ShardSpan], info: DatasetInfo) -> None:
         """A language model's dataset (`Carries.TOKENS`) when the first samples read are token or

@@ -21,11 +21,12 @@ The functions below are the interface's, for one location: `read_bytes(path)` is
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path, PurePath
-from typing import IO, Any, TypeGuard
+from typing import IO, Any, TypeGuard, TypeVar
 
 from scrub.errors import UsageError
 from scrub.paths import is_within
@@ -73,6 +74,7 @@ __all__ = [
     "read_range",
     "remote_errors",
     "same_place",
+    "side_by_side",
     "stat_version",
     "storage_of",
     "version_of",
@@ -231,3 +233,18 @@ def listings_of_this_run() -> Iterator[None]:
         yield
     finally:
         _RUN_FORGOT.reset(token)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def side_by_side(function: Callable[[T], R], items: Sequence[T], where: Location) -> list[R]:
+    """``function`` of each item, in order: as many at a time, on threads, as the storage of
+    ``where`` keeps requests in flight (`Storage.requests_in_flight`: objects' reads, each mostly
+    waiting on the store), else one after another (a disk's)."""
+    workers = min(storage_of(where).requests_in_flight, len(items))
+    if workers <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(function, items))
