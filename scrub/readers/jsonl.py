@@ -58,7 +58,7 @@ from scrub.storage import (
     storage_of,
 )
 from scrub.storage.memo import current_memo
-from scrub.storage.spool import Spool, current_spool
+from scrub.storage.spool import Spool, copy_carried, current_spool, read_from, read_once
 from scrub.wording import counted
 
 #: what a JSON Lines file's name ends with (a ``.json`` is one by its content: `is_json_lines`)
@@ -88,12 +88,9 @@ def compression_of(path: Location) -> str | None:
     version of the file was, from the memo: `scrub.storage.memo`). An object opened is copied
     first where the opening keeps copies (`scrub.storage.spool`): its survey reads it whole next."""
 
-    def learn() -> str | None:
-        spool = current_spool()
-        copy = spool.take(path) if spool is not None else None
-        return _compression_of(path if copy is None else copy)
-
-    return current_memo().remembered("compression", path, learn)
+    return current_memo().remembered(
+        "compression", path, lambda: _compression_of(read_once(path, current_spool()))
+    )
 
 
 def _compression_of(path: Location) -> str | None:
@@ -338,14 +335,10 @@ def remembered_survey(
     surveyed it (`scrub.storage.memo`): an unchanged file is not read to be opened. An object
     surveyed is copied by ``spool`` first, where there is one (read once)."""
 
-    def learn() -> Layout:
-        copy = spool.take(path) if spool is not None else None
-        return survey(path if copy is None else copy, compression, stride)
-
     return current_memo().remembered(
         "jsonl-layout",
         path,
-        learn,
+        lambda: survey(read_once(path, spool), compression, stride),
         f"{compression}|{stride}",
         Layout.dump,
         Layout.load,
@@ -543,7 +536,7 @@ class JsonLinesReader(Reader[Lines]):
         stride = max(1, min(MIN_RECORDS_PER_TASK, partition_size))
         layouts: list[tuple[Path, str, str | None, Layout]] = []
         spool = current_spool()
-        copies: dict[str, str] = {}  # file -> the local copy its survey made (`scrub.storage.spool`)
+        copies: dict[str, str | None] = {}  # file -> the copy its survey made (`scrub.storage.spool`)
         for path in files:
             compression = compression_of(path)
             what = {"gzip": "gzip file", "zstd": "Zstandard file"}.get(compression or "", "file")
@@ -555,8 +548,7 @@ class JsonLinesReader(Reader[Lines]):
                 raise UnusableDataset(f"{path}: not a readable {what} ({layout.damage})")
             source = self.source_of(path)
             layouts.append((path, source, compression, layout))
-            if spool is not None and (copy := spool.copy_of(path)) is not None:
-                copies[str(path)] = str(copy)
+            copies[str(path)] = copy_carried(path, spool)
             info.records += layout.records
             info.files[source] = {
                 "lines": layout.lines,
@@ -612,7 +604,7 @@ class JsonLinesReader(Reader[Lines]):
 
     def _read_from(self, partition: Lines) -> Location:
         """Where the partition's lines are read: its file's local copy, else the file."""
-        return Path(partition.copy) if partition.copy is not None else self.place(partition.path)
+        return read_from(partition.path, partition.copy, self.options.storage)
 
     def read(self, partition: Lines, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         data_key, label_key = self.options.data_key, self.options.label_key

@@ -49,9 +49,9 @@ from scrub.readers.tfframes import (
     walk_frames,
 )
 from scrub.records import Carries, Record
-from scrub.storage import location, storage_of
+from scrub.storage import storage_of
 from scrub.storage.memo import current_memo
-from scrub.storage.spool import current_spool
+from scrub.storage.spool import copy_carried, current_spool, read_from, read_once
 
 #: names that say a file is TFRecord
 _NAMED = re.compile(r"\.tfrec(ord)?s?(\.gz)?$|\.tfrecords?-\d+-of-\d+$", re.IGNORECASE)
@@ -167,16 +167,14 @@ class TFRecordReader(FileSetReader[FrameSpan]):
         spool = current_spool()
 
         def learn() -> tuple[bool, int | None, list[tuple[int, int, int]]]:
-            copy = spool.take(file) if spool is not None else None
-            return _walk_file(file if copy is None else copy, partition_size)
+            return _walk_file(read_once(file, spool), partition_size)
 
         gzipped, size, cuts = current_memo().remembered("tfrecord-walk", file, learn, str(partition_size))
-        copy = spool.copy_of(file) if spool is not None else None
-        read_from = str(copy) if copy is not None else None
+        copy = copy_carried(file, spool)
         spans = []
         for offset, position, count in cuts:
             span = FrameSpan(
-                str(file), file.name, gzipped, offset, position, count, info.records, size, copy=read_from
+                str(file), file.name, gzipped, offset, position, count, info.records, size, copy=copy
             )
             spans.append(span)
             info.records += count
@@ -267,11 +265,7 @@ class TFRecordReader(FileSetReader[FrameSpan]):
         stop = min(stop, partition.count)
         if start >= stop:
             return
-        place = (
-            Path(partition.copy)
-            if partition.copy is not None
-            else location(partition.path, self.options.storage)
-        )
+        place = read_from(partition.path, partition.copy, self.options.storage)
         with open_records(place, partition.gzipped) as stream:
             offset, position = partition.offset, partition.position
             if start:

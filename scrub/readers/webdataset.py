@@ -52,7 +52,7 @@ from scrub.readers.tarwalk import (
 from scrub.records import Carries, Record
 from scrub.storage import location, side_by_side, storage_of
 from scrub.storage.memo import Memo, current_memo
-from scrub.storage.spool import Spool, current_spool
+from scrub.storage.spool import Spool, copy_carried, current_spool, read_from, read_once
 from scrub.wording import agreeing, counted
 
 #: WebDataset's rule for a member's sample key and extension (`base_plus_ext`)
@@ -199,12 +199,11 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
             others += walked.others
             texts += walked.texts[: SAMPLED_TEXTS - len(texts)]
             done, size = 0, storage_of(shard).size(shard)  # an object's: from the listing
-            copy = spool.copy_of(shard) if spool is not None else None
-            read_from = str(copy) if copy is not None else None
+            copy = copy_carried(shard, spool)
             for number, (first, count) in enumerate(walked.cuts):
                 end = walked.cuts[number + 1][0] if number + 1 < len(walked.cuts) else None
                 partitions.append(
-                    ShardSpan(str(shard), source, first, count, info.records, end, size=size, copy=read_from)
+                    ShardSpan(str(shard), source, first, count, info.records, end, size=size, copy=copy)
                 )
                 self._sample_keys[str(shard), first] = "\0".join(walked.keys[done : done + count])
                 info.records += count
@@ -312,7 +311,7 @@ class WebDatasetReader(FileSetReader[ShardSpan]):
     ) -> Iterator[tuple[int, Sample]]:
         if start >= stop:
             return
-        place = Path(partition.copy) if partition.copy is not None else self.place(partition.path)
+        place = read_from(partition.path, partition.copy, self.options.storage)
         with open_shard(place, partition.start, partition.end, partition.size) as file:
             offset = 0
             walk = Walk()
@@ -487,7 +486,7 @@ def _walk(shard: Any, partition_size: int, memo: Memo, spool: Spool | None = Non
     copy ``spool`` makes of it where it is an object."""
 
     def learn() -> ShardWalk:
-        return _walk_headers(shard, partition_size, spool.take(shard) if spool is not None else None)
+        return _walk_headers(shard, partition_size, read_once(shard, spool))
 
     return memo.remembered(
         "webdataset-walk",
@@ -499,16 +498,15 @@ def _walk(shard: Any, partition_size: int, memo: Memo, spool: Spool | None = Non
     )
 
 
-def _walk_headers(shard: Any, partition_size: int, copy: Path | None = None) -> ShardWalk:
-    """Walk one shard's headers (on its local ``copy`` where there is one): its samples, cut
-    into partitions of ``partition_size`` (an uncompressed shard; a compressed one is one
-    partition)."""
+def _walk_headers(shard: Any, partition_size: int, bytes_from: Any) -> ShardWalk:
+    """Walk one shard's headers (read from ``bytes_from``: the shard, or its local copy): its
+    samples, cut into partitions of ``partition_size`` (an uncompressed shard; a compressed one
+    is one partition)."""
     walked = ShardWalk(Walk())
     first: int | None = None
     in_partition = 0
-    read_from = shard if copy is None else copy
     try:
-        with open_shard(read_from) as file:
+        with open_shard(bytes_from) as file:
             for item in group_samples(walk_shard(file, with_data=False, walk=walked.walk)):
                 if isinstance(item, Other):
                     walked.others += 1
@@ -519,7 +517,7 @@ def _walk_headers(shard: Any, partition_size: int, copy: Path | None = None) -> 
                 images = [s for s in extensions if s.rsplit(".", 1)[-1] in IMAGE_SUFFIXES]
                 walked.several_images += len(images) > 1
                 if "txt" in extensions and len(walked.texts) < SAMPLED_TEXTS:
-                    walked.texts.append(_member_bytes(read_from, item.get("txt")))
+                    walked.texts.append(_member_bytes(bytes_from, item.get("txt")))
                 if first is None:
                     first = item.offset
                 walked.samples += 1

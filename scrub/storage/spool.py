@@ -24,12 +24,13 @@ from __future__ import annotations
 import shutil
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
-from scrub.storage import Location, remote_errors, storage_of
+from scrub.storage import Location, location, remote_errors, storage_of
 from scrub.storage.staging import SPARE_BYTES
 from scrub.wording import byte_size, counted
 
@@ -143,3 +144,23 @@ def spooling(spool: Spool | None) -> Iterator[None]:
 def current_spool() -> Spool | None:
     """The spool of the opening under way, if it keeps copies (see `spooling`)."""
     return _CURRENT.get()
+
+
+def read_once(place: Location, spool: Spool | None) -> Location:
+    """Where the opening reads ``place`` whole: the local copy ``spool`` makes of it (one
+    request), else ``place`` itself (a file, no spool, or no room for a copy)."""
+    copy = spool.take(place) if spool is not None else None
+    return place if copy is None else copy
+
+
+def copy_carried(place: Location, spool: Spool | None) -> str | None:
+    """What a partition of ``place`` carries for its worker to read: the path of the copy
+    ``spool`` made of it (`read_once`), else None."""
+    copy = spool.copy_of(place) if spool is not None else None
+    return None if copy is None else str(copy)
+
+
+def read_from(path: str, copy: str | None, storage_options: Mapping[str, Any] | None) -> Location:
+    """Where a worker reads a partition of ``path``: the copy it carries (`copy_carried`), else
+    the file or object."""
+    return Path(copy) if copy is not None else location(path, storage_options)
