@@ -40,7 +40,7 @@ from scrub.storage import (
     side_by_side,
     storage_of,
 )
-from scrub.storage.memo import current_memo
+from scrub.storage.memo import current_memo, packed_array, unpacked_array
 
 PARQUET_MAGIC = b"PAR1"
 #: an object's footer up to this size (serialized) travels with its partitions (`RowGroups.footer`)
@@ -444,7 +444,7 @@ class ParquetReader(Reader[RowGroups]):
 
             extra = f"{each}|{columns}|{partition.groups[:1]}"
             place = self._place(partition.path)
-            return memo.remembered("table-labels", place, read, extra, _dump_array, _load_array)
+            return memo.remembered("table-labels", place, read, extra, packed_array, unpacked_array)
 
         numeric = [part for part in side_by_side(labels_of, firsts, self.path) if part is not None]
         return np.concatenate(numeric) if numeric else None
@@ -532,18 +532,6 @@ def _load_facts(held: list) -> tuple[Any, list[int], dict[str, Any], Any]:
     _, parquet = pyarrow_modules()
     metadata = parquet.read_metadata(io.BytesIO(footer)) if footer is not None else None
     return pa.ipc.read_schema(pa.py_buffer(schema)), list(sizes), dict(described), metadata
-
-
-def _dump_array(values: np.ndarray | None) -> list | None:
-    """A label sample of numbers as msgpack holds it (its dtype, shape and bytes)."""
-    return None if values is None else [values.dtype.str, list(values.shape), values.tobytes()]
-
-
-def _load_array(held: list | None) -> np.ndarray | None:
-    if held is None:
-        return None
-    dtype, shape, data = held
-    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
 
 
 class ArrowReader(ParquetReader):

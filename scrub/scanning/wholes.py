@@ -32,7 +32,7 @@ from scrub.manifest import dumps
 from scrub.records import Issue
 from scrub.scanning.results import NOT_REUSABLE, LeftPart, NumericStats, PartitionResult
 from scrub.storage import Location
-from scrub.storage.memo import Memo
+from scrub.storage.memo import Memo, packed_array, unpacked_array
 
 #: the memo's kind of the facts kept here
 KIND = "partition-result"
@@ -141,7 +141,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind == "O":
             return {"o": [_plain(item) for item in value.tolist()]}
-        return {"a": [value.dtype.str, list(value.shape), np.ascontiguousarray(value).tobytes()]}
+        return {"a": packed_array(value)}
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, tuple):
@@ -155,8 +155,7 @@ def _back(value: Any) -> Any:
     """`_plain`'s ``value`` as it was."""
     if isinstance(value, dict):
         if "a" in value:
-            dtype, shape, data = value["a"]
-            return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+            return unpacked_array(value["a"])
         if "o" in value:
             items = np.empty(len(value["o"]), dtype=object)
             for position, item in enumerate(value["o"]):  # one by one: a tuple is an item, not a row

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgpack
+import numpy as np
 import xxhash
 
 from scrub.errors import ScrubError, UnusableDataset
@@ -170,6 +171,22 @@ def _version(place: Location) -> list:
 _CURRENT: ContextVar[Memo | None] = ContextVar("scrub_memo", default=None)
 #: what `current_memo` is outside an opening: it keeps nothing (`Memo.remembered` learns)
 _NOTHING = Memo()
+
+
+def packed_array(values: np.ndarray | None) -> list | None:
+    """An array (of numbers, bytes or strings: not objects) as msgpack holds it: its dtype, shape
+    and bytes; None as None."""
+    if values is None:
+        return None
+    return [values.dtype.str, list(values.shape), np.ascontiguousarray(values).tobytes()]
+
+
+def unpacked_array(held: list | None) -> np.ndarray | None:
+    """`packed_array`'s array (a writable copy), or None."""
+    if held is None:
+        return None
+    dtype, shape, data = held
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
 
 
 def current_memo() -> Memo:
