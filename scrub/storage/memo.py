@@ -87,19 +87,12 @@ class Memo:
         meanwhile is learned again next time."""
         if self.path is None:
             return learn()
-        key = f"{kind}\0{same_place(place)}\0{extra}"
-        try:
-            version = [_version(one) for one in (place, *also)]
-        except (OSError, UnusableDataset):
-            return learn()  # it says what is wrong with the file itself
-        held = self._old.get(key)
-        if held is not None and held[0] == version:
-            self._new[key] = held
-            self.reused += 1
+        held, version = self._held(kind, place, extra, also)
+        if held is not None:
             return load(held[1])
         value = learn()
-        self._new[key] = [version, dump(value)]
-        self.learned += 1
+        if version is not None:  # (None: it says what is wrong with the file itself)
+            self.keep(kind, place, extra, version, dump(value))
         return value
 
     def recall(self, kind: str, place: Location, extra: str = "") -> tuple[Any, list | None]:
@@ -108,22 +101,30 @@ class Memo:
         a fact learned later than asked for (a partition's result, after the scan)."""
         if self.path is None:
             return None, None
-        key = f"{kind}\0{same_place(place)}\0{extra}"
-        try:
-            version = [_version(place)]
-        except (OSError, UnusableDataset):
-            return None, None
-        held = self._old.get(key)
-        if held is not None and held[0] == version:
-            self._new[key] = held
-            self.reused += 1
-            return held[1], version
-        return None, version
+        held, version = self._held(kind, place, extra)
+        return (held[1] if held is not None else None), version
 
     def keep(self, kind: str, place: Location, extra: str, version: list, value: Any) -> None:
         """Keep ``value`` (as msgpack holds it) of ``place`` at ``version`` (`recall`'s)."""
-        self._new[f"{kind}\0{same_place(place)}\0{extra}"] = [version, value]
+        self._new[_key(kind, place, extra)] = [version, value]
         self.learned += 1
+
+    def _held(
+        self, kind: str, place: Location, extra: str, also: Sequence[Location] = ()
+    ) -> tuple[list | None, list | None]:
+        """([version, fact] kept at the versions the places have now, marked used; else None),
+        and those versions (None where one cannot be taken)."""
+        try:
+            version = [_version(one) for one in (place, *also)]
+        except (OSError, UnusableDataset):
+            return None, None
+        key = _key(kind, place, extra)
+        held = self._old.get(key)
+        if held is None or held[0] != version:
+            return None, version
+        self._new[key] = held
+        self.reused += 1
+        return held, version
 
     @contextmanager
     def in_use(self) -> Iterator[Memo]:
@@ -154,6 +155,10 @@ class Memo:
         for stale in kept[MAX_FILES:]:
             stale.unlink(missing_ok=True)
         return None
+
+
+def _key(kind: str, place: Location, extra: str) -> str:
+    return f"{kind}\0{same_place(place)}\0{extra}"
 
 
 def _version(place: Location) -> list:
