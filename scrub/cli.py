@@ -216,14 +216,12 @@ def _resolve_many(command: str, arguments: list[str], ctx: typer.Context, config
     pattern, a folder of datasets), each dataset's own options (a config file's sections may
     differ per dataset) and the notes of what was passed over; else None and []."""
     from scrub.readers.base import expand_datasets
-    from scrub.storage import forget_listings, location
+    from scrub.storage import location
 
     options = _resolve(command, location(arguments[0]), ctx, config).options
     read = options.read if command == "scan" else options.scan.read
+    found = expand_datasets(arguments, read)  # (a URL's listing is the run's first: fresh)
     paths = [location(argument, read.storage) for argument in arguments]
-    for place in paths:  # the run's first listing of each store sees it as it is now
-        forget_listings(place)
-    found = expand_datasets(arguments, read)
     if len(paths) == 1 and [str(p) for p in found.paths] == [str(p) for p in paths] and not found.skipped:
         return options, None, []
     datasets = [
