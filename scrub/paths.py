@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
-from pathlib import PurePath
+from collections.abc import Iterable, Sequence
+from pathlib import Path, PurePath
 from typing import Any
 
 
@@ -95,3 +95,17 @@ def split_roles(paths: Sequence[Any]) -> list[str | None]:
     if TRAINING not in roles or EVALUATION not in roles:
         return [None] * len(roles)
     return roles
+
+
+def modified(path: Path) -> float:
+    """When ``path`` was last modified (or marked used), 0 where it cannot be stat-ed."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def beyond_most_recent(paths: Iterable[Path], keep: int) -> list[Path]:
+    """The paths beyond the ``keep`` most recently modified: what a directory of caches, which
+    marks a file used by touching it, removes."""
+    return sorted(paths, key=modified, reverse=True)[keep:]

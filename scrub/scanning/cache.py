@@ -51,6 +51,7 @@ import xxhash
 
 from scrub.errors import ScrubError
 from scrub.fixing.outputs import PREFIX_MARK, process_alive, write_atomically
+from scrub.paths import beyond_most_recent, modified
 from scrub.storage import same_place
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ class ResultCache:
     def _load(self) -> None:
         candidates = [self.path] if self.path.is_file() else []
         if not candidates:  # a dataset new here (a copy): the newest file of the scope, for content matches
-            same_scope = sorted(self.directory.glob(f"{self.scope}-*{SUFFIX}"), key=_mtime, reverse=True)
+            same_scope = sorted(self.directory.glob(f"{self.scope}-*{SUFFIX}"), key=modified, reverse=True)
             candidates = same_scope[:1]
         for candidate in candidates:
             try:
@@ -377,8 +378,7 @@ class ResultCache:
                 f"cache: cannot write {self.path}: {error.strerror}; the next scan will not reuse this one"
             )
             return
-        files = sorted(self.directory.glob(f"*{SUFFIX}"), key=_mtime, reverse=True)
-        for stale in files[MAX_FILES:]:
+        for stale in beyond_most_recent(self.directory.glob(f"*{SUFFIX}"), MAX_FILES):
             stale.unlink(missing_ok=True)
 
     def _unchanged(self) -> bool:
@@ -452,13 +452,6 @@ class ResultCache:
         }
 
 
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def _remove_dead_temporaries(directory: Path) -> None:
     """Temporary files (`temporary_file`'s ``.NAME.scrub-PID-XXXX.tmp``) of any cache file of
     DIR whose run is no longer running (`temporary_file` sweeps only its own file's)."""
@@ -468,5 +461,5 @@ def _remove_dead_temporaries(directory: Path) -> None:
         except (IndexError, ValueError):
             continue
         # this run has written none yet: one with its pid is a dead run's whose pid was reused
-        if pid == os.getpid() or not process_alive(pid) or time.time() - _mtime(temporary) > 86400:
+        if pid == os.getpid() or not process_alive(pid) or time.time() - modified(temporary) > 86400:
             temporary.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ import numpy as np
 import xxhash
 
 from scrub.errors import ScrubError, UnusableDataset
+from scrub.paths import beyond_most_recent
 from scrub.storage import Location, same_place, storage_of
 
 MAGIC = b"scrub-memo 1\n"
@@ -151,8 +152,7 @@ class Memo:
                 self._saved = dict(self._new)
         except (OSError, ScrubError) as error:
             return f"cache: cannot write {self.path} ({error}): the next scan learns its files again"
-        kept = sorted(self.path.parent.glob(f"memo-*{SUFFIX}"), key=_used, reverse=True)
-        for stale in kept[MAX_FILES:]:
+        for stale in beyond_most_recent(self.path.parent.glob(f"memo-*{SUFFIX}"), MAX_FILES):
             stale.unlink(missing_ok=True)
         return None
 
@@ -197,13 +197,6 @@ def unpacked_array(held: list | None) -> np.ndarray | None:
 def current_memo() -> Memo:
     """The memo of the dataset being opened, or one that keeps nothing."""
     return _CURRENT.get() or _NOTHING
-
-
-def _used(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _read(path: Path) -> dict[str, list]:

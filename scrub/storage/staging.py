@@ -37,6 +37,7 @@ import msgpack
 import xxhash
 
 from scrub.errors import UnusableDataset
+from scrub.paths import beyond_most_recent
 from scrub.storage import Location, remote_errors, version_of
 from scrub.storage.memo import current_memo
 from scrub.wording import byte_size, counted
@@ -182,8 +183,7 @@ def _kept_folder(cache: Path, url: str) -> Path:
     versions = copies / f"{xxhash.xxh3_64_hexdigest(url.encode())}.versions"
     versions.with_suffix("").mkdir(parents=True, exist_ok=True)
     os.utime(versions.with_suffix(""))
-    folders = sorted((p for p in copies.iterdir() if p.is_dir()), key=_used, reverse=True)
-    for stale in folders[KEPT_COPIES:]:
+    for stale in beyond_most_recent((p for p in copies.iterdir() if p.is_dir()), KEPT_COPIES):
         shutil.rmtree(stale, ignore_errors=True)
         stale.with_suffix(".versions").unlink(missing_ok=True)
     return versions
@@ -289,13 +289,6 @@ def _listing(place: Location, prefix_endings: tuple[str, ...]) -> dict[str, dict
         for k in sorted(found)
         if found[k].get("type") != "directory" and not k.endswith("/")
     }
-
-
-def _used(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _size_of(info: Mapping[str, Any]) -> int:
